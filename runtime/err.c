@@ -1,0 +1,116 @@
+/* err.c: error codes to exit statuses and text, and the Diag message buffer.
+ * Messages are kept as lines "error: ..." / "warning: ..." in one growing
+ * string; if an allocation fails the message goes to stderr instead, so no
+ * message is ever lost silently. */
+#include "runtime/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int teq_exit_status(int rc) {
+  switch (rc) {
+  case TEQ_OK: return 0;
+  case TEQ_ERR_INPUT:
+  case TEQ_ERR_UNSUPPORTED:
+  case TEQ_ERR_IO: return 2;
+  default: return 1;
+  }
+}
+
+const char *teq_strerror(int rc) {
+  switch (rc) {
+  case TEQ_OK: return "ok";
+  case TEQ_ERR_INPUT: return "invalid input";
+  case TEQ_ERR_UNSUPPORTED: return "unsupported input";
+  case TEQ_ERR_NOMEM: return "out of memory";
+  case TEQ_ERR_IO: return "i/o error";
+  case TEQ_ERR_INTERNAL: return "internal error";
+  default: return "unknown error";
+  }
+}
+
+void diag_init(Diag *d) { memset(d, 0, sizeof *d); }
+
+void diag_fini(Diag *d) {
+  free(d->text);
+  memset(d, 0, sizeof *d);
+}
+
+static void diag_append(Diag *d, const char *prefix, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  size_t need = d->len + strlen(prefix) + (size_t)(n < 0 ? 0 : n) + 2;
+  if (need > d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 256;
+    while (cap < need) cap *= 2;
+    char *t = realloc(d->text, cap);
+    if (!t) {
+      fputs(prefix, stderr);
+      vfprintf(stderr, fmt, ap);
+      fputc('\n', stderr);
+      return;
+    }
+    d->text = t;
+    d->cap = cap;
+  }
+  size_t start = d->len;
+  d->len += (size_t)sprintf(d->text + d->len, "%s", prefix);
+  d->len += (size_t)vsprintf(d->text + d->len, fmt, ap);
+  d->text[d->len++] = '\n';
+  d->text[d->len] = '\0';
+  if (d->echo && prefix[0] == 'w') {
+    fputs(d->text + start, d->echo);
+  }
+}
+
+int diag_verror(Diag *d, const char *fmt, va_list ap) {
+  if (d) {
+    d->n_errors++;
+    diag_append(d, "error: ", fmt, ap);
+  }
+  return TEQ_ERR_INPUT;
+}
+
+int diag_error(Diag *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(d, fmt, ap);
+  va_end(ap);
+  return TEQ_ERR_INPUT;
+}
+
+void diag_warn(Diag *d, const char *fmt, ...) {
+  if (!d) return;
+  d->n_warnings++;
+  va_list ap;
+  va_start(ap, fmt);
+  diag_append(d, "warning: ", fmt, ap);
+  va_end(ap);
+}
+
+void diag_flush(Diag *d, FILE *f) {
+  if (d->len) {
+    /* Warnings already echoed to f are not printed twice. */
+    if (d->echo == f) {
+      for (char *line = d->text; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (strncmp(line, "warning: ", 9) != 0) fwrite(line, 1, n, f);
+        line += n;
+      }
+    } else {
+      fputs(d->text, f);
+    }
+  }
+  d->len = 0;
+  if (d->text) d->text[0] = '\0';
+}
+
+const char *diag_last(const Diag *d) {
+  if (!d->len) return "";
+  const char *p = d->text + d->len - 1; /* the trailing newline */
+  while (p > d->text && p[-1] != '\n') p--;
+  return p;
+}

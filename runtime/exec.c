@@ -1,0 +1,1 @@
+/* exec.c: in progress */

@@ -1,0 +1,1 @@
+/* graph.c: in progress */

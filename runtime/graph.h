@@ -1,0 +1,125 @@
+/* graph.h: tensor programs as DAGs of operator nodes.
+ *
+ * A Graph is an array of Nodes; a node's id is its index. Each input of a
+ * node is a TensorRef (producing node, output index). Graph inputs are
+ * OP_INPUT nodes, weights are OP_CONST nodes holding a shared Tensor, and
+ * operators Teq has no semantics for are OP_OPAQUE nodes that keep what
+ * export needs to write them back. Ids are stable until graph_remove_dead,
+ * the only call that renumbers.
+ *
+ * The fields below may be read anywhere; they are changed only through
+ * these functions, which keep the invariants graph_check verifies: every
+ * edge names an existing node and output, output shapes are those the
+ * registry infers from the input shapes, and there is no cycle.
+ *
+ * Ownership: a Graph owns its nodes, their arrays, names and opaque data,
+ * and one reference to each constant Tensor. Names passed in are copied. */
+#ifndef TEQ_RUNTIME_GRAPH_H
+#define TEQ_RUNTIME_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/err.h"
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
+
+typedef struct TensorRef {
+  int32_t node; /* producing node id */
+  int32_t out;  /* which of its outputs */
+} TensorRef;
+
+/* What export needs to write an opaque node back: its ONNX NodeProto,
+ * serialized, whose inputs and outputs are renamed on export. */
+typedef struct OpaqueInfo {
+  char *op_type;
+  char *domain;       /* "" for the default ONNX domain */
+  uint8_t *proto;     /* packed onnx.NodeProto */
+  size_t proto_len;
+} OpaqueInfo;
+
+typedef struct Node {
+  OpKind kind;
+  int32_t n_in, n_out;
+  TensorRef *in;      /* n_in inputs */
+  Shape *out;         /* n_out inferred output shapes */
+  DType dtype;        /* element type of every output: DT_F32 unless a constant or opaque says otherwise */
+  Params params;
+  char *name;         /* ONNX node or graph input name; may be NULL */
+  Tensor *value;      /* OP_CONST only */
+  OpaqueInfo *opaque; /* OP_OPAQUE only */
+} Node;
+
+typedef struct Graph {
+  Node *nodes;
+  int32_t n_nodes, cap_nodes;
+  int32_t *inputs;        /* ids of the OP_INPUT nodes, in model order */
+  int32_t n_inputs;
+  TensorRef *outputs;     /* the graph's results, in model order */
+  char **output_names;
+  int32_t n_outputs;
+} Graph;
+
+/* ---- create, copy, free ---- */
+TEQ_API Graph *graph_new(void);
+TEQ_API void graph_free(Graph *g);
+/* Deep copy sharing constant tensors; NULL on allocation failure. */
+TEQ_API Graph *graph_copy(const Graph *g);
+
+/* ---- build ---- */
+/* Each returns the new node id (>= 0) or a negative error code with a
+ * message in d. Nothing is added on failure. */
+TEQ_API int graph_add_input(Graph *g, const char *name, const Shape *shape, DType dtype, Diag *d);
+/* Takes over the caller's reference to value. */
+TEQ_API int graph_add_const(Graph *g, const char *name, Tensor *value, Diag *d);
+/* Checks arity and parameters (p NULL means the defaults) and infers the
+ * output shapes; an input of unknown shape makes every output unknown. */
+TEQ_API int graph_add_node(Graph *g, OpKind kind, const TensorRef *in, int n_in, int n_out,
+                           const Params *p, const char *name, Diag *d);
+/* Takes over info. Output shapes may be SHAPE_UNKNOWN. */
+TEQ_API int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in,
+                             int n_out, const Shape *out_shapes, const DType *out_dtype,
+                             const char *name, Diag *d);
+TEQ_API int graph_add_output(Graph *g, TensorRef ref, const char *name, Diag *d);
+TEQ_API void opaque_info_free(OpaqueInfo *info);
+
+/* ---- query ---- */
+static inline const Shape *graph_shape(const Graph *g, TensorRef r) {
+  return &g->nodes[r.node].out[r.out];
+}
+/* A topological order of all nodes into order[0..n_nodes). Returns TEQ_OK,
+ * or TEQ_ERR_INPUT if there is a cycle (order is then unspecified). Ties
+ * are broken by id, so the order is deterministic. */
+TEQ_API int graph_topo_order(const Graph *g, int32_t *order);
+/* Structural hash from operator kinds, parameters, constant contents,
+ * input names and edges, never pointers or ids: two graphs that compute the
+ * same expression the same way hash alike. node_hash (optional, n_nodes
+ * entries) receives each node's hash. Assumes no cycle. */
+TEQ_API uint64_t graph_hash(const Graph *g, uint64_t *node_hash);
+/* Number of uses of every output of every node (edges plus graph outputs),
+ * as uses[node][out] flattened: uses + offset[node]. offset has n_nodes+1
+ * entries. Both arrays are malloc'd for the caller; NULL on failure. */
+TEQ_API int32_t *graph_use_counts(const Graph *g, int32_t **offset);
+/* Verifies every invariant, re-inferring all shapes; O(nodes + edges).
+ * Returns TEQ_OK or TEQ_ERR_INTERNAL with a message per violation. */
+TEQ_API int graph_check(const Graph *g, Diag *d);
+/* Counts nodes that compute (not inputs, constants or no-ops). */
+TEQ_API int graph_count_ops(const Graph *g);
+
+/* ---- rewrite ---- */
+/* Every use of `from` (edges and graph outputs) becomes a use of `to`. */
+TEQ_API void graph_replace_uses(Graph *g, TensorRef from, TensorRef to);
+/* Re-infers every shape in topological order (after a rewrite). */
+TEQ_API int graph_infer_shapes(Graph *g, Diag *d);
+/* Removes nodes no graph output depends on (graph inputs always stay) and
+ * renumbers the rest, keeping their relative order. Returns how many were
+ * removed, or a negative error. */
+TEQ_API int graph_remove_dead(Graph *g);
+
+/* ---- show ---- */
+/* One line per node in topological order:
+ *   %5 = conv2d(%3, %4) stride=(2 2) act=relu : [1, 64, 56, 56]   */
+TEQ_API void graph_dump(const Graph *g, FILE *f);
+
+#endif

@@ -1,0 +1,109 @@
+/* onnx.h: ONNX models in and out, and the small API through which registry
+ * rows map their own attributes.
+ *
+ * Import reads a ModelProto (through C generated at build time by protoc-c
+ * from the onnx.proto that Debian's libonnx-dev installs), folds constant
+ * subgraphs (shape computations included) into constants, maps each node to
+ * its registry kind by op_type, and passes every node it does not support
+ * through as an opaque node, named in a warning; nothing is dropped. It
+ * then removes no-op nodes (Identity, Dropout) and folds BatchNormalization
+ * into a preceding convolution. Export writes opset-13 ONNX that ONNX Runtime
+ * and onnx.checker accept, constants as initializers.
+ *
+ * Every message about a model names the file and, where there is one, the
+ * node: "model.onnx: node 'conv_3' (Conv): attribute group=0: must be >= 1". */
+#ifndef TEQ_RUNTIME_ONNX_H
+#define TEQ_RUNTIME_ONNX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/ops.h"
+
+typedef struct OnnxImportOptions {
+  int64_t batch;       /* value for symbolic (named or unset) dimensions; default 1 */
+  bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
+  bool keep_noops;     /* keep Identity and Dropout nodes */
+} OnnxImportOptions;
+
+#define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
+
+typedef struct OnnxImportStats {
+  int n_nodes;         /* nodes in the file */
+  int n_folded;        /* nodes folded into constants */
+  int n_opaque;        /* nodes passed through as opaque */
+  int n_batchnorm_folded;
+  int n_noops_removed;
+  int opset;           /* the model's default-domain opset */
+} OnnxImportStats;
+
+/* Reads path into a new graph (*out), which the caller frees. Returns
+ * TEQ_OK, or TEQ_ERR_IO / TEQ_ERR_INPUT / TEQ_ERR_UNSUPPORTED with located
+ * messages in d; *out is then untouched. Warnings (opaque operators, unused
+ * attributes) go to d as well. stats may be NULL. */
+TEQ_API int onnx_import_file(const char *path, const OnnxImportOptions *opts, Graph **out,
+                             OnnxImportStats *stats, Diag *d);
+TEQ_API int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
+                               const OnnxImportOptions *opts, Graph **out,
+                               OnnxImportStats *stats, Diag *d);
+
+/* Writes g to path as an ONNX model. */
+TEQ_API int onnx_export_file(const Graph *g, const char *path, Diag *d);
+
+/* Reads one serialized onnx.TensorProto (the test data sets' input_N.pb and
+ * output_N.pb) into a new float32 or int64 tensor; *name_out (optional)
+ * receives a malloc'd copy of its name. */
+TEQ_API int onnx_read_tensor_file(const char *path, Tensor **out, char **name_out, Diag *d);
+/* Writes t as a serialized onnx.TensorProto named name. */
+TEQ_API int onnx_write_tensor_file(const char *path, const Tensor *t, const char *name, Diag *d);
+
+/* ---- for registry rows: one ONNX node being imported ---- */
+typedef struct OnnxNodeIn OnnxNodeIn;
+
+TEQ_API const char *onnx_in_op_type(const OnnxNodeIn *v);
+TEQ_API int onnx_in_opset(const OnnxNodeIn *v);
+TEQ_API int onnx_in_n_inputs(const OnnxNodeIn *v);  /* including empty optional ones */
+TEQ_API int onnx_in_n_outputs(const OnnxNodeIn *v);
+TEQ_API bool onnx_in_has_input(const OnnxNodeIn *v, int i); /* present and non-empty */
+/* Shape of input i, or NULL if absent. */
+TEQ_API const Shape *onnx_in_input_shape(const OnnxNodeIn *v, int i);
+/* Value of input i if it is a constant (initializer, Constant node or folded
+ * subgraph), else NULL. Borrowed. */
+TEQ_API const Tensor *onnx_in_const_input(const OnnxNodeIn *v, int i);
+/* Input i was taken as a parameter: it does not become a graph edge. */
+TEQ_API void onnx_in_consume_input(OnnxNodeIn *v, int i);
+/* Attributes. Each returns true and writes *out if the attribute exists
+ * (marking it read); a wrong attribute type is an error reported in d. */
+TEQ_API bool onnx_in_attr_int(OnnxNodeIn *v, const char *name, int64_t *out);
+TEQ_API bool onnx_in_attr_float(OnnxNodeIn *v, const char *name, double *out);
+/* Up to max integers into out, count in *n; more than max is an error. */
+TEQ_API bool onnx_in_attr_ints(OnnxNodeIn *v, const char *name, int64_t *out, int max, int *n);
+TEQ_API bool onnx_in_attr_string(OnnxNodeIn *v, const char *name, const char **out);
+/* Reports an error located at this node; returns TEQ_ERR_INPUT (or
+ * TEQ_ERR_UNSUPPORTED with onnx_in_unsupported). */
+TEQ_API int onnx_in_error(const OnnxNodeIn *v, Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+TEQ_API int onnx_in_unsupported(const OnnxNodeIn *v, Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- for registry rows: one node being exported ---- */
+typedef struct OnnxNodeOut OnnxNodeOut;
+
+TEQ_API void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type);
+TEQ_API void onnx_out_attr_int(OnnxNodeOut *w, const char *name, int64_t v);
+TEQ_API void onnx_out_attr_float(OnnxNodeOut *w, const char *name, double v);
+TEQ_API void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n);
+/* Removes an attribute the generic mapping wrote (e.g. a default that the
+ * exported op_type does not accept). */
+TEQ_API void onnx_out_drop_attr(OnnxNodeOut *w, const char *name);
+/* Appends an input: a new initializer holding a copy of t (a Reshape's
+ * shape, a Split's sizes), or the empty name of a skipped optional input. */
+TEQ_API void onnx_out_add_const_input(OnnxNodeOut *w, const Tensor *t);
+TEQ_API void onnx_out_add_empty_input(OnnxNodeOut *w);
+/* Follows the node with a one-input node of op_type (a fused activation):
+ * the node's output feeds it and it produces the node's output name. */
+TEQ_API void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type);
+
+#endif

@@ -1,0 +1,271 @@
+/* ops.c: the registry table, its self-check, and parameter handling.
+ * The table is built from ops.def, so the enum, the count and the rows
+ * cannot drift apart; each row is defined in its family file under
+ * runtime/ops/. Parameter defaults, bounds and formatting are all driven
+ * by the rows' OpParam descriptions. */
+#include "runtime/ops.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "runtime/graph.h"
+#include "runtime/ops/family.h"
+
+const char *const act_symbols[] = {"none", "relu", "sigmoid", "tanh", NULL};
+
+static const OpDef *const op_table[OP__COUNT] = {
+#define OP(KIND, name) [OP_##KIND] = &op_def_##name,
+#include "runtime/ops.def"
+#undef OP
+};
+
+const OpDef *op_def(OpKind kind) { return op_table[kind]; }
+
+int op_by_name(const char *name) {
+  for (int k = 0; k < OP__COUNT; k++)
+    if (strcmp(op_table[k]->name, name) == 0) return k;
+  return -1;
+}
+
+int op_by_onnx(const char *op_type) {
+  for (int k = 0; k < OP__COUNT; k++) {
+    const OpDef *o = op_table[k];
+    if (o->onnx_op && strcmp(o->onnx_op, op_type) == 0) return k;
+  }
+  for (int k = 0; k < OP__COUNT; k++) {
+    const OpDef *o = op_table[k];
+    for (const char *const *a = o->onnx_aliases; a && *a; a++)
+      if (strcmp(*a, op_type) == 0) return k;
+  }
+  return -1;
+}
+
+static int check_param_row(const OpDef *o, const OpParam *p, Diag *d) {
+  int bad = 0;
+  if (!p->name) return diag_error(d, "registry: %s: a parameter has no name", o->name);
+  if (p->type != PARAM_FLOAT && p->lo > p->hi)
+    bad = diag_error(d, "registry: %s.%s: bounds %lld > %lld", o->name, p->name,
+                     (long long)p->lo, (long long)p->hi);
+  if (p->type != PARAM_FLOAT && (p->def < p->lo || p->def > p->hi))
+    bad = diag_error(d, "registry: %s.%s: default %lld outside [%lld, %lld]", o->name, p->name,
+                     (long long)p->def, (long long)p->lo, (long long)p->hi);
+  if (p->type == PARAM_INTS && (p->len < 0 || p->len > TEQ_MAX_PARAM_LEN))
+    bad = diag_error(d, "registry: %s.%s: length %d outside [0, %d]", o->name, p->name, p->len,
+                     TEQ_MAX_PARAM_LEN);
+  return bad;
+}
+
+int op_registry_check(Diag *d) {
+  int rc = TEQ_OK;
+  for (int k = 0; k < OP__COUNT; k++) {
+    const OpDef *o = op_table[k];
+    if (!o || (int)o->kind != k) {
+      diag_error(d, "registry: row %d is missing or has the wrong kind", k);
+      rc = TEQ_ERR_INTERNAL;
+      continue;
+    }
+    for (int j = 0; j < k; j++)
+      if (strcmp(op_table[j]->name, o->name) == 0) {
+        diag_error(d, "registry: name '%s' used twice", o->name);
+        rc = TEQ_ERR_INTERNAL;
+      }
+    if (o->n_params < 0 || o->n_params > TEQ_MAX_PARAMS || (o->n_params && !o->params)) {
+      diag_error(d, "registry: %s: bad parameter count %d", o->name, o->n_params);
+      rc = TEQ_ERR_INTERNAL;
+      continue;
+    }
+    for (int i = 0; i < o->n_params; i++) {
+      if (check_param_row(o, &o->params[i], d)) rc = TEQ_ERR_INTERNAL;
+      for (int j = 0; j < i; j++)
+        if (strcmp(o->params[i].name, o->params[j].name) == 0) {
+          diag_error(d, "registry: %s: parameter '%s' twice", o->name, o->params[i].name);
+          rc = TEQ_ERR_INTERNAL;
+        }
+    }
+    if (o->n_in_min < 0 || (o->n_in_max >= 0 && o->n_in_max < o->n_in_min) ||
+        o->n_out_min < 1 || o->n_out_max < o->n_out_min) {
+      diag_error(d, "registry: %s: arity bounds out of order", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+    bool opaque = o->flags & OPF_OPAQUE;
+    bool source = o->flags & OPF_SOURCE;
+    if (!opaque && !o->infer_shape) {
+      diag_error(d, "registry: %s: no shape inference", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+    /* Graph inputs and constants are fed by the executor, not computed. */
+    bool fed = k == OP_INPUT || k == OP_CONST;
+    if (!opaque && !fed && (!o->eval_f32 || !o->eval_modp)) {
+      diag_error(d, "registry: %s: missing a float32 or Z_p kernel", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+    if ((o->flags & OPF_NONLINEAR) && !o->modp_standin) {
+      diag_error(d, "registry: %s: non-linear without a Z_p stand-in", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+    if (source && o->n_in_max != 0) {
+      diag_error(d, "registry: %s: a source with inputs", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+  }
+  /* Stand-ins must differ, or two different non-linear operators would
+   * fingerprint alike. Compare them on a few points. */
+  for (int a = 0; a < OP__COUNT; a++)
+    for (int b = 0; b < a; b++) {
+      uint32_t (*fa)(uint32_t) = op_table[a]->modp_standin, (*fb)(uint32_t) = op_table[b]->modp_standin;
+      if (!fa || !fb) continue;
+      bool same = true;
+      for (uint32_t x = 2; x < 40 && same; x += 7) same = fa(x) == fb(x);
+      if (same) {
+        diag_error(d, "registry: %s and %s share a Z_p stand-in", op_table[a]->name,
+                   op_table[b]->name);
+        rc = TEQ_ERR_INTERNAL;
+      }
+    }
+  return rc;
+}
+
+int param_index(OpKind kind, const char *name) {
+  const OpDef *o = op_table[kind];
+  for (int i = 0; i < o->n_params; i++)
+    if (strcmp(o->params[i].name, name) == 0) return i;
+  return -1;
+}
+
+void params_default(OpKind kind, Params *p) {
+  memset(p, 0, sizeof *p);
+  const OpDef *o = op_table[kind];
+  for (int i = 0; i < o->n_params; i++) {
+    const OpParam *r = &o->params[i];
+    ParamValue *v = &p->v[i];
+    switch (r->type) {
+    case PARAM_INT: v->n = 1; v->i[0] = r->def; break;
+    case PARAM_INTS:
+      v->n = r->len;
+      for (int j = 0; j < r->len; j++) v->i[j] = r->def;
+      break;
+    case PARAM_FLOAT: v->f = r->fdef; break;
+    }
+  }
+}
+
+int params_check(OpKind kind, const Params *p, Diag *d) {
+  const OpDef *o = op_table[kind];
+  int rc = TEQ_OK;
+  for (int i = 0; i < o->n_params; i++) {
+    const OpParam *r = &o->params[i];
+    const ParamValue *v = &p->v[i];
+    if (r->type == PARAM_FLOAT) {
+      if (!isfinite(v->f)) rc = diag_error(d, "%s: %s=%g: must be finite", o->name, r->name, v->f);
+      continue;
+    }
+    int want = r->type == PARAM_INT ? 1 : r->len;
+    if ((want && v->n != want) || v->n < 0 || v->n > TEQ_MAX_PARAM_LEN) {
+      rc = diag_error(d, "%s: %s has %d values, expected %d", o->name, r->name, v->n,
+                      want ? want : TEQ_MAX_PARAM_LEN);
+      continue;
+    }
+    for (int j = 0; j < v->n; j++)
+      if (v->i[j] < r->lo || v->i[j] > r->hi) {
+        rc = diag_error(d, "%s: %s=%lld: must be in [%lld, %lld]", o->name, r->name,
+                        (long long)v->i[j], (long long)r->lo, (long long)r->hi);
+        break;
+      }
+  }
+  return rc;
+}
+
+void param_set_int(Params *p, int i, int64_t v) {
+  memset(&p->v[i], 0, sizeof p->v[i]);
+  p->v[i].n = 1;
+  p->v[i].i[0] = v;
+}
+
+void param_set_ints(Params *p, int i, const int64_t *v, int n) {
+  memset(&p->v[i], 0, sizeof p->v[i]);
+  if (n > TEQ_MAX_PARAM_LEN) n = TEQ_MAX_PARAM_LEN;
+  p->v[i].n = n;
+  for (int j = 0; j < n; j++) p->v[i].i[j] = v[j];
+}
+
+void param_set_float(Params *p, int i, double v) {
+  memset(&p->v[i], 0, sizeof p->v[i]);
+  p->v[i].f = v;
+}
+
+int params_format(OpKind kind, const Params *p, bool only_changed, char *buf, size_t size) {
+  const OpDef *o = op_table[kind];
+  Params def;
+  params_default(kind, &def);
+  size_t n = 0;
+  if (size) buf[0] = '\0';
+#define EMIT(...)                                                                   \
+  do {                                                                              \
+    int k_ = snprintf(n < size ? buf + n : NULL, n < size ? size - n : 0, __VA_ARGS__); \
+    if (k_ > 0) n += (size_t)k_;                                                    \
+  } while (0)
+  for (int i = 0; i < o->n_params; i++) {
+    const OpParam *r = &o->params[i];
+    const ParamValue *v = &p->v[i];
+    if (only_changed && memcmp(v, &def.v[i], sizeof *v) == 0) continue;
+    EMIT("%s%s=", n ? " " : "", r->name);
+    if (r->type == PARAM_FLOAT) {
+      EMIT("%.9g", v->f);
+    } else if (r->type == PARAM_INT) {
+      int64_t x = v->i[0];
+      int n_sym = 0;
+      while (r->symbols && r->symbols[n_sym]) n_sym++;
+      if (x >= 0 && x < n_sym) EMIT("%s", r->symbols[x]);
+      else EMIT("%lld", (long long)x);
+    } else {
+      EMIT("(");
+      for (int j = 0; j < v->n; j++) EMIT("%s%lld", j ? " " : "", (long long)v->i[j]);
+      EMIT(")");
+    }
+  }
+#undef EMIT
+  return (int)n;
+}
+
+/* ---- helpers shared by the family files ---- */
+
+int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  (void)d;
+  for (int i = 0; i < n->n_out; i++) out[i] = in[0];
+  return TEQ_OK;
+}
+
+int op_error(const Node *n, Diag *d, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return diag_error(d, "%s: %s", op_table[n->kind]->name, msg);
+}
+
+void act_apply_f32(int act, float *x, int64_t n) {
+  switch (act) {
+  case ACT_RELU:
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
+    break;
+  case ACT_SIGMOID:
+    for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i]));
+    break;
+  case ACT_TANH:
+    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
+    break;
+  default: break;
+  }
+}
+
+void act_apply_modp(int act, uint32_t *x, int64_t n) {
+  /* The fused activation uses the same stand-in as the stand-alone
+   * operator, so conv+relu and relu(conv) fingerprint alike. */
+  static const OpKind kind_of_act[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+                                       [ACT_TANH] = OP_TANH};
+  if (act == ACT_NONE) return;
+  uint32_t (*f)(uint32_t) = op_table[kind_of_act[act]]->modp_standin;
+  for (int64_t i = 0; i < n; i++) x[i] = f(x[i]);
+}

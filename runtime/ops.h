@@ -1,0 +1,155 @@
+/* ops.h: the operator registry, the one place that knows what an operator is.
+ *
+ * Every operator kind has one const OpDef row: its name, arity, parameters,
+ * flags, shape inference, float32 and Z_p kernels, ONNX mapping and axiom
+ * name. Other code asks the row (op_def(kind)->flags & OPF_ELEMENTWISE)
+ * instead of switching over kinds. Rows live beside their code in the family
+ * files of runtime/ops/; ops.c gathers them into the table and checks it.
+ *
+ * Parameters are values in a fixed-size Params block (no pointers, zeroed
+ * past what is set), so nodes copy with memcpy and hash and compare as bytes.
+ * Each parameter is described once by an OpParam row, which drives defaults,
+ * bounds checks, ONNX attributes, S-expression text and error messages. */
+#ifndef TEQ_RUNTIME_OPS_H
+#define TEQ_RUNTIME_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/err.h"
+#include "runtime/tensor.h"
+
+typedef enum OpKind {
+#define OP(KIND, name) OP_##KIND,
+#include "runtime/ops.def"
+#undef OP
+  OP__COUNT
+} OpKind;
+
+enum {
+  OPF_SOURCE = 1u << 0,       /* no inputs: graph input, constant, constant tensor */
+  OPF_ELEMENTWISE = 1u << 1,  /* output element i depends on input elements i only */
+  OPF_MULTILINEAR = 1u << 2,  /* linear in each input separately (PET splits here) */
+  OPF_NONLINEAR = 1u << 3,    /* has a Z_p polynomial stand-in (modp_standin) */
+  OPF_LAYOUT_ONLY = 1u << 4,  /* moves or selects elements, computes nothing */
+  OPF_COMMUTATIVE = 1u << 5,  /* inputs 0 and 1 may be swapped */
+  OPF_BROADCAST = 1u << 6,    /* inputs broadcast numpy-style */
+  OPF_NOOP = 1u << 7,         /* output equals input 0; removed at import */
+  OPF_OPAQUE = 1u << 8,       /* carried through untouched; no kernels */
+  OPF_WEIGHT_ONLY = 1u << 9,  /* meant to be applied to weights (enlarge) */
+};
+
+/* ---- parameters ---- */
+
+#define TEQ_MAX_PARAMS 6
+#define TEQ_MAX_PARAM_LEN 8
+
+typedef enum ParamType {
+  PARAM_INT,   /* one integer, i[0] */
+  PARAM_INTS,  /* a list of n integers, i[0..n) */
+  PARAM_FLOAT, /* one real, f */
+} ParamType;
+
+typedef struct OpParam {
+  const char *name;      /* spelling in S-expressions and messages: "stride" */
+  ParamType type;
+  int len;               /* PARAM_INTS: the exact length, or 0 for 0..TEQ_MAX_PARAM_LEN */
+  int64_t def;           /* default of each integer element */
+  double fdef;           /* default of a PARAM_FLOAT */
+  int64_t lo, hi;        /* inclusive bounds of each integer element */
+  const char *const *symbols; /* names of values 0, 1, ... (an enum), NULL-ended; or NULL */
+  const char *onnx_attr; /* ONNX attribute mapped one to one, or NULL */
+} OpParam;
+
+typedef struct ParamValue {
+  int32_t n;                    /* number of integers set (1 for PARAM_INT) */
+  int32_t unused;               /* kept zero so the block compares as bytes */
+  int64_t i[TEQ_MAX_PARAM_LEN];
+  double f;
+} ParamValue;
+
+typedef struct Params {
+  ParamValue v[TEQ_MAX_PARAMS]; /* indexed like the row's params */
+} Params;
+
+/* Values of a fused activation parameter ("act") shared by conv and matmul. */
+enum { ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH };
+extern TEQ_API const char *const act_symbols[];
+
+/* ---- the row ---- */
+
+struct Node;
+struct OnnxNodeIn;
+struct OnnxNodeOut;
+
+typedef struct OpDef {
+  OpKind kind;             /* equals its index in the table (checked) */
+  const char *name;        /* the one spelling: S-expressions, ruledb keys, DOT, errors */
+  const char *axiom_name;  /* symbol in specs/ops.axioms; NULL: uninterpreted */
+  const char *onnx_op;     /* ONNX op_type written on export and read on import, or NULL */
+  const char *const *onnx_aliases; /* further op_types imported as this kind, NULL-ended */
+  int n_in_min, n_in_max;  /* n_in_max -1: any number (concat) */
+  int n_out_min, n_out_max;
+  const OpParam *params;
+  int n_params;
+  unsigned flags;
+
+  /* Output shapes of n from its input shapes. Fills out[0..n->n_out) or
+   * returns TEQ_ERR_INPUT with a message naming the bad parameter or shape
+   * (the caller adds which node). NULL only for OPF_OPAQUE. */
+  int (*infer_shape)(const struct Node *n, const Shape *in, Shape *out, Diag *d);
+
+  /* Kernels. Outputs are allocated by the caller at the inferred shapes,
+   * zero-filled, and of the mode's dtype (DT_F32 or DT_MODP); inputs are of
+   * the same dtype except integer index inputs, which stay DT_I64. Return
+   * TEQ_OK, or an error with a message (a kernel may refuse a configuration
+   * it does not support, e.g. non-integer values in Z_p). */
+  int (*eval_f32)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
+  int (*eval_modp)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
+
+  /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
+   * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
+  uint32_t (*modp_standin)(uint32_t x);
+
+  /* ONNX. Parameters with an onnx_attr are read and written generically;
+   * these hooks handle the rest: attributes that need conversion, inputs
+   * that are really parameters (a Reshape's shape), extra checks, and on
+   * export a different op_type or a following activation node. NULL: the
+   * generic mapping is all. */
+  int (*onnx_read)(struct OnnxNodeIn *in, Params *p, Diag *d);
+  int (*onnx_write)(const struct Node *n, struct OnnxNodeOut *out, Diag *d);
+
+  const void *family;      /* private to the family file (e.g. a scalar function) */
+} OpDef;
+
+/* The row of a kind; kind must be valid. */
+TEQ_API const OpDef *op_def(OpKind kind);
+/* Lookup by name (S-expressions, --ops lists); -1 if none. */
+TEQ_API int op_by_name(const char *name);
+/* Lookup by ONNX op_type, including aliases; -1 if none. */
+TEQ_API int op_by_onnx(const char *op_type);
+/* Checks the whole table: kinds match indices, names unique, bounds
+ * ordered, every non-opaque row has shape inference and both kernels.
+ * Returns TEQ_OK or TEQ_ERR_INTERNAL with a message per problem. */
+TEQ_API int op_registry_check(Diag *d);
+
+/* ---- parameter access ---- */
+
+/* Index of a parameter by name in kind's row, or -1. */
+TEQ_API int param_index(OpKind kind, const char *name);
+/* Fills p with the defaults of kind's row (and zeroes the rest). */
+TEQ_API void params_default(OpKind kind, Params *p);
+/* Checks every parameter against its bounds and length; messages name the
+ * parameter and the allowed range. */
+TEQ_API int params_check(OpKind kind, const Params *p, Diag *d);
+/* Convenience accessors by row index. */
+static inline int64_t param_int(const Params *p, int i) { return p->v[i].i[0]; }
+static inline double param_float(const Params *p, int i) { return p->v[i].f; }
+TEQ_API void param_set_int(Params *p, int i, int64_t v);
+TEQ_API void param_set_ints(Params *p, int i, const int64_t *v, int n);
+TEQ_API void param_set_float(Params *p, int i, double v);
+/* "stride=(1 1) pads=(0 0 0 0) act=relu", with only non-default values when
+ * only_changed; returns the length that was needed, as snprintf does. */
+TEQ_API int params_format(OpKind kind, const Params *p, bool only_changed, char *buf, size_t size);
+
+#endif

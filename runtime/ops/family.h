@@ -1,0 +1,26 @@
+/* family.h: shared by the operator family files in runtime/ops/ and the
+ * registry table (runtime/ops.c) only; nothing outside runtime/ includes it.
+ * Declares every row, and the few helpers several families use. */
+#ifndef TEQ_RUNTIME_OPS_FAMILY_H
+#define TEQ_RUNTIME_OPS_FAMILY_H
+
+#include "runtime/graph.h"
+#include "runtime/onnx.h"
+#include "runtime/ops.h"
+
+#define OP(KIND, name) extern const OpDef op_def_##name;
+#include "runtime/ops.def"
+#undef OP
+
+/* Shape inference: every output has input 0's shape. */
+int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d);
+
+/* Reports a shape-inference error about parameter or input `what` of n:
+ * "conv2d: groups=3: input channels 64 not divisible by groups". */
+int op_error(const Node *n, Diag *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
+void act_apply_f32(int act, float *x, int64_t n);
+void act_apply_modp(int act, uint32_t *x, int64_t n);
+
+#endif

@@ -1,0 +1,225 @@
+/* tensor.c: shapes, reference-counted tensors, and the hash and random
+ * generator every module shares. A tensor is one allocation: the header,
+ * then the data aligned to 64 bytes for the BLAS. */
+#include "runtime/tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/modp.h"
+
+Shape shape_make(int ndim, const int64_t *dims) {
+  Shape s;
+  memset(&s, 0, sizeof s);
+  s.ndim = ndim;
+  for (int i = 0; i < ndim && i < TEQ_MAX_DIMS; i++) s.d[i] = dims[i];
+  return s;
+}
+
+Shape shape_of(int ndim, ...) {
+  Shape s;
+  memset(&s, 0, sizeof s);
+  s.ndim = ndim;
+  va_list ap;
+  va_start(ap, ndim);
+  for (int i = 0; i < ndim && i < TEQ_MAX_DIMS; i++) s.d[i] = va_arg(ap, int);
+  va_end(ap);
+  return s;
+}
+
+int64_t shape_numel(const Shape *s) {
+  if (s->ndim < 0) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++) n *= s->d[i];
+  return n;
+}
+
+bool shape_equal(const Shape *a, const Shape *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->d[i] != b->d[i]) return false;
+  return true;
+}
+
+bool shape_is_known(const Shape *s) { return s->ndim >= 0; }
+
+int shape_broadcast(const Shape *a, const Shape *b, Shape *out, Diag *d) {
+  Shape r;
+  memset(&r, 0, sizeof r);
+  r.ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (int i = 0; i < r.ndim; i++) {
+    int ia = a->ndim - r.ndim + i, ib = b->ndim - r.ndim + i;
+    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+    if (da != db && da != 1 && db != 1) {
+      char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+      return diag_error(d, "shapes %s and %s do not broadcast (dimension %d: %lld vs %lld)",
+                        shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb), i,
+                        (long long)da, (long long)db);
+    }
+    r.d[i] = da == 1 ? db : da;
+  }
+  *out = r;
+  return TEQ_OK;
+}
+
+char *shape_format(const Shape *s, char *buf, size_t size) {
+  if (s->ndim < 0) {
+    snprintf(buf, size, "[?]");
+    return buf;
+  }
+  size_t n = 0;
+  n += (size_t)snprintf(buf, size, "[");
+  for (int i = 0; i < s->ndim && n < size; i++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  if (n < size) snprintf(buf + n, size - n, "]");
+  return buf;
+}
+
+void shape_strides(const Shape *s, int64_t *strides) {
+  int64_t st = 1;
+  for (int i = s->ndim - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= s->d[i];
+  }
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+  case DT_F32: return 4;
+  case DT_I64: return 8;
+  case DT_MODP: return 4;
+  }
+  return 0;
+}
+
+const char *dtype_name(DType t) {
+  switch (t) {
+  case DT_F32: return "float32";
+  case DT_I64: return "int64";
+  case DT_MODP: return "modp";
+  }
+  return "?";
+}
+
+#define TENSOR_HEADER ((sizeof(Tensor) + 63) & ~(size_t)63)
+
+Tensor *tensor_new(DType dtype, const Shape *shape) {
+  if (shape->ndim < 0 || shape->ndim > TEQ_MAX_DIMS) return NULL;
+  size_t n = 1;
+  for (int i = 0; i < shape->ndim; i++) {
+    if (shape->d[i] < 0) return NULL;
+    if (shape->d[i] && n > SIZE_MAX / 16 / (size_t)shape->d[i]) return NULL;
+    n *= (size_t)shape->d[i];
+  }
+  size_t bytes = n * dtype_size(dtype);
+  Tensor *t = aligned_alloc(64, TENSOR_HEADER + ((bytes + 63) & ~(size_t)63));
+  if (!t) return NULL;
+  memset(t, 0, TENSOR_HEADER + bytes);
+  t->refs = 1;
+  t->dtype = dtype;
+  t->shape = *shape;
+  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
+  t->data = (char *)t + TENSOR_HEADER;
+  return t;
+}
+
+Tensor *tensor_ref(Tensor *t) {
+  if (t) t->refs++;
+  return t;
+}
+
+void tensor_unref(Tensor *t) {
+  if (t && --t->refs == 0) free(t);
+}
+
+Tensor *tensor_clone(const Tensor *t) {
+  Tensor *c = tensor_new(t->dtype, &t->shape);
+  if (c) memcpy(c->data, t->data, tensor_bytes(t));
+  return c;
+}
+
+int64_t tensor_numel(const Tensor *t) { return shape_numel(&t->shape); }
+
+size_t tensor_bytes(const Tensor *t) {
+  return (size_t)tensor_numel(t) * dtype_size(t->dtype);
+}
+
+uint64_t hash_mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+
+uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+  /* FNV-1a over the bytes, 8 at a time where possible, then one mix. */
+  const unsigned char *b = p;
+  uint64_t x = 0xcbf29ce484222325ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    x = (x ^ w) * 0x100000001b3ull;
+    x ^= x >> 32;
+  }
+  for (; i < n; i++) x = (x ^ b[i]) * 0x100000001b3ull;
+  return hash_mix(h, x);
+}
+
+uint64_t tensor_content_hash(Tensor *t) {
+  if (t->content_hash) return t->content_hash;
+  uint64_t h = hash_mix(0x7465717465, (uint64_t)t->dtype);
+  h = hash_bytes(h, &t->shape, sizeof t->shape);
+  h = hash_bytes(h, t->data, tensor_bytes(t));
+  t->content_hash = h ? h : 1;
+  return t->content_hash;
+}
+
+uint64_t rng_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void tensor_fill_random(Tensor *t, uint64_t seed) {
+  uint64_t st = seed;
+  int64_t n = tensor_numel(t);
+  switch (t->dtype) {
+  case DT_F32: {
+    float *p = t->data;
+    for (int64_t i = 0; i < n; i++)
+      p[i] = (float)((double)(rng_next(&st) >> 11) * 0x1.0p-52 - 1.0);
+    break;
+  }
+  case DT_MODP: {
+    uint32_t *p = t->data;
+    for (int64_t i = 0; i < n; i++) p[i] = modp_reduce(rng_next(&st) >> 2);
+    break;
+  }
+  case DT_I64: {
+    int64_t *p = t->data;
+    for (int64_t i = 0; i < n; i++) p[i] = (int64_t)(rng_next(&st) % 100);
+    break;
+  }
+  }
+  t->content_hash = 0;
+}
+
+double tensor_checksum(const Tensor *t) {
+  double s = 0;
+  int64_t n = tensor_numel(t);
+  if (t->dtype == DT_F32) {
+    const float *p = t->data;
+    for (int64_t i = 0; i < n; i++) s += p[i];
+  } else if (t->dtype == DT_I64) {
+    const int64_t *p = t->data;
+    for (int64_t i = 0; i < n; i++) s += (double)p[i];
+  } else {
+    const uint32_t *p = t->data;
+    for (int64_t i = 0; i < n; i++) s += p[i];
+  }
+  return s;
+}

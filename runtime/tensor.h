@@ -1,0 +1,80 @@
+/* tensor.h: shapes and reference-counted dense tensors.
+ *
+ * A Shape is up to TEQ_MAX_DIMS extents, row-major; ndim == SHAPE_UNKNOWN
+ * marks the output of an opaque operator whose shape the model did not say.
+ * A Tensor owns its data, contiguous and row-major, in one of three element
+ * types: float32 (the CPU executor), int64 (shape tensors read from ONNX) and
+ * Z_p residues stored as uint32_t (the Z_p evaluator, see modp.h).
+ *
+ * Ownership: tensor_new returns a tensor with one reference; tensor_ref adds
+ * one and tensor_unref drops one, freeing at zero. Graphs share constant
+ * weights this way, so copying a graph never copies a weight. */
+#ifndef TEQ_RUNTIME_TENSOR_H
+#define TEQ_RUNTIME_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/err.h"
+
+#define TEQ_MAX_DIMS 6
+#define SHAPE_UNKNOWN (-1)
+
+typedef struct Shape {
+  int32_t ndim;              /* 0..TEQ_MAX_DIMS, or SHAPE_UNKNOWN */
+  int64_t d[TEQ_MAX_DIMS];   /* entries past ndim are always 0 */
+} Shape;
+
+typedef enum DType { DT_F32, DT_I64, DT_MODP } DType;
+
+typedef struct Tensor {
+  int32_t refs;
+  DType dtype;
+  Shape shape;
+  uint64_t content_hash; /* 0 until tensor_content_hash computes it */
+  void *data;            /* numel elements of dtype; points into this block */
+} Tensor;
+
+/* Shapes. shape_make takes ndim extents; all return by value. */
+TEQ_API Shape shape_make(int ndim, const int64_t *dims);
+TEQ_API Shape shape_of(int ndim, ...); /* shape_of(2, 3, 4) is [3, 4]; extents are int */
+TEQ_API int64_t shape_numel(const Shape *s);
+TEQ_API bool shape_equal(const Shape *a, const Shape *b);
+TEQ_API bool shape_is_known(const Shape *s);
+/* Numpy broadcasting of a and b into out. Returns TEQ_OK, or TEQ_ERR_INPUT
+ * with a message naming both shapes when they do not broadcast. */
+TEQ_API int shape_broadcast(const Shape *a, const Shape *b, Shape *out, Diag *d);
+/* Writes "[1, 3, 224, 224]" (or "[?]") into buf; returns buf. */
+TEQ_API char *shape_format(const Shape *s, char *buf, size_t size);
+#define SHAPE_STR_MAX 128
+/* Row-major strides in elements. */
+TEQ_API void shape_strides(const Shape *s, int64_t *strides);
+
+TEQ_API size_t dtype_size(DType t);
+TEQ_API const char *dtype_name(DType t);
+
+/* Tensors. tensor_new zero-fills; it returns NULL if the size overflows or
+ * memory runs out. */
+TEQ_API Tensor *tensor_new(DType dtype, const Shape *shape);
+TEQ_API Tensor *tensor_ref(Tensor *t);
+TEQ_API void tensor_unref(Tensor *t);
+TEQ_API Tensor *tensor_clone(const Tensor *t);
+TEQ_API int64_t tensor_numel(const Tensor *t);
+TEQ_API size_t tensor_bytes(const Tensor *t);
+/* Hash of dtype, shape and every element; cached in the tensor, which must
+ * not be written after the first call. */
+TEQ_API uint64_t tensor_content_hash(Tensor *t);
+/* Deterministic pseudo-random fill from a seed (splitmix64): F32 uniform in
+ * [-1, 1), MODP uniform in [0, p), I64 in [0, 100). */
+TEQ_API void tensor_fill_random(Tensor *t, uint64_t seed);
+/* Sum of all F32 elements in double, for checksums. */
+TEQ_API double tensor_checksum(const Tensor *t);
+
+/* 64-bit hash mixing shared by every module that hashes structure. */
+TEQ_API uint64_t hash_mix(uint64_t h, uint64_t v);
+TEQ_API uint64_t hash_bytes(uint64_t h, const void *p, size_t n);
+/* splitmix64: the one seeded generator behind every random input. */
+TEQ_API uint64_t rng_next(uint64_t *state);
+
+#endif

@@ -1,0 +1,2 @@
+#include "runtime/onnx.h"
+int main(void) { return 1; }
