@@ -1,1 +1,586 @@
-/* graph.c: in progress */
+/* graph.c: building, copying, ordering, hashing and checking graphs.
+ * Nodes live in one array and refer to each other by id, so a copy is a
+ * handful of allocations per node and constants are shared by reference.
+ * Topological order is an iterative depth-first post-order from each node in
+ * id order: deterministic, and it finds cycles on the way. The structural
+ * hash is computed along that order, bottom-up, and is symmetric in the
+ * operands of commutative operators, so a+b and b+a hash alike. */
+#include "runtime/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_name(const char *s) { return s ? strdup(s) : NULL; }
+
+static void node_fini(Node *n) {
+  free(n->in);
+  free(n->out);
+  free(n->name);
+  tensor_unref(n->value);
+  opaque_info_free(n->opaque);
+  memset(n, 0, sizeof *n);
+}
+
+void opaque_info_free(OpaqueInfo *info) {
+  if (!info) return;
+  free(info->op_type);
+  free(info->domain);
+  free(info->proto);
+  free(info);
+}
+
+Graph *graph_new(void) { return calloc(1, sizeof(Graph)); }
+
+void graph_free(Graph *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_nodes; i++) node_fini(&g->nodes[i]);
+  for (int i = 0; i < g->n_outputs; i++) free(g->output_names[i]);
+  free(g->nodes);
+  free(g->inputs);
+  free(g->outputs);
+  free(g->output_names);
+  free(g);
+}
+
+/* Room for one more node; the new slot is zeroed. */
+static Node *append_slot(Graph *g) {
+  if (g->n_nodes == g->cap_nodes) {
+    int32_t cap = g->cap_nodes ? g->cap_nodes * 2 : 16;
+    Node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) return NULL;
+    g->nodes = nodes;
+    g->cap_nodes = cap;
+  }
+  Node *n = &g->nodes[g->n_nodes];
+  memset(n, 0, sizeof *n);
+  return n;
+}
+
+static OpaqueInfo *opaque_copy(const OpaqueInfo *src) {
+  OpaqueInfo *o = calloc(1, sizeof *o);
+  if (!o) return NULL;
+  o->op_type = dup_name(src->op_type);
+  o->domain = dup_name(src->domain);
+  o->proto = malloc(src->proto_len ? src->proto_len : 1);
+  o->proto_len = src->proto_len;
+  if (!o->op_type || !o->domain || !o->proto) {
+    opaque_info_free(o);
+    return NULL;
+  }
+  memcpy(o->proto, src->proto, src->proto_len);
+  return o;
+}
+
+static int node_copy(Node *dst, const Node *src) {
+  *dst = *src;
+  dst->in = malloc(((size_t)src->n_in + 1) * sizeof *dst->in);
+  dst->out = malloc(((size_t)src->n_out + 1) * sizeof *dst->out);
+  dst->name = dup_name(src->name);
+  dst->value = tensor_ref(src->value);
+  dst->opaque = src->opaque ? opaque_copy(src->opaque) : NULL;
+  if (!dst->in || !dst->out || (src->name && !dst->name) || (src->opaque && !dst->opaque)) {
+    node_fini(dst);
+    return TEQ_ERR_NOMEM;
+  }
+  memcpy(dst->in, src->in, (size_t)src->n_in * sizeof *dst->in);
+  memcpy(dst->out, src->out, (size_t)src->n_out * sizeof *dst->out);
+  return TEQ_OK;
+}
+
+Graph *graph_copy(const Graph *g) {
+  Graph *c = graph_new();
+  if (!c) return NULL;
+  c->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *c->nodes);
+  c->inputs = malloc(((size_t)g->n_inputs + 1) * sizeof *c->inputs);
+  c->outputs = malloc(((size_t)g->n_outputs + 1) * sizeof *c->outputs);
+  c->output_names = calloc((size_t)g->n_outputs + 1, sizeof *c->output_names);
+  if (!c->nodes || !c->inputs || !c->outputs || !c->output_names) goto fail;
+  c->cap_nodes = g->n_nodes + 1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (node_copy(&c->nodes[i], &g->nodes[i])) goto fail;
+    c->n_nodes++;
+  }
+  memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs);
+  c->n_inputs = g->n_inputs;
+  memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
+  for (int i = 0; i < g->n_outputs; i++) {
+    c->output_names[i] = dup_name(g->output_names[i]);
+    c->n_outputs++;
+    if (g->output_names[i] && !c->output_names[i]) goto fail;
+  }
+  return c;
+fail:
+  graph_free(c);
+  return NULL;
+}
+
+/* Adds a source node with one output of the given shape. */
+static int add_source(Graph *g, OpKind kind, const char *name, const Shape *shape, DType dtype) {
+  Node *n = append_slot(g);
+  if (!n) return TEQ_ERR_NOMEM;
+  n->kind = kind;
+  n->n_out = 1;
+  n->out = malloc(sizeof *n->out);
+  n->in = malloc(sizeof *n->in);
+  n->name = dup_name(name);
+  if (!n->out || !n->in || (name && !n->name)) {
+    node_fini(n);
+    return TEQ_ERR_NOMEM;
+  }
+  n->out[0] = *shape;
+  n->dtype = dtype;
+  params_default(kind, &n->params);
+  return g->n_nodes++;
+}
+
+int graph_add_input(Graph *g, const char *name, const Shape *shape, DType dtype, Diag *d) {
+  if (!shape_is_known(shape) || shape->ndim > TEQ_MAX_DIMS)
+    return diag_error(d, "input '%s': shape must be known and of rank <= %d", name ? name : "?",
+                      TEQ_MAX_DIMS);
+  int32_t *inputs = realloc(g->inputs, ((size_t)g->n_inputs + 1) * sizeof *inputs);
+  if (!inputs) return TEQ_ERR_NOMEM;
+  g->inputs = inputs;
+  int id = add_source(g, OP_INPUT, name, shape, dtype);
+  if (id >= 0) g->inputs[g->n_inputs++] = id;
+  return id;
+}
+
+int graph_add_const(Graph *g, const char *name, Tensor *value, Diag *d) {
+  (void)d;
+  int id = add_source(g, OP_CONST, name, &value->shape, value->dtype);
+  if (id >= 0) g->nodes[id].value = value;
+  return id;
+}
+
+static int check_refs(const Graph *g, const TensorRef *in, int n_in, const char *what, Diag *d) {
+  for (int i = 0; i < n_in; i++) {
+    if (in[i].node < 0 || in[i].node >= g->n_nodes || in[i].out < 0 ||
+        in[i].out >= g->nodes[in[i].node].n_out)
+      return diag_error(d, "%s: input %d refers to a missing tensor (%%%d:%d)", what, i,
+                        in[i].node, in[i].out);
+  }
+  return TEQ_OK;
+}
+
+static int check_arity(const OpDef *o, int n_in, int n_out, Diag *d) {
+  if (n_in < o->n_in_min || (o->n_in_max >= 0 && n_in > o->n_in_max)) {
+    if (o->n_in_max < 0)
+      return diag_error(d, "%s: takes at least %d inputs, got %d", o->name, o->n_in_min, n_in);
+    return diag_error(d, "%s: takes %d to %d inputs, got %d", o->name, o->n_in_min, o->n_in_max,
+                      n_in);
+  }
+  if (n_out < o->n_out_min || n_out > o->n_out_max)
+    return diag_error(d, "%s: has %d to %d outputs, got %d", o->name, o->n_out_min, o->n_out_max,
+                      n_out);
+  return TEQ_OK;
+}
+
+/* Infers node id's output shapes from its inputs' current shapes. */
+static int infer_node(Graph *g, int id, Diag *d) {
+  Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (o->flags & (OPF_OPAQUE)) return TEQ_OK;
+  if ((o->flags & OPF_SOURCE) && (n->kind == OP_INPUT || n->kind == OP_CONST)) return TEQ_OK;
+  Shape in_stack[8];
+  Shape *in = n->n_in <= 8 ? in_stack : malloc((size_t)n->n_in * sizeof *in);
+  if (!in) return TEQ_ERR_NOMEM;
+  bool known = true;
+  for (int i = 0; i < n->n_in; i++) {
+    in[i] = *graph_shape(g, n->in[i]);
+    known = known && shape_is_known(&in[i]);
+  }
+  int rc = TEQ_OK;
+  if (known) {
+    rc = o->infer_shape(n, in, n->out, d);
+  } else {
+    for (int i = 0; i < n->n_out; i++) n->out[i] = (Shape){.ndim = SHAPE_UNKNOWN};
+  }
+  if (in != in_stack) free(in);
+  return rc;
+}
+
+/* Element type of a computed node: layout operators move their first
+ * input's elements (an int64 shape tensor stays int64); the rest compute
+ * in float. */
+static DType computed_dtype(const Graph *g, const Node *n) {
+  if ((op_def(n->kind)->flags & OPF_LAYOUT_ONLY) && n->n_in > 0)
+    return g->nodes[n->in[0].node].dtype;
+  return DT_F32;
+}
+
+int graph_add_node(Graph *g, OpKind kind, const TensorRef *in, int n_in, int n_out,
+                   const Params *p, const char *name, Diag *d) {
+  const OpDef *o = op_def(kind);
+  int rc;
+  if ((o->flags & OPF_OPAQUE) || kind == OP_INPUT || kind == OP_CONST)
+    return diag_error(d, "%s: cannot be added with graph_add_node", o->name);
+  if ((rc = check_arity(o, n_in, n_out, d)) || (rc = check_refs(g, in, n_in, o->name, d)))
+    return rc;
+  Params params;
+  if (p) params = *p;
+  else params_default(kind, &params);
+  if ((rc = params_check(kind, &params, d))) return rc;
+  Node *n = append_slot(g);
+  if (!n) return TEQ_ERR_NOMEM;
+  n->kind = kind;
+  n->n_in = n_in;
+  n->n_out = n_out;
+  n->params = params;
+  n->in = malloc(((size_t)n_in + 1) * sizeof *n->in);
+  n->out = calloc((size_t)n_out, sizeof *n->out);
+  n->name = dup_name(name);
+  if (!n->in || !n->out || (name && !n->name)) {
+    node_fini(n);
+    return TEQ_ERR_NOMEM;
+  }
+  memcpy(n->in, in, (size_t)n_in * sizeof *in);
+  n->dtype = computed_dtype(g, n);
+  int id = g->n_nodes;
+  g->n_nodes++; /* visible to infer_node; undone on failure */
+  if ((rc = infer_node(g, id, d))) {
+    g->n_nodes--;
+    node_fini(n);
+    return rc;
+  }
+  return id;
+}
+
+int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in, int n_out,
+                     const Shape *out_shapes, const DType *out_dtype, const char *name,
+                     Diag *d) {
+  int rc;
+  if ((rc = check_arity(op_def(OP_OPAQUE), n_in, n_out, d)) ||
+      (rc = check_refs(g, in, n_in, info->op_type, d))) {
+    opaque_info_free(info);
+    return rc;
+  }
+  Node *n = append_slot(g);
+  if (!n) {
+    opaque_info_free(info);
+    return TEQ_ERR_NOMEM;
+  }
+  n->kind = OP_OPAQUE;
+  n->n_in = n_in;
+  n->n_out = n_out;
+  n->opaque = info;
+  n->in = malloc(((size_t)n_in + 1) * sizeof *n->in);
+  n->out = malloc((size_t)n_out * sizeof *n->out);
+  n->name = dup_name(name);
+  if (!n->in || !n->out || (name && !n->name)) {
+    node_fini(n);
+    return TEQ_ERR_NOMEM;
+  }
+  memcpy(n->in, in, (size_t)n_in * sizeof *in);
+  for (int i = 0; i < n_out; i++)
+    n->out[i] = out_shapes ? out_shapes[i] : (Shape){.ndim = SHAPE_UNKNOWN};
+  n->dtype = out_dtype ? *out_dtype : DT_F32;
+  return g->n_nodes++;
+}
+
+int graph_add_output(Graph *g, TensorRef ref, const char *name, Diag *d) {
+  int rc = check_refs(g, &ref, 1, "graph output", d);
+  if (rc) return rc;
+  TensorRef *outs = realloc(g->outputs, ((size_t)g->n_outputs + 1) * sizeof *outs);
+  if (!outs) return TEQ_ERR_NOMEM;
+  g->outputs = outs;
+  char **names = realloc(g->output_names, ((size_t)g->n_outputs + 1) * sizeof *names);
+  if (!names) return TEQ_ERR_NOMEM;
+  g->output_names = names;
+  g->outputs[g->n_outputs] = ref;
+  g->output_names[g->n_outputs] = dup_name(name);
+  if (name && !g->output_names[g->n_outputs]) return TEQ_ERR_NOMEM;
+  return g->n_outputs++;
+}
+
+/* ---- order ---- */
+
+int graph_topo_order(const Graph *g, int32_t *order) {
+  enum { WHITE, GREY, BLACK };
+  int n = g->n_nodes, k = 0, rc = TEQ_OK;
+  unsigned char *color = calloc((size_t)n + 1, 1);
+  int32_t *stack = malloc(((size_t)n + 1) * sizeof *stack);
+  int32_t *next_in = calloc((size_t)n + 1, sizeof *next_in); /* next input to visit */
+  if (!color || !stack || !next_in) {
+    rc = TEQ_ERR_NOMEM;
+    goto out;
+  }
+  for (int root = 0; root < n; root++) {
+    if (color[root] != WHITE) continue;
+    int sp = 0;
+    stack[sp++] = root;
+    color[root] = GREY;
+    while (sp) {
+      int v = stack[sp - 1];
+      const Node *nv = &g->nodes[v];
+      if (next_in[v] < nv->n_in) {
+        int u = nv->in[next_in[v]++].node;
+        if (color[u] == GREY) {
+          rc = TEQ_ERR_INPUT; /* a back edge: cycle */
+          goto out;
+        }
+        if (color[u] == WHITE) {
+          color[u] = GREY;
+          stack[sp++] = u;
+        }
+      } else {
+        color[v] = BLACK;
+        order[k++] = v;
+        sp--;
+      }
+    }
+  }
+out:
+  free(color);
+  free(stack);
+  free(next_in);
+  return rc;
+}
+
+/* ---- hashing ---- */
+
+static uint64_t hash_string(uint64_t h, const char *s) {
+  return s ? hash_bytes(h, s, strlen(s)) : hash_mix(h, 0);
+}
+
+static uint64_t node_hash_one(const Graph *g, const Node *n, const uint64_t *hashes) {
+  uint64_t h = hash_mix(0x6e6f6465, (uint64_t)n->kind);
+  h = hash_bytes(h, &n->params, sizeof n->params);
+  h = hash_mix(h, (uint64_t)n->n_out);
+  if (n->kind == OP_INPUT) {
+    for (int i = 0; i < g->n_inputs; i++)
+      if (&g->nodes[g->inputs[i]] == n) h = hash_mix(h, (uint64_t)i + 1);
+    h = hash_bytes(h, &n->out[0], sizeof n->out[0]);
+  } else if (n->kind == OP_CONST) {
+    h = hash_mix(h, tensor_content_hash(n->value));
+  } else if (n->opaque) {
+    h = hash_string(h, n->opaque->op_type);
+    h = hash_bytes(h, n->opaque->proto, n->opaque->proto_len);
+  }
+  uint64_t in_h[2];
+  bool symmetric = (op_def(n->kind)->flags & OPF_COMMUTATIVE) && n->n_in == 2;
+  for (int i = 0; i < n->n_in; i++) {
+    uint64_t x = hash_mix(hashes[n->in[i].node], (uint64_t)n->in[i].out);
+    if (symmetric) in_h[i] = x;
+    else h = hash_mix(h, x);
+  }
+  if (symmetric) {
+    uint64_t lo = in_h[0] < in_h[1] ? in_h[0] : in_h[1];
+    uint64_t hi = in_h[0] < in_h[1] ? in_h[1] : in_h[0];
+    h = hash_mix(hash_mix(h, lo), hi);
+  }
+  return h;
+}
+
+uint64_t graph_hash(const Graph *g, uint64_t *node_hash) {
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  uint64_t *hashes = node_hash ? node_hash : malloc(((size_t)g->n_nodes + 1) * sizeof *hashes);
+  uint64_t h = hash_mix(0x67726170, (uint64_t)g->n_outputs);
+  if (!order || !hashes || graph_topo_order(g, order) != TEQ_OK) {
+    h = 0;
+    goto out;
+  }
+  for (int k = 0; k < g->n_nodes; k++)
+    hashes[order[k]] = node_hash_one(g, &g->nodes[order[k]], hashes);
+  for (int i = 0; i < g->n_outputs; i++)
+    h = hash_mix(h, hash_mix(hashes[g->outputs[i].node], (uint64_t)g->outputs[i].out));
+out:
+  free(order);
+  if (hashes != node_hash) free(hashes);
+  return h;
+}
+
+/* ---- queries ---- */
+
+int32_t *graph_use_counts(const Graph *g, int32_t **offset) {
+  int32_t *off = malloc(((size_t)g->n_nodes + 1) * sizeof *off);
+  if (!off) return NULL;
+  off[0] = 0;
+  for (int i = 0; i < g->n_nodes; i++) off[i + 1] = off[i] + g->nodes[i].n_out;
+  int32_t *uses = calloc((size_t)off[g->n_nodes] + 1, sizeof *uses);
+  if (!uses) {
+    free(off);
+    return NULL;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      TensorRef r = g->nodes[i].in[j];
+      uses[off[r.node] + r.out]++;
+    }
+  for (int i = 0; i < g->n_outputs; i++) uses[off[g->outputs[i].node] + g->outputs[i].out]++;
+  *offset = off;
+  return uses;
+}
+
+int graph_count_ops(const Graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    unsigned f = op_def(g->nodes[i].kind)->flags;
+    if (!(g->nodes[i].kind == OP_INPUT || g->nodes[i].kind == OP_CONST || (f & OPF_NOOP))) k++;
+  }
+  return k;
+}
+
+int graph_check(const Graph *g, Diag *d) {
+  int rc = TEQ_OK;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if ((int)n->kind < 0 || n->kind >= OP__COUNT) {
+      diag_error(d, "graph: node %d has kind %d", i, (int)n->kind);
+      return TEQ_ERR_INTERNAL;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "graph: node %d (%s)", i, op_def(n->kind)->name);
+    if (check_refs(g, n->in, n->n_in, what, d)) rc = TEQ_ERR_INTERNAL;
+    if (n->kind == OP_CONST && (!n->value || !shape_equal(&n->value->shape, &n->out[0]))) {
+      diag_error(d, "%s: value missing or of the wrong shape", what);
+      rc = TEQ_ERR_INTERNAL;
+    }
+    if ((n->kind == OP_OPAQUE) != (n->opaque != NULL)) {
+      diag_error(d, "%s: opaque data present exactly when opaque", what);
+      rc = TEQ_ERR_INTERNAL;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (check_refs(g, &g->outputs[i], 1, "graph output", d)) rc = TEQ_ERR_INTERNAL;
+  for (int i = 0; i < g->n_inputs; i++)
+    if (g->inputs[i] < 0 || g->inputs[i] >= g->n_nodes || g->nodes[g->inputs[i]].kind != OP_INPUT) {
+      diag_error(d, "graph: input %d is not an input node", i);
+      rc = TEQ_ERR_INTERNAL;
+    }
+  if (rc) return rc;
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  if (!order) return TEQ_ERR_NOMEM;
+  if (graph_topo_order(g, order) != TEQ_OK) {
+    free(order);
+    diag_error(d, "graph: has a cycle");
+    return TEQ_ERR_INTERNAL;
+  }
+  /* Re-infer every shape on a copy of the outputs and compare. */
+  for (int k = 0; k < g->n_nodes && !rc; k++) {
+    const Node *n = &g->nodes[order[k]];
+    const OpDef *o = op_def(n->kind);
+    if ((o->flags & OPF_SOURCE) || (o->flags & OPF_OPAQUE)) continue;
+    Shape in[64], out[64];
+    if (n->n_in > 64 || n->n_out > 64) continue;
+    bool known = true;
+    for (int i = 0; i < n->n_in; i++) {
+      in[i] = *graph_shape(g, n->in[i]);
+      known = known && shape_is_known(&in[i]);
+    }
+    if (!known) continue;
+    if (o->infer_shape(n, in, out, d) != TEQ_OK) {
+      diag_error(d, "graph: node %d (%s): shapes no longer infer", order[k], o->name);
+      rc = TEQ_ERR_INTERNAL;
+      break;
+    }
+    for (int i = 0; i < n->n_out; i++)
+      if (!shape_equal(&out[i], &n->out[i])) {
+        char a[SHAPE_STR_MAX], b[SHAPE_STR_MAX];
+        diag_error(d, "graph: node %d (%s) output %d: stored shape %s, inferred %s", order[k],
+                   o->name, i, shape_format(&n->out[i], a, sizeof a),
+                   shape_format(&out[i], b, sizeof b));
+        rc = TEQ_ERR_INTERNAL;
+      }
+  }
+  free(order);
+  return rc;
+}
+
+/* ---- rewrite ---- */
+
+void graph_replace_uses(Graph *g, TensorRef from, TensorRef to) {
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      TensorRef *r = &g->nodes[i].in[j];
+      if (r->node == from.node && r->out == from.out) *r = to;
+    }
+  for (int i = 0; i < g->n_outputs; i++) {
+    TensorRef *r = &g->outputs[i];
+    if (r->node == from.node && r->out == from.out) *r = to;
+  }
+}
+
+int graph_infer_shapes(Graph *g, Diag *d) {
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  if (!order) return TEQ_ERR_NOMEM;
+  int rc = graph_topo_order(g, order);
+  if (rc) diag_error(d, "graph: has a cycle");
+  for (int k = 0; k < g->n_nodes && !rc; k++) {
+    const Node *n = &g->nodes[order[k]];
+    if ((rc = infer_node(g, order[k], d)))
+      diag_error(d, "node %d '%s' (%s): shape inference failed", order[k], n->name ? n->name : "",
+                 op_def(n->kind)->name);
+  }
+  free(order);
+  return rc;
+}
+
+int graph_remove_dead(Graph *g) {
+  int n = g->n_nodes;
+  unsigned char *live = calloc((size_t)n + 1, 1);
+  int32_t *stack = malloc(((size_t)n + 1) * sizeof *stack);
+  int32_t *remap = malloc(((size_t)n + 1) * sizeof *remap);
+  if (!live || !stack || !remap) {
+    free(live), free(stack), free(remap);
+    return TEQ_ERR_NOMEM;
+  }
+  int sp = 0;
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!live[g->outputs[i].node]) live[g->outputs[i].node] = 1, stack[sp++] = g->outputs[i].node;
+  for (int i = 0; i < g->n_inputs; i++)
+    if (!live[g->inputs[i]]) live[g->inputs[i]] = 1, stack[sp++] = g->inputs[i];
+  while (sp) {
+    const Node *v = &g->nodes[stack[--sp]];
+    for (int j = 0; j < v->n_in; j++)
+      if (!live[v->in[j].node]) live[v->in[j].node] = 1, stack[sp++] = v->in[j].node;
+  }
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (!live[i]) {
+      node_fini(&g->nodes[i]);
+      remap[i] = -1;
+      continue;
+    }
+    remap[i] = k;
+    if (k != i) g->nodes[k] = g->nodes[i];
+    k++;
+  }
+  g->n_nodes = k;
+  for (int i = 0; i < k; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) g->nodes[i].in[j].node = remap[g->nodes[i].in[j].node];
+  for (int i = 0; i < g->n_outputs; i++) g->outputs[i].node = remap[g->outputs[i].node];
+  for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = remap[g->inputs[i]];
+  free(live), free(stack), free(remap);
+  return n - k;
+}
+
+/* ---- show ---- */
+
+void graph_dump(const Graph *g, FILE *f) {
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  if (!order) return;
+  if (graph_topo_order(g, order) != TEQ_OK) {
+    fprintf(f, "(graph has a cycle)\n");
+    free(order);
+    return;
+  }
+  char buf[512], sh[SHAPE_STR_MAX];
+  for (int k = 0; k < g->n_nodes; k++) {
+    const Node *n = &g->nodes[order[k]];
+    const char *name = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
+    fprintf(f, "%%%d = %s(", order[k], name);
+    for (int j = 0; j < n->n_in; j++) {
+      fprintf(f, j ? ", %%%d" : "%%%d", n->in[j].node);
+      if (n->in[j].out) fprintf(f, ":%d", n->in[j].out);
+    }
+    params_format(n->kind, &n->params, true, buf, sizeof buf);
+    fprintf(f, ")%s%s :", buf[0] ? " " : "", buf);
+    for (int j = 0; j < n->n_out; j++) fprintf(f, " %s", shape_format(&n->out[j], sh, sizeof sh));
+    if (n->name) fprintf(f, "  # %s", n->name);
+    fputc('\n', f);
+  }
+  for (int i = 0; i < g->n_outputs; i++)
+    fprintf(f, "output %s = %%%d:%d\n", g->output_names[i] ? g->output_names[i] : "?",
+            g->outputs[i].node, g->outputs[i].out);
+  free(order);
+}
