@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""Export real models (torchvision architectures with random weights, and a small
+Transformer encoder) to ONNX, together with a fixed random input and PyTorch's output
+for it, so the Teq runtime and ONNX Runtime can be checked against PyTorch.
+
+Needs Debian's /usr/bin/python3 (python3-torch, python3-torchvision, python3-onnx,
+numpy). Every export is deterministic: the weights come from torch.manual_seed(SEED),
+the input from numpy's PCG64 generator with a fixed per-model seed.
+
+For each model NAME it writes, into CACHE/NAME/:
+    model.onnx      opset 13, eval mode, one input "input" and one output "output"
+    input_0.pb      the input as an ONNX TensorProto (name "input")
+    input_0.bin     the same input as raw little-endian float32
+    output_0.pb     PyTorch's output as an ONNX TensorProto (name "output")
+    output_0.bin    the same output as raw little-endian float32
+    meta.json       input/output names and shapes, seeds, op counts, torch version
+A model whose files all exist is skipped (the cache). Files are written under a
+temporary name and renamed, so an interrupted export never leaves a half cache.
+
+Usage:
+    /usr/bin/python3 tools/models/export_torchvision.py [CACHE] [--models a,b] [--list] [--force]
+CACHE defaults to $TEQ_CACHE, else .cache/models under the repository root.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OPSET = 13
+WEIGHT_SEED = 0
+CALIBRATION_BATCHES = 2  # random batches that set BatchNorm running statistics
+CALIBRATION_BATCH = 4
+FILES = ("model.onnx", "input_0.pb", "input_0.bin", "output_0.pb", "output_0.bin", "meta.json")
+
+
+def calibrate_batchnorm(model, torch, shape):
+    """Give every BatchNorm realistic statistics and non-trivial affine parameters.
+
+    Freshly built torchvision models have mean 0, var 1, weight 1, bias 0 in every BN. Then
+    folding BN into the preceding conv is an identity (a folding bug would go unnoticed), and
+    activations drift by orders of magnitude through deep stacks (inception_v3 reaches 1e12),
+    which makes tolerances meaningless. A trained network's BN statistics match its
+    activations, so estimate them as training would: run a few random batches in training
+    mode with a cumulative average (momentum None). Weight and bias are drawn from the
+    (already seeded) torch generator. Returns the number of BN layers."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return 0
+    with torch.no_grad():
+        for bn in bns:
+            bn.weight.copy_(torch.rand(bn.num_features) * 0.5 + 0.75)
+            bn.bias.copy_(torch.randn(bn.num_features) * 0.1)
+            bn.reset_running_stats()
+            bn.momentum = None
+        model.train()
+        for _ in range(CALIBRATION_BATCHES):
+            model(torch.randn((CALIBRATION_BATCH,) + tuple(shape[1:])))
+        model.eval()
+        for bn in bns:
+            bn.momentum = 0.1
+    return len(bns)
+
+
+def build_torchvision(name, **kwargs):
+    def build(torch, torchvision):
+        return getattr(torchvision.models, name)(weights=None, **kwargs)
+    return build
+
+
+def build_transformer(torch, torchvision):
+    # BERT-like encoder: d_model 256, 4 heads, 2 layers, feed-forward 4 x d_model.
+    # enable_nested_tensor=False: no nested tensors (they need a padding mask anyway).
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
+                                             dropout=0.1, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+
+# name -> (builder, input shape, input seed, export options)
+#   keep_bn: export BatchNormalization nodes instead of letting torch fold them into Conv
+#   grad_path: trace with autograd enabled so torch 1.13 takes the composite (standard-ops)
+#     path of TransformerEncoderLayer / MultiheadAttention instead of the fused
+#     aten::_transformer_encoder_layer_fwd fast path, which has no ONNX export. The fast
+#     path is only taken when grad is disabled or no parameter requires grad.
+MODELS = collections.OrderedDict([
+    ("resnet18", (build_torchvision("resnet18"), (1, 3, 224, 224), 1, {})),
+    ("resnet50", (build_torchvision("resnet50"), (1, 3, 224, 224), 2, {})),
+    ("squeezenet1_1", (build_torchvision("squeezenet1_1"), (1, 3, 224, 224), 3, {})),
+    ("mobilenet_v2", (build_torchvision("mobilenet_v2"), (1, 3, 224, 224), 4, {})),
+    ("resnext50_32x4d", (build_torchvision("resnext50_32x4d"), (1, 3, 224, 224), 5, {})),
+    # aux_logits=False: no auxiliary head at all; init_weights=True: torchvision 0.14
+    # initialises with torch.nn.init.trunc_normal_ (no scipy) and stops warning.
+    ("inception_v3", (build_torchvision("inception_v3", aux_logits=False, init_weights=True),
+                      (1, 3, 299, 299), 6, {})),
+    ("transformer", (build_transformer, (1, 32, 256), 7, {"grad_path": True})),
+    ("resnet18_bn", (build_torchvision("resnet18"), (1, 3, 224, 224), 1, {"keep_bn": True})),
+])
+
+
+def cache_complete(outdir):
+    return all(os.path.isfile(os.path.join(outdir, f)) for f in FILES)
+
+
+def write_atomic(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def export_one(name, outdir, torch, torchvision, onnx, np):
+    from onnx import numpy_helper
+
+    builder, shape, input_seed, opts = MODELS[name]
+    torch.manual_seed(WEIGHT_SEED)
+    model = builder(torch, torchvision)
+    calibrate_batchnorm(model, torch, shape)
+    model.eval()
+
+    x_np = np.random.default_rng(input_seed).standard_normal(shape, dtype=np.float32)
+    x = torch.from_numpy(x_np.copy())
+
+    grad_ctx = torch.enable_grad() if opts.get("grad_path") else torch.no_grad()
+    with grad_ctx:
+        y = model(x)
+    y_np = y.detach().numpy().astype(np.float32)
+
+    export_kwargs = dict(opset_version=OPSET, input_names=["input"], output_names=["output"],
+                         do_constant_folding=True)
+    if opts.get("keep_bn"):
+        export_kwargs.update(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
+
+    os.makedirs(outdir, exist_ok=True)
+    onnx_path = os.path.join(outdir, "model.onnx")
+    tmp_onnx = onnx_path + ".tmp"
+    with grad_ctx:
+        torch.onnx.export(model, x, tmp_onnx, **export_kwargs)
+
+    proto = onnx.load(tmp_onnx)
+    onnx.checker.check_model(proto)
+    ops = collections.Counter(n.op_type for n in proto.graph.node)
+    foreign = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node
+                      if n.domain not in ("", "ai.onnx")})
+    if foreign:
+        os.remove(tmp_onnx)
+        raise RuntimeError(f"{name}: exported non-standard ops {foreign}")
+    if opts.get("keep_bn") and ops.get("BatchNormalization", 0) == 0:
+        os.remove(tmp_onnx)
+        raise RuntimeError(f"{name}: expected BatchNormalization nodes, found none")
+
+    write_atomic(os.path.join(outdir, "input_0.pb"),
+                 numpy_helper.from_array(x_np, name="input").SerializeToString())
+    write_atomic(os.path.join(outdir, "input_0.bin"), x_np.astype("<f4").tobytes())
+    write_atomic(os.path.join(outdir, "output_0.pb"),
+                 numpy_helper.from_array(y_np, name="output").SerializeToString())
+    write_atomic(os.path.join(outdir, "output_0.bin"), y_np.astype("<f4").tobytes())
+    os.replace(tmp_onnx, onnx_path)
+    meta = {
+        "model": name,
+        "opset": OPSET,
+        "weight_seed": WEIGHT_SEED,
+        "input_seed": input_seed,
+        "inputs": [{"name": "input", "shape": list(shape)}],
+        "outputs": [{"name": "output", "shape": list(y_np.shape)}],
+        "output_max_abs": float(np.abs(y_np).max()),
+        "keep_bn": bool(opts.get("keep_bn")),
+        "ops": dict(sorted(ops.items())),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "onnx": onnx.__version__,
+    }
+    # meta.json last: its presence marks a complete cache entry.
+    write_atomic(os.path.join(outdir, "meta.json"),
+                 (json.dumps(meta, indent=1) + "\n").encode())
+    return ops, y_np.shape, os.path.getsize(onnx_path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cache", nargs="?", default=None,
+                    help="cache directory (default $TEQ_CACHE or REPO/.cache/models)")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated subset (default all; see --list)")
+    ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--force", action="store_true", help="re-export even if cached")
+    args = ap.parse_args()
+
+    if args.list:
+        for name, (_, shape, _, opts) in MODELS.items():
+            extra = " (BatchNormalization kept)" if opts.get("keep_bn") else ""
+            print(f"{name}\tinput {'x'.join(map(str, shape))}{extra}")
+        return 0
+
+    cache = args.cache or os.environ.get("TEQ_CACHE") or os.path.join(REPO_ROOT, ".cache", "models")
+    names = list(MODELS) if not args.models else [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        print(f"export_torchvision: unknown model(s) {', '.join(unknown)}; "
+              f"known: {', '.join(MODELS)}", file=sys.stderr)
+        return 2
+
+    todo = [n for n in names if args.force or not cache_complete(os.path.join(cache, n))]
+    for n in names:
+        if n not in todo:
+            print(f"{n}: cached in {os.path.join(cache, n)}")
+    if not todo:
+        return 0
+
+    try:
+        import numpy as np
+        import onnx
+        import torch
+        import torchvision
+    except ImportError as e:
+        print(f"export_torchvision: {e}; run with Debian's /usr/bin/python3 "
+              f"(python3-torch, python3-torchvision, python3-onnx)", file=sys.stderr)
+        return 3
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    for n in todo:
+        outdir = os.path.join(cache, n)
+        if os.path.exists(os.path.join(outdir, "meta.json")):
+            os.remove(os.path.join(outdir, "meta.json"))
+        t0 = time.monotonic()
+        ops, out_shape, size = export_one(n, outdir, torch, torchvision, onnx, np)
+        dt = time.monotonic() - t0
+        print(f"{n}: exported to {outdir} in {dt:.1f} s; {sum(ops.values())} nodes, "
+              f"{size / 1e6:.1f} MB, output {'x'.join(map(str, out_shape))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
