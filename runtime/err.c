@@ -39,7 +39,8 @@ void diag_fini(Diag *d) {
 static void diag_append(Diag *d, const char *prefix, const char *fmt, va_list ap) {
   va_list ap2;
   va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
+  char probe[1];
+  int n = vsnprintf(probe, sizeof probe, fmt, ap2);
   va_end(ap2);
   size_t need = d->len + strlen(prefix) + (size_t)(n < 0 ? 0 : n) + 2;
   if (need > d->cap) {
@@ -56,8 +57,11 @@ static void diag_append(Diag *d, const char *prefix, const char *fmt, va_list ap
     d->cap = cap;
   }
   size_t start = d->len;
-  d->len += (size_t)sprintf(d->text + d->len, "%s", prefix);
-  d->len += (size_t)vsprintf(d->text + d->len, fmt, ap);
+  size_t room = d->cap - d->len;
+  int k = snprintf(d->text + d->len, room, "%s", prefix);
+  d->len += (size_t)(k > 0 ? k : 0);
+  k = vsnprintf(d->text + d->len, d->cap - d->len, fmt, ap);
+  d->len += (size_t)(k > 0 ? k : 0);
   d->text[d->len++] = '\n';
   d->text[d->len] = '\0';
   if (d->echo && prefix[0] == 'w') {

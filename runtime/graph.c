@@ -216,6 +216,12 @@ int graph_add_node(Graph *g, OpKind kind, const TensorRef *in, int n_in, int n_o
     return diag_error(d, "%s: cannot be added with graph_add_node", o->name);
   if ((rc = check_arity(o, n_in, n_out, d)) || (rc = check_refs(g, in, n_in, o->name, d)))
     return rc;
+  /* Integer tensors only move through layout operators (shape tensors,
+   * indices); integer arithmetic is folded at import or not supported. */
+  if (!(o->flags & OPF_LAYOUT_ONLY) && n_in > 0 && g->nodes[in[0].node].dtype == DT_I64) {
+    diag_error(d, "%s: int64 arithmetic is not supported", o->name);
+    return TEQ_ERR_UNSUPPORTED;
+  }
   Params params;
   if (p) params = *p;
   else params_default(kind, &params);

@@ -66,7 +66,7 @@ static double compare(const Tensor *got, const Tensor *want, char *why, size_t n
 static int read_set(const char *dir, const char *kind, Tensor **out, int max, Diag *d) {
   int n = 0;
   for (; n < max; n++) {
-    char path[4096];
+    char path[4400];
     snprintf(path, sizeof path, "%s/test_data_set_0/%s_%d.pb", dir, kind, n);
     if (!exists(path)) break;
     if (onnx_read_tensor_file(path, &out[n], NULL, d) != TEQ_OK) {
@@ -84,7 +84,7 @@ static bool has_opaque(const Graph *g) {
 }
 
 static int run_one(const char *dir, bool verbose) {
-  char path[4096], why[256] = "";
+  char path[4200], why[256] = "";
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   Diag d;
   diag_init(&d);

@@ -104,7 +104,7 @@ static void test_errors(void) {
   Tensor *f32[2] = {small_ints(DT_F32, g->nodes[0].out[0], 1), wrong[1]};
   CHECK_EQ_INT(exec_run(g, EXEC_MODP, f32, out, &d), TEQ_ERR_INPUT);
   /* A non-integer constant cannot be evaluated in Z_p. */
-  Tensor *k = g->nodes[4].value;
+  Tensor *k = g->nodes[3].value; /* the constant k */
   ((float *)k->data)[0] = 0.5f;
   Tensor *m[2] = {small_ints(DT_MODP, g->nodes[0].out[0], 1), small_ints(DT_MODP, g->nodes[1].out[0], 2)};
   CHECK(exec_run(g, EXEC_MODP, m, out, &d) != TEQ_OK);

@@ -1,2 +1,594 @@
+/* test_layout.c: the data-movement rows (runtime/ops/layout.c), called
+ * directly through the registry: hand-computed cases, each kernel against a
+ * coordinate-by-coordinate reference on random data, Z_p against float32 on
+ * small integers (these operators are exact in Z_p), int64 data, and the
+ * messages of shape inference for bad parameters. */
+#include <string.h>
+
+#include "runtime/exec.h"
+#include "runtime/graph.h"
+#include "runtime/modp.h"
+#include "runtime/ops.h"
 #include "tests/check.h"
-int main(void) { check_skip("not written yet"); }
+
+/* ---- harness ---- */
+
+/* Checks parameters, infers shapes, allocates outputs (int64 when input 0
+ * is int64, else the mode's dtype) and runs the kernel. out[] is set only
+ * on success. */
+static int run_op(OpKind kind, const Params *p, Tensor *const *in, int n_in, int n_out, bool modp,
+                  Tensor **out, Diag *d) {
+  Node n;
+  memset(&n, 0, sizeof n);
+  Shape in_shapes[8], out_shapes[8];
+  n.kind = kind;
+  n.n_in = n_in;
+  n.n_out = n_out;
+  n.out = out_shapes;
+  if (p) n.params = *p;
+  else params_default(kind, &n.params);
+  for (int i = 0; i < n_in; i++) in_shapes[i] = in[i]->shape;
+  int rc = params_check(kind, &n.params, d);
+  if (!rc) rc = op_def(kind)->infer_shape(&n, in_shapes, out_shapes, d);
+  if (rc) return rc;
+  DType dt = in[0]->dtype == DT_I64 ? DT_I64 : modp ? DT_MODP : DT_F32;
+  n.dtype = dt;
+  Tensor *t[8];
+  for (int k = 0; k < n_out; k++) t[k] = tensor_new(dt, &out_shapes[k]);
+  rc = modp ? op_def(kind)->eval_modp(&n, in, t, d) : op_def(kind)->eval_f32(&n, in, t, d);
+  for (int k = 0; k < n_out; k++) {
+    if (rc) tensor_unref(t[k]);
+    else out[k] = t[k];
+  }
+  return rc;
+}
+
+static int infer(OpKind kind, const Params *p, const Shape *in, int n_in, int n_out, Shape *out,
+                 Diag *d) {
+  Node n;
+  memset(&n, 0, sizeof n);
+  n.kind = kind;
+  n.n_in = n_in;
+  n.n_out = n_out;
+  n.out = out;
+  n.params = *p;
+  return op_def(kind)->infer_shape(&n, in, out, d);
+}
+
+static Tensor *random_f32(Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  tensor_fill_random(t, seed);
+  return t;
+}
+
+/* Distinct small integers from, from + 1, ... as float32: every element
+ * identifiable, and exact in Z_p. */
+static Tensor *iota_from(Shape s, int64_t from) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  for (int64_t i = 0; i < tensor_numel(t); i++) ((float *)t->data)[i] = (float)(from + i);
+  return t;
+}
+
+static Tensor *iota_f32(Shape s) { return iota_from(s, 0); }
+
+static Tensor *to_modp(const Tensor *f) {
+  Tensor *t = tensor_new(DT_MODP, &f->shape);
+  for (int64_t i = 0; i < tensor_numel(f); i++)
+    ((uint32_t *)t->data)[i] = modp_from_int((int64_t)((const float *)f->data)[i]);
+  return t;
+}
+
+/* int64 copies get high bits set, so a kernel moving 4 bytes of an 8-byte
+ * element shows; 0 stays 0, a pad's fill. */
+#define I64_ENCODE(v) ((int64_t)(v) * (((int64_t)1 << 33) + 1))
+
+static Tensor *to_i64(const Tensor *f) {
+  Tensor *t = tensor_new(DT_I64, &f->shape);
+  for (int64_t i = 0; i < tensor_numel(f); i++)
+    ((int64_t *)t->data)[i] = I64_ENCODE(((const float *)f->data)[i]);
+  return t;
+}
+
+static float at(const Tensor *t, int64_t i) { return ((const float *)t->data)[i]; }
+
+/* Flat index of coordinates c in shape s. */
+static int64_t flat(const Shape *s, const int64_t *c) {
+  int64_t i = 0;
+  for (int k = 0; k < s->ndim; k++) i = i * s->d[k] + c[k];
+  return i;
+}
+
+/* Advances coordinates c over shape s; false after the last. */
+static bool next_coord(const Shape *s, int64_t *c) {
+  for (int k = s->ndim - 1; k >= 0; k--) {
+    if (++c[k] < s->d[k]) return true;
+    c[k] = 0;
+  }
+  return false;
+}
+
+/* The same operator in float32, Z_p and int64 must move the same elements:
+ * run it on iota data three ways and compare element by element. */
+static void check_modes_agree(OpKind kind, const Params *p, Tensor *const *f, int n_in, int n_out) {
+  Diag d;
+  diag_init(&d);
+  Tensor *m[8], *l[8], *yf[8] = {0}, *ym[8] = {0}, *yl[8] = {0};
+  for (int i = 0; i < n_in; i++) {
+    bool index = f[i]->dtype == DT_I64; /* gather's indices stay int64 */
+    m[i] = index ? tensor_ref(f[i]) : to_modp(f[i]);
+    l[i] = index ? tensor_ref(f[i]) : to_i64(f[i]);
+  }
+  CHECK_EQ_INT(run_op(kind, p, f, n_in, n_out, false, yf, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(kind, p, m, n_in, n_out, true, ym, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(kind, p, l, n_in, n_out, false, yl, &d), TEQ_OK);
+  for (int k = 0; k < n_out && yf[k] && ym[k] && yl[k]; k++) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < tensor_numel(yf[k]); i++) {
+      int64_t v = (int64_t)at(yf[k], i);
+      bad += modp_to_int(((uint32_t *)ym[k]->data)[i]) != v;
+      bad += ((int64_t *)yl[k]->data)[i] != I64_ENCODE(v);
+    }
+    CHECK_MSG(bad == 0, "%s output %d: %lld mismatches", op_def(kind)->name, k, (long long)bad);
+  }
+  for (int i = 0; i < n_in; i++) tensor_unref(m[i]), tensor_unref(l[i]);
+  for (int k = 0; k < n_out; k++) tensor_unref(yf[k]), tensor_unref(ym[k]), tensor_unref(yl[k]);
+  diag_fini(&d);
+}
+
+static Params params_with_ints(OpKind k, const char *name, const int64_t *v, int n) {
+  Params p;
+  params_default(k, &p);
+  param_set_ints(&p, param_index(k, name), v, n);
+  return p;
+}
+
+/* ---- transpose ---- */
+
+static void check_transpose(Shape s, const int64_t *perm, int np, uint64_t seed) {
+  Diag d;
+  diag_init(&d);
+  Params p = params_with_ints(OP_TRANSPOSE, "perm", perm, np);
+  Tensor *x = random_f32(s, seed), *y = NULL;
+  CHECK_EQ_INT(run_op(OP_TRANSPOSE, &p, &x, 1, 1, false, &y, &d), TEQ_OK);
+  int64_t pm[TEQ_MAX_DIMS], c[TEQ_MAX_DIMS] = {0}, ci[TEQ_MAX_DIMS], bad = 0;
+  for (int i = 0; i < s.ndim; i++) pm[i] = np ? perm[i] : s.ndim - 1 - i;
+  for (int i = 0; y && i < s.ndim; i++) CHECK_EQ_INT(y->shape.d[i], s.d[pm[i]]);
+  if (y && tensor_numel(y) > 0) do {
+      for (int i = 0; i < s.ndim; i++) ci[pm[i]] = c[i];
+      bad += at(y, flat(&y->shape, c)) != at(x, flat(&s, ci));
+    } while (next_coord(&y->shape, c));
+  CHECK_MSG(y && bad == 0, "transpose: %lld wrong", (long long)bad);
+  Tensor *iota = tensor_new(DT_F32, &s);
+  for (int64_t i = 0; i < tensor_numel(iota); i++) ((float *)iota->data)[i] = (float)i;
+  check_modes_agree(OP_TRANSPOSE, &p, &iota, 1, 1);
+  tensor_unref(iota);
+  tensor_unref(x);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_transpose(void) {
+  Diag d;
+  diag_init(&d);
+  /* [[0 1 2] [3 4 5]] transposed is [[0 3] [1 4] [2 5]]. */
+  Tensor *x = iota_f32(shape_of(2, 2, 3)), *y = NULL;
+  CHECK_EQ_INT(run_op(OP_TRANSPOSE, NULL, &x, 1, 1, false, &y, &d), TEQ_OK);
+  float want[] = {0, 3, 1, 4, 2, 5};
+  for (int i = 0; y && i < 6; i++) CHECK_EQ_INT(at(y, i), want[i]);
+  tensor_unref(x);
+  tensor_unref(y);
+  check_transpose(shape_of(4, 2, 3, 4, 5), (int64_t[]){0, 2, 3, 1}, 4, 1);
+  check_transpose(shape_of(4, 2, 3, 4, 5), (int64_t[]){3, 2, 1, 0}, 4, 2);
+  check_transpose(shape_of(4, 2, 3, 4, 5), (int64_t[]){0, 1, 3, 2}, 4, 3);
+  check_transpose(shape_of(4, 2, 3, 4, 5), (int64_t[]){1, 0, 2, 3}, 4, 4); /* runs of 20 */
+  check_transpose(shape_of(3, 7, 1, 9), NULL, 0, 5);
+  check_transpose(shape_of(6, 2, 1, 3, 2, 1, 2), (int64_t[]){5, 3, 1, 0, 2, 4}, 6, 6);
+  check_transpose(shape_of(2, 0, 3), (int64_t[]){1, 0}, 2, 7);
+  diag_fini(&d);
+}
+
+/* ---- reshape, concat, split ---- */
+
+static void test_reshape(void) {
+  Diag d;
+  diag_init(&d);
+  Params p = params_with_ints(OP_RESHAPE, "shape", (int64_t[]){6, 4}, 2);
+  Tensor *x = random_f32(shape_of(3, 2, 3, 4), 1), *y = NULL;
+  CHECK_EQ_INT(run_op(OP_RESHAPE, &p, &x, 1, 1, false, &y, &d), TEQ_OK);
+  Shape want = shape_of(2, 6, 4);
+  CHECK(y && shape_equal(&y->shape, &want));
+  CHECK(y && memcmp(y->data, x->data, 24 * sizeof(float)) == 0);
+  tensor_unref(y);
+  Tensor *ix = iota_f32(x->shape);
+  check_modes_agree(OP_RESHAPE, &p, &ix, 1, 1);
+  tensor_unref(ix);
+  p = params_with_ints(OP_RESHAPE, "shape", NULL, 0); /* one element to a scalar */
+  Tensor *one = iota_f32(shape_of(3, 1, 1, 1));
+  CHECK_EQ_INT(run_op(OP_RESHAPE, &p, &one, 1, 1, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == 0);
+  tensor_unref(y);
+  tensor_unref(one);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_concat_split(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *a = random_f32(shape_of(3, 2, 1, 4), 1), *b = random_f32(shape_of(3, 2, 3, 4), 2),
+         *c = random_f32(shape_of(3, 2, 2, 4), 3), *y = NULL;
+  Params p;
+  params_default(OP_CONCAT, &p);
+  param_set_int(&p, 0, 1);
+  CHECK_EQ_INT(run_op(OP_CONCAT, &p, (Tensor *[]){a, b, c}, 3, 1, false, &y, &d), TEQ_OK);
+  Shape want = shape_of(3, 2, 6, 4);
+  CHECK(y && shape_equal(&y->shape, &want));
+  int64_t co[TEQ_MAX_DIMS] = {0}, bad = 0;
+  if (y) do {
+      const Tensor *src = co[1] < 1 ? a : co[1] < 4 ? b : c;
+      int64_t cs[3] = {co[0], co[1] < 1 ? co[1] : co[1] < 4 ? co[1] - 1 : co[1] - 4, co[2]};
+      bad += at(y, flat(&want, co)) != at(src, flat(&src->shape, cs));
+    } while (next_coord(&want, co));
+  CHECK_EQ_INT(bad, 0);
+  /* Splitting the result at 1 and 3 and 2 gives the inputs back. */
+  Params ps;
+  params_default(OP_SPLIT, &ps);
+  param_set_int(&ps, 0, 1);
+  param_set_ints(&ps, 1, (int64_t[]){1, 3, 2}, 3);
+  Tensor *parts[3] = {0};
+  CHECK_EQ_INT(run_op(OP_SPLIT, &ps, &y, 1, 3, false, parts, &d), TEQ_OK);
+  const Tensor *orig[3] = {a, b, c};
+  for (int k = 0; k < 3 && parts[k]; k++) {
+    CHECK(shape_equal(&parts[k]->shape, &orig[k]->shape));
+    CHECK(memcmp(parts[k]->data, orig[k]->data, tensor_bytes(orig[k])) == 0);
+    tensor_unref(parts[k]);
+  }
+  Tensor *ia = iota_from(a->shape, 100), *ib = iota_from(b->shape, -50),
+         *ic = iota_from(c->shape, 7);
+  Tensor *iy = iota_f32(y->shape);
+  check_modes_agree(OP_CONCAT, &p, (Tensor *[]){ia, ib, ic}, 3, 1);
+  check_modes_agree(OP_SPLIT, &ps, &iy, 1, 3);
+  tensor_unref(ia), tensor_unref(ib), tensor_unref(ic), tensor_unref(iy);
+  tensor_unref(y);
+  tensor_unref(a);
+  tensor_unref(b);
+  tensor_unref(c);
+  diag_fini(&d);
+}
+
+static void test_split_equal(void) {
+  Diag d;
+  diag_init(&d);
+  /* Equal parts by output count, along the first axis. */
+  Tensor *y = iota_f32(shape_of(3, 2, 6, 4));
+  Params ps;
+  params_default(OP_SPLIT, &ps);
+  Tensor *halves[2] = {0};
+  CHECK_EQ_INT(run_op(OP_SPLIT, &ps, &y, 1, 2, false, halves, &d), TEQ_OK);
+  for (int k = 0; k < 2 && halves[k]; k++) {
+    CHECK_EQ_INT(halves[k]->shape.d[0], 1);
+    CHECK(memcmp(halves[k]->data, (float *)y->data + k * 24, 24 * sizeof(float)) == 0);
+    tensor_unref(halves[k]);
+  }
+  /* A single input concatenates to itself. */
+  Params p;
+  params_default(OP_CONCAT, &p);
+  Tensor *y1 = NULL;
+  CHECK_EQ_INT(run_op(OP_CONCAT, &p, &y, 1, 1, false, &y1, &d), TEQ_OK);
+  CHECK(y1 && memcmp(y1->data, y->data, tensor_bytes(y)) == 0);
+  tensor_unref(y1);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+/* ---- pad ---- */
+
+static Params pad_params(const int64_t *pads, int n, double value, int mode) {
+  Params p = params_with_ints(OP_PAD, "pads", pads, n);
+  param_set_float(&p, param_index(OP_PAD, "value"), value);
+  param_set_int(&p, param_index(OP_PAD, "mode"), mode);
+  return p;
+}
+
+static void check_pad_case(const Tensor *x, const Params *p, const float *want, int64_t n) {
+  Diag d;
+  diag_init(&d);
+  Tensor *y = NULL;
+  int rc = run_op(OP_PAD, p, (Tensor *const *)&x, 1, 1, false, &y, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  CHECK(y && tensor_numel(y) == n);
+  for (int64_t i = 0; y && i < n; i++) CHECK_MSG(at(y, i) == want[i], "element %lld", (long long)i);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_pad(void) {
+  /* x = [[0 1 2] [3 4 5]] */
+  Tensor *x = iota_f32(shape_of(2, 2, 3));
+  Params p = pad_params((int64_t[]){1, 0, 0, 2}, 4, 9, 0);
+  float constant[] = {9, 9, 9, 9, 9, 0, 1, 2, 9, 9, 3, 4, 5, 9, 9};
+  check_pad_case(x, &p, constant, 15);
+  p = pad_params((int64_t[]){1, 2, 1, 1}, 4, 0, 1); /* reflect */
+  float reflect[] = {5, 4, 3, 4, 5, 4,   2, 1, 0, 1, 2, 1,   5, 4, 3, 4, 5, 4,
+                     2, 1, 0, 1, 2, 1};
+  check_pad_case(x, &p, reflect, 24);
+  p = pad_params((int64_t[]){0, 2, 1, 1}, 4, 0, 2); /* edge */
+  float edge[] = {0, 0, 0, 1, 2, 2,   3, 3, 3, 4, 5, 5,   3, 3, 3, 4, 5, 5};
+  check_pad_case(x, &p, edge, 18);
+  p = pad_params((int64_t[]){0, -1, 0, 1}, 4, 7, 0); /* crop the first column, pad one */
+  float crop[] = {1, 2, 7, 4, 5, 7};
+  check_pad_case(x, &p, crop, 6);
+  p = pad_params((int64_t[]){-1, 0, 0, -2}, 4, 0, 0);
+  float crop2[] = {3};
+  check_pad_case(x, &p, crop2, 1);
+  for (int mode = 0; mode < 3; mode++) {
+    Tensor *big = iota_f32(shape_of(4, 2, 3, 4, 5));
+    p = pad_params((int64_t[]){0, 1, 2, 3, 1, 2, 3, 0}, 8, 0, mode);
+    check_modes_agree(OP_PAD, &p, &big, 1, 1);
+    tensor_unref(big);
+  }
+  /* A non-integer fill has no Z_p value. */
+  Diag d;
+  diag_init(&d);
+  Tensor *m = to_modp(x), *y = NULL;
+  p = pad_params((int64_t[]){1, 0, 0, 0}, 4, 0.5, 0);
+  CHECK_EQ_INT(run_op(OP_PAD, &p, &m, 1, 1, true, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "value=0.5") != NULL, "%s", diag_last(&d));
+  tensor_unref(m);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- slice ---- */
+
+static Params slice_params(int r, const int64_t *b, const int64_t *e, const int64_t *st) {
+  Params p;
+  params_default(OP_SLICE, &p);
+  param_set_ints(&p, 0, b, r);
+  param_set_ints(&p, 1, e, r);
+  param_set_ints(&p, 2, st, r);
+  return p;
+}
+
+static void check_slice(Shape s, const int64_t *b, const int64_t *e, const int64_t *st) {
+  Diag d;
+  diag_init(&d);
+  Params p = slice_params(s.ndim, b, e, st);
+  Tensor *x = iota_f32(s), *y = NULL;
+  int rc = run_op(OP_SLICE, &p, &x, 1, 1, false, &y, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  int64_t c[TEQ_MAX_DIMS] = {0}, ci[TEQ_MAX_DIMS], bad = 0;
+  for (int i = 0; y && i < s.ndim; i++) {
+    int64_t n = 0;
+    for (int64_t j = b[i]; st[i] > 0 ? j < e[i] : j > e[i]; j += st[i]) n++;
+    CHECK_EQ_INT(y->shape.d[i], n);
+  }
+  if (y && tensor_numel(y) > 0) do {
+      for (int i = 0; i < s.ndim; i++) ci[i] = b[i] + c[i] * st[i];
+      bad += at(y, flat(&y->shape, c)) != at(x, flat(&s, ci));
+    } while (next_coord(&y->shape, c));
+  CHECK_EQ_INT(bad, 0);
+  if (y) check_modes_agree(OP_SLICE, &p, &x, 1, 1);
+  tensor_unref(x);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_slice(void) {
+  Shape s = shape_of(3, 4, 5, 6);
+  check_slice(s, (int64_t[]){1, 0, 0}, (int64_t[]){3, 5, 6}, (int64_t[]){1, 2, 1});
+  check_slice(s, (int64_t[]){3, 4, 5}, (int64_t[]){-1, -1, 0}, (int64_t[]){-1, -2, -3});
+  check_slice(s, (int64_t[]){0, 1, 2}, (int64_t[]){4, 5, 2}, (int64_t[]){3, 3, 1}); /* empty */
+  check_slice(s, (int64_t[]){0, 0, 0}, (int64_t[]){4, 5, 6}, (int64_t[]){1, 1, 1}); /* all */
+  check_slice(shape_of(1, 10), (int64_t[]){9}, (int64_t[]){-1}, (int64_t[]){-1});   /* reverse */
+}
+
+/* ---- gather ---- */
+
+static void check_gather(Shape s, int axis, Shape is, uint64_t seed) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = iota_f32(s), *idx = tensor_new(DT_I64, &is), *y = NULL;
+  int64_t *iv = idx->data, len = s.d[axis];
+  uint64_t st = seed;
+  for (int64_t j = 0; j < tensor_numel(idx); j++)
+    iv[j] = (int64_t)(rng_next(&st) % (uint64_t)(2 * len)) - len;
+  Params p;
+  params_default(OP_GATHER, &p);
+  param_set_int(&p, 0, axis);
+  CHECK_EQ_INT(run_op(OP_GATHER, &p, (Tensor *[]){x, idx}, 2, 1, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == s.ndim - 1 + is.ndim);
+  int64_t c[TEQ_MAX_DIMS] = {0}, ci[TEQ_MAX_DIMS], bad = 0;
+  if (y && tensor_numel(y) > 0) do {
+      int64_t ii[TEQ_MAX_DIMS], k = 0;
+      for (int i = 0; i < axis; i++) ci[i] = c[k++];
+      for (int i = 0; i < is.ndim; i++) ii[i] = c[k++];
+      int64_t v = iv[flat(&is, ii)];
+      ci[axis] = v < 0 ? v + len : v;
+      for (int i = axis + 1; i < s.ndim; i++) ci[i] = c[k++];
+      bad += at(y, flat(&y->shape, c)) != at(x, flat(&s, ci));
+    } while (next_coord(&y->shape, c));
+  CHECK_EQ_INT(bad, 0);
+  check_modes_agree(OP_GATHER, &p, (Tensor *[]){x, idx}, 2, 1);
+  tensor_unref(x);
+  tensor_unref(idx);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_gather(void) {
+  Diag d;
+  diag_init(&d);
+  /* Rows 2 and -1 (= 2) and 0 of [[0 1] [2 3] [4 5]]. */
+  Tensor *x = iota_f32(shape_of(2, 3, 2)), *y = NULL;
+  Shape is = shape_of(1, 3);
+  Tensor *idx = tensor_new(DT_I64, &is);
+  int64_t iv[] = {2, -1, 0};
+  memcpy(idx->data, iv, sizeof iv);
+  CHECK_EQ_INT(run_op(OP_GATHER, NULL, (Tensor *[]){x, idx}, 2, 1, false, &y, &d), TEQ_OK);
+  float want[] = {4, 5, 4, 5, 0, 1};
+  for (int i = 0; y && i < 6; i++) CHECK_EQ_INT(at(y, i), want[i]);
+  tensor_unref(y);
+  ((int64_t *)idx->data)[1] = 3; /* out of range: an error, not a wild read */
+  CHECK_EQ_INT(run_op(OP_GATHER, NULL, (Tensor *[]){x, idx}, 2, 1, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "indices[1]=3 out of range [-3, 3)") != NULL, "%s",
+            diag_last(&d));
+  tensor_unref(idx);
+  tensor_unref(x);
+  check_gather(shape_of(3, 4, 5, 6), 0, shape_of(2, 2, 3), 1);
+  check_gather(shape_of(3, 4, 5, 6), 1, shape_of(1, 7), 2);
+  check_gather(shape_of(3, 4, 5, 6), 2, shape_of(0), 3); /* a scalar index drops the axis */
+  check_gather(shape_of(2, 10, 3), 1, shape_of(3, 2, 1, 2), 4);
+  diag_fini(&d);
+}
+
+/* ---- shape-inference errors ---- */
+
+static void check_error(OpKind k, const Params *p, const Shape *in, int n_in, int n_out,
+                        const char *want) {
+  Diag d;
+  diag_init(&d);
+  Shape out[8];
+  int rc = params_check(k, p, &d);
+  if (!rc) rc = infer(k, p, in, n_in, n_out, out, &d);
+  CHECK_EQ_INT(rc, TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), want) != NULL, "want '%s', got '%s'", want, diag_last(&d));
+  diag_fini(&d);
+}
+
+static void test_errors(void) {
+  Params p = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 0, 2}, 3);
+  Shape s2 = shape_of(2, 2, 3), s4 = shape_of(4, 1, 2, 3, 4);
+  check_error(OP_TRANSPOSE, &p, &s2, 1, 1,
+              "transpose: perm has 3 entries but input 0 has shape [2, 3]");
+  p = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 1}, 2);
+  check_error(OP_TRANSPOSE, &p, &s2, 1, 1, "not a permutation");
+  p = params_with_ints(OP_RESHAPE, "shape", (int64_t[]){5}, 1);
+  check_error(OP_RESHAPE, &p, &s2, 1, 1,
+              "reshape: shape=[5] has 5 elements but input 0 has shape [2, 3] (6)");
+  p = params_with_ints(OP_RESHAPE, "shape", (int64_t[]){1, 1, 1, 1, 1, 1, 2, 3}, 8);
+  check_error(OP_RESHAPE, &p, &s2, 1, 1, "at most 6");
+  params_default(OP_CONCAT, &p);
+  param_set_int(&p, 0, 3);
+  Shape cat[2] = {shape_of(4, 1, 2, 3, 4), shape_of(2, 1, 2)};
+  check_error(OP_CONCAT, &p, cat, 2, 1, "concat: axis=3: input 1 has shape [1, 2] (rank 2)");
+  param_set_int(&p, 0, 0);
+  cat[1] = shape_of(4, 1, 2, 5, 4);
+  check_error(OP_CONCAT, &p, cat, 2, 1, "input 1 has shape [1, 2, 5, 4], input 0 has [1, 2, 3, 4]");
+  params_default(OP_SPLIT, &p);
+  param_set_int(&p, 0, 2);
+  param_set_ints(&p, 1, (int64_t[]){1, 1}, 2);
+  check_error(OP_SPLIT, &p, &s4, 1, 2, "split: sizes add up to 2 but axis 2");
+  param_set_ints(&p, 1, NULL, 0);
+  check_error(OP_SPLIT, &p, &s4, 1, 2, "not divisible into 2 outputs");
+  param_set_ints(&p, 1, (int64_t[]){3}, 1);
+  check_error(OP_SPLIT, &p, &s4, 1, 2, "sizes has 1 entries for 2 outputs");
+  param_set_int(&p, 0, 4);
+  check_error(OP_SPLIT, &p, &s4, 1, 1, "split: axis=4: input 0 has shape [1, 2, 3, 4] (rank 4)");
+}
+
+static void test_errors_select(void) {
+  Params p;
+  Shape s2 = shape_of(2, 2, 3);
+  Shape s5 = shape_of(5, 1, 1, 1, 1, 1);
+  p = pad_params(NULL, 0, 0, 0);
+  check_error(OP_PAD, &p, &s5, 1, 1, "rank 5 above 4");
+  p = pad_params((int64_t[]){1, 1}, 2, 0, 0);
+  check_error(OP_PAD, &p, &s2, 1, 1,
+              "pads has 2 values but input 0 has shape [2, 3] (rank 2, so 4)");
+  p = pad_params((int64_t[]){0, 3, 0, 0}, 4, 0, 1);
+  check_error(OP_PAD, &p, &s2, 1, 1, "mode=reflect");
+  p = pad_params((int64_t[]){0, -2, 0, -2}, 4, 0, 0);
+  check_error(OP_PAD, &p, &s2, 1, 1, "crop dimension 1");
+  p = pad_params((int64_t[]){0, 0, 0, 0}, 4, 0, 3);
+  check_error(OP_PAD, &p, &s2, 1, 1, "mode=3");
+  p = slice_params(2, (int64_t[]){0, 0}, (int64_t[]){2, 3}, (int64_t[]){1, 0});
+  check_error(OP_SLICE, &p, &s2, 1, 1, "steps[1]=0");
+  p = slice_params(1, (int64_t[]){0}, (int64_t[]){2}, (int64_t[]){1});
+  check_error(OP_SLICE, &p, &s2, 1, 1, "(rank 2)");
+  p = slice_params(2, (int64_t[]){0, 0}, (int64_t[]){2, 4}, (int64_t[]){1, 1});
+  check_error(OP_SLICE, &p, &s2, 1, 1, "dimension 1 of extent 3");
+  params_default(OP_GATHER, &p);
+  param_set_int(&p, 0, 2);
+  Shape g[2] = {shape_of(2, 2, 3), shape_of(1, 4)};
+  check_error(OP_GATHER, &p, g, 2, 1, "gather: axis=2: input 0 has shape [2, 3] (rank 2)");
+  param_set_int(&p, 0, 0);
+  g[0] = shape_of(4, 1, 2, 3, 4);
+  g[1] = shape_of(4, 1, 1, 1, 1);
+  check_error(OP_GATHER, &p, g, 2, 1, "rank 7, above 6");
+}
+
+/* Mixed dtypes are refused instead of copied at the wrong element size. */
+static void test_dtype_errors(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *f = iota_f32(shape_of(1, 4)), *l = to_i64(f), *y[1] = {NULL};
+  Params p;
+  params_default(OP_CONCAT, &p);
+  CHECK_EQ_INT(run_op(OP_CONCAT, &p, (Tensor *[]){f, l}, 2, 1, false, y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "input 1 is int64 but the output is float32") != NULL, "%s",
+            diag_last(&d));
+  tensor_unref(f);
+  tensor_unref(l);
+  diag_fini(&d);
+}
+
+/* An int64 shape tensor keeps its dtype through layout operators in the
+ * executor: transpose then gather, as a folded shape computation does. */
+static void test_int64_through_exec(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape s = shape_of(2, 2, 3), si = shape_of(1, 2);
+  Tensor *idx = tensor_new(DT_I64, &si);
+  ((int64_t *)idx->data)[0] = -1;
+  ((int64_t *)idx->data)[1] = 0;
+  int x = graph_add_input(g, "x", &s, DT_I64, &d);
+  int ic = graph_add_const(g, "idx", idx, &d);
+  int t = graph_add_node(g, OP_TRANSPOSE, (TensorRef[]){{x, 0}}, 1, 1, NULL, "t", &d); /* [3,2] */
+  int ga = graph_add_node(g, OP_GATHER, (TensorRef[]){{t, 0}, {ic, 0}}, 2, 1, NULL, "g", &d);
+  CHECK(ga >= 0 && graph_add_output(g, (TensorRef){ga, 0}, "y", &d) >= 0);
+  Tensor *in = tensor_new(DT_I64, &s), *y = NULL;
+  for (int i = 0; i < 6; i++) ((int64_t *)in->data)[i] = ((int64_t)1 << 40) + i;
+  int rc = exec_run(g, EXEC_F32, &in, &y, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  /* x^T = [[0 3] [1 4] [2 5]]; rows -1 and 0 are [2 5] and [0 3]. */
+  int64_t want[] = {2, 5, 0, 3};
+  CHECK(!rc && y->dtype == DT_I64 && tensor_numel(y) == 4);
+  for (int i = 0; !rc && i < 4; i++)
+    CHECK_EQ_INT(((int64_t *)y->data)[i], ((int64_t)1 << 40) + want[i]);
+  tensor_unref(y);
+  tensor_unref(in);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+static void test_flags(void) {
+  OpKind kinds[] = {OP_TRANSPOSE, OP_RESHAPE, OP_CONCAT, OP_SPLIT, OP_PAD, OP_SLICE, OP_GATHER};
+  for (int i = 0; i < 7; i++) {
+    CHECK(op_def(kinds[i])->flags & OPF_LAYOUT_ONLY);
+    CHECK(op_def(kinds[i])->flags & OPF_MULTILINEAR);
+    CHECK(!(op_def(kinds[i])->flags & OPF_NONLINEAR));
+  }
+  CHECK_EQ_INT(op_by_onnx("Flatten"), OP_RESHAPE);
+  CHECK_EQ_INT(op_by_onnx("Unsqueeze"), OP_RESHAPE);
+  CHECK_EQ_INT(op_by_onnx("Squeeze"), OP_RESHAPE);
+  CHECK_EQ_INT(op_def(OP_CONCAT)->n_in_max, -1);
+  CHECK_EQ_INT(op_def(OP_SPLIT)->n_out_max, 8);
+}
+
+int main(void) {
+  test_transpose();
+  test_reshape();
+  test_concat_split();
+  test_split_equal();
+  test_pad();
+  test_slice();
+  test_gather();
+  test_errors();
+  test_errors_select();
+  test_dtype_errors();
+  test_int64_through_exec();
+  test_flags();
+  return check_exit();
+}

@@ -1,2 +1,403 @@
+/* test_reduce.c: the reduction rows (runtime/ops/reduce.c), called directly
+ * through the registry: hand-computed sums, means, maxima and softmaxes;
+ * every axis combination against a reference loop in double; Z_p sums
+ * against float32 on small integers, the Z_p mean as sum * inv(count) and
+ * the Z_p max as an integer comparison of residues; the Z_p softmax as
+ * s(x_i) * inv(sum s(x_j)); and the messages of shape inference. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/graph.h"
+#include "runtime/modp.h"
+#include "runtime/ops.h"
 #include "tests/check.h"
-int main(void) { check_skip("not written yet"); }
+
+/* ---- harness ---- */
+
+/* Checks parameters, infers the shape, allocates the output in the mode's
+ * dtype and runs the kernel; *out is set only on success. */
+static int run_op(OpKind kind, const Params *p, Tensor *x, bool modp, Tensor **out, Diag *d) {
+  Node n;
+  memset(&n, 0, sizeof n);
+  Shape in_shape = x->shape, out_shape;
+  n.kind = kind;
+  n.n_in = 1;
+  n.n_out = 1;
+  n.out = &out_shape;
+  if (p) n.params = *p;
+  else params_default(kind, &n.params);
+  int rc = params_check(kind, &n.params, d);
+  if (!rc) rc = op_def(kind)->infer_shape(&n, &in_shape, &out_shape, d);
+  if (rc) return rc;
+  Tensor *t = tensor_new(modp ? DT_MODP : DT_F32, &out_shape);
+  rc = modp ? op_def(kind)->eval_modp(&n, &x, &t, d) : op_def(kind)->eval_f32(&n, &x, &t, d);
+  if (rc) tensor_unref(t);
+  else *out = t;
+  return rc;
+}
+
+static Params reduce_params(OpKind k, const int64_t *axes, int n, int keepdims) {
+  Params p;
+  params_default(k, &p);
+  param_set_ints(&p, param_index(k, "axes"), axes, n);
+  param_set_int(&p, param_index(k, "keepdims"), keepdims);
+  return p;
+}
+
+static Tensor *tensor_from(Shape s, const float *v) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  memcpy(t->data, v, (size_t)shape_numel(&s) * sizeof(float));
+  return t;
+}
+
+static Tensor *random_f32(Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  tensor_fill_random(t, seed);
+  return t;
+}
+
+static Tensor *random_ints(Shape s, int k, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  uint64_t st = seed;
+  for (int64_t i = 0; i < tensor_numel(t); i++)
+    ((float *)t->data)[i] = (float)((int64_t)(rng_next(&st) % (uint64_t)(2 * k + 1)) - k);
+  return t;
+}
+
+static Tensor *to_modp(const Tensor *f) {
+  Tensor *t = tensor_new(DT_MODP, &f->shape);
+  for (int64_t i = 0; i < tensor_numel(f); i++)
+    ((uint32_t *)t->data)[i] = modp_from_int((int64_t)((const float *)f->data)[i]);
+  return t;
+}
+
+static float at(const Tensor *t, int64_t i) { return ((const float *)t->data)[i]; }
+static uint32_t atm(const Tensor *t, int64_t i) { return ((const uint32_t *)t->data)[i]; }
+
+static bool next_coord(const Shape *s, int64_t *c) {
+  for (int k = s->ndim - 1; k >= 0; k--) {
+    if (++c[k] < s->d[k]) return true;
+    c[k] = 0;
+  }
+  return false;
+}
+
+/* ---- hand-computed ---- */
+
+static void test_hand(void) {
+  Diag d;
+  diag_init(&d);
+  float v[] = {1, 2, 3, 4, 5, 6}; /* [[1 2 3] [4 5 6]] */
+  Tensor *x = tensor_from(shape_of(2, 2, 3), v), *y = NULL;
+  Params p = reduce_params(OP_REDUCE_SUM, (int64_t[]){1}, 1, 0);
+  CHECK_EQ_INT(run_op(OP_REDUCE_SUM, &p, x, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == 1 && y->shape.d[0] == 2 && at(y, 0) == 6 && at(y, 1) == 15);
+  tensor_unref(y);
+  p = reduce_params(OP_REDUCE_MEAN, (int64_t[]){0}, 1, 1);
+  CHECK_EQ_INT(run_op(OP_REDUCE_MEAN, &p, x, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == 2 && y->shape.d[0] == 1 && y->shape.d[1] == 3);
+  CHECK(y && at(y, 0) == 2.5f && at(y, 1) == 3.5f && at(y, 2) == 4.5f);
+  tensor_unref(y);
+  p = reduce_params(OP_REDUCE_MAX, NULL, 0, 0); /* all axes */
+  CHECK_EQ_INT(run_op(OP_REDUCE_MAX, &p, x, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == 0 && at(y, 0) == 6);
+  tensor_unref(y);
+  p = reduce_params(OP_REDUCE_SUM, NULL, 0, 1);
+  CHECK_EQ_INT(run_op(OP_REDUCE_SUM, &p, x, false, &y, &d), TEQ_OK);
+  CHECK(y && y->shape.ndim == 2 && at(y, 0) == 21);
+  tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_hand_softmax(void) {
+  Diag d;
+  diag_init(&d);
+  float v[] = {1, 2, 3, 4, 5, 6}; /* [[1 2 3] [4 5 6]] */
+  Tensor *x = tensor_from(shape_of(2, 2, 3), v), *y = NULL;
+  /* softmax([1 2 3]) = e^i / (e + e^2 + e^3). */
+  Params ps;
+  params_default(OP_SOFTMAX, &ps);
+  param_set_int(&ps, 0, 1);
+  CHECK_EQ_INT(run_op(OP_SOFTMAX, &ps, x, false, &y, &d), TEQ_OK);
+  double z = exp(1) + exp(2) + exp(3);
+  for (int i = 0; y && i < 3; i++) {
+    CHECK_NEAR(at(y, i), exp(i + 1) / z, 1e-6);
+    CHECK_NEAR(at(y, 3 + i), exp(i + 1) / z, 1e-6); /* shift-invariant */
+  }
+  tensor_unref(y);
+  /* Large logits do not overflow. */
+  float big[] = {1000, 1000, -1000};
+  Tensor *xb = tensor_from(shape_of(1, 3), big);
+  param_set_int(&ps, 0, 0);
+  CHECK_EQ_INT(run_op(OP_SOFTMAX, &ps, xb, false, &y, &d), TEQ_OK);
+  CHECK(y && at(y, 0) == 0.5f && at(y, 1) == 0.5f && at(y, 2) == 0.0f);
+  tensor_unref(y);
+  tensor_unref(xb);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- every axis combination against a reference ---- */
+
+enum { REF_SUM, REF_MEAN, REF_MAX };
+
+/* The reduction rows and what each computes, for the reference. */
+static const struct {
+  OpKind kind;
+  int ref;
+} reduce_cases[] = {{OP_REDUCE_SUM, REF_SUM}, {OP_REDUCE_MEAN, REF_MEAN}, {OP_REDUCE_MAX, REF_MAX}};
+
+/* Reference reduction of x over mask, into ref (keepdims layout). */
+static void reference_reduce(int k, const Tensor *x, const bool *mask, double *ref,
+                             int64_t n_out) {
+  const Shape *s = &x->shape;
+  int64_t c[TEQ_MAX_DIMS] = {0}, count = 1;
+  for (int i = 0; i < s->ndim; i++) count *= mask[i] ? s->d[i] : 1;
+  for (int64_t j = 0; j < n_out; j++) ref[j] = k == REF_MAX ? -INFINITY : 0;
+  if (tensor_numel(x) > 0) do {
+      int64_t o = 0, i = 0;
+      for (int a = 0; a < s->ndim; a++) {
+        o = o * (mask[a] ? 1 : s->d[a]) + (mask[a] ? 0 : c[a]);
+        i = i * s->d[a] + c[a];
+      }
+      ref[o] = k == REF_MAX ? fmax(ref[o], at(x, i)) : ref[o] + at(x, i);
+    } while (next_coord(s, c));
+  if (k == REF_MEAN)
+    for (int64_t j = 0; j < n_out; j++) ref[j] /= (double)count;
+}
+
+static void check_reduce_all_axes(Shape s, uint64_t seed) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(s, seed);
+  double ref[4096];
+  for (int set = 0; set < (1 << s.ndim); set++) {
+    int64_t axes[TEQ_MAX_DIMS];
+    int n = 0;
+    bool mask[TEQ_MAX_DIMS];
+    for (int a = 0; a < s.ndim; a++)
+      if ((mask[a] = set >> a & 1)) axes[n++] = a;
+    if (n == 0)
+      for (int a = 0; a < s.ndim; a++) mask[a] = true; /* empty axes: all */
+    for (int k = 0; k < 3; k++)
+      for (int keep = 0; keep < 2; keep++) {
+        OpKind kind = reduce_cases[k].kind;
+        Params p = reduce_params(kind, axes, n, keep);
+        Tensor *y = NULL;
+        CHECK_EQ_INT(run_op(kind, &p, x, false, &y, &d), TEQ_OK);
+        if (!y) continue;
+        int rank = 0;
+        for (int a = 0; a < s.ndim; a++) rank += keep || !mask[a];
+        CHECK_EQ_INT(y->shape.ndim, rank);
+        reference_reduce(reduce_cases[k].ref, x, mask, ref, tensor_numel(y));
+        int64_t bad = 0;
+        for (int64_t j = 0; j < tensor_numel(y); j++) bad += fabs(at(y, j) - ref[j]) > 1e-5;
+        CHECK_MSG(bad == 0, "%s axes-set %d keepdims %d: %lld wrong", op_def(kind)->name, set,
+                  keep, (long long)bad);
+        tensor_unref(y);
+      }
+  }
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_reduce_reference(void) {
+  check_reduce_all_axes(shape_of(3, 3, 4, 5), 1);
+  check_reduce_all_axes(shape_of(4, 2, 3, 1, 4), 2);
+  check_reduce_all_axes(shape_of(5, 2, 1, 3, 2, 2), 3);
+  check_reduce_all_axes(shape_of(1, 7), 4);
+  check_reduce_all_axes(shape_of(2, 3, 0), 5); /* empty input: sum 0, max -inf */
+}
+
+/* A long run sums in double: float32 accumulation would drift here. */
+static void test_reduce_precision(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(shape_of(1, 1 << 20), 9), *y = NULL;
+  double ref = 0;
+  for (int64_t i = 0; i < tensor_numel(x); i++) ref += at(x, i);
+  CHECK_EQ_INT(run_op(OP_REDUCE_SUM, NULL, x, false, &y, &d), TEQ_OK);
+  CHECK(y && fabs(at(y, 0) - ref) < 1e-3);
+  tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- Z_p ---- */
+
+static void test_modp_reduce(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *xf = random_ints(shape_of(4, 2, 3, 4, 5), 1000, 7), *xm = to_modp(xf);
+  int64_t sets[][2] = {{1, 2}, {0, 3}, {3, -1}, {0, -1}};
+  for (int t = 0; t < 4; t++) {
+    int n = sets[t][1] < 0 ? 1 : 2;
+    Params p = reduce_params(OP_REDUCE_SUM, sets[t], n, t % 2);
+    Tensor *yf = NULL, *ym = NULL, *mm = NULL, *mx = NULL, *mxf = NULL;
+    CHECK_EQ_INT(run_op(OP_REDUCE_SUM, &p, xf, false, &yf, &d), TEQ_OK);
+    CHECK_EQ_INT(run_op(OP_REDUCE_SUM, &p, xm, true, &ym, &d), TEQ_OK);
+    Params pm = reduce_params(OP_REDUCE_MEAN, sets[t], n, t % 2);
+    CHECK_EQ_INT(run_op(OP_REDUCE_MEAN, &pm, xm, true, &mm, &d), TEQ_OK);
+    Params px = reduce_params(OP_REDUCE_MAX, sets[t], n, t % 2);
+    CHECK_EQ_INT(run_op(OP_REDUCE_MAX, &px, xm, true, &mx, &d), TEQ_OK);
+    CHECK_EQ_INT(run_op(OP_REDUCE_MAX, &px, xf, false, &mxf, &d), TEQ_OK);
+    if (!yf || !ym || !mm || !mx || !mxf) break;
+    int64_t count = tensor_numel(xf) / tensor_numel(yf);
+    uint32_t inv = modp_inv((uint32_t)count);
+    for (int64_t j = 0; j < tensor_numel(yf); j++) {
+      CHECK_EQ_INT(modp_to_int(atm(ym, j)), (int64_t)at(yf, j));  /* exact sum */
+      CHECK_EQ_INT(atm(mm, j), modp_mul(atm(ym, j), inv));         /* mean = sum / count */
+      CHECK_EQ_INT(modp_mul(atm(mm, j), (uint32_t)count), atm(ym, j));
+    }
+    /* The Z_p max orders residues as integers: every negative value (a
+     * residue above p/2) beats every positive one. */
+    for (int64_t j = 0; j < tensor_numel(mx); j++) {
+      uint32_t r = atm(mx, j);
+      if (at(mxf, j) >= 0) CHECK(modp_to_int(r) < 0 || r == (uint32_t)at(mxf, j));
+    }
+    tensor_unref(yf), tensor_unref(ym), tensor_unref(mm), tensor_unref(mx), tensor_unref(mxf);
+  }
+  tensor_unref(xf);
+  tensor_unref(xm);
+  diag_fini(&d);
+}
+
+static void test_modp_max_hand(void) {
+  Diag d;
+  diag_init(&d);
+  Shape s = shape_of(1, 4);
+  Tensor *x = tensor_new(DT_MODP, &s), *y = NULL;
+  uint32_t v[] = {5, MODP_P - 1, 7, 0};
+  memcpy(x->data, v, sizeof v);
+  CHECK_EQ_INT(run_op(OP_REDUCE_MAX, NULL, x, true, &y, &d), TEQ_OK);
+  CHECK(y && atm(y, 0) == MODP_P - 1);
+  tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- softmax ---- */
+
+static void test_softmax_reference(void) {
+  Diag d;
+  diag_init(&d);
+  Shape s = shape_of(4, 2, 3, 4, 5);
+  Tensor *x = random_f32(s, 3);
+  for (int64_t i = 0; i < tensor_numel(x); i++) ((float *)x->data)[i] *= 8;
+  int64_t st[TEQ_MAX_DIMS];
+  shape_strides(&s, st);
+  for (int axis = 0; axis < 4; axis++) {
+    Params p;
+    params_default(OP_SOFTMAX, &p);
+    param_set_int(&p, 0, axis);
+    Tensor *y = NULL;
+    CHECK_EQ_INT(run_op(OP_SOFTMAX, &p, x, false, &y, &d), TEQ_OK);
+    if (!y) continue;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < tensor_numel(x); i++) {
+      int64_t pos = i / st[axis] % s.d[axis], base = i - pos * st[axis];
+      double z = 0;
+      for (int64_t j = 0; j < s.d[axis]; j++) z += exp(at(x, base + j * st[axis]));
+      bad += fabs(at(y, i) - exp(at(x, i)) / z) > 1e-6;
+    }
+    CHECK_MSG(bad == 0, "softmax axis %d: %lld wrong", axis, (long long)bad);
+    tensor_unref(y);
+  }
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_softmax_modp(void) {
+  Diag d;
+  diag_init(&d);
+  uint32_t (*s)(uint32_t) = op_def(OP_SOFTMAX)->modp_standin;
+  CHECK(s != NULL && (op_def(OP_SOFTMAX)->flags & OPF_NONLINEAR));
+  if (!s) return;
+  Shape sh = shape_of(3, 2, 3, 4);
+  Tensor *x = tensor_new(DT_MODP, &sh), *y = NULL;
+  tensor_fill_random(x, 11);
+  Params p;
+  params_default(OP_SOFTMAX, &p);
+  param_set_int(&p, 0, 1);
+  CHECK_EQ_INT(run_op(OP_SOFTMAX, &p, x, true, &y, &d), TEQ_OK);
+  for (int64_t o = 0; y && o < 2; o++)
+    for (int64_t i = 0; i < 4; i++) {
+      uint32_t sum = 0, total = 0;
+      for (int64_t j = 0; j < 3; j++) sum = modp_add(sum, s(atm(x, (o * 3 + j) * 4 + i)));
+      for (int64_t j = 0; j < 3; j++) {
+        int64_t at_ = (o * 3 + j) * 4 + i;
+        CHECK_EQ_INT(atm(y, at_), modp_mul(s(atm(x, at_)), modp_inv(sum)));
+        total = modp_add(total, atm(y, at_));
+      }
+      CHECK_EQ_INT(total, 1); /* the outputs along the axis sum to 1 in Z_p too */
+    }
+  /* Its stand-in is unlike every other non-linear operator's. */
+  for (int k = 0; k < OP__COUNT; k++) {
+    uint32_t (*f)(uint32_t) = op_def(k)->modp_standin;
+    if (!f || k == OP_SOFTMAX) continue;
+    int same = 0;
+    for (uint32_t v = 1; v < 50; v++) same += f(v * 7919) == s(v * 7919);
+    CHECK_MSG(same <= 3, "%s", op_def(k)->name);
+  }
+  tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- shape errors and flags ---- */
+
+static void test_errors(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(shape_of(2, 2, 3), 1), *y = NULL;
+  Params p = reduce_params(OP_REDUCE_SUM, (int64_t[]){2}, 1, 1);
+  CHECK_EQ_INT(run_op(OP_REDUCE_SUM, &p, x, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "reduce_sum: axes[0]=2: input 0 has shape [2, 3] (rank 2)"),
+            "%s", diag_last(&d));
+  p = reduce_params(OP_REDUCE_MEAN, (int64_t[]){1, 1}, 2, 1);
+  CHECK_EQ_INT(run_op(OP_REDUCE_MEAN, &p, x, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "axes[1]=1 repeats"), "%s", diag_last(&d));
+  p = reduce_params(OP_REDUCE_MAX, NULL, 0, 2);
+  CHECK_EQ_INT(run_op(OP_REDUCE_MAX, &p, x, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "keepdims=2"), "%s", diag_last(&d));
+  params_default(OP_SOFTMAX, &p);
+  param_set_int(&p, 0, 2);
+  CHECK_EQ_INT(run_op(OP_SOFTMAX, &p, x, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "softmax: axis=2: input 0 has shape [2, 3] (rank 2)"), "%s",
+            diag_last(&d));
+  /* A Z_p tensor in float mode is refused. */
+  Tensor *m = to_modp(x);
+  CHECK_EQ_INT(run_op(OP_REDUCE_SUM, NULL, m, false, &y, &d), TEQ_ERR_INPUT);
+  CHECK(y == NULL);
+  tensor_unref(m);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_flags(void) {
+  CHECK(op_def(OP_REDUCE_SUM)->flags & OPF_MULTILINEAR);
+  CHECK(op_def(OP_REDUCE_MEAN)->flags & OPF_MULTILINEAR);
+  CHECK(!(op_def(OP_REDUCE_MAX)->flags & (OPF_MULTILINEAR | OPF_NONLINEAR)));
+  CHECK(!(op_def(OP_SOFTMAX)->flags & OPF_MULTILINEAR));
+  CHECK_EQ_INT(op_by_onnx("ReduceSum"), OP_REDUCE_SUM);
+  CHECK_EQ_INT(op_by_onnx("Softmax"), OP_SOFTMAX);
+  Params p;
+  params_default(OP_REDUCE_MEAN, &p);
+  CHECK_EQ_INT(param_int(&p, param_index(OP_REDUCE_MEAN, "keepdims")), 1);
+  CHECK_EQ_INT(p.v[param_index(OP_REDUCE_MEAN, "axes")].n, 0);
+}
+
+int main(void) {
+  test_hand();
+  test_hand_softmax();
+  test_reduce_reference();
+  test_reduce_precision();
+  test_modp_reduce();
+  test_modp_max_hand();
+  test_softmax_reference();
+  test_softmax_modp();
+  test_errors();
+  test_flags();
+  return check_exit();
+}
