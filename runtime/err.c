@@ -36,37 +36,31 @@ void diag_fini(Diag *d) {
   memset(d, 0, sizeof *d);
 }
 
+/* Messages longer than this are cut; a located one-line message never is. */
+#define DIAG_MESSAGE_MAX 2048
+
 static void diag_append(Diag *d, const char *prefix, const char *fmt, va_list ap) {
-  va_list ap2;
-  va_copy(ap2, ap);
-  char probe[1];
-  int n = vsnprintf(probe, sizeof probe, fmt, ap2);
-  va_end(ap2);
-  size_t need = d->len + strlen(prefix) + (size_t)(n < 0 ? 0 : n) + 2;
+  char msg[DIAG_MESSAGE_MAX];
+  vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
+  size_t np = strlen(prefix), nm = strlen(msg), need = d->len + np + nm + 2;
   if (need > d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 256;
     while (cap < need) cap *= 2;
     char *t = realloc(d->text, cap);
     if (!t) {
-      fputs(prefix, stderr);
-      vfprintf(stderr, fmt, ap);
-      fputc('\n', stderr);
+      fprintf(stderr, "%s%s\n", prefix, msg);
       return;
     }
     d->text = t;
     d->cap = cap;
   }
-  size_t start = d->len;
-  size_t room = d->cap - d->len;
-  int k = snprintf(d->text + d->len, room, "%s", prefix);
-  d->len += (size_t)(k > 0 ? k : 0);
-  k = vsnprintf(d->text + d->len, d->cap - d->len, fmt, ap);
-  d->len += (size_t)(k > 0 ? k : 0);
-  d->text[d->len++] = '\n';
-  d->text[d->len] = '\0';
-  if (d->echo && prefix[0] == 'w') {
-    fputs(d->text + start, d->echo);
-  }
+  char *line = d->text + d->len;
+  memcpy(line, prefix, np);
+  memcpy(line + np, msg, nm);
+  line[np + nm] = '\n';
+  line[np + nm + 1] = '\0';
+  d->len += np + nm + 1;
+  if (d->echo && prefix[0] == 'w') fputs(line, d->echo);
 }
 
 int diag_verror(Diag *d, const char *fmt, va_list ap) {
