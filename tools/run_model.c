@@ -1,2 +1,342 @@
+/* run_model.c: the run-model command: import an ONNX model, run it on the
+ * CPU executor, print a checksum per output and the time per run.
+ *   run-model [--input NAME=FILE]... [--seed S] [--batch N] [--repeat N]
+ *             [--output-dir DIR] [--save OUT.onnx] [--modp] [--quiet] MODEL.onnx
+ * Inputs not given as files are seeded random tensors (input i gets seed
+ * S+i), so two runs of the same command print the same numbers. Results go
+ * to stdout, import statistics and messages to stderr; bad arguments or a
+ * bad model exit with status 2. Options are rows of one table. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/exec.h"
 #include "runtime/onnx.h"
-int main(void) { return 1; }
+
+#define MAX_INPUT_FILES 64
+
+typedef struct RunOptions {
+  const char *input_files[MAX_INPUT_FILES]; /* "NAME=FILE" */
+  int64_t n_input_files;
+  int64_t seed;
+  int64_t batch;
+  int64_t repeat;
+  const char *output_dir;
+  const char *save;
+  int64_t modp, quiet;
+  const char *model;
+} RunOptions;
+
+typedef enum { OPT_FLAG, OPT_INT, OPT_STRING, OPT_LIST } OptKind;
+
+typedef struct OptRow {
+  const char *name;
+  OptKind kind;
+  size_t offset;    /* of the field in RunOptions */
+  int64_t def, lo, hi;
+  const char *help;
+} OptRow;
+
+static const OptRow option_rows[] = {
+    {"input", OPT_LIST, offsetof(RunOptions, input_files), 0, 0, 0,
+     "NAME=FILE: feed input NAME from FILE (.pb: a TensorProto; else raw little-endian data)"},
+    {"seed", OPT_INT, offsetof(RunOptions, seed), 0, 0, INT64_MAX,
+     "seed of the random inputs; input i gets seed S+i"},
+    {"batch", OPT_INT, offsetof(RunOptions, batch), 1, 1, 1 << 20,
+     "extent given to symbolic dimensions"},
+    {"repeat", OPT_INT, offsetof(RunOptions, repeat), 1, 1, 1000000,
+     "runs to time; the median is printed"},
+    {"output-dir", OPT_STRING, offsetof(RunOptions, output_dir), 0, 0, 0,
+     "write output_J.pb (TensorProto) and output_J.bin (raw float32) there"},
+    {"save", OPT_STRING, offsetof(RunOptions, save), 0, 0, 0,
+     "write the imported graph back as ONNX"},
+    {"modp", OPT_FLAG, offsetof(RunOptions, modp), 0, 0, 1, "evaluate exactly in Z_p"},
+    {"quiet", OPT_FLAG, offsetof(RunOptions, quiet), 0, 0, 1, "no statistics on stderr"},
+};
+#define N_OPTIONS (sizeof option_rows / sizeof option_rows[0])
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: run-model [options] MODEL.onnx\n");
+  for (size_t k = 0; k < N_OPTIONS; k++) {
+    const OptRow *r = &option_rows[k];
+    fprintf(f, "  --%-11s %s%s", r->name, r->kind == OPT_FLAG ? "" : "V  ", r->help);
+    if (r->kind == OPT_INT) fprintf(f, " (default %lld)", (long long)r->def);
+    fputc('\n', f);
+  }
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "run-model: ");
+  fprintf(stderr, fmt, arg);
+  fputc('\n', stderr);
+  usage(stderr);
+  return 2;
+}
+
+/* Stores one option's value; 0 or the exit status 2. */
+static int set_option(RunOptions *o, const OptRow *r, const char *val) {
+  char *field = (char *)o + r->offset;
+  if (r->kind == OPT_FLAG) {
+    *(int64_t *)field = 1;
+  } else if (r->kind == OPT_STRING) {
+    *(const char **)field = val;
+  } else if (r->kind == OPT_LIST) {
+    if (o->n_input_files == MAX_INPUT_FILES) return bad_usage("too many --%s options", r->name);
+    if (!strchr(val, '=')) return bad_usage("--input takes NAME=FILE, not '%s'", val);
+    ((const char **)field)[o->n_input_files++] = val;
+  } else {
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || *end || end == val || v < r->lo || v > r->hi) {
+      fprintf(stderr, "run-model: --%s takes an integer in [%lld, %lld], not '%s'\n", r->name,
+              (long long)r->lo, (long long)r->hi, val);
+      return 2;
+    }
+    *(int64_t *)field = v;
+  }
+  return 0;
+}
+
+/* Fills o from argv; 0, or the status to exit with (2, or -1 for --help). */
+static int parse_args(int argc, char **argv, RunOptions *o) {
+  memset(o, 0, sizeof *o);
+  for (size_t k = 0; k < N_OPTIONS; k++)
+    if (option_rows[k].kind == OPT_INT) *(int64_t *)((char *)o + option_rows[k].offset) = option_rows[k].def;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
+    if (strncmp(a, "--", 2) != 0) {
+      if (o->model) return bad_usage("more than one model: '%s'", a);
+      o->model = a;
+      continue;
+    }
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+    const OptRow *r = NULL;
+    for (size_t k = 0; k < N_OPTIONS; k++)
+      if (strlen(option_rows[k].name) == len && strncmp(option_rows[k].name, a + 2, len) == 0)
+        r = &option_rows[k];
+    if (!r) return bad_usage("unknown option '%s'", a);
+    const char *val = eq ? eq + 1 : NULL;
+    if (r->kind == OPT_FLAG && val) return bad_usage("option '%s' takes no value", a);
+    if (r->kind != OPT_FLAG && !val && (val = i + 1 < argc ? argv[++i] : NULL) == NULL)
+      return bad_usage("option '%s' needs a value", a);
+    int rc = set_option(o, r, val);
+    if (rc) return rc;
+  }
+  return o->model ? 0 : bad_usage("%s", "no model given");
+}
+
+/* ---- inputs ---- */
+
+/* diag_error with a code other than TEQ_ERR_INPUT. */
+static int fail(Diag *d, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(Diag *d, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(d, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* FILE as raw little-endian elements of the input's shape and type. */
+static int read_raw(const char *path, DType dt, const Shape *s, Tensor **out, Diag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(d, TEQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  Tensor *t = tensor_new(dt, s);
+  size_t want = t ? tensor_bytes(t) : 0, got = t ? fread(t->data, 1, want, f) : 0;
+  int extra = fgetc(f) != EOF;
+  fclose(f);
+  char ss[SHAPE_STR_MAX];
+  if (t && (got != want || extra)) {
+    tensor_unref(t);
+    return diag_error(d, "%s: expected exactly %zu bytes (%s %s), the file has %s", path, want,
+                      dtype_name(dt), shape_format(s, ss, sizeof ss), extra ? "more" : "fewer");
+  }
+  if (!t) return fail(d, TEQ_ERR_NOMEM, "%s: out of memory", path);
+  *out = t;
+  return TEQ_OK;
+}
+
+static int read_input_file(const char *path, const Node *in, Tensor **out, Diag *d) {
+  size_t n = strlen(path);
+  if (n < 3 || strcmp(path + n - 3, ".pb") != 0) return read_raw(path, in->dtype, &in->out[0], out, d);
+  Tensor *t;
+  int rc = onnx_read_tensor_file(path, &t, NULL, d);
+  if (rc != TEQ_OK) return rc;
+  if (t->dtype != in->dtype || !shape_equal(&t->shape, &in->out[0])) {
+    char a[SHAPE_STR_MAX], b[SHAPE_STR_MAX];
+    diag_error(d, "%s: a %s %s tensor, but input '%s' is %s %s", path, dtype_name(t->dtype),
+               shape_format(&t->shape, a, sizeof a), in->name, dtype_name(in->dtype),
+               shape_format(&in->out[0], b, sizeof b));
+    tensor_unref(t);
+    return TEQ_ERR_INPUT;
+  }
+  *out = t;
+  return TEQ_OK;
+}
+
+/* The file given for input `in`, or NULL. */
+static const char *file_for(const RunOptions *o, const Node *in) {
+  for (int64_t k = 0; k < o->n_input_files; k++) {
+    const char *spec = o->input_files[k], *eq = strchr(spec, '=');
+    if (in->name && strlen(in->name) == (size_t)(eq - spec) && strncmp(spec, in->name, (size_t)(eq - spec)) == 0)
+      return eq + 1;
+  }
+  return NULL;
+}
+
+static int check_input_names(const RunOptions *o, const Graph *g, Diag *d) {
+  for (int64_t k = 0; k < o->n_input_files; k++) {
+    const char *spec = o->input_files[k], *eq = strchr(spec, '=');
+    bool found = false;
+    for (int32_t i = 0; i < g->n_inputs && !found; i++) {
+      const char *name = g->nodes[g->inputs[i]].name;
+      found = name && strlen(name) == (size_t)(eq - spec) && strncmp(spec, name, (size_t)(eq - spec)) == 0;
+    }
+    if (!found) return diag_error(d, "--input %s: the model has no input of that name", spec);
+  }
+  return TEQ_OK;
+}
+
+static int make_inputs(const RunOptions *o, const Graph *g, Tensor **inputs, Diag *d) {
+  int rc = check_input_names(o, g, d);
+  for (int32_t i = 0; i < g->n_inputs && rc == TEQ_OK; i++) {
+    const Node *in = &g->nodes[g->inputs[i]];
+    const char *file = file_for(o, in);
+    DType dt = o->modp && in->dtype == DT_F32 ? DT_MODP : in->dtype;
+    if (file) {
+      rc = read_input_file(file, in, &inputs[i], d);
+    } else if (!(inputs[i] = tensor_new(dt, &in->out[0]))) {
+      rc = fail(d, TEQ_ERR_NOMEM, "input '%s': out of memory", in->name);
+    } else {
+      tensor_fill_random(inputs[i], (uint64_t)o->seed + (uint64_t)i);
+    }
+    if (rc == TEQ_OK && file && dt == DT_MODP) {
+      Tensor *m = exec_f32_to_modp(inputs[i], d);
+      tensor_unref(inputs[i]);
+      inputs[i] = m;
+      if (!m) rc = TEQ_ERR_INPUT;
+    }
+  }
+  return rc;
+}
+
+/* ---- running and reporting ---- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Runs g repeat times; outputs holds the last run's results. */
+static int run_timed(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor **outputs,
+                     double *median_ms, Diag *d) {
+  double *times = malloc((size_t)o->repeat * sizeof *times);
+  if (!times) return fail(d, TEQ_ERR_NOMEM, "out of memory");
+  int rc = TEQ_OK;
+  for (int64_t r = 0; r < o->repeat && rc == TEQ_OK; r++) {
+    for (int32_t j = 0; r > 0 && j < g->n_outputs; j++) {
+      tensor_unref(outputs[j]);
+      outputs[j] = NULL;
+    }
+    double t0 = now_ms();
+    rc = exec_run(g, o->modp ? EXEC_MODP : EXEC_F32, inputs, outputs, d);
+    times[r] = now_ms() - t0;
+  }
+  qsort(times, (size_t)o->repeat, sizeof *times, compare_doubles);
+  *median_ms = times[o->repeat / 2];
+  free(times);
+  return rc;
+}
+
+static int write_outputs(const char *dir, const Graph *g, Tensor **outputs, Diag *d) {
+  int rc = TEQ_OK;
+  for (int32_t j = 0; j < g->n_outputs && rc == TEQ_OK; j++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/output_%d.pb", dir, j);
+    rc = onnx_write_tensor_file(path, outputs[j], g->output_names[j], d);
+    snprintf(path, sizeof path, "%s/output_%d.bin", dir, j);
+    FILE *f = rc == TEQ_OK ? fopen(path, "wb") : NULL;
+    if (rc == TEQ_OK && !f) rc = fail(d, TEQ_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    const Tensor *t = outputs[j];
+    for (int64_t k = 0; f && k < tensor_numel(t); k++) {
+      float v = t->dtype == DT_F32 ? ((const float *)t->data)[k]
+                : t->dtype == DT_I64 ? (float)((const int64_t *)t->data)[k]
+                                     : (float)((const uint32_t *)t->data)[k];
+      fwrite(&v, sizeof v, 1, f);
+    }
+    if (f && (ferror(f) | fclose(f)))
+      rc = fail(d, TEQ_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  }
+  return rc;
+}
+
+static void print_results(const Graph *g, Tensor **outputs, const RunOptions *o, double ms) {
+  for (int32_t j = 0; j < g->n_outputs; j++) {
+    char s[SHAPE_STR_MAX];
+    printf("%s %s %.9g\n", g->output_names[j] ? g->output_names[j] : "?",
+           shape_format(&outputs[j]->shape, s, sizeof s), tensor_checksum(outputs[j]));
+  }
+  printf("time %.3f ms%s\n", ms, o->repeat > 1 ? " (median)" : "");
+}
+
+static void print_stats(const char *path, const OnnxImportStats *s) {
+  fprintf(stderr, "%s: opset %d, %d nodes: %d folded, %d opaque, %d batchnorm folded, "
+          "%d no-ops removed\n", path, s->opset, s->n_nodes, s->n_folded, s->n_opaque,
+          s->n_batchnorm_folded, s->n_noops_removed);
+}
+
+/* Import, run, report; returns an error code. */
+static int run_model(const RunOptions *o, Diag *d) {
+  OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+  io.batch = o->batch;
+  OnnxImportStats stats;
+  Graph *g = NULL;
+  int rc = onnx_import_file(o->model, &io, &g, &stats, d);
+  if (rc != TEQ_OK) return rc;
+  if (!o->quiet) print_stats(o->model, &stats);
+  Tensor **inputs = calloc((size_t)g->n_inputs + 1, sizeof *inputs);
+  Tensor **outputs = calloc((size_t)g->n_outputs + 1, sizeof *outputs);
+  double ms = 0;
+  rc = inputs && outputs ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, d);
+  if (rc == TEQ_OK) rc = make_inputs(o, g, inputs, d);
+  if (rc == TEQ_OK) rc = run_timed(o, g, inputs, outputs, &ms, d);
+  if (rc == TEQ_OK) print_results(g, outputs, o, ms);
+  if (rc == TEQ_OK && o->output_dir) rc = write_outputs(o->output_dir, g, outputs, d);
+  for (int32_t i = 0; inputs && i < g->n_inputs; i++) tensor_unref(inputs[i]);
+  for (int32_t j = 0; outputs && j < g->n_outputs; j++) tensor_unref(outputs[j]);
+  free(inputs);
+  free(outputs);
+  graph_free(g);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  RunOptions o;
+  int status = parse_args(argc, argv, &o);
+  if (status) {
+    if (status < 0) usage(stdout);
+    return status < 0 ? 0 : status;
+  }
+  Diag d;
+  diag_init(&d);
+  d.echo = stderr;
+  int rc = run_model(&o, &d);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  return teq_exit_status(rc);
+}

@@ -1,1 +1,743 @@
-/* PLACEHOLDER */
+/* export.c: a Graph out as an ONNX ModelProto (opset 13, IR 7).
+ * Tensor names are settled before any node is written: graph inputs and
+ * outputs keep their names, every other value gets a generated name that
+ * no other value has (OnnxNames `taken`). Constants become initializers;
+ * TASO's constant tensors and other sources are evaluated once and written
+ * as initializers too. Each operator is written from its registry row: the
+ * ONNX op_type, one attribute per parameter with an onnx_attr, then the
+ * row's onnx_write hook through the OnnxNodeOut calls below. Opaque nodes
+ * are their stored NodeProtos with inputs and outputs renamed; the opset
+ * they were imported under raises the model's opset where needed. A graph
+ * output that is an input, a constant or another output's value is written
+ * through an Identity node, since ONNX names each value once. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/exec.h"
+#include "runtime/onnx/onnx_int.h"
+
+#define EXPORT_OPSET 13
+#define MAX_UNARY 4
+
+typedef struct Domain {
+  char *name;
+  int version;
+} Domain;
+
+typedef struct Exporter {
+  const Graph *g;
+  const char *path;
+  Diag *d;
+  Onnx__ModelProto *m;
+  Onnx__GraphProto *gp;   /* m->graph */
+  int32_t *uses, *offset; /* graph_use_counts: uses[offset[node] + out] */
+  const char **names;     /* tensor name of each output, same indexing; NULL until named */
+  bool *is_output;        /* same indexing: a graph output, declared in graph.output */
+  int32_t *elem;          /* same indexing: ONNX element type where Teq's dtype is not it; 0 */
+  Shape *decl;            /* same indexing: declared shapes of opaque outputs */
+  const char *old_opset_op; /* the opaque operator of the lowest opset, and that opset */
+  int old_opset;
+  char **owned;           /* every generated string the maps borrow */
+  size_t n_owned;
+  OnnxNames taken;        /* tensor names in use */
+  OnnxNames node_names;
+  int opset;              /* of the default domain */
+  Domain *domains;        /* custom domains of opaque nodes */
+  int n_domains;
+  bool nomem;             /* an allocation failed; reported once at the end */
+} Exporter;
+
+struct OnnxNodeOut {
+  Exporter *x;
+  const Node *node;
+  Onnx__NodeProto *np;
+  const char *unary[MAX_UNARY];
+  int n_unary;
+};
+
+/* ---- growing the repeated fields ---- */
+
+/* Appends item to a protobuf-c repeated field (a T ** and its count). The
+ * array grows at powers of two, so it needs no capacity field. All object
+ * pointers share one representation here, so the field is handled as void **. */
+static bool append(void *field, size_t *n, void *item) {
+  void **arr;
+  memcpy(&arr, field, sizeof arr);
+  if ((*n & (*n - 1)) == 0) {
+    void **a = realloc(arr, (*n ? 2 * *n : 1) * sizeof *a);
+    if (!a) return false;
+    arr = a;
+    memcpy(field, &arr, sizeof arr);
+  }
+  arr[(*n)++] = item;
+  return true;
+}
+
+static void append_string(Exporter *x, char ***field, size_t *n, const char *s) {
+  char *copy = strdup(s);
+  if (!copy || !append(field, n, copy)) {
+    free(copy);
+    x->nomem = true;
+  }
+}
+
+static void append_message(Exporter *x, void *field, size_t *n, void *msg) {
+  if (!msg || !append(field, n, msg)) {
+    onnx_message_free(msg);
+    x->nomem = true;
+  }
+}
+
+/* ---- names ---- */
+
+/* base, or base_1, base_2, ... : the first not in set; registered there. */
+static const char *unique_in(Exporter *x, OnnxNames *set, const char *base) {
+  char *s = strdup(base);
+  for (int k = 1; s && onnx_names_get(set, s) >= 0; k++) {
+    free(s);
+    s = onnx_strdup_printf("%s_%d", base, k);
+  }
+  if (s && append(&x->owned, &x->n_owned, s) && onnx_names_put(set, s, 0) == TEQ_OK) return s;
+  if (s && (x->n_owned == 0 || x->owned[x->n_owned - 1] != s)) free(s);
+  x->nomem = true;
+  return "";
+}
+
+static const char *unique_name(Exporter *x, const char *base) {
+  return unique_in(x, &x->taken, base);
+}
+
+static const char **name_slot(Exporter *x, TensorRef r) {
+  return &x->names[x->offset[r.node] + r.out];
+}
+
+/* The tensor name of r, generated on first use. */
+static const char *tensor_name(Exporter *x, TensorRef r) {
+  const char **slot = name_slot(x, r);
+  if (*slot) return *slot;
+  const Node *n = &x->g->nodes[r.node];
+  bool source = op_def(n->kind)->flags & OPF_SOURCE;
+  char base[256];
+  if (source && n->name) snprintf(base, sizeof base, "%s", n->name);
+  else if (source) snprintf(base, sizeof base, "c%d", r.node);
+  else if (n->name) snprintf(base, sizeof base, "%s_out%d", n->name, r.out);
+  else snprintf(base, sizeof base, "t%d_%d", r.node, r.out);
+  *slot = unique_name(x, base);
+  return *slot;
+}
+
+/* The ONNX element type r has in the exported model. */
+static int32_t exported_elem(const Exporter *x, TensorRef r) {
+  int32_t e = x->elem[x->offset[r.node] + r.out];
+  return e ? e : onnx_dtype_elem(x->g->nodes[r.node].dtype);
+}
+
+static const char *node_name(Exporter *x, int32_t id) {
+  const Node *n = &x->g->nodes[id];
+  char base[256];
+  if (n->name) snprintf(base, sizeof base, "%s", n->name);
+  else snprintf(base, sizeof base, "%s_%d", op_def(n->kind)->name, id);
+  return unique_in(x, &x->node_names, base);
+}
+
+/* ---- messages ---- */
+
+static int internal_error(Exporter *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int internal_error(Exporter *x, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(x->d, "%s: %s", x->path, msg);
+  return TEQ_ERR_INTERNAL;
+}
+
+static Onnx__NodeProto *node_new(Exporter *x, const char *op_type, const char *name) {
+  Onnx__NodeProto *np = malloc(sizeof *np);
+  if (np) {
+    onnx__node_proto__init(np);
+    np->op_type = strdup(op_type);
+    np->name = strdup(name);
+    np->domain = strdup("");
+  }
+  if (!np || !np->op_type || !np->name || !np->domain) {
+    onnx_message_free(np);
+    x->nomem = true;
+    return NULL;
+  }
+  return np;
+}
+
+/* Each piece is linked into its parent as soon as it exists, so freeing
+ * the top message on failure frees whatever was built. */
+static Onnx__TensorShapeProto *shape_proto_new(const Shape *s) {
+  Onnx__TensorShapeProto *sp = malloc(sizeof *sp);
+  if (!sp) return NULL;
+  onnx__tensor_shape_proto__init(sp);
+  sp->dim = calloc((size_t)s->ndim + 1, sizeof *sp->dim);
+  for (int i = 0; sp->dim && i < s->ndim; i++) {
+    Onnx__TensorShapeProto__Dimension *dm = malloc(sizeof *dm);
+    if (!dm) break;
+    onnx__tensor_shape_proto__dimension__init(dm);
+    if (s->d[i] >= 0) {
+      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dm->dim_value = s->d[i];
+    }
+    sp->dim[sp->n_dim++] = dm;
+  }
+  if (sp->n_dim != (size_t)s->ndim) {
+    onnx_message_free(sp);
+    return NULL;
+  }
+  return sp;
+}
+
+/* A graph input, output or value_info entry; extents below 0 are written
+ * as unknown dimensions. */
+static Onnx__ValueInfoProto *value_info_new(const char *name, const Shape *s, int32_t elem) {
+  Onnx__ValueInfoProto *vi = malloc(sizeof *vi);
+  if (!vi) return NULL;
+  onnx__value_info_proto__init(vi);
+  vi->name = strdup(name);
+  Onnx__TypeProto *tp = vi->type = malloc(sizeof *tp);
+  Onnx__TypeProto__Tensor *tt = NULL;
+  if (tp) {
+    onnx__type_proto__init(tp);
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tt = tp->tensor_type = malloc(sizeof *tt);
+  }
+  if (tt) {
+    onnx__type_proto__tensor__init(tt);
+    tt->has_elem_type = 1;
+    tt->elem_type = elem;
+    if (shape_is_known(s)) tt->shape = shape_proto_new(s); /* unknown: no shape field */
+  }
+  if (!vi->name || !tt || (shape_is_known(s) && !tt->shape)) {
+    onnx_message_free(vi);
+    return NULL;
+  }
+  return vi;
+}
+
+static Onnx__AttributeProto *attr_new(const char *name, int type) {
+  Onnx__AttributeProto *a = malloc(sizeof *a);
+  if (!a) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = strdup(name);
+  a->has_type = 1;
+  a->type = type;
+  if (!a->name) {
+    onnx_message_free(a);
+    return NULL;
+  }
+  return a;
+}
+
+/* ---- the OnnxNodeOut calls for registry rows ---- */
+
+void onnx_out_drop_attr(OnnxNodeOut *w, const char *name) {
+  Onnx__NodeProto *np = w->np;
+  for (size_t k = 0; k < np->n_attribute; k++)
+    if (strcmp(np->attribute[k]->name, name) == 0) {
+      onnx_message_free(np->attribute[k]);
+      memmove(&np->attribute[k], &np->attribute[k + 1], (np->n_attribute - k - 1) * sizeof *np->attribute);
+      np->n_attribute--;
+      return;
+    }
+}
+
+/* Replaces any attribute of the same name. */
+static void put_attr(OnnxNodeOut *w, Onnx__AttributeProto *a) {
+  if (!a) {
+    w->x->nomem = true;
+    return;
+  }
+  onnx_out_drop_attr(w, a->name);
+  append_message(w->x, &w->np->attribute, &w->np->n_attribute, a);
+}
+
+void onnx_out_attr_int(OnnxNodeOut *w, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = attr_new(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  if (a) {
+    a->has_i = 1;
+    a->i = v;
+  }
+  put_attr(w, a);
+}
+
+void onnx_out_attr_float(OnnxNodeOut *w, const char *name, double v) {
+  Onnx__AttributeProto *a = attr_new(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  if (a) {
+    a->has_f = 1;
+    a->f = (float)v;
+  }
+  put_attr(w, a);
+}
+
+void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n) {
+  Onnx__AttributeProto *a = attr_new(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  if (a && n > 0 && !(a->ints = malloc((size_t)n * sizeof *a->ints))) {
+    onnx_message_free(a);
+    a = NULL;
+  }
+  if (a && n > 0) {
+    memcpy(a->ints, v, (size_t)n * sizeof *v);
+    a->n_ints = (size_t)n;
+  }
+  put_attr(w, a);
+}
+
+void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type) {
+  char *s = strdup(op_type);
+  if (!s) {
+    w->x->nomem = true;
+    return;
+  }
+  free(w->np->op_type);
+  w->np->op_type = s;
+}
+
+void onnx_out_add_const_input(OnnxNodeOut *w, const Tensor *t) {
+  char base[300];
+  snprintf(base, sizeof base, "%s_c%zu", w->np->name, w->np->n_input);
+  const char *name = unique_name(w->x, base);
+  append_message(w->x, &w->x->gp->initializer, &w->x->gp->n_initializer,
+                 onnx_tensor_to_proto(t, name));
+  append_string(w->x, &w->np->input, &w->np->n_input, name);
+}
+
+void onnx_out_add_empty_input(OnnxNodeOut *w) {
+  append_string(w->x, &w->np->input, &w->np->n_input, "");
+}
+
+void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
+  if (w->n_unary < MAX_UNARY) w->unary[w->n_unary++] = op_type;
+  else w->x->nomem = true; /* a row chaining this many is a bug; fail loudly */
+}
+
+/* ---- nodes ---- */
+
+static void add_node(Exporter *x, Onnx__NodeProto *np) {
+  append_message(x, &x->gp->node, &x->gp->n_node, np);
+}
+
+/* Writes the following activation nodes a hook asked for: the node's
+ * output is renamed and the last of the chain produces it. */
+static int write_unary_chain(Exporter *x, const OnnxNodeOut *w) {
+  Onnx__NodeProto *np = w->np;
+  if (np->n_output != 1)
+    return internal_error(x, "%s: a fused activation on a node with %zu outputs", np->name,
+                          np->n_output);
+  const char *final = tensor_name(x, (TensorRef){(int32_t)(w->node - x->g->nodes), 0});
+  char base[300];
+  snprintf(base, sizeof base, "%s_pre", final);
+  const char *prev = unique_name(x, base);
+  free(np->output[0]);
+  np->output[0] = strdup(prev);
+  if (!np->output[0]) x->nomem = true;
+  for (int k = 0; k < w->n_unary; k++) {
+    snprintf(base, sizeof base, "%s_%s", np->name, w->unary[k]);
+    Onnx__NodeProto *u = node_new(x, w->unary[k], unique_in(x, &x->node_names, base));
+    if (!u) break;
+    const char *out = k + 1 == w->n_unary ? final : unique_name(x, base);
+    append_string(x, &u->input, &u->n_input, prev);
+    append_string(x, &u->output, &u->n_output, out);
+    add_node(x, u);
+    prev = out;
+  }
+  return TEQ_OK;
+}
+
+static void generic_attrs(OnnxNodeOut *w) {
+  const OpDef *o = op_def(w->node->kind);
+  for (int i = 0; i < o->n_params; i++) {
+    const OpParam *r = &o->params[i];
+    const ParamValue *v = &w->node->params.v[i];
+    if (!r->onnx_attr) continue;
+    if (r->type == PARAM_INT) onnx_out_attr_int(w, r->onnx_attr, v->i[0]);
+    else if (r->type == PARAM_INTS) onnx_out_attr_ints(w, r->onnx_attr, v->i, v->n);
+    else onnx_out_attr_float(w, r->onnx_attr, v->f);
+  }
+}
+
+static int export_op(Exporter *x, int32_t id) {
+  const Node *n = &x->g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (!o->onnx_op && !o->onnx_write) {
+    diag_error(x->d, "%s: node '%s': operator '%s' has no ONNX form", x->path,
+               n->name ? n->name : "", o->name);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  Onnx__NodeProto *np = node_new(x, o->onnx_op ? o->onnx_op : "", node_name(x, id));
+  if (!np) return TEQ_OK; /* x->nomem reports it */
+  OnnxNodeOut w = {.x = x, .node = n, .np = np};
+  for (int32_t i = 0; i < n->n_in; i++)
+    append_string(x, &np->input, &np->n_input, tensor_name(x, n->in[i]));
+  for (int32_t k = 0; k < n->n_out; k++)
+    append_string(x, &np->output, &np->n_output, tensor_name(x, (TensorRef){id, k}));
+  generic_attrs(&w);
+  int rc = o->onnx_write ? o->onnx_write(n, &w, x->d) : TEQ_OK;
+  if (rc == TEQ_OK && !*np->op_type)
+    rc = diag_error(x->d, "%s: node '%s': the row of '%s' set no op_type", x->path, np->name, o->name);
+  if (rc != TEQ_OK) {
+    onnx_message_free(np);
+    return rc;
+  }
+  add_node(x, np);
+  /* An int64 result moved input 0's elements (graph.c keeps int64 only
+   * for layout operators), so it has their ONNX type, bool included. */
+  for (int32_t k = 0; n->dtype == DT_I64 && n->n_in > 0 && k < n->n_out; k++)
+    x->elem[x->offset[id] + k] = exported_elem(x, n->in[0]);
+  return w.n_unary ? write_unary_chain(x, &w) : TEQ_OK;
+}
+
+/* ---- opaque nodes ---- */
+
+static void note_domain(Exporter *x, const char *domain, int version) {
+  if (!*domain) {
+    if (version > x->opset) x->opset = version;
+    return;
+  }
+  for (int k = 0; k < x->n_domains; k++)
+    if (strcmp(x->domains[k].name, domain) == 0) {
+      if (version > x->domains[k].version) x->domains[k].version = version;
+      return;
+    }
+  Domain *a = realloc(x->domains, (size_t)(x->n_domains + 1) * sizeof *a);
+  char *name = a ? strdup(domain) : NULL;
+  if (a) x->domains = a;
+  if (!name) {
+    x->nomem = true;
+    return;
+  }
+  x->domains[x->n_domains++] = (Domain){name, version};
+}
+
+static void replace_string(Exporter *x, char **slot, const char *s) {
+  char *copy = strdup(s);
+  if (!copy) {
+    x->nomem = true;
+    return;
+  }
+  free(*slot);
+  *slot = copy;
+}
+
+/* The name of r converted to elem by a Cast node written now: an opaque
+ * operator reading bool or int32 gets what it read in the original model,
+ * although Teq kept the value as int64 or float. */
+static const char *cast_to(Exporter *x, TensorRef r, int32_t elem) {
+  char base[300];
+  snprintf(base, sizeof base, "%s_as_%s", tensor_name(x, r), onnx_elem_name(elem));
+  const char *out = unique_name(x, base);
+  Onnx__NodeProto *np = node_new(x, "Cast", unique_in(x, &x->node_names, base));
+  if (!np) return out;
+  OnnxNodeOut w = {.x = x, .np = np};
+  append_string(x, &np->input, &np->n_input, tensor_name(x, r));
+  append_string(x, &np->output, &np->n_output, out);
+  onnx_out_attr_int(&w, "to", elem);
+  add_node(x, np);
+  return out;
+}
+
+/* Inputs in order of the node's edges; empty names (skipped optional
+ * inputs) stay. Returns how many names the NodeProto had for edges. */
+static int32_t rename_opaque_inputs(Exporter *x, const Node *n, Onnx__NodeProto *np,
+                                    const OnnxOpaqueMeta *m) {
+  int32_t e = 0;
+  for (size_t i = 0; i < np->n_input && e <= n->n_in; i++) {
+    if (!*np->input[i]) continue;
+    if (e < n->n_in) {
+      int32_t want = e < m->n_in ? m->in_elem[e] : 0;
+      bool cast = want && want != exported_elem(x, n->in[e]);
+      replace_string(x, &np->input[i], cast ? cast_to(x, n->in[e], want) : tensor_name(x, n->in[e]));
+    }
+    e++;
+  }
+  return e;
+}
+
+/* The shape to declare for output k: Teq's if known, else as imported. */
+static const Shape *declared_shape(const Node *n, const OnnxOpaqueMeta *m, int32_t k) {
+  if (shape_is_known(&n->out[k]) || k >= m->n_out) return &n->out[k];
+  return &m->out_shape[k];
+}
+
+/* Outputs are positional: an empty name stays empty, at its place. Types
+ * and shapes import knew are declared, so the next import knows them too. */
+static void rename_opaque_outputs(Exporter *x, int32_t id, Onnx__NodeProto *np,
+                                  const OnnxOpaqueMeta *m) {
+  const Node *n = &x->g->nodes[id];
+  for (size_t k = 0; k < np->n_output && (int32_t)k < n->n_out; k++) {
+    TensorRef r = {id, (int32_t)k};
+    int32_t slot = x->offset[id] + (int32_t)k;
+    if ((int32_t)k < m->n_out) x->elem[slot] = m->out_elem[k];
+    x->decl[slot] = *declared_shape(n, m, (int32_t)k);
+    if (!*np->output[k]) continue;
+    replace_string(x, &np->output[k], tensor_name(x, r));
+    if (shape_is_known(&x->decl[slot]) && !x->is_output[slot])
+      append_message(x, &x->gp->value_info, &x->gp->n_value_info,
+                     value_info_new(tensor_name(x, r), &x->decl[slot], exported_elem(x, r)));
+  }
+}
+
+/* The default-domain opaque node of the lowest opset, for the warning that
+ * its definition may have changed by the opset the model is written in. */
+static void note_old_opset(Exporter *x, const Node *n, int version) {
+  if (x->old_opset_op && version >= x->old_opset) return;
+  x->old_opset_op = n->opaque->op_type;
+  x->old_opset = version;
+}
+
+static int export_opaque(Exporter *x, int32_t id) {
+  const Node *n = &x->g->nodes[id];
+  ProtobufCMessage *pm;
+  if (onnx_unpack(&onnx__node_proto__descriptor, n->opaque->proto, n->opaque->proto_len, &pm) != TEQ_OK)
+    return internal_error(x, "opaque node '%s': its stored NodeProto does not parse",
+                          n->opaque->op_type);
+  Onnx__NodeProto *np = (Onnx__NodeProto *)pm;
+  OnnxOpaqueMeta m;
+  if (onnx_opaque_unmark(np->doc_string, &m)) {
+    free(np->doc_string);
+    np->doc_string = NULL;
+  } else {
+    m.opset = EXPORT_OPSET;
+  }
+  if (np->domain && strcmp(np->domain, "ai.onnx") == 0) np->domain[0] = '\0';
+  bool custom = np->domain && *np->domain;
+  note_domain(x, custom ? np->domain : "", m.opset);
+  if (!custom) note_old_opset(x, n, m.opset);
+  int32_t e = rename_opaque_inputs(x, n, np, &m);
+  rename_opaque_outputs(x, id, np, &m);
+  replace_string(x, &np->name, node_name(x, id));
+  onnx_opaque_meta_fini(&m);
+  if (e != n->n_in) {
+    onnx_message_free(np);
+    return internal_error(x, "opaque node '%s' has %d inputs, its NodeProto names %d",
+                          n->opaque->op_type, n->n_in, e);
+  }
+  add_node(x, np);
+  return TEQ_OK;
+}
+
+/* ---- sources ---- */
+
+static void add_initializer(Exporter *x, const Tensor *t, const char *name) {
+  append_message(x, &x->gp->initializer, &x->gp->n_initializer, onnx_tensor_to_proto(t, name));
+}
+
+/* A source such as TASO's constant tensors, evaluated to its values. */
+static int evaluate_source(Exporter *x, int32_t id, Tensor **out) {
+  const Node *n = &x->g->nodes[id];
+  Graph *s = graph_new();
+  if (!s) {
+    x->nomem = true;
+    return TEQ_ERR_NOMEM;
+  }
+  int k = graph_add_node(s, n->kind, NULL, 0, 1, &n->params, n->name, x->d);
+  int rc = k < 0 ? k : graph_add_output(s, (TensorRef){k, 0}, "value", x->d);
+  if (rc >= 0) rc = exec_run(s, EXEC_F32, NULL, out, x->d);
+  graph_free(s);
+  return rc < 0 ? rc : TEQ_OK;
+}
+
+static int export_source(Exporter *x, int32_t id) {
+  const Node *n = &x->g->nodes[id];
+  if (x->uses[x->offset[id]] == 0) return TEQ_OK; /* an unused constant */
+  if (n->kind == OP_CONST) {
+    add_initializer(x, n->value, tensor_name(x, (TensorRef){id, 0}));
+    return TEQ_OK;
+  }
+  Tensor *t;
+  int rc = evaluate_source(x, id, &t);
+  if (rc != TEQ_OK) {
+    diag_error(x->d, "%s: cannot evaluate the constant tensor %s (node %d)", x->path,
+               op_def(n->kind)->name, id);
+    return rc;
+  }
+  add_initializer(x, t, tensor_name(x, (TensorRef){id, 0}));
+  tensor_unref(t);
+  return TEQ_OK;
+}
+
+/* ---- graph inputs and outputs ---- */
+
+/* Graph inputs and outputs keep their names, so they are taken before any
+ * name is generated. An output whose value already has a name (an input, a
+ * constant, an earlier output) is written later through an Identity. */
+static int reserve_io_names(Exporter *x, const char **out_names, bool *via_identity) {
+  const Graph *g = x->g;
+  char base[64];
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    const Node *n = &g->nodes[g->inputs[k]];
+    snprintf(base, sizeof base, "input_%d", k);
+    *name_slot(x, (TensorRef){g->inputs[k], 0}) = unique_name(x, n->name ? n->name : base);
+  }
+  for (int32_t j = 0; j < g->n_outputs; j++) {
+    snprintf(base, sizeof base, "output_%d", j);
+    const char *name = g->output_names && g->output_names[j] ? g->output_names[j] : base;
+    const char **slot = name_slot(x, g->outputs[j]);
+    via_identity[j] = false;
+    out_names[j] = *slot;
+    if (*slot && strcmp(*slot, name) == 0) continue; /* an input passed straight through */
+    if (onnx_names_get(&x->taken, name) >= 0) {
+      diag_error(x->d, "%s: the name '%s' is used by two graph inputs or outputs", x->path, name);
+      return TEQ_ERR_INPUT;
+    }
+    out_names[j] = unique_name(x, name);
+    x->is_output[x->offset[g->outputs[j].node] + g->outputs[j].out] = true;
+    bool source = op_def(g->nodes[g->outputs[j].node].kind)->flags & OPF_SOURCE;
+    if (*slot || source) via_identity[j] = true;
+    else *slot = out_names[j];
+  }
+  return TEQ_OK;
+}
+
+static void write_inputs(Exporter *x) {
+  for (int32_t k = 0; k < x->g->n_inputs; k++) {
+    const Node *n = &x->g->nodes[x->g->inputs[k]];
+    const char *name = tensor_name(x, (TensorRef){x->g->inputs[k], 0});
+    append_message(x, &x->gp->input, &x->gp->n_input,
+                   value_info_new(name, &n->out[0], onnx_dtype_elem(n->dtype)));
+  }
+}
+
+static void write_outputs(Exporter *x, const char **out_names, const bool *via_identity) {
+  for (int32_t j = 0; j < x->g->n_outputs; j++) {
+    TensorRef r = x->g->outputs[j];
+    if (via_identity[j]) {
+      char base[64];
+      snprintf(base, sizeof base, "output_identity_%d", j);
+      Onnx__NodeProto *np = node_new(x, "Identity", unique_in(x, &x->node_names, base));
+      if (!np) continue;
+      append_string(x, &np->input, &np->n_input, tensor_name(x, r));
+      append_string(x, &np->output, &np->n_output, out_names[j]);
+      add_node(x, np);
+    }
+    const Node *n = &x->g->nodes[r.node];
+    const Shape *s = n->opaque && !shape_is_known(&n->out[r.out])
+                         ? &x->decl[x->offset[r.node] + r.out] : &n->out[r.out];
+    append_message(x, &x->gp->output, &x->gp->n_output,
+                   value_info_new(out_names[j], s, exported_elem(x, r)));
+  }
+}
+
+/* ---- the model ---- */
+
+static int write_nodes(Exporter *x, const int32_t *order) {
+  for (int32_t k = 0; k < x->g->n_nodes; k++) {
+    int32_t id = order[k];
+    const Node *n = &x->g->nodes[id];
+    unsigned flags = op_def(n->kind)->flags;
+    int rc = TEQ_OK;
+    if (n->kind == OP_INPUT) continue;
+    if (flags & OPF_SOURCE) rc = export_source(x, id);
+    else if (n->opaque) rc = export_opaque(x, id);
+    else rc = export_op(x, id);
+    if (rc != TEQ_OK) return rc;
+  }
+  return TEQ_OK;
+}
+
+static int write_graph(Exporter *x) {
+  const Graph *g = x->g;
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  const char **out_names = calloc((size_t)g->n_outputs + 1, sizeof *out_names);
+  bool *via_identity = calloc((size_t)g->n_outputs + 1, sizeof *via_identity);
+  int rc = order && out_names && via_identity ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
+    rc = internal_error(x, "the graph has a cycle");
+  if (rc == TEQ_OK) rc = reserve_io_names(x, out_names, via_identity);
+  if (rc == TEQ_OK) write_inputs(x);
+  if (rc == TEQ_OK) rc = write_nodes(x, order);
+  if (rc == TEQ_OK) write_outputs(x, out_names, via_identity);
+  if (rc == TEQ_ERR_NOMEM) x->nomem = true;
+  free(order);
+  free(out_names);
+  free(via_identity);
+  return rc == TEQ_ERR_NOMEM ? TEQ_OK : rc; /* reported once, by the caller */
+}
+
+/* The IR version that goes with an opset (onnx/helper.py's table). */
+static int64_t ir_version_for(int opset) {
+  return opset <= 14 ? 7 : opset <= 18 ? 8 : opset <= 20 ? 9 : opset <= 22 ? 10 : 11;
+}
+
+static Onnx__OperatorSetIdProto *opset_new(const char *domain, int version) {
+  Onnx__OperatorSetIdProto *o = malloc(sizeof *o);
+  if (!o) return NULL;
+  onnx__operator_set_id_proto__init(o);
+  o->domain = strdup(domain);
+  o->has_version = 1;
+  o->version = version;
+  if (!o->domain) {
+    onnx_message_free(o);
+    return NULL;
+  }
+  return o;
+}
+
+static void finish_model(Exporter *x) {
+  Onnx__ModelProto *m = x->m;
+  m->has_ir_version = 1;
+  m->ir_version = ir_version_for(x->opset);
+  append_message(x, &m->opset_import, &m->n_opset_import, opset_new("", x->opset));
+  for (int k = 0; k < x->n_domains; k++)
+    append_message(x, &m->opset_import, &m->n_opset_import,
+                   opset_new(x->domains[k].name, x->domains[k].version));
+}
+
+static int exporter_init(Exporter *x) {
+  x->uses = graph_use_counts(x->g, &x->offset);
+  x->names = x->uses ? calloc((size_t)x->offset[x->g->n_nodes] + 1, sizeof *x->names) : NULL;
+  size_t n_slots = x->uses ? (size_t)x->offset[x->g->n_nodes] + 1 : 0;
+  x->is_output = n_slots ? calloc(n_slots, sizeof *x->is_output) : NULL;
+  x->elem = n_slots ? calloc(n_slots, sizeof *x->elem) : NULL;
+  x->decl = n_slots ? calloc(n_slots, sizeof *x->decl) : NULL;
+  x->m = malloc(sizeof *x->m);
+  x->gp = malloc(sizeof *x->gp);
+  if (!x->names || !x->is_output || !x->elem || !x->decl || !x->m || !x->gp) return TEQ_ERR_NOMEM;
+  onnx__model_proto__init(x->m);
+  onnx__graph_proto__init(x->gp);
+  x->m->graph = x->gp;
+  x->m->producer_name = strdup("teq");
+  x->m->producer_version = strdup("0.1");
+  x->gp->name = strdup("teq");
+  return x->m->producer_name && x->m->producer_version && x->gp->name ? TEQ_OK : TEQ_ERR_NOMEM;
+}
+
+static void exporter_fini(Exporter *x) {
+  if (x->m) onnx_message_free(x->m); /* frees the graph with it */
+  else free(x->gp);
+  for (size_t k = 0; k < x->n_owned; k++) free(x->owned[k]);
+  free(x->owned);
+  for (int k = 0; k < x->n_domains; k++) free(x->domains[k].name);
+  free(x->domains);
+  free(x->names);
+  free(x->is_output);
+  free(x->elem);
+  free(x->decl);
+  free(x->uses);
+  free(x->offset);
+  onnx_names_fini(&x->taken);
+  onnx_names_fini(&x->node_names);
+}
+
+int onnx_export_file(const Graph *g, const char *path, Diag *d) {
+  Exporter x = {.g = g, .path = path, .d = d, .opset = EXPORT_OPSET};
+  int rc = exporter_init(&x);
+  if (rc == TEQ_OK) rc = write_graph(&x);
+  if (rc == TEQ_OK) finish_model(&x);
+  if (rc == TEQ_ERR_NOMEM || (rc == TEQ_OK && x.nomem)) {
+    diag_error(d, "%s: out of memory while exporting", path);
+    rc = TEQ_ERR_NOMEM;
+  }
+  if (rc == TEQ_OK && x.old_opset_op && x.old_opset < x.opset)
+    diag_warn(d, "%s: the opaque operator '%s' from opset %d is written into an opset-%d model; "
+              "its definition may differ there", path, x.old_opset_op, x.old_opset, x.opset);
+  if (rc == TEQ_OK) rc = onnx_pack_to_file(&x.m->base, path, d);
+  exporter_fini(&x);
+  return rc;
+}

@@ -1,6 +1,863 @@
-/* PLACEHOLDER */
-#include "runtime/onnx.h"
-int onnx_import_file(const char *path, const OnnxImportOptions *opts, Graph **out, OnnxImportStats *stats, Diag *d) {
-  (void)opts; (void)out; (void)stats;
-  return diag_error(d, "%s: ONNX import not written yet", path);
+/* import.c: an ONNX ModelProto into a Graph.
+ * Every ONNX value name maps to an OnnxValue: a TensorRef once it is in the
+ * graph, a Tensor while it is known at import (initializers, Constant nodes,
+ * folded subgraphs). Constants enter the graph only when a computing node
+ * uses them, so shape bookkeeping that folds away leaves nothing behind.
+ * Nodes go in topological order (file order when the file is already
+ * sorted). A node whose inputs are all known is evaluated now (fold.c, or
+ * the registry's kernel on a scratch graph); a node with a registry row
+ * becomes that kind, its parameters read generically from OpParam.onnx_attr
+ * and then by the row's onnx_read hook through the OnnxNodeIn accessors
+ * below; anything else is kept opaque, never dropped. The clean-up passes
+ * are in passes.c, TensorProto conversion in tensorproto.c. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/exec.h"
+#include "runtime/onnx/onnx_int.h"
+
+typedef struct Importer {
+  const char *path;
+  int64_t batch;              /* extent of symbolic dimensions */
+  Diag *d;
+  const Onnx__ModelProto *model;
+  const Onnx__GraphProto *gp;
+  int opset;                  /* of the default domain */
+  Graph *g;
+  OnnxValue **vals;           /* each malloc'd, so pointers stay valid */
+  int32_t n_vals, cap_vals;
+  OnnxNames by_name;          /* value name -> index in vals */
+  OnnxNames infos;            /* declared name -> index in info */
+  const Onnx__ValueInfoProto **info;
+  const Onnx__NodeProto **unsupported; /* one node of each operator kept opaque */
+  int *n_unsupported_of;
+  int n_unsupported;
+  bool warned_symbolic;
+  OnnxImportStats stats;
+} Importer;
+
+static int out_of_memory(Importer *im) {
+  diag_error(im->d, "%s: out of memory", im->path);
+  return TEQ_ERR_NOMEM;
+}
+
+/* ---- values ---- */
+
+static int define_value(Importer *im, const char *name, TensorRef ref, Tensor *konst,
+                        int32_t elem) {
+  if (!name || !*name) {
+    tensor_unref(konst);
+    return TEQ_OK;
+  }
+  if (onnx_names_get(&im->by_name, name) >= 0) {
+    tensor_unref(konst);
+    return diag_error(im->d, "%s: the name '%s' is defined twice", im->path, name);
+  }
+  OnnxValue *v = malloc(sizeof *v);
+  if (im->n_vals == im->cap_vals) {
+    int32_t cap = im->cap_vals ? 2 * im->cap_vals : 64;
+    OnnxValue **a = v ? realloc(im->vals, (size_t)cap * sizeof *a) : NULL;
+    if (a) im->vals = a, im->cap_vals = cap;
+  }
+  if (!v || im->n_vals == im->cap_vals ||
+      onnx_names_put(&im->by_name, name, im->n_vals) != TEQ_OK) {
+    free(v);
+    tensor_unref(konst);
+    return out_of_memory(im);
+  }
+  *v = (OnnxValue){.name = name, .ref = ref, .konst = konst, .elem = elem};
+  im->vals[im->n_vals++] = v;
+  return TEQ_OK;
+}
+
+static OnnxValue *find_value(const Importer *im, const char *name) {
+  int32_t i = onnx_names_get(&im->by_name, name);
+  return i < 0 ? NULL : im->vals[i];
+}
+
+/* The value's TensorRef, adding its constant to the graph on first use. */
+static int materialize(Importer *im, OnnxValue *v, TensorRef *ref) {
+  if (v->ref.node < 0) {
+    int id = graph_add_const(im->g, v->name, tensor_ref(v->konst), im->d);
+    if (id < 0) {
+      tensor_unref(v->konst); /* graph_add_const keeps the reference only on success */
+      return id;
+    }
+    v->ref = (TensorRef){id, 0};
+  }
+  *ref = v->ref;
+  return TEQ_OK;
+}
+
+/* ---- messages ---- */
+
+/* Moves the messages graph functions wrote into `from` to d, each after
+ * `where`; `from` is emptied. Lines are "error: ..." or "warning: ...". */
+static void forward_messages(Diag *from, Diag *d, const char *where) {
+  for (char *line = from->text; line && *line;) {
+    char *nl = strchr(line, '\n');
+    int n = nl ? (int)(nl - line) : (int)strlen(line);
+    if (strncmp(line, "warning: ", 9) == 0)
+      diag_warn(d, "%s: %.*s", where, n - 9, line + 9);
+    else if (strncmp(line, "error: ", 7) == 0)
+      diag_error(d, "%s: %.*s", where, n - 7, line + 7);
+    else
+      diag_error(d, "%s: %.*s", where, n, line);
+    line += n + (nl != NULL);
+  }
+  diag_fini(from);
+}
+
+/* ---- one node ---- */
+
+static int node_in_init(Importer *im, const Onnx__NodeProto *np, int index, OnnxNodeIn *v) {
+  *v = (OnnxNodeIn){.path = im->path, .np = np, .index = index, .opset = im->opset,
+                    .g = im->g, .n_in = (int)np->n_input, .d = im->d};
+  for (int k = 0; k < (int)np->n_output; k++)
+    if (*np->output[k]) v->n_out = k + 1;
+  v->in = calloc(np->n_input + 1, sizeof *v->in);
+  v->consumed = calloc(np->n_input + 1, sizeof *v->consumed);
+  v->attr_read = calloc(np->n_attribute + 1, sizeof *v->attr_read);
+  if (!v->in || !v->consumed || !v->attr_read) return out_of_memory(im);
+  for (int i = 0; i < v->n_in; i++) {
+    if (!*np->input[i]) continue;
+    v->in[i] = find_value(im, np->input[i]);
+    if (!v->in[i])
+      return onnx_in_error(v, im->d, "input '%s' is not a graph input, an initializer or the "
+                                     "output of any node", np->input[i]);
+  }
+  return TEQ_OK;
+}
+
+static void node_in_fini(OnnxNodeIn *v) {
+  for (int i = 0; i < v->n_strings; i++) free(v->strings[i]);
+  free(v->strings);
+  free(v->in);
+  free(v->consumed);
+  free(v->attr_read);
+}
+
+static bool inputs_all_const(const OnnxNodeIn *v) {
+  for (int i = 0; i < v->n_in; i++)
+    if (v->in[i] && !v->in[i]->konst) return false;
+  return true;
+}
+
+static int32_t input_elem(const OnnxNodeIn *v, int i) {
+  return onnx_in_has_input(v, i) ? v->in[i]->elem : 0;
+}
+
+/* The ONNX element type of a value Teq holds as dt, computed by node v:
+ * float is float; an int64 result of a registry operator moved input 0's
+ * elements (only layout operators keep int64), so it has their type. */
+static int32_t computed_elem(const OnnxNodeIn *v, DType dt) {
+  if (dt == DT_F32) return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  int32_t e = input_elem(v, 0);
+  return e ? e : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+}
+
+static int define_outputs_const(Importer *im, const OnnxNodeIn *v, Tensor **out, int32_t elem) {
+  int rc = TEQ_OK;
+  for (int o = 0; o < v->n_out; o++) {
+    int32_t e = elem ? elem : computed_elem(v, out[o]->dtype);
+    if (rc == TEQ_OK) rc = define_value(im, v->np->output[o], (TensorRef){-1, 0}, out[o], e);
+    else tensor_unref(out[o]);
+  }
+  return rc;
+}
+
+/* elems: per output, or NULL to derive them from the node's dtype. */
+static int define_outputs_ref(Importer *im, const OnnxNodeIn *v, int id, const int32_t *elems) {
+  for (int o = 0; o < v->n_out; o++) {
+    int32_t e = elems ? elems[o] : computed_elem(v, im->g->nodes[id].dtype);
+    int rc = define_value(im, v->np->output[o], (TensorRef){id, o}, NULL, e);
+    if (rc != TEQ_OK) return rc;
+  }
+  return TEQ_OK;
+}
+
+/* Reads every parameter with an onnx_attr, then lets the row's hook read
+ * the rest; warns about attributes nobody read. */
+static int read_params(Importer *im, OnnxNodeIn *v, OpKind kind, Params *p) {
+  const OpDef *o = op_def(kind);
+  memset(v->attr_read, 0, v->np->n_attribute * sizeof *v->attr_read);
+  params_default(kind, p);
+  for (int i = 0; i < o->n_params; i++) {
+    const OpParam *r = &o->params[i];
+    int64_t x[TEQ_MAX_PARAM_LEN];
+    double f;
+    int n;
+    if (!r->onnx_attr) continue;
+    if (r->type == PARAM_INT && onnx_in_attr_int(v, r->onnx_attr, x)) param_set_int(p, i, x[0]);
+    if (r->type == PARAM_INTS && onnx_in_attr_ints(v, r->onnx_attr, x, TEQ_MAX_PARAM_LEN, &n))
+      param_set_ints(p, i, x, n);
+    if (r->type == PARAM_FLOAT && onnx_in_attr_float(v, r->onnx_attr, &f)) param_set_float(p, i, f);
+  }
+  int rc = v->failed ? TEQ_ERR_INPUT : TEQ_OK;
+  if (rc == TEQ_OK && o->onnx_read) rc = o->onnx_read(v, p, im->d);
+  if (rc == TEQ_OK && v->failed) rc = TEQ_ERR_INPUT;
+  if (rc != TEQ_OK) return rc;
+  char list[512] = "", where[512];
+  size_t len = 0;
+  for (size_t k = 0; k < v->np->n_attribute && len < sizeof list; k++)
+    if (!v->attr_read[k])
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", len ? ", " : "",
+                              v->np->attribute[k]->name);
+  if (len) diag_warn(im->d, "%s: ignored attribute(s) %s", onnx_in_where(v, where, sizeof where), list);
+  return TEQ_OK;
+}
+
+/* The inputs that become edges: not consumed, trailing empty ones dropped. */
+static int collect_edges(const OnnxNodeIn *v, OnnxValue **edges, int *n_edges, Diag *d) {
+  int last = -1, n = 0;
+  for (int i = 0; i < v->n_in; i++)
+    if (!v->consumed[i] && v->in[i]) last = i;
+  for (int i = 0; i <= last; i++) {
+    if (v->consumed[i]) continue;
+    if (!v->in[i])
+      return onnx_in_unsupported(v, d, "optional input %d is empty, which is supported only "
+                                       "when later inputs are empty too", i);
+    edges[n++] = v->in[i];
+  }
+  *n_edges = n;
+  return TEQ_OK;
+}
+
+/* Evaluates a registry node on constant edges in a scratch graph. Any
+ * failure just means "not folded": the node then goes into the graph, where
+ * a real problem is reported with its location. */
+static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, const Params *p,
+                              OnnxValue **edges, int n_edges) {
+  Diag quiet;
+  diag_init(&quiet);
+  Graph *s = graph_new();
+  TensorRef *in = calloc((size_t)n_edges + 1, sizeof *in);
+  Tensor **out = calloc((size_t)v->n_out, sizeof *out);
+  int rc = s && in && out ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int i = 0; i < n_edges && rc == TEQ_OK; i++) {
+    int id = graph_add_const(s, NULL, tensor_ref(edges[i]->konst), &quiet);
+    if (id < 0) tensor_unref(edges[i]->konst);
+    rc = id < 0 ? id : TEQ_OK;
+    in[i] = (TensorRef){id, 0};
+  }
+  int id = rc == TEQ_OK ? graph_add_node(s, kind, in, n_edges, v->n_out, p, NULL, &quiet) : rc;
+  rc = id < 0 ? id : TEQ_OK;
+  for (int o = 0; o < v->n_out && rc == TEQ_OK; o++) {
+    int r = graph_add_output(s, (TensorRef){id, o}, "out", &quiet);
+    rc = r < 0 ? r : TEQ_OK;
+  }
+  if (rc == TEQ_OK) rc = exec_run(s, EXEC_F32, NULL, out, &quiet);
+  if (rc == TEQ_OK) {
+    rc = define_outputs_const(im, v, out, 0);
+    if (rc == TEQ_OK) im->stats.n_folded++;
+    else rc = TEQ_ERR_NOMEM; /* define_value reported it; not a reason to retry */
+  }
+  free(in);
+  free(out);
+  graph_free(s);
+  diag_fini(&quiet);
+  return rc;
+}
+
+static int add_registry_node(Importer *im, const OnnxNodeIn *v, OpKind kind, const Params *p,
+                             OnnxValue **edges, int n_edges) {
+  TensorRef *in = calloc((size_t)n_edges + 1, sizeof *in);
+  if (!in) return out_of_memory(im);
+  int rc = TEQ_OK;
+  for (int i = 0; i < n_edges && rc == TEQ_OK; i++) rc = materialize(im, edges[i], &in[i]);
+  if (rc == TEQ_OK) {
+    Diag local;
+    diag_init(&local);
+    const char *name = v->np->name && *v->np->name ? v->np->name : NULL;
+    int id = graph_add_node(im->g, kind, in, n_edges, v->n_out, p, name, &local);
+    char where[512];
+    forward_messages(&local, im->d, onnx_in_where(v, where, sizeof where));
+    rc = id < 0 ? id : define_outputs_ref(im, v, id, NULL);
+  }
+  free(in);
+  return rc;
+}
+
+static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
+  Params p;
+  int n_edges = 0, rc = read_params(im, v, kind, &p);
+  if (rc != TEQ_OK) return rc;
+  OnnxValue **edges = calloc((size_t)v->n_in + 1, sizeof *edges);
+  if (!edges) return out_of_memory(im);
+  rc = collect_edges(v, edges, &n_edges, im->d);
+  bool known = rc == TEQ_OK;
+  for (int i = 0; i < n_edges && known; i++) known = edges[i]->konst != NULL;
+  const OpDef *o = op_def(kind);
+  if (known && o->eval_f32 && !(o->flags & OPF_SOURCE)) {
+    rc = fold_with_registry(im, v, kind, &p, edges, n_edges);
+    if (rc != TEQ_OK && rc != TEQ_ERR_NOMEM) rc = ONNX_FOLD_DECLINED;
+  } else if (rc == TEQ_OK) {
+    rc = ONNX_FOLD_DECLINED;
+  }
+  if (rc == ONNX_FOLD_DECLINED) rc = add_registry_node(im, v, kind, &p, edges, n_edges);
+  free(edges);
+  return rc;
+}
+
+/* ---- opaque nodes ---- */
+
+static bool is_default_domain(const char *domain) {
+  return !domain || !*domain || strcmp(domain, "ai.onnx") == 0;
+}
+
+static int domain_opset(const Onnx__ModelProto *m, const char *domain) {
+  for (size_t k = 0; k < m->n_opset_import; k++) {
+    const Onnx__OperatorSetIdProto *o = m->opset_import[k];
+    bool same = is_default_domain(domain) ? is_default_domain(o->domain)
+                                          : o->domain && strcmp(o->domain, domain) == 0;
+    if (same && o->has_version) return (int)o->version;
+  }
+  return -1;
+}
+
+static bool same_operator(const Onnx__NodeProto *a, const Onnx__NodeProto *b) {
+  bool a_default = is_default_domain(a->domain), b_default = is_default_domain(b->domain);
+  return strcmp(a->op_type, b->op_type) == 0 && a_default == b_default &&
+         (a_default || strcmp(a->domain, b->domain) == 0);
+}
+
+static int note_unsupported(Importer *im, const Onnx__NodeProto *np) {
+  for (int k = 0; k < im->n_unsupported; k++)
+    if (same_operator(im->unsupported[k], np)) {
+      im->n_unsupported_of[k]++;
+      return TEQ_OK;
+    }
+  int n = im->n_unsupported + 1;
+  const Onnx__NodeProto **ops = realloc(im->unsupported, (size_t)n * sizeof *ops);
+  if (ops) im->unsupported = ops;
+  int *counts = ops ? realloc(im->n_unsupported_of, (size_t)n * sizeof *counts) : NULL;
+  if (!counts) return out_of_memory(im);
+  im->n_unsupported_of = counts;
+  ops[n - 1] = np;
+  counts[n - 1] = 1;
+  im->n_unsupported = n;
+  return TEQ_OK;
+}
+
+static void warn_unsupported(const Importer *im) {
+  for (int k = 0; k < im->n_unsupported; k++) {
+    int n = im->n_unsupported_of[k];
+    const Onnx__NodeProto *np = im->unsupported[k];
+    bool custom = !is_default_domain(np->domain);
+    diag_warn(im->d, "%s: %d node%s of unsupported operator '%s'%s%s%s kept as opaque", im->path,
+              n, n == 1 ? "" : "s", np->op_type, custom ? " (domain " : "",
+              custom ? np->domain : "", custom ? ")" : "");
+  }
+}
+
+static bool has_subgraph(const Onnx__NodeProto *np) {
+  for (size_t k = 0; k < np->n_attribute; k++) {
+    int t = onnx_attr_type(np->attribute[k]);
+    if (t == ONNX_ATTR(GRAPH) || t == ONNX_ATTR(GRAPHS)) return true;
+  }
+  return false;
+}
+
+/* What value_info (or a graph output) declares for name: its element type
+ * (0 if none) and its extents, -1 where symbolic; rank SHAPE_UNKNOWN if none. */
+static int32_t declared_type(const Importer *im, const char *name, Shape *s) {
+  memset(s, 0, sizeof *s);
+  s->ndim = SHAPE_UNKNOWN;
+  int32_t k = onnx_names_get(&im->infos, name);
+  const Onnx__TypeProto *tp = k >= 0 ? im->info[k]->type : NULL;
+  if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) return 0;
+  const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+  if (tt->shape && tt->shape->n_dim <= TEQ_MAX_DIMS) {
+    s->ndim = (int32_t)tt->shape->n_dim;
+    for (size_t i = 0; i < tt->shape->n_dim; i++) {
+      const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[i];
+      bool known = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      s->d[i] = known && dm->dim_value >= 0 ? dm->dim_value : -1;
+    }
+  }
+  return tt->has_elem_type ? tt->elem_type : 0;
+}
+
+/* The shape Teq works with: known only where every extent is a number,
+ * since an opaque output's symbolic extents may depend on its data. */
+static Shape known_part(const Shape *declared) {
+  Shape s = *declared;
+  for (int i = 0; i < s.ndim; i++)
+    if (s.d[i] < 0) s.ndim = SHAPE_UNKNOWN;
+  if (!shape_is_known(&s)) memset(s.d, 0, sizeof s.d);
+  return s;
+}
+
+static int opaque_meta_make(Importer *im, const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+  const Onnx__NodeProto *np = v->np;
+  int opset = domain_opset(im->model, is_default_domain(np->domain) ? "" : np->domain);
+  *m = (OnnxOpaqueMeta){.opset = opset > 0 ? opset : 1};
+  m->in_elem = calloc(np->n_input + 1, sizeof *m->in_elem);
+  m->out_elem = calloc(np->n_output + 1, sizeof *m->out_elem);
+  m->out_shape = calloc(np->n_output + 1, sizeof *m->out_shape);
+  if (!m->in_elem || !m->out_elem || !m->out_shape) return out_of_memory(im);
+  for (int i = 0; i < v->n_in; i++)
+    if (v->in[i]) m->in_elem[m->n_in++] = v->in[i]->elem;
+  for (size_t o = 0; o < np->n_output; o++)
+    m->out_elem[m->n_out++] = declared_type(im, np->output[o], &m->out_shape[o]);
+  /* A Cast says what it makes even where nothing declares it. */
+  for (size_t k = 0; strcmp(np->op_type, "Cast") == 0 && k < np->n_attribute; k++)
+    if (!m->out_elem[0] && strcmp(np->attribute[k]->name, "to") == 0)
+      m->out_elem[0] = (int32_t)np->attribute[k]->i;
+  return TEQ_OK;
+}
+
+/* The node as export will need it: the NodeProto, with meta in doc_string. */
+static int opaque_info_make(Importer *im, const Onnx__NodeProto *np, const OnnxOpaqueMeta *m,
+                            OpaqueInfo **out) {
+  OpaqueInfo *info = calloc(1, sizeof *info);
+  if (!info) return out_of_memory(im);
+  info->op_type = strdup(np->op_type);
+  info->domain = strdup(is_default_domain(np->domain) ? "" : np->domain);
+  Onnx__NodeProto copy = *np;
+  copy.doc_string = onnx_opaque_mark(m);
+  int rc = info->op_type && info->domain && copy.doc_string
+               ? onnx_pack(&copy.base, &info->proto, &info->proto_len)
+               : TEQ_ERR_NOMEM;
+  free(copy.doc_string);
+  if (rc != TEQ_OK) {
+    opaque_info_free(info);
+    return out_of_memory(im);
+  }
+  *out = info;
+  return TEQ_OK;
+}
+
+/* Adds the opaque node (taking over info) with the shapes m declares. */
+static int add_opaque(Importer *im, const OnnxNodeIn *v, OpaqueInfo *info,
+                      const OnnxOpaqueMeta *m, TensorRef *in, Shape *shapes, DType *dts) {
+  int n_in = 0, rc = TEQ_OK;
+  for (int i = 0; i < v->n_in && rc == TEQ_OK; i++)
+    if (v->in[i]) rc = materialize(im, v->in[i], &in[n_in++]);
+  if (rc != TEQ_OK) {
+    opaque_info_free(info);
+    return rc;
+  }
+  for (int o = 0; o < m->n_out; o++) {
+    shapes[o] = known_part(&m->out_shape[o]);
+    if (!onnx_elem_dtype(m->out_elem[o], &dts[o])) dts[o] = DT_F32;
+  }
+  Diag local;
+  diag_init(&local);
+  const char *name = v->np->name && *v->np->name ? v->np->name : NULL;
+  int id = graph_add_opaque(im->g, info, in, n_in, m->n_out, shapes, dts, name, &local);
+  char where[512];
+  forward_messages(&local, im->d, onnx_in_where(v, where, sizeof where));
+  return id < 0 ? id : define_outputs_ref(im, v, id, m->out_elem);
+}
+
+static int import_opaque(Importer *im, OnnxNodeIn *v) {
+  const Onnx__NodeProto *np = v->np;
+  if (has_subgraph(np))
+    return onnx_in_unsupported(v, im->d, "operators with subgraphs (If, Loop, Scan) are not supported");
+  if (np->n_output == 0) {
+    char where[512];
+    diag_warn(im->d, "%s: has no outputs and is left out", onnx_in_where(v, where, sizeof where));
+    return TEQ_OK;
+  }
+  OnnxOpaqueMeta m = {0};
+  OpaqueInfo *info = NULL;
+  int rc = note_unsupported(im, np);
+  if (rc == TEQ_OK) rc = opaque_meta_make(im, v, &m);
+  if (rc == TEQ_OK) rc = opaque_info_make(im, np, &m, &info);
+  TensorRef *in = calloc(np->n_input + 1, sizeof *in);
+  Shape *shapes = calloc(np->n_output, sizeof *shapes);
+  DType *dts = calloc(np->n_output, sizeof *dts);
+  if (rc == TEQ_OK && !(in && shapes && dts)) {
+    opaque_info_free(info);
+    rc = out_of_memory(im);
+  } else if (rc == TEQ_OK) {
+    rc = add_opaque(im, v, info, &m, in, shapes, dts);
+  }
+  if (rc == TEQ_OK) im->stats.n_opaque++;
+  onnx_opaque_meta_fini(&m);
+  free(in);
+  free(shapes);
+  free(dts);
+  return rc;
+}
+
+/* ---- nodes in order ---- */
+
+/* The ONNX element type of what fold.c computed for v: what the operator
+ * says it makes, else the type of the input whose elements it moved. */
+static int32_t folded_elem(const OnnxNodeIn *v, const Tensor *out) {
+  const char *op = v->np->op_type;
+  if (strcmp(op, "Cast") == 0 || strcmp(op, "Constant") == 0 || strcmp(op, "ConstantOfShape") == 0)
+    for (size_t k = 0; k < v->np->n_attribute; k++) {
+      const Onnx__AttributeProto *a = v->np->attribute[k];
+      if (strcmp(a->name, "to") == 0) return (int32_t)a->i;
+      if (a->t && a->t->has_data_type) return a->t->data_type;
+    }
+  if (strcmp(op, "Equal") == 0) return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+  if (strcmp(op, "Where") == 0) return input_elem(v, 1);
+  if (strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0) return onnx_dtype_elem(out->dtype);
+  return input_elem(v, 0) ? input_elem(v, 0) : onnx_dtype_elem(out->dtype);
+}
+
+/* A Cast of a computed value to the type it already has names that same
+ * value (exporters write them around every type-generic subgraph). */
+static bool is_same_type_cast(const OnnxNodeIn *v) {
+  if (strcmp(v->np->op_type, "Cast") != 0 || v->n_in != 1 || !v->in[0] || v->in[0]->konst ||
+      v->n_out != 1 || v->np->n_attribute != 1 || strcmp(v->np->attribute[0]->name, "to") != 0 ||
+      onnx_attr_type(v->np->attribute[0]) != ONNX_ATTR(INT))
+    return false;
+  return v->in[0]->elem != 0 && v->np->attribute[0]->i == v->in[0]->elem;
+}
+
+static int import_default_domain(Importer *im, OnnxNodeIn *v) {
+  const char *op = v->np->op_type;
+  if (is_same_type_cast(v)) {
+    im->stats.n_noops_removed++;
+    return define_value(im, v->np->output[0], v->in[0]->ref, NULL, v->in[0]->elem);
+  }
+  bool shape_only = strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0;
+  if (inputs_all_const(v) || shape_only) {
+    Tensor *out = NULL;
+    int rc = onnx_fold_node(v, &out, im->d);
+    if (rc == TEQ_OK) {
+      im->stats.n_folded++;
+      return define_outputs_const(im, v, &out, folded_elem(v, out));
+    }
+    if (rc != ONNX_FOLD_DECLINED) return rc;
+  }
+  v->failed = false;
+  int kind = op_by_onnx(op);
+  if (kind < 0 || (op_def((OpKind)kind)->flags & OPF_OPAQUE)) return import_opaque(im, v);
+  return import_registry_node(im, v, (OpKind)kind);
+}
+
+static int import_node(Importer *im, int index) {
+  const Onnx__NodeProto *np = im->gp->node[index];
+  OnnxNodeIn v;
+  int rc = node_in_init(im, np, index, &v);
+  if (rc == TEQ_OK)
+    rc = is_default_domain(np->domain) ? import_default_domain(im, &v) : import_opaque(im, &v);
+  node_in_fini(&v);
+  return rc;
+}
+
+static int missing_input(const Importer *im, int k, const char *name) {
+  char where[512];
+  onnx_node_where(im->path, im->gp->node[k], k, where, sizeof where);
+  return diag_error(im->d, "%s: input '%s' is not a graph input, an initializer or the output of "
+                           "any node", where, name);
+}
+
+static int32_t producer_of(const Importer *im, const OnnxNames *producer, const char *name) {
+  return *name && !find_value(im, name) ? onnx_names_get(producer, name) : -1;
+}
+
+/* Kahn's algorithm over producer -> consumer edges (adjacency in CSR form:
+ * the consumers of node p are adj[start[p] .. start[p + 1])); order doubles
+ * as the queue. Nodes never reached lie on a cycle. */
+static int sort_nodes(const Importer *im, const OnnxNames *producer, int *order) {
+  const Onnx__GraphProto *gp = im->gp;
+  int n = (int)gp->n_node, head = 0, tail = 0, rc = TEQ_OK;
+  int *indeg = calloc((size_t)n + 1, sizeof *indeg), *start = calloc((size_t)n + 1, sizeof *start);
+  int *fill = malloc(((size_t)n + 1) * sizeof *fill), *adj = NULL;
+  for (int k = 0; indeg && start && k < n; k++)
+    for (size_t i = 0; i < gp->node[k]->n_input; i++) {
+      int32_t p = producer_of(im, producer, gp->node[k]->input[i]);
+      if (p >= 0) start[p + 1]++, indeg[k]++;
+    }
+  if (indeg && start && fill) {
+    for (int k = 0; k < n; k++) start[k + 1] += start[k];
+    memcpy(fill, start, (size_t)n * sizeof *fill);
+    adj = malloc((size_t)start[n] * sizeof *adj + 1);
+  }
+  if (!adj) rc = out_of_memory((Importer *)im);
+  for (int k = 0; rc == TEQ_OK && k < n; k++)
+    for (size_t i = 0; i < gp->node[k]->n_input; i++) {
+      int32_t p = producer_of(im, producer, gp->node[k]->input[i]);
+      if (p >= 0) adj[fill[p]++] = k;
+    }
+  for (int k = 0; rc == TEQ_OK && k < n; k++)
+    if (!indeg[k]) order[tail++] = k;
+  while (rc == TEQ_OK && head < tail) {
+    int k = order[head++];
+    for (int e = start[k]; e < start[k + 1]; e++)
+      if (--indeg[adj[e]] == 0) order[tail++] = adj[e];
+  }
+  for (int k = 0; rc == TEQ_OK && tail < n && k < n; k++)
+    if (indeg[k]) {
+      char where[512];
+      onnx_node_where(im->path, gp->node[k], k, where, sizeof where);
+      rc = diag_error(im->d, "%s: is on a cycle: its inputs depend on its own outputs", where);
+    }
+  free(indeg);
+  free(start);
+  free(fill);
+  free(adj);
+  return rc;
+}
+
+/* Node indices with every input defined first: the file's own order when
+ * it is one already (ONNX requires it), else a topological sort. */
+static int node_order(Importer *im, int *order) {
+  const Onnx__GraphProto *gp = im->gp;
+  OnnxNames producer = {0};
+  bool sorted = true;
+  int rc = TEQ_OK;
+  for (int k = 0; k < (int)gp->n_node && rc == TEQ_OK; k++)
+    for (size_t o = 0; o < gp->node[k]->n_output && rc == TEQ_OK; o++)
+      if (*gp->node[k]->output[o] && onnx_names_get(&producer, gp->node[k]->output[o]) < 0)
+        rc = onnx_names_put(&producer, gp->node[k]->output[o], k);
+  if (rc != TEQ_OK) rc = out_of_memory(im);
+  for (int k = 0; k < (int)gp->n_node && rc == TEQ_OK; k++)
+    for (size_t i = 0; i < gp->node[k]->n_input && rc == TEQ_OK; i++) {
+      const char *name = gp->node[k]->input[i];
+      if (!*name || find_value(im, name)) continue;
+      int32_t p = onnx_names_get(&producer, name);
+      if (p < 0) rc = missing_input(im, k, name);
+      else if (p >= k) sorted = false;
+    }
+  for (int k = 0; rc == TEQ_OK && sorted && k < (int)gp->n_node; k++) order[k] = k;
+  if (rc == TEQ_OK && !sorted) rc = sort_nodes(im, &producer, order);
+  onnx_names_fini(&producer);
+  return rc;
+}
+
+static int import_nodes(Importer *im) {
+  int n = (int)im->gp->n_node;
+  int *order = malloc(((size_t)n + 1) * sizeof *order);
+  if (!order) return out_of_memory(im);
+  int rc = node_order(im, order);
+  for (int k = 0; k < n && rc == TEQ_OK; k++) rc = import_node(im, order[k]);
+  free(order);
+  return rc;
+}
+
+/* ---- graph inputs, initializers, outputs ---- */
+
+static int symbolic_dim(Importer *im, const Onnx__ValueInfoProto *vi, size_t i, int64_t *out) {
+  const Onnx__TensorShapeProto__Dimension *dm = vi->type->tensor_type->shape->dim[i];
+  if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+    *out = dm->dim_value;
+    if (dm->dim_value >= 0) return TEQ_OK;
+    return diag_error(im->d, "%s: input '%s': dimension %zu is %lld", im->path, vi->name, i,
+                      (long long)dm->dim_value);
+  }
+  if (!im->warned_symbolic) {
+    bool named = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+    diag_warn(im->d, "%s: symbolic dimensions set to %lld (first: input '%s', dimension %zu%s%s%s)",
+              im->path, (long long)im->batch, vi->name, i, named ? " '" : "",
+              named ? dm->dim_param : "", named ? "'" : "");
+    im->warned_symbolic = true;
+  }
+  *out = im->batch;
+  return TEQ_OK;
+}
+
+static int input_type(Importer *im, const Onnx__ValueInfoProto *vi, Shape *s, DType *dt) {
+  const Onnx__TypeProto *tp = vi->type;
+  const Onnx__TypeProto__Tensor *tt =
+      tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ? tp->tensor_type : NULL;
+  int32_t elem = tt && tt->has_elem_type ? tt->elem_type : 0;
+  const char *why = !tt ? "is not a tensor"
+                    : elem != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+                            elem != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? "has an element type other than float or int64"
+                    : !tt->shape ? "has no shape"
+                    : tt->shape->n_dim > TEQ_MAX_DIMS ? "has more than 6 dimensions" : NULL;
+  if (why) {
+    diag_error(im->d, "%s: input '%s' %s (%s), which is not supported", im->path, vi->name, why,
+               onnx_elem_name(elem));
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  int64_t dims[TEQ_MAX_DIMS];
+  for (size_t i = 0; i < tt->shape->n_dim; i++) {
+    int rc = symbolic_dim(im, vi, i, &dims[i]);
+    if (rc != TEQ_OK) return rc;
+  }
+  *s = shape_make((int)tt->shape->n_dim, dims);
+  *dt = elem == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? DT_F32 : DT_I64;
+  return TEQ_OK;
+}
+
+static int import_inputs(Importer *im) {
+  for (size_t k = 0; k < im->gp->n_input; k++) {
+    const Onnx__ValueInfoProto *vi = im->gp->input[k];
+    if (!vi->name || !*vi->name) return diag_error(im->d, "%s: graph input %zu has no name", im->path, k);
+    if (find_value(im, vi->name)) continue; /* an initializer listed as input (IR < 4) */
+    Shape s;
+    DType dt;
+    int rc = input_type(im, vi, &s, &dt);
+    if (rc != TEQ_OK) return rc;
+    Diag local;
+    diag_init(&local);
+    int id = graph_add_input(im->g, vi->name, &s, dt, &local);
+    char where[512];
+    snprintf(where, sizeof where, "%s: input '%s'", im->path, vi->name);
+    forward_messages(&local, im->d, where);
+    if (id < 0) return id;
+    int32_t elem = dt == DT_F32 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    if ((rc = define_value(im, vi->name, (TensorRef){id, 0}, NULL, elem)) != TEQ_OK) return rc;
+  }
+  return TEQ_OK;
+}
+
+static int import_initializers(Importer *im) {
+  if (im->gp->n_sparse_initializer) {
+    diag_error(im->d, "%s: sparse initializers are not supported", im->path);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  for (size_t k = 0; k < im->gp->n_initializer; k++) {
+    const Onnx__TensorProto *tp = im->gp->initializer[k];
+    char where[512];
+    snprintf(where, sizeof where, "%s: initializer '%s'", im->path, tp->name ? tp->name : "");
+    if (!tp->name || !*tp->name) return diag_error(im->d, "%s: has no name", where);
+    Tensor *t;
+    int rc = onnx_tensor_from_proto(tp, where, &t, im->d);
+    if (rc == TEQ_OK) rc = define_value(im, tp->name, (TensorRef){-1, 0}, t, tp->data_type);
+    if (rc != TEQ_OK) return rc;
+  }
+  return TEQ_OK;
+}
+
+static int import_outputs(Importer *im) {
+  for (size_t k = 0; k < im->gp->n_output; k++) {
+    const char *name = im->gp->output[k]->name;
+    OnnxValue *v = name ? find_value(im, name) : NULL;
+    if (!v)
+      return diag_error(im->d, "%s: graph output '%s' is not produced by any node, input or "
+                               "initializer", im->path, name ? name : "");
+    TensorRef ref;
+    int rc = materialize(im, v, &ref);
+    if (rc == TEQ_OK) rc = graph_add_output(im->g, ref, name, im->d);
+    if (rc < 0) return rc;
+  }
+  return TEQ_OK;
+}
+
+/* value_info, graph outputs and inputs by name, for opaque nodes' shapes. */
+static int index_infos(Importer *im) {
+  const Onnx__GraphProto *gp = im->gp;
+  size_t n = gp->n_value_info + gp->n_output + gp->n_input, k = 0;
+  im->info = malloc((n + 1) * sizeof *im->info);
+  if (!im->info) return out_of_memory(im);
+  for (size_t i = 0; i < gp->n_value_info; i++) im->info[k++] = gp->value_info[i];
+  for (size_t i = 0; i < gp->n_output; i++) im->info[k++] = gp->output[i];
+  for (size_t i = 0; i < gp->n_input; i++) im->info[k++] = gp->input[i];
+  for (size_t i = 0; i < k; i++)
+    if (im->info[i]->name && onnx_names_put(&im->infos, im->info[i]->name, (int32_t)i) != TEQ_OK)
+      return out_of_memory(im);
+  /* An Identity's input is declared like its output: once import removes
+   * the Identity, an opaque node may produce a graph output directly.
+   * Reverse file order carries declarations back along chains. */
+  for (size_t j = gp->n_node; j-- > 0;) {
+    const Onnx__NodeProto *np = gp->node[j];
+    if (strcmp(np->op_type, "Identity") != 0 || np->n_input != 1 || np->n_output != 1) continue;
+    int32_t i = onnx_names_get(&im->infos, np->output[0]);
+    if (i >= 0 && onnx_names_get(&im->infos, np->input[0]) < 0 &&
+        onnx_names_put(&im->infos, np->input[0], i) != TEQ_OK)
+      return out_of_memory(im);
+  }
+  return TEQ_OK;
+}
+
+/* ---- the model ---- */
+
+static int run_passes(Importer *im, const OnnxImportOptions *o) {
+  int n;
+  if (!o->keep_noops) {
+    if ((n = onnx_pass_remove_noops(im->g, im->d)) < 0) return n;
+    im->stats.n_noops_removed = n;
+  }
+  if (!o->keep_batchnorm) {
+    if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;
+    im->stats.n_batchnorm_folded = n;
+  }
+  n = graph_remove_dead(im->g);
+  return n < 0 ? n : TEQ_OK;
+}
+
+static int import_graph(Importer *im, const OnnxImportOptions *o) {
+  int rc = index_infos(im);
+  if (rc == TEQ_OK) rc = import_initializers(im);
+  if (rc == TEQ_OK) rc = import_inputs(im);
+  if (rc == TEQ_OK) rc = import_nodes(im);
+  if (rc == TEQ_OK) rc = import_outputs(im);
+  if (rc == TEQ_OK) warn_unsupported(im);
+  if (rc == TEQ_OK) rc = run_passes(im, o);
+  return rc;
+}
+
+static bool uses_default_domain(const Onnx__GraphProto *gp) {
+  for (size_t k = 0; k < gp->n_node; k++)
+    if (is_default_domain(gp->node[k]->domain)) return true;
+  return false;
+}
+
+/* The checks that tell "not an ONNX model at all" from a bad model. */
+static int unpack_model(const uint8_t *data, size_t len, const char *name,
+                        Onnx__ModelProto **out, Diag *d) {
+  ProtobufCMessage *m = NULL;
+  const char *why = NULL;
+  if (len == 0) why = "the file is empty";
+  else if (onnx_unpack(&onnx__model_proto__descriptor, data, len, &m) != TEQ_OK)
+    why = "the protobuf does not parse (truncated or another format)";
+  else if (!((Onnx__ModelProto *)m)->graph)
+    why = "it has no graph";
+  else if (domain_opset((Onnx__ModelProto *)m, "") < 1 && uses_default_domain(((Onnx__ModelProto *)m)->graph))
+    why = "it imports no opset of the default domain";
+  if (why) {
+    onnx_message_free(m);
+    return diag_error(d, "%s: not an ONNX model: %s", name, why);
+  }
+  *out = (Onnx__ModelProto *)m;
+  return TEQ_OK;
+}
+
+static void importer_fini(Importer *im) {
+  for (int32_t i = 0; i < im->n_vals; i++) {
+    tensor_unref(im->vals[i]->konst);
+    free(im->vals[i]);
+  }
+  free(im->vals);
+  free(im->info);
+  free(im->unsupported);
+  free(im->n_unsupported_of);
+  onnx_names_fini(&im->by_name);
+  onnx_names_fini(&im->infos);
+}
+
+int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
+                       const OnnxImportOptions *opts, Graph **out, OnnxImportStats *stats,
+                       Diag *d) {
+  OnnxImportOptions o = opts ? *opts : ONNX_IMPORT_DEFAULTS;
+  Onnx__ModelProto *m = NULL;
+  int rc = unpack_model(data, len, name, &m, d);
+  if (rc != TEQ_OK) return rc;
+  int opset = domain_opset(m, "");
+  Importer im = {.path = name, .batch = o.batch > 0 ? o.batch : 1, .d = d, .model = m,
+                 .gp = m->graph, .opset = opset > 0 ? opset : 0, .g = graph_new()};
+  im.stats.n_nodes = (int)m->graph->n_node;
+  im.stats.opset = im.opset;
+  rc = im.g ? import_graph(&im, &o) : out_of_memory(&im);
+  if (rc == TEQ_OK) {
+    *out = im.g;
+    if (stats) *stats = im.stats;
+  } else {
+    graph_free(im.g);
+  }
+  importer_fini(&im);
+  onnx_message_free(m);
+  return rc;
+}
+
+int onnx_import_file(const char *path, const OnnxImportOptions *opts, Graph **out,
+                     OnnxImportStats *stats, Diag *d) {
+  uint8_t *data;
+  size_t len;
+  int rc = onnx_file_read(path, &data, &len, d);
+  if (rc != TEQ_OK) return rc;
+  rc = onnx_import_buffer(data, len, path, opts, out, stats, d);
+  free(data);
+  return rc;
 }

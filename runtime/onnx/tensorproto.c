@@ -1,1 +1,217 @@
-/* PLACEHOLDER */
+/* tensorproto.c: onnx.TensorProto <-> Tensor, for initializers, Constant
+ * nodes and the test data sets' input_N.pb / output_N.pb files.
+ * A TensorProto holds its values either in raw_data (little-endian bytes)
+ * or in one typed repeated field; both are read. Element types are narrowed
+ * to the two Teq keeps: float types become float32, integer types and bool
+ * become int64 (shape tensors, indices, masks). Data in external files is
+ * refused. Writing always uses raw_data. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/onnx/onnx_int.h"
+
+#define ELEM(x) ONNX__TENSOR_PROTO__DATA_TYPE__##x
+
+/* Bytes per element in raw_data; 0 for types we do not read. */
+static size_t elem_size(int32_t elem) {
+  switch (elem) {
+  case ELEM(FLOAT): case ELEM(INT32): return 4;
+  case ELEM(DOUBLE): case ELEM(INT64): return 8;
+  case ELEM(INT16): case ELEM(UINT16): return 2;
+  case ELEM(INT8): case ELEM(UINT8): case ELEM(BOOL): return 1;
+  default: return 0;
+  }
+}
+
+bool onnx_elem_dtype(int32_t elem, DType *out) {
+  if (!elem_size(elem)) return false;
+  *out = elem == ELEM(FLOAT) || elem == ELEM(DOUBLE) ? DT_F32 : DT_I64;
+  return true;
+}
+
+int32_t onnx_dtype_elem(DType t) { return t == DT_F32 ? ELEM(FLOAT) : ELEM(INT64); }
+
+const char *onnx_elem_name(int32_t elem) {
+  static const char *const names[] = {
+      "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string",
+      "bool", "float16", "double", "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+  if (elem >= 0 && elem < (int32_t)(sizeof names / sizeof names[0])) return names[elem];
+  return "unknown";
+}
+
+/* Element i of raw little-endian data as a double and as an int64. */
+static void raw_element(const uint8_t *p, int32_t elem, double *f, int64_t *i) {
+  union { float f32; double f64; int64_t i64; int32_t i32; int16_t i16; uint16_t u16; } u;
+  memcpy(&u, p, elem_size(elem));
+  switch (elem) {
+  case ELEM(FLOAT): *f = u.f32; *i = (int64_t)u.f32; break;
+  case ELEM(DOUBLE): *f = u.f64; *i = (int64_t)u.f64; break;
+  case ELEM(INT64): *i = u.i64; *f = (double)u.i64; break;
+  case ELEM(INT32): *i = u.i32; *f = u.i32; break;
+  case ELEM(INT16): *i = u.i16; *f = u.i16; break;
+  case ELEM(UINT16): *i = u.u16; *f = u.u16; break;
+  case ELEM(INT8): *i = (int8_t)p[0]; *f = (double)*i; break;
+  default: *i = p[0]; *f = p[0]; break; /* uint8, bool */
+  }
+}
+
+/* The typed repeated field that holds elem's values, and its length. */
+static size_t typed_count(const Onnx__TensorProto *tp, int32_t elem) {
+  switch (elem) {
+  case ELEM(FLOAT): return tp->n_float_data;
+  case ELEM(DOUBLE): return tp->n_double_data;
+  case ELEM(INT64): return tp->n_int64_data;
+  default: return tp->n_int32_data;
+  }
+}
+
+static void typed_element(const Onnx__TensorProto *tp, int32_t elem, size_t k, double *f,
+                          int64_t *i) {
+  switch (elem) {
+  case ELEM(FLOAT): *f = tp->float_data[k]; *i = (int64_t)*f; break;
+  case ELEM(DOUBLE): *f = tp->double_data[k]; *i = (int64_t)*f; break;
+  case ELEM(INT64): *i = tp->int64_data[k]; *f = (double)*i; break;
+  default: *i = tp->int32_data[k]; *f = (double)*i; break;
+  }
+}
+
+static int proto_shape(const Onnx__TensorProto *tp, const char *where, Shape *s, Diag *d) {
+  if (tp->n_dims > TEQ_MAX_DIMS) {
+    diag_error(d, "%s: %zu dimensions, at most %d are supported", where, tp->n_dims,
+               TEQ_MAX_DIMS);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  int64_t n = 1;
+  for (size_t i = 0; i < tp->n_dims; i++) {
+    if (tp->dims[i] < 0 || (tp->dims[i] && n > (INT64_C(1) << 40) / tp->dims[i]))
+      return diag_error(d, "%s: dimension %zu is %lld", where, i, (long long)tp->dims[i]);
+    n *= tp->dims[i];
+  }
+  *s = shape_make((int)tp->n_dims, tp->dims);
+  return TEQ_OK;
+}
+
+static int check_storage(const Onnx__TensorProto *tp, const char *where, Diag *d) {
+  if (tp->n_external_data || (tp->has_data_location &&
+                              tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)) {
+    diag_error(d, "%s: data in an external file is not supported", where);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  if (tp->segment) {
+    diag_error(d, "%s: segmented tensors are not supported", where);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  return TEQ_OK;
+}
+
+/* Copies the values of tp into t (numel elements), from raw_data or the
+ * typed field, whichever holds them. */
+static int fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, const char *where, Diag *d) {
+  size_t n = (size_t)tensor_numel(t), es = elem_size(elem);
+  bool raw = tp->has_raw_data && (tp->raw_data.len || !typed_count(tp, elem));
+  size_t have = raw ? tp->raw_data.len / es : typed_count(tp, elem);
+  if ((raw && tp->raw_data.len % es) || have != n)
+    return diag_error(d, "%s: %zu values for shape of %zu elements", where, have, n);
+  for (size_t k = 0; k < n; k++) {
+    double f;
+    int64_t i;
+    if (raw) raw_element(tp->raw_data.data + k * es, elem, &f, &i);
+    else typed_element(tp, elem, k, &f, &i);
+    if (t->dtype == DT_F32) ((float *)t->data)[k] = (float)f;
+    else ((int64_t *)t->data)[k] = i;
+  }
+  return TEQ_OK;
+}
+
+int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
+                           Diag *d) {
+  int32_t elem = tp->has_data_type ? tp->data_type : ELEM(UNDEFINED);
+  DType dt;
+  if (!onnx_elem_dtype(elem, &dt)) {
+    diag_error(d, "%s: element type %s is not supported", where, onnx_elem_name(elem));
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  Shape s;
+  int rc = check_storage(tp, where, d);
+  if (rc == TEQ_OK) rc = proto_shape(tp, where, &s, d);
+  if (rc != TEQ_OK) return rc;
+  Tensor *t = tensor_new(dt, &s);
+  if (!t) {
+    diag_error(d, "%s: out of memory", where);
+    return TEQ_ERR_NOMEM;
+  }
+  rc = fill(t, tp, elem, where, d);
+  if (rc != TEQ_OK) {
+    tensor_unref(t);
+    return rc;
+  }
+  *out = t;
+  return TEQ_OK;
+}
+
+Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name) {
+  Onnx__TensorProto *tp = malloc(sizeof *tp);
+  if (!tp) return NULL;
+  onnx__tensor_proto__init(tp);
+  size_t n = (size_t)tensor_numel(t);
+  size_t bytes = n * (t->dtype == DT_F32 ? 4 : 8);
+  tp->name = strdup(name ? name : "");
+  tp->dims = malloc((size_t)(t->shape.ndim ? t->shape.ndim : 1) * sizeof *tp->dims);
+  tp->raw_data.data = malloc(bytes ? bytes : 1);
+  if (!tp->name || !tp->dims || !tp->raw_data.data) {
+    onnx_message_free(tp);
+    return NULL;
+  }
+  tp->n_dims = (size_t)t->shape.ndim;
+  memcpy(tp->dims, t->shape.d, tp->n_dims * sizeof *tp->dims);
+  tp->has_data_type = 1;
+  tp->data_type = onnx_dtype_elem(t->dtype);
+  tp->has_raw_data = 1;
+  tp->raw_data.len = bytes;
+  if (t->dtype == DT_MODP) { /* Z_p residues are written as their int64 values */
+    for (size_t k = 0; k < n; k++) {
+      int64_t v = ((const uint32_t *)t->data)[k];
+      memcpy(tp->raw_data.data + 8 * k, &v, 8);
+    }
+  } else {
+    memcpy(tp->raw_data.data, t->data, bytes);
+  }
+  return tp;
+}
+
+int onnx_read_tensor_file(const char *path, Tensor **out, char **name_out, Diag *d) {
+  uint8_t *buf;
+  size_t len;
+  int rc = onnx_file_read(path, &buf, &len, d);
+  if (rc != TEQ_OK) return rc;
+  ProtobufCMessage *m = NULL;
+  if (len == 0) rc = diag_error(d, "%s: not an ONNX tensor: the file is empty", path);
+  else if (onnx_unpack(&onnx__tensor_proto__descriptor, buf, len, &m) != TEQ_OK)
+    rc = diag_error(d, "%s: not an ONNX tensor: the protobuf does not parse", path);
+  free(buf);
+  if (rc != TEQ_OK) return rc;
+  Onnx__TensorProto *tp = (Onnx__TensorProto *)m;
+  char *name = name_out ? strdup(tp->name ? tp->name : "") : NULL;
+  Tensor *t = NULL;
+  if (name_out && !name) rc = TEQ_ERR_NOMEM;
+  else rc = onnx_tensor_from_proto(tp, path, &t, d);
+  onnx_message_free(tp);
+  if (rc != TEQ_OK) {
+    free(name);
+    return rc;
+  }
+  *out = t;
+  if (name_out) *name_out = name;
+  return TEQ_OK;
+}
+
+int onnx_write_tensor_file(const char *path, const Tensor *t, const char *name, Diag *d) {
+  Onnx__TensorProto *tp = onnx_tensor_to_proto(t, name);
+  if (!tp) {
+    diag_error(d, "%s: out of memory", path);
+    return TEQ_ERR_NOMEM;
+  }
+  int rc = onnx_pack_to_file(&tp->base, path, d);
+  onnx_message_free(tp);
+  return rc;
+}

@@ -1,5 +1,321 @@
-/* PLACEHOLDER: rows without kernels until this family lands. */
+/* matmul.c: matrix products: matmul (ONNX MatMul: 1-D operands promoted,
+ * batch dimensions broadcast numpy-style, plus TASO's fused activation)
+ * and gemm (ONNX Gemm: optional transposes, alpha, beta and a bias C
+ * broadcast to [M, N]).
+ *
+ * Float32 goes through cblas_sgemm: one call for the whole batch when B is
+ * a plain matrix (the common x @ W), else one call per batch entry. Z_p is
+ * an exact triple loop; each product is reduced before it is summed, so a
+ * dot product of up to 2^33 terms cannot overflow uint64_t.
+ *
+ * OPF_MULTILINEAR describes the plain product: a node with act != none, or
+ * a gemm with a C input, is not linear in A and B, and callers that split
+ * at non-linear operators (PET) must check `act` and n_in as well. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-const OpDef op_def_matmul = {.kind = OP_MATMUL, .name = "matmul", .n_in_max = -1, .n_out_min = 1, .n_out_max = 1, .flags = OPF_OPAQUE};
-const OpDef op_def_gemm = {.kind = OP_GEMM, .name = "gemm", .n_in_max = -1, .n_out_min = 1, .n_out_max = 1, .flags = OPF_OPAQUE};
+/* ONNX op_type of the node that follows a product with a fused act. */
+static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
+
+/* Row-major sgemm with the leading dimensions the BLAS insists on (>= 1
+ * even for empty matrices, where it would otherwise report an error). */
+static void sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, const float *b, float beta, float *c) {
+  if (m == 0 || n == 0) return;
+  int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)m, (int)n, (int)k, alpha, a, lda > 1 ? lda : 1, b, ldb > 1 ? ldb : 1, beta,
+              c, n > 1 ? (int)n : 1);
+}
+
+/* The BLAS takes int extents; larger products are refused, not truncated. */
+static int blas_fits(const Node *n, Diag *d, int64_t m, int64_t nn, int64_t k) {
+  if (m > INT_MAX || nn > INT_MAX || k > INT_MAX || m * k > INT_MAX || k * nn > INT_MAX ||
+      m * nn > INT_MAX)
+    return op_error(n, d, "product of [%lld, %lld] by [%lld, %lld] is too large for the BLAS",
+                    (long long)m, (long long)k, (long long)k, (long long)nn);
+  return TEQ_OK;
+}
+
+/* C[i][j] = sum_k A[i*ra + k*ca] * B[k*rb + j*cb] in Z_p; strides make
+ * transposed operands free. */
+static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
+                      const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      uint64_t acc = 0;
+      for (int64_t t = 0; t < k; t++) acc += modp_mul(a[i * ra + t * ca], b[t * rb + j * cb]);
+      c[i * n + j] = modp_reduce(acc);
+    }
+}
+
+/* ---- matmul ---- */
+
+/* How a (possibly batched, possibly 1-D) MatMul maps onto plain products. */
+typedef struct MatmulPlan {
+  int64_t m, k, n;
+  int nb;                     /* broadcast batch dimensions */
+  int64_t bd[TEQ_MAX_DIMS];   /* their extents */
+  int64_t sa[TEQ_MAX_DIMS];   /* element stride of A per batch dim; 0 where broadcast */
+  int64_t sb[TEQ_MAX_DIMS];
+  int64_t count;              /* product of bd */
+  bool flat_a;                /* B is shared by every batch entry and A is not broadcast */
+} MatmulPlan;
+
+/* Fills p from the input shapes; returns TEQ_ERR_INPUT (message in d) if
+ * they do not multiply. */
+static int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d) {
+  char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+  if (a->ndim < 1 || b->ndim < 1)
+    return op_error(n, d, "A %s and B %s: both operands need rank >= 1",
+                    shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb));
+  memset(p, 0, sizeof *p);
+  p->m = a->ndim >= 2 ? a->d[a->ndim - 2] : 1;
+  p->k = a->d[a->ndim - 1];
+  int64_t kb = b->ndim >= 2 ? b->d[b->ndim - 2] : b->d[0];
+  p->n = b->ndim >= 2 ? b->d[b->ndim - 1] : 1;
+  if (p->k != kb)
+    return op_error(n, d, "A %s and B %s: inner dimensions %lld and %lld differ",
+                    shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb),
+                    (long long)p->k, (long long)kb);
+  int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
+  p->nb = na > nb ? na : nb;
+  int64_t stride_a = p->m * p->k, stride_b = p->k * p->n, numel_a = 1;
+  p->count = 1;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    int ia = i - (p->nb - na), ib = i - (p->nb - nb);
+    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      return op_error(n, d, "A %s and B %s: batch dimensions do not broadcast (%lld vs %lld)",
+                      shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb),
+                      (long long)da, (long long)db);
+    p->bd[i] = da > db ? da : db;
+    if (da == 0 || db == 0) p->bd[i] = 0;
+    p->sa[i] = da == 1 ? 0 : stride_a;
+    p->sb[i] = db == 1 ? 0 : stride_b;
+    stride_a *= da;
+    stride_b *= db;
+    numel_a *= da;
+    p->count *= p->bd[i];
+  }
+  bool b_shared = true;
+  for (int i = 0; i < p->nb; i++) b_shared = b_shared && p->sb[i] == 0;
+  p->flat_a = b_shared && numel_a == p->count;
+  return TEQ_OK;
+}
+
+static void batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob) {
+  *oa = *ob = 0;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    int64_t j = t % p->bd[i];
+    t /= p->bd[i];
+    *oa += j * p->sa[i];
+    *ob += j * p->sb[i];
+  }
+}
+
+static int matmul_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  MatmulPlan p;
+  int rc = matmul_plan(n, &in[0], &in[1], &p, d);
+  if (rc) return rc;
+  int64_t dims[TEQ_MAX_DIMS + 2];
+  int nd = 0;
+  for (int i = 0; i < p.nb; i++) dims[nd++] = p.bd[i];
+  if (in[0].ndim >= 2) dims[nd++] = p.m;
+  if (in[1].ndim >= 2) dims[nd++] = p.n;
+  if (nd > TEQ_MAX_DIMS)
+    return op_error(n, d, "result has rank %d: at most %d", nd, TEQ_MAX_DIMS);
+  out[0] = shape_make(nd, dims);
+  return TEQ_OK;
+}
+
+static int matmul_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  MatmulPlan p;
+  int rc = matmul_plan(n, &in[0]->shape, &in[1]->shape, &p, d);
+  if (rc) return rc;
+  const float *a = in[0]->data, *b = in[1]->data;
+  float *c = out[0]->data;
+  if (p.flat_a) {
+    /* Stacking A's batch entries gives one tall matrix times B. */
+    if ((rc = blas_fits(n, d, p.count * p.m, p.n, p.k))) return rc;
+    sgemm_rm(false, false, p.count * p.m, p.n, p.k, 1.0f, a, b, 0.0f, c);
+  } else {
+    if ((rc = blas_fits(n, d, p.m, p.n, p.k))) return rc;
+    for (int64_t t = 0; t < p.count; t++) {
+      int64_t oa, ob;
+      batch_offsets(&p, t, &oa, &ob);
+      sgemm_rm(false, false, p.m, p.n, p.k, 1.0f, a + oa, b + ob, 0.0f, c + t * p.m * p.n);
+    }
+  }
+  act_apply_f32((int)param_int(&n->params, 0), c, tensor_numel(out[0]));
+  return TEQ_OK;
+}
+
+static int matmul_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  MatmulPlan p;
+  int rc = matmul_plan(n, &in[0]->shape, &in[1]->shape, &p, d);
+  if (rc) return rc;
+  const uint32_t *a = in[0]->data, *b = in[1]->data;
+  uint32_t *c = out[0]->data;
+  for (int64_t t = 0; t < p.count; t++) {
+    int64_t oa, ob;
+    batch_offsets(&p, t, &oa, &ob);
+    modp_gemm(p.m, p.n, p.k, a + oa, p.k, 1, b + ob, p.n, 1, c + t * p.m * p.n);
+  }
+  act_apply_modp((int)param_int(&n->params, 0), c, tensor_numel(out[0]));
+  return TEQ_OK;
+}
+
+static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  int act = (int)param_int(&n->params, 0);
+  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_op[act]);
+  return TEQ_OK;
+}
+
+static const OpParam matmul_params[] = {
+  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,
+   .symbols = act_symbols},
+};
+
+const OpDef op_def_matmul = {
+  .kind = OP_MATMUL, .name = "matmul", .axiom_name = "matmul", .onnx_op = "MatMul",
+  .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
+  .params = matmul_params, .n_params = 1,
+  .flags = OPF_MULTILINEAR,
+  .infer_shape = matmul_infer,
+  .eval_f32 = matmul_eval_f32, .eval_modp = matmul_eval_modp,
+  .onnx_write = matmul_onnx_write,
+};
+
+/* ---- gemm(transA, transB, alpha, beta): alpha * A' B' + beta * C ---- */
+
+enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };
+
+/* M, K, N of A' B' from the operand shapes. */
+static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, int64_t *k,
+                     int64_t *nn, Diag *d) {
+  char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+  if (a->ndim != 2 || b->ndim != 2)
+    return op_error(n, d, "A %s and B %s: both operands must be matrices",
+                    shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb));
+  bool ta = param_int(&n->params, GEMM_TRANS_A), tb = param_int(&n->params, GEMM_TRANS_B);
+  *m = a->d[ta ? 1 : 0];
+  *k = a->d[ta ? 0 : 1];
+  int64_t kb = b->d[tb ? 1 : 0];
+  *nn = b->d[tb ? 0 : 1];
+  if (*k != kb)
+    return op_error(n, d, "transA=%d transB=%d: A %s and B %s: inner dimensions %lld and %lld differ",
+                    ta, tb, shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb),
+                    (long long)*k, (long long)kb);
+  return TEQ_OK;
+}
+
+static int gemm_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  int64_t m, k, nn;
+  int rc = gemm_dims(n, &in[0], &in[1], &m, &k, &nn, d);
+  if (rc) return rc;
+  if (n->n_in > 2) {
+    /* C broadcasts one way only: to [M, N], never the result to C. */
+    const Shape *c = &in[2];
+    int64_t want[2] = {m, nn};
+    bool ok = c->ndim <= 2;
+    for (int i = 0; ok && i < c->ndim; i++) {
+      int64_t e = c->d[i], w = want[2 - c->ndim + i];
+      ok = e == w || e == 1;
+    }
+    char sc[SHAPE_STR_MAX];
+    if (!ok)
+      return op_error(n, d, "C %s does not broadcast to the result [%lld, %lld]",
+                      shape_format(c, sc, sizeof sc), (long long)m, (long long)nn);
+  }
+  out[0] = shape_make(2, (int64_t[]){m, nn});
+  return TEQ_OK;
+}
+
+/* Element (i, j) of C broadcast to [M, N] sits at i*ci + j*cj. */
+static void gemm_c_strides(const Shape *c, int64_t *ci, int64_t *cj) {
+  int64_t rows = c->ndim == 2 ? c->d[0] : 1, cols = c->ndim >= 1 ? c->d[c->ndim - 1] : 1;
+  *cj = cols == 1 ? 0 : 1;
+  *ci = rows == 1 ? 0 : cols;
+}
+
+static int gemm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  int64_t m, k, nn;
+  int rc = gemm_dims(n, &in[0]->shape, &in[1]->shape, &m, &k, &nn, d);
+  if (rc || (rc = blas_fits(n, d, m, nn, k))) return rc;
+  float alpha = (float)param_float(&n->params, GEMM_ALPHA);
+  float beta = (float)param_float(&n->params, GEMM_BETA);
+  float *y = out[0]->data;
+  if (n->n_in > 2 && beta != 0.0f) {
+    int64_t ci, cj;
+    gemm_c_strides(&in[2]->shape, &ci, &cj);
+    const float *c = in[2]->data;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < nn; j++) y[i * nn + j] = c[i * ci + j * cj];
+  } else {
+    beta = 0.0f;
+  }
+  sgemm_rm(param_int(&n->params, GEMM_TRANS_A), param_int(&n->params, GEMM_TRANS_B), m, nn, k,
+           alpha, in[0]->data, in[1]->data, beta, y);
+  return TEQ_OK;
+}
+
+/* alpha or beta as a residue; Z_p has no 0.5, and rounding would make a
+ * fingerprint lie. */
+static int gemm_scalar_modp(const Node *n, int which, const char *name, uint32_t *r, Diag *d) {
+  double v = param_float(&n->params, which);
+  if (v != floor(v) || fabs(v) >= 0x1p53)
+    return op_error(n, d, "%s=%g is not an integer: cannot evaluate in Z_p", name, v);
+  *r = modp_from_int((int64_t)v);
+  return TEQ_OK;
+}
+
+static int gemm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  int64_t m, k, nn;
+  uint32_t alpha = 0, beta = 0;
+  int rc = gemm_dims(n, &in[0]->shape, &in[1]->shape, &m, &k, &nn, d);
+  if (rc || (rc = gemm_scalar_modp(n, GEMM_ALPHA, "alpha", &alpha, d)) ||
+      (rc = gemm_scalar_modp(n, GEMM_BETA, "beta", &beta, d)))
+    return rc;
+  bool ta = param_int(&n->params, GEMM_TRANS_A), tb = param_int(&n->params, GEMM_TRANS_B);
+  uint32_t *y = out[0]->data;
+  /* A' is [M, K]: stored [K, M] when transposed. */
+  modp_gemm(m, nn, k, in[0]->data, ta ? 1 : k, ta ? m : 1, in[1]->data, tb ? 1 : nn, tb ? k : 1, y);
+  int64_t ci = 0, cj = 0;
+  const uint32_t *c = NULL;
+  if (n->n_in > 2) {
+    gemm_c_strides(&in[2]->shape, &ci, &cj);
+    c = in[2]->data;
+  }
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < nn; j++) {
+      uint32_t v = modp_mul(alpha, y[i * nn + j]);
+      y[i * nn + j] = c ? modp_add(v, modp_mul(beta, c[i * ci + j * cj])) : v;
+    }
+  return TEQ_OK;
+}
+
+static const OpParam gemm_params[] = {
+  [GEMM_TRANS_A] = {.name = "transA", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
+                    .onnx_attr = "transA"},
+  [GEMM_TRANS_B] = {.name = "transB", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
+                    .onnx_attr = "transB"},
+  [GEMM_ALPHA] = {.name = "alpha", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "alpha"},
+  [GEMM_BETA] = {.name = "beta", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "beta"},
+};
+
+const OpDef op_def_gemm = {
+  .kind = OP_GEMM, .name = "gemm", .onnx_op = "Gemm",
+  .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
+  .params = gemm_params, .n_params = 4,
+  .flags = OPF_MULTILINEAR,
+  .infer_shape = gemm_infer,
+  .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
+};

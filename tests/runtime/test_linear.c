@@ -1,2 +1,856 @@
+/* test_linear.c: conv2d, matmul, gemm, enlarge, batchnorm and TASO's
+ * constant tensors. Every float32 kernel is checked against a naive double
+ * loop written here, on random inputs over many configurations; every Z_p
+ * kernel against the float32 kernel on small integers (exact in float);
+ * TASO's identities (conv with const_iconv, matmul with const_imm, enlarge)
+ * in both modes; and shape inference's error messages. Kernels are called
+ * through their registry rows on a Node built here; one test runs conv and
+ * matmul through graph_add_node and exec_run as the executor does, and one
+ * exports graphs of these operators to ONNX and imports them back. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/exec.h"
+#include "runtime/graph.h"
+#include "runtime/modp.h"
+#include "runtime/onnx.h"
+#include "runtime/ops.h"
 #include "tests/check.h"
-int main(void) { check_skip("not written yet"); }
+
+/* ---- running one operator ---- */
+
+typedef struct Op {
+  Node node;
+  Shape out[1];
+} Op;
+
+static void op_init(Op *o, OpKind kind, int n_in) {
+  memset(o, 0, sizeof *o);
+  o->node.kind = kind;
+  o->node.n_in = n_in;
+  o->node.n_out = 1;
+  o->node.out = o->out;
+  params_default(kind, &o->node.params);
+}
+
+static void op_ints(Op *o, const char *name, const int64_t *v, int n) {
+  int i = param_index(o->node.kind, name);
+  CHECK_MSG(i >= 0, "%s has no parameter %s", op_def(o->node.kind)->name, name);
+  if (i >= 0) param_set_ints(&o->node.params, i, v, n);
+}
+
+static void op_int(Op *o, const char *name, int64_t v) { op_ints(o, name, &v, 1); }
+
+static void op_float(Op *o, const char *name, double v) {
+  int i = param_index(o->node.kind, name);
+  CHECK(i >= 0);
+  if (i >= 0) param_set_float(&o->node.params, i, v);
+}
+
+/* Checks parameters and infers the shape, as graph_add_node does. */
+static int op_infer(Op *o, Tensor *const *in, Diag *d) {
+  Shape s[8];
+  for (int i = 0; i < o->node.n_in; i++) s[i] = in[i]->shape;
+  int rc = params_check(o->node.kind, &o->node.params, d);
+  return rc ? rc : op_def(o->node.kind)->infer_shape(&o->node, s, o->out, d);
+}
+
+/* Infers, allocates and runs the kernel of one mode; NULL on error (the
+ * message stays in d). */
+static Tensor *op_run(Op *o, Tensor *const *in, bool modp, Diag *d) {
+  if (op_infer(o, in, d)) return NULL;
+  Tensor *y = tensor_new(modp ? DT_MODP : DT_F32, &o->out[0]);
+  const OpDef *r = op_def(o->node.kind);
+  int rc = (modp ? r->eval_modp : r->eval_f32)(&o->node, in, &y, d);
+  if (rc) {
+    tensor_unref(y);
+    return NULL;
+  }
+  return y;
+}
+
+/* ---- tensors ---- */
+
+static Tensor *rand_f32(Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  tensor_fill_random(t, seed);
+  return t;
+}
+
+/* Integers in -3..3 as float32: every sum the kernels form stays exact. */
+static Tensor *rand_small(Shape s, uint64_t seed) {
+  Tensor *t = rand_f32(s, seed);
+  float *p = t->data;
+  for (int64_t i = 0; i < tensor_numel(t); i++) p[i] = floorf(p[i] * 3.5f + 0.5f);
+  return t;
+}
+
+static Tensor *to_modp(const Tensor *t) {
+  Tensor *r = tensor_new(DT_MODP, &t->shape);
+  const float *p = t->data;
+  uint32_t *q = r->data;
+  for (int64_t i = 0; i < tensor_numel(t); i++) q[i] = modp_from_int((int64_t)lrintf(p[i]));
+  return r;
+}
+
+static void unref_all(Tensor **t, int n) {
+  for (int i = 0; i < n; i++) tensor_unref(t[i]);
+}
+
+/* Largest |a - b| / (1 + |b|); 1e30 if the shapes differ. */
+static double rel_err(const Tensor *a, const Tensor *b) {
+  if (!a || !b || !shape_equal(&a->shape, &b->shape)) return 1e30;
+  const float *x = a->data, *y = b->data;
+  double worst = 0;
+  for (int64_t i = 0; i < tensor_numel(a); i++) {
+    double e = fabs((double)x[i] - y[i]) / (1.0 + fabs((double)y[i]));
+    if (!(e <= worst)) worst = e; /* NaN counts as worst */
+  }
+  return worst;
+}
+
+static bool same_modp(const Tensor *a, const Tensor *b) {
+  return a && b && shape_equal(&a->shape, &b->shape) &&
+         memcmp(a->data, b->data, tensor_bytes(a)) == 0;
+}
+
+static double act_ref(int act, double v) {
+  if (act == ACT_RELU) return v > 0 ? v : 0;
+  if (act == ACT_SIGMOID) return 1.0 / (1.0 + exp(-v));
+  if (act == ACT_TANH) return tanh(v);
+  return v;
+}
+
+/* The Z_p map of a fused activation: the stand-alone operator's stand-in. */
+static void act_modp(int act, Tensor *t) {
+  static const OpKind kinds[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+                                 [ACT_TANH] = OP_TANH};
+  if (act == ACT_NONE) return;
+  uint32_t (*f)(uint32_t) = op_def(kinds[act])->modp_standin;
+  uint32_t *p = t->data;
+  for (int64_t i = 0; i < tensor_numel(t); i++) p[i] = f(p[i]);
+}
+
+static bool standins_ready(void) {
+  return op_def(OP_RELU)->modp_standin && op_def(OP_SIGMOID)->modp_standin &&
+         op_def(OP_TANH)->modp_standin;
+}
+
+/* ---- conv2d ---- */
+
+typedef struct ConvCase {
+  int n, c, h, w, m, kh, kw;
+  int sh, sw, pt, pl, pb, pr, dh, dw, groups, bias, act;
+} ConvCase;
+
+static const ConvCase conv_cases[] = {
+  /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g  b  act */
+  {1, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE},    /* plain 3x3 same */
+  {2, 4, 9, 8, 6, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 1, 1, ACT_RELU},    /* stride 2, odd pads */
+  {1, 4, 10, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_NONE},  /* depthwise */
+  {3, 6, 11, 9, 6, 5, 3, 2, 2, 2, 1, 2, 1, 2, 2, 6, 1, ACT_RELU},   /* depthwise s2 dilated */
+  {2, 5, 12, 7, 5, 3, 3, 1, 2, 0, 1, 0, 1, 1, 1, 5, 0, ACT_TANH},   /* depthwise mixed stride */
+  {2, 16, 5, 7, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU},   /* 1x1 without im2col */
+  {1, 8, 9, 9, 4, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, ACT_NONE},    /* 1x1 stride 2 */
+  {1, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE},    /* resnext-style groups */
+  {2, 12, 8, 8, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_SIGMOID}, /* groups 3, stride 2 */
+  {1, 4, 9, 6, 6, 3, 1, 1, 1, 2, 0, 2, 0, 2, 1, 2, 1, ACT_NONE},    /* 3x1 dilated, groups 2 */
+  {1, 3, 5, 13, 2, 5, 3, 1, 3, 2, 1, 2, 1, 1, 1, 1, 1, ACT_NONE},   /* odd sizes */
+  {2, 3, 4, 5, 7, 4, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU},    /* kernel = input: 1x1 out */
+  {1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE},    /* depth multiplier 2 */
+  {1, 2, 6, 6, 3, 2, 2, 3, 3, 0, 0, 2, 2, 1, 1, 1, 1, ACT_NONE},    /* stride > kernel */
+  {1, 3, 8, 8, 5, 3, 3, 1, 1, 0, 0, 0, 0, 3, 3, 1, 0, ACT_TANH},    /* dilation 3 */
+  {4, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 1, ACT_RELU}, /* mobilenet-like */
+  {1, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 0, ACT_NONE}, /* resnext 32x2 */
+  {1, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_RELU}, /* groups in pixel blocks */
+  {2, 3, 13, 17, 3, 3, 5, 3, 3, 0, 2, 2, 1, 1, 2, 3, 1, ACT_RELU},  /* depthwise stride 3 */
+  {1, 2, 5, 40, 2, 1, 7, 1, 1, 0, 3, 0, 3, 1, 1, 2, 0, ACT_NONE},   /* depthwise 1x7, wide */
+  {1, 3, 9, 41, 3, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_RELU},   /* depthwise s2, wide */
+  {1, 2, 6, 6, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2, 1, ACT_SIGMOID}, /* depthwise, no pads */
+};
+
+static void conv_setup(Op *o, const ConvCase *k) {
+  op_init(o, OP_CONV2D, k->bias ? 3 : 2);
+  op_ints(o, "stride", (int64_t[]){k->sh, k->sw}, 2);
+  op_ints(o, "pads", (int64_t[]){k->pt, k->pl, k->pb, k->pr}, 4);
+  op_ints(o, "dilation", (int64_t[]){k->dh, k->dw}, 2);
+  op_int(o, "groups", k->groups);
+  op_int(o, "act", k->act);
+}
+
+/* The naive definition, in double. */
+static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
+  int oh = (k->h + k->pt + k->pb - k->dh * (k->kh - 1) - 1) / k->sh + 1;
+  int ow = (k->w + k->pl + k->pr - k->dw * (k->kw - 1) - 1) / k->sw + 1;
+  Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, oh, ow}});
+  const float *x = in[0]->data, *w = in[1]->data, *b = k->bias ? in[2]->data : NULL;
+  float *out = y->data;
+  int cg = k->c / k->groups, mg = k->m / k->groups;
+  for (int n = 0; n < k->n; n++)
+    for (int m = 0; m < k->m; m++)
+      for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++) {
+          double s = b ? b[m] : 0;
+          for (int ci = 0; ci < cg; ci++)
+            for (int i = 0; i < k->kh; i++)
+              for (int j = 0; j < k->kw; j++) {
+                int iy = oy * k->sh - k->pt + i * k->dh, ix = ox * k->sw - k->pl + j * k->dw;
+                if (iy < 0 || iy >= k->h || ix < 0 || ix >= k->w) continue;
+                int c = (m / mg) * cg + ci;
+                s += (double)x[((n * k->c + c) * k->h + iy) * k->w + ix] *
+                     w[((m * cg + ci) * k->kh + i) * k->kw + j];
+              }
+          *out++ = (float)act_ref(k->act, s);
+        }
+  return y;
+}
+
+static void conv_inputs(const ConvCase *k, Tensor **in, bool small, uint64_t seed) {
+  Tensor *(*make)(Shape, uint64_t) = small ? rand_small : rand_f32;
+  in[0] = make(shape_of(4, k->n, k->c, k->h, k->w), seed);
+  in[1] = make(shape_of(4, k->m, k->c / k->groups, k->kh, k->kw), seed + 1);
+  in[2] = k->bias ? make(shape_of(1, k->m), seed + 2) : NULL;
+}
+
+static void test_conv_float_vs_reference(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
+    const ConvCase *k = &conv_cases[ci];
+    Tensor *in[3];
+    conv_inputs(k, in, false, 100 + ci);
+    Op o;
+    conv_setup(&o, k);
+    Tensor *y = op_run(&o, in, false, &d), *r = conv_ref(k, in);
+    double e = rel_err(y, r);
+    CHECK_MSG(y && e < 1e-5, "conv case %zu: error %g %s", ci, e, diag_last(&d));
+    tensor_unref(y);
+    tensor_unref(r);
+    unref_all(in, k->bias ? 3 : 2);
+  }
+  diag_fini(&d);
+}
+
+/* Z_p equals float32 on small integers; with a fused act, Z_p applies the
+ * act's stand-in to the plain Z_p conv. */
+static void test_conv_modp_vs_float(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
+    ConvCase k = conv_cases[ci];
+    int act = k.act;
+    k.act = ACT_NONE;
+    Tensor *in[3], *inm[3];
+    conv_inputs(&k, in, true, 200 + ci);
+    int n_in = k.bias ? 3 : 2;
+    for (int i = 0; i < n_in; i++) inm[i] = to_modp(in[i]);
+    Op o;
+    conv_setup(&o, &k);
+    Tensor *yf = op_run(&o, in, false, &d), *ym = op_run(&o, inm, true, &d);
+    Tensor *want = yf ? to_modp(yf) : NULL;
+    CHECK_MSG(same_modp(ym, want), "conv case %zu: Z_p differs from float32", ci);
+    if (act != ACT_NONE && standins_ready() && want) {
+      k.act = act;
+      conv_setup(&o, &k);
+      Tensor *ya = op_run(&o, inm, true, &d);
+      act_modp(act, want);
+      CHECK_MSG(same_modp(ya, want), "conv case %zu: fused act in Z_p", ci);
+      tensor_unref(ya);
+    }
+    unref_all((Tensor *[]){yf, ym, want}, 3);
+    unref_all(in, n_in);
+    unref_all(inm, n_in);
+  }
+  diag_fini(&d);
+}
+
+/* A conv worked by hand: 1x1x3x3 input 1..9, 2x2 kernel of ones, pads 1 on
+ * the top-left only, stride 2, bias 10. */
+static void test_conv_by_hand(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = tensor_new(DT_F32, &(Shape){4, {1, 1, 3, 3}});
+  Tensor *w = tensor_new(DT_F32, &(Shape){4, {1, 1, 2, 2}});
+  Tensor *b = tensor_new(DT_F32, &(Shape){1, {1}});
+  for (int i = 0; i < 9; i++) ((float *)x->data)[i] = (float)(i + 1);
+  for (int i = 0; i < 4; i++) ((float *)w->data)[i] = 1.0f;
+  ((float *)b->data)[0] = 10.0f;
+  Op o;
+  op_init(&o, OP_CONV2D, 3);
+  op_ints(&o, "pads", (int64_t[]){1, 1, 0, 0}, 4);
+  op_ints(&o, "stride", (int64_t[]){2, 2}, 2);
+  Tensor *y = op_run(&o, (Tensor *[]){x, w, b}, false, &d);
+  /* Windows start at (-1,-1), (-1,1), (1,-1), (1,1) of the input. */
+  const float want[4] = {10 + 1, 10 + 2 + 3, 10 + 4 + 7, 10 + 5 + 6 + 8 + 9};
+  Shape ws = shape_of(4, 1, 1, 2, 2);
+  CHECK(y && shape_equal(&y->shape, &ws));
+  for (int i = 0; y && i < 4; i++) CHECK_NEAR(((float *)y->data)[i], want[i], 0);
+  unref_all((Tensor *[]){x, w, b, y}, 4);
+  diag_fini(&d);
+}
+
+/* conv2d(x, const_iconv, same pads) == x, in float32 and Z_p. */
+static void test_iconv_identity(void) {
+  Diag d;
+  diag_init(&d);
+  static const int sizes[][2] = {{1, 1}, {3, 3}, {5, 3}, {1, 7}};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    int kh = sizes[s][0], kw = sizes[s][1];
+    Op k;
+    op_init(&k, OP_CONST_ICONV, 0);
+    op_int(&k, "channels", 5);
+    op_int(&k, "kh", kh);
+    op_int(&k, "kw", kw);
+    Op o;
+    op_init(&o, OP_CONV2D, 2);
+    op_ints(&o, "pads", (int64_t[]){kh / 2, kw / 2, kh / 2, kw / 2}, 4);
+    for (int modp = 0; modp < 2; modp++) {
+      Tensor *xf = rand_small(shape_of(4, 2, 5, 6, 7), 300 + s);
+      Tensor *x = modp ? to_modp(xf) : tensor_ref(xf);
+      Tensor *w = op_run(&k, NULL, modp, &d);
+      Tensor *y = op_run(&o, (Tensor *[]){x, w}, modp, &d);
+      CHECK_MSG(y && shape_equal(&y->shape, &x->shape) &&
+                memcmp(y->data, x->data, tensor_bytes(x)) == 0,
+                "iconv %dx%d mode %d: %s", kh, kw, modp, diag_last(&d));
+      unref_all((Tensor *[]){xf, x, w, y}, 4);
+    }
+  }
+  diag_fini(&d);
+}
+
+/* conv2d(x, enlarge(w 1x1 -> 3x3), pads 1) == conv2d(x, w), both modes. */
+static void test_enlarge_identity(void) {
+  Diag d;
+  diag_init(&d);
+  for (int modp = 0; modp < 2; modp++) {
+    Tensor *xf = rand_small(shape_of(4, 2, 6, 5, 7), 400), *wf = rand_small(shape_of(4, 4, 6, 1, 1), 401);
+    Tensor *x = modp ? to_modp(xf) : tensor_ref(xf), *w = modp ? to_modp(wf) : tensor_ref(wf);
+    Op e, plain, big;
+    op_init(&e, OP_ENLARGE, 1);
+    op_int(&e, "kh", 3);
+    op_int(&e, "kw", 3);
+    op_init(&plain, OP_CONV2D, 2);
+    op_init(&big, OP_CONV2D, 2);
+    op_ints(&big, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    Tensor *w3 = op_run(&e, &w, modp, &d);
+    Shape want = shape_of(4, 4, 6, 3, 3);
+    CHECK(w3 && shape_equal(&w3->shape, &want));
+    Tensor *y1 = op_run(&plain, (Tensor *[]){x, w}, modp, &d);
+    Tensor *y3 = op_run(&big, (Tensor *[]){x, w3}, modp, &d);
+    if (modp) CHECK_MSG(same_modp(y1, y3), "enlarge in Z_p");
+    else CHECK_MSG(rel_err(y3, y1) == 0, "enlarge in float32: %g", rel_err(y3, y1));
+    unref_all((Tensor *[]){xf, wf, x, w, w3, y1, y3}, 7);
+  }
+  /* 3x1 -> 5x3: the old kernel sits at rows 1..3, column 1. */
+  Tensor *w = rand_f32(shape_of(4, 1, 1, 3, 1), 402);
+  Op e;
+  op_init(&e, OP_ENLARGE, 1);
+  op_int(&e, "kh", 5);
+  op_int(&e, "kw", 3);
+  Tensor *y = op_run(&e, &w, false, &d);
+  const float *a = w->data, *b = y ? y->data : NULL;
+  CHECK(b && b[0] == 0 && b[3 + 1] == a[0] && b[6 + 1] == a[1] && b[9 + 1] == a[2] &&
+        b[9] == 0 && b[12 + 1] == 0);
+  unref_all((Tensor *[]){w, y}, 2);
+  diag_fini(&d);
+}
+
+/* ---- matmul ---- */
+
+typedef struct MatmulCase {
+  Shape a, b;
+  int act;
+} MatmulCase;
+
+/* Naive ONNX MatMul: promote 1-D operands, broadcast batch dims. */
+static Tensor *matmul_ref(const Tensor *ta, const Tensor *tb, const Shape *out, int act) {
+  Shape a = ta->shape, b = tb->shape;
+  bool a1 = a.ndim == 1, b1 = b.ndim == 1;
+  if (a1) a = shape_of(2, 1, (int)a.d[0]);
+  if (b1) b = shape_of(2, (int)b.d[0], 1);
+  int64_t m = a.d[a.ndim - 2], k = a.d[a.ndim - 1], n = b.d[b.ndim - 1];
+  int nb = (a.ndim > b.ndim ? a.ndim : b.ndim) - 2;
+  int64_t count = 1, bd[TEQ_MAX_DIMS];
+  for (int i = 0; i < nb; i++) {
+    int ia = i - (nb - (a.ndim - 2)), ib = i - (nb - (b.ndim - 2));
+    int64_t da = ia >= 0 ? a.d[ia] : 1, db = ib >= 0 ? b.d[ib] : 1;
+    bd[i] = da > db ? da : db;
+    count *= bd[i];
+  }
+  Tensor *y = tensor_new(DT_F32, out);
+  const float *pa = ta->data, *pb = tb->data;
+  float *py = y->data;
+  for (int64_t t = 0; t < count; t++) {
+    int64_t oa = 0, ob = 0, sa = 1, sb = 1, rest = t;
+    for (int i = nb - 1; i >= 0; i--) {
+      int64_t j = rest % bd[i];
+      rest /= bd[i];
+      int ia = i - (nb - (a.ndim - 2)), ib = i - (nb - (b.ndim - 2));
+      if (ia >= 0) oa += (a.d[ia] == 1 ? 0 : j) * sa, sa *= a.d[ia];
+      if (ib >= 0) ob += (b.d[ib] == 1 ? 0 : j) * sb, sb *= b.d[ib];
+    }
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t q = 0; q < k; q++)
+          s += (double)pa[oa * m * k + i * k + q] * pb[ob * k * n + q * n + j];
+        *py++ = (float)act_ref(act, s);
+      }
+  }
+  return y;
+}
+
+static void test_matmul(void) {
+  const MatmulCase cases[] = {
+    {shape_of(2, 3, 4), shape_of(2, 4, 5), ACT_NONE},
+    {shape_of(1, 4), shape_of(2, 4, 5), ACT_NONE},        /* [5] */
+    {shape_of(2, 3, 4), shape_of(1, 4), ACT_RELU},        /* [3] */
+    {shape_of(1, 6), shape_of(1, 6), ACT_NONE},           /* [] */
+    {shape_of(3, 2, 3, 4), shape_of(2, 4, 5), ACT_NONE},  /* one tall GEMM */
+    {shape_of(3, 2, 3, 4), shape_of(3, 1, 4, 5), ACT_SIGMOID},
+    {shape_of(4, 2, 1, 3, 4), shape_of(3, 5, 4, 6), ACT_NONE}, /* [2, 5, 3, 6] */
+    {shape_of(2, 3, 4), shape_of(3, 2, 4, 5), ACT_TANH},  /* A broadcast */
+    {shape_of(3, 1, 3, 4), shape_of(3, 2, 4, 5), ACT_NONE},
+    {shape_of(1, 5), shape_of(3, 2, 5, 3), ACT_RELU},     /* [2, 3] */
+    {shape_of(3, 2, 3, 5), shape_of(1, 5), ACT_NONE},     /* [2, 3] */
+    {shape_of(2, 1, 7), shape_of(2, 7, 1), ACT_NONE},
+    {shape_of(2, 33, 65), shape_of(2, 65, 17), ACT_RELU},
+  };
+  Diag d;
+  diag_init(&d);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    Op o;
+    op_init(&o, OP_MATMUL, 2);
+    op_int(&o, "act", cases[c].act);
+    Tensor *in[2] = {rand_f32(cases[c].a, 500 + c), rand_f32(cases[c].b, 600 + c)};
+    Tensor *y = op_run(&o, in, false, &d);
+    Tensor *r = y ? matmul_ref(in[0], in[1], &y->shape, cases[c].act) : NULL;
+    CHECK_MSG(y && rel_err(y, r) < 1e-5, "matmul case %zu: %s", c, diag_last(&d));
+    unref_all((Tensor *[]){y, r}, 2);
+    unref_all(in, 2);
+    /* Z_p against float32 on small integers, without the act. */
+    op_int(&o, "act", ACT_NONE);
+    Tensor *si[2] = {rand_small(cases[c].a, 700 + c), rand_small(cases[c].b, 800 + c)};
+    Tensor *mi[2] = {to_modp(si[0]), to_modp(si[1])};
+    Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
+    Tensor *want = yf ? to_modp(yf) : NULL;
+    CHECK_MSG(same_modp(ym, want), "matmul case %zu in Z_p", c);
+    unref_all((Tensor *[]){yf, ym, want}, 3);
+    unref_all(si, 2);
+    unref_all(mi, 2);
+  }
+  Op o;
+  op_init(&o, OP_MATMUL, 2);
+  Tensor *in[2] = {rand_f32(shape_of(3, 2, 3, 4), 900), rand_f32(shape_of(2, 4, 5), 901)};
+  Tensor *y = op_run(&o, in, false, &d);
+  Shape want = shape_of(3, 2, 3, 5);
+  CHECK(y && shape_equal(&y->shape, &want));
+  unref_all((Tensor *[]){y, in[0], in[1]}, 3);
+  diag_fini(&d);
+}
+
+/* matmul(x, const_imm) == x in both modes. */
+static void test_imm_identity(void) {
+  Diag d;
+  diag_init(&d);
+  for (int modp = 0; modp < 2; modp++) {
+    Op k, o;
+    op_init(&k, OP_CONST_IMM, 0);
+    op_int(&k, "n", 6);
+    op_init(&o, OP_MATMUL, 2);
+    Tensor *xf = rand_small(shape_of(3, 2, 5, 6), 1000);
+    Tensor *x = modp ? to_modp(xf) : tensor_ref(xf);
+    Tensor *i = op_run(&k, NULL, modp, &d);
+    Tensor *y = op_run(&o, (Tensor *[]){x, i}, modp, &d);
+    CHECK_MSG(y && shape_equal(&y->shape, &x->shape) &&
+              memcmp(y->data, x->data, tensor_bytes(x)) == 0, "imm identity, mode %d", modp);
+    unref_all((Tensor *[]){xf, x, i, y}, 4);
+  }
+  diag_fini(&d);
+}
+
+/* ---- gemm ---- */
+
+static Tensor *gemm_ref(const Tensor *a, const Tensor *b, const Tensor *c, bool ta, bool tb,
+                        double alpha, double beta) {
+  int64_t m = a->shape.d[ta ? 1 : 0], k = a->shape.d[ta ? 0 : 1], n = b->shape.d[tb ? 0 : 1];
+  Tensor *y = tensor_new(DT_F32, &(Shape){2, {m, n}});
+  const float *pa = a->data, *pb = b->data, *pc = c ? c->data : NULL;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t q = 0; q < k; q++)
+        s += (double)pa[ta ? q * m + i : i * k + q] * pb[tb ? j * k + q : q * n + j];
+      double cv = 0;
+      if (pc) {
+        const Shape *cs = &c->shape;
+        int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
+        cv = pc[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+      }
+      ((float *)y->data)[i * n + j] = (float)(alpha * s + beta * cv);
+    }
+  return y;
+}
+
+static void test_gemm(void) {
+  /* ndim -2 marks "no C input". */
+  const Shape c_shapes[] = {{-2, {0}}, shape_of(0), shape_of(1, 1), shape_of(1, 5),
+                            shape_of(2, 1, 5), shape_of(2, 4, 1), shape_of(2, 4, 5)};
+  Diag d;
+  diag_init(&d);
+  int cnt = 0;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (size_t ci = 0; ci < sizeof c_shapes / sizeof *c_shapes; ci++, cnt++) {
+        bool has_c = c_shapes[ci].ndim != -2;
+        double alpha = cnt % 3 ? 2.0 : 1.0, beta = cnt % 2 ? -3.0 : 1.0;
+        Op o;
+        op_init(&o, OP_GEMM, has_c ? 3 : 2);
+        op_int(&o, "transA", ta);
+        op_int(&o, "transB", tb);
+        op_float(&o, "alpha", alpha);
+        op_float(&o, "beta", beta);
+        Shape sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
+        Shape sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
+        Tensor *in[3] = {rand_f32(sa, cnt), rand_f32(sb, cnt + 50),
+                         has_c ? rand_f32(c_shapes[ci], cnt + 99) : NULL};
+        Tensor *y = op_run(&o, in, false, &d);
+        Tensor *r = gemm_ref(in[0], in[1], in[2], ta, tb, alpha, beta);
+        CHECK_MSG(rel_err(y, r) < 1e-5, "gemm ta=%d tb=%d C#%zu: %s", ta, tb, ci, diag_last(&d));
+        unref_all((Tensor *[]){y, r}, 2);
+        unref_all(in, has_c ? 3 : 2);
+        Tensor *si[3] = {rand_small(sa, cnt + 7), rand_small(sb, cnt + 8),
+                         has_c ? rand_small(c_shapes[ci], cnt + 9) : NULL};
+        Tensor *mi[3] = {to_modp(si[0]), to_modp(si[1]), has_c ? to_modp(si[2]) : NULL};
+        Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
+        Tensor *want = yf ? to_modp(yf) : NULL;
+        CHECK_MSG(same_modp(ym, want), "gemm ta=%d tb=%d C#%zu in Z_p", ta, tb, ci);
+        unref_all((Tensor *[]){yf, ym, want}, 3);
+        unref_all(si, has_c ? 3 : 2);
+        unref_all(mi, has_c ? 3 : 2);
+      }
+  diag_fini(&d);
+}
+
+/* ---- batchnorm ---- */
+
+static void test_batchnorm(void) {
+  Diag d;
+  diag_init(&d);
+  Shape sx = shape_of(4, 2, 3, 4, 5), sc = shape_of(1, 3);
+  Tensor *in[5] = {rand_f32(sx, 1100), rand_f32(sc, 1101), rand_f32(sc, 1102),
+                   rand_f32(sc, 1103), rand_f32(sc, 1104)};
+  float *var = in[4]->data;
+  for (int i = 0; i < 3; i++) var[i] = var[i] * var[i] + 0.1f;
+  Op o;
+  op_init(&o, OP_BATCHNORM, 5);
+  op_float(&o, "epsilon", 1e-3);
+  Tensor *y = op_run(&o, in, false, &d);
+  Tensor *r = tensor_new(DT_F32, &sx);
+  const float *x = in[0]->data, *s = in[1]->data, *b = in[2]->data, *mean = in[3]->data;
+  for (int64_t i = 0; i < tensor_numel(r); i++) {
+    int c = (int)(i / 20 % 3);
+    ((float *)r->data)[i] = (float)(s[c] * (x[i] - mean[c]) / sqrt(var[c] + 1e-3) + b[c]);
+  }
+  CHECK_MSG(rel_err(y, r) < 1e-5, "batchnorm float32: %g", rel_err(y, r));
+  unref_all((Tensor *[]){y, r}, 2);
+  /* Z_p: with scale 0 the output is B; in x it is affine with a slope
+   * that the epsilon changes. */
+  Tensor *m[5];
+  for (int i = 0; i < 5; i++) m[i] = to_modp(in[i]);
+  Tensor *y1 = op_run(&o, m, true, &d);
+  memset(m[1]->data, 0, tensor_bytes(m[1]));
+  Tensor *y0 = op_run(&o, m, true, &d);
+  bool is_b = y0 != NULL;
+  for (int64_t i = 0; y0 && i < tensor_numel(y0); i++)
+    is_b = is_b && ((uint32_t *)y0->data)[i] == ((uint32_t *)m[2]->data)[i / 20 % 3];
+  CHECK(is_b);
+  tensor_unref(m[1]);
+  m[1] = to_modp(in[1]);
+  op_float(&o, "epsilon", 1e-5);
+  Tensor *y2 = op_run(&o, m, true, &d);
+  CHECK(y1 && y2 && !same_modp(y1, y2));
+  CHECK(op_def(OP_BATCHNORM)->modp_standin && (op_def(OP_BATCHNORM)->flags & OPF_NONLINEAR));
+  unref_all((Tensor *[]){y0, y1, y2}, 3);
+  unref_all(in, 5);
+  unref_all(m, 5);
+  diag_fini(&d);
+}
+
+/* ---- constants ---- */
+
+static void test_constants(void) {
+  Diag d;
+  diag_init(&d);
+  Op o;
+  op_init(&o, OP_CONST_ONE, 0);
+  op_ints(&o, "shape", (int64_t[]){2, 3, 4}, 3);
+  Tensor *f = op_run(&o, NULL, false, &d), *m = op_run(&o, NULL, true, &d);
+  Shape want = shape_of(3, 2, 3, 4);
+  CHECK(f && m && shape_equal(&f->shape, &want));
+  bool ones = f && m;
+  for (int i = 0; ones && i < 24; i++)
+    ones = ((float *)f->data)[i] == 1.0f && ((uint32_t *)m->data)[i] == 1;
+  CHECK(ones);
+  unref_all((Tensor *[]){f, m}, 2);
+  op_init(&o, OP_CONST_POOL, 0);
+  op_int(&o, "channels", 3);
+  op_int(&o, "kh", 2);
+  op_int(&o, "kw", 3);
+  f = op_run(&o, NULL, false, &d);
+  m = op_run(&o, NULL, true, &d);
+  want = shape_of(4, 3, 1, 2, 3);
+  CHECK(f && m && shape_equal(&m->shape, &want));
+  CHECK(f && ((float *)f->data)[17] == 1.0f / 6);
+  CHECK(m && modp_mul(((uint32_t *)m->data)[5], 6) == 1);
+  unref_all((Tensor *[]){f, m}, 2);
+  diag_fini(&d);
+}
+
+/* ---- shape inference errors ---- */
+
+/* Runs shape inference on inputs of the given shapes and checks that it
+ * fails with a message containing want. */
+static void expect_error(Op *o, const Shape *shapes, int n, const char *want) {
+  Diag d;
+  diag_init(&d);
+  Tensor *in[8];
+  for (int i = 0; i < n; i++) in[i] = tensor_new(DT_F32, &shapes[i]);
+  int rc = op_infer(o, in, &d);
+  CHECK_MSG(rc == TEQ_ERR_INPUT && strstr(diag_last(&d), want),
+            "expected an error with \"%s\", got rc %d: %s", want, rc, diag_last(&d));
+  unref_all(in, n);
+  diag_fini(&d);
+}
+
+static void test_conv_errors(void) {
+  Op o;
+  op_init(&o, OP_CONV2D, 2);
+  op_int(&o, "groups", 3);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 6, 21, 3, 3)}, 2,
+               "conv2d: groups=3: input channels 64 not divisible by groups");
+  op_int(&o, "groups", 2);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 5, 32, 3, 3)}, 2,
+               "output channels 5");
+  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 8, 64, 3, 3)}, 2,
+               "has 64 input channels per group");
+  op_int(&o, "groups", 1);
+  expect_error(&o, (Shape[]){shape_of(3, 1, 4, 8), shape_of(4, 8, 1, 3, 3)}, 2,
+               "input X [1, 4, 8]: expected [N, C, H, W]");
+  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 2, 8), shape_of(4, 8, 4, 3, 3)}, 2,
+               "larger than the padded input 2x8");
+  op_ints(&o, "dilation", (int64_t[]){1, 4}, 2);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3)}, 2,
+               "dilation=(1 4)");
+  op_init(&o, OP_CONV2D, 3);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 4)},
+               3, "bias B [4]: expected [8]");
+  op_ints(&o, "stride", (int64_t[]){0, 1}, 2);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 8)},
+               3, "stride=0");
+  op_init(&o, OP_ENLARGE, 1);
+  op_int(&o, "kh", 3);
+  op_int(&o, "kw", 3);
+  expect_error(&o, (Shape[]){shape_of(4, 4, 4, 5, 5)}, 1, "enlarge: kh=3 kw=3: smaller");
+  expect_error(&o, (Shape[]){shape_of(4, 4, 4, 2, 2)}, 1, "cannot be centred");
+  op_init(&o, OP_CONST_ICONV, 0);
+  op_int(&o, "kh", 2);
+  expect_error(&o, NULL, 0, "const_iconv: kh=2 kw=3: the identity kernel needs odd sizes");
+  op_init(&o, OP_BATCHNORM, 5);
+  Shape c3 = shape_of(1, 3);
+  expect_error(&o, (Shape[]){shape_of(4, 1, 3, 4, 4), c3, c3, shape_of(1, 4), c3}, 5,
+               "batchnorm: mean [4]: expected [3]");
+}
+
+static void test_matmul_errors(void) {
+  Op o;
+  op_init(&o, OP_MATMUL, 2);
+  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 5, 6)}, 2,
+               "matmul: A [3, 4] and B [5, 6]: inner dimensions 4 and 5 differ");
+  expect_error(&o, (Shape[]){shape_of(3, 2, 3, 4), shape_of(3, 3, 4, 5)}, 2,
+               "batch dimensions do not broadcast (2 vs 3)");
+  expect_error(&o, (Shape[]){shape_of(0), shape_of(2, 4, 5)}, 2, "rank >= 1");
+  op_init(&o, OP_GEMM, 3);
+  op_int(&o, "transA", 1);
+  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(1, 5)}, 3,
+               "transA=1 transB=0: A [3, 4] and B [4, 5]: inner dimensions 3 and 4 differ");
+  op_int(&o, "transA", 0);
+  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(2, 5, 3)}, 3,
+               "C [5, 3] does not broadcast to the result [3, 5]");
+  expect_error(&o, (Shape[]){shape_of(1, 4), shape_of(2, 4, 5), shape_of(1, 5)}, 3,
+               "both operands must be matrices");
+  /* Z_p needs integer alpha and beta. */
+  Diag d;
+  diag_init(&d);
+  op_float(&o, "alpha", 0.5);
+  Tensor *in[3] = {tensor_new(DT_MODP, &(Shape){2, {3, 4}}), tensor_new(DT_MODP, &(Shape){2, {4, 5}}),
+                   tensor_new(DT_MODP, &(Shape){1, {5}})};
+  Tensor *y = op_run(&o, in, true, &d);
+  CHECK_MSG(!y && strstr(diag_last(&d), "gemm: alpha=0.5 is not an integer: cannot evaluate in Z_p"),
+            "%s", diag_last(&d));
+  unref_all(in, 3);
+  diag_fini(&d);
+}
+
+/* ---- through the graph and the executor ---- */
+
+/* relu(conv(x, W) + b) then matmul with a constant, in both modes. */
+static void test_through_executor(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 1, 4, 6, 6);
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  int w = graph_add_const(g, "w", rand_small(shape_of(4, 8, 2, 3, 3), 1200), &d);
+  int b = graph_add_const(g, "b", rand_small(shape_of(1, 8), 1201), &d);
+  int k = graph_add_const(g, "k", rand_small(shape_of(2, 6, 5), 1202), &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_int(&p, param_index(OP_CONV2D, "groups"), 2);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef cin[3] = {{x, 0}, {w, 0}, {b, 0}};
+  int c = graph_add_node(g, OP_CONV2D, cin, 3, 1, &p, "conv", &d);
+  TensorRef min[2] = {{c, 0}, {k, 0}};
+  int m = graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "mm", &d);
+  graph_add_output(g, (TensorRef){m, 0}, "y", &d);
+  CHECK_MSG(d.n_errors == 0 && graph_check(g, &d) == TEQ_OK, "%s", d.text ? d.text : "");
+  Tensor *xf = rand_small(sx, 1203), *xm = to_modp(xf), *yf = NULL, *ym = NULL;
+  CHECK_MSG(exec_run(g, EXEC_F32, &xf, &yf, &d) == TEQ_OK, "%s", diag_last(&d));
+  CHECK_MSG(exec_run(g, EXEC_MODP, &xm, &ym, &d) == TEQ_OK, "%s", diag_last(&d));
+  Shape want = shape_of(4, 1, 8, 6, 5);
+  CHECK(yf && shape_equal(&yf->shape, &want));
+  Tensor *yfm = yf ? to_modp(yf) : NULL;
+  CHECK(same_modp(ym, yfm));
+  unref_all((Tensor *[]){xf, xm, yf, ym, yfm}, 5);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+/* ---- ONNX export and import ---- */
+
+/* Exports g, imports the file, and checks both give the same output on x
+ * (keeping batchnorm, which import would otherwise fold into a conv). */
+static void check_round_trip(Graph *g, Tensor *x, const char *what) {
+  Diag d;
+  diag_init(&d);
+  char path[] = "/tmp/teq_test_linear_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  Graph *h = NULL;
+  Tensor *a = NULL, *b = NULL;
+  OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
+  opts.keep_batchnorm = true;
+  int rc = onnx_export_file(g, path, &d);
+  if (rc == TEQ_OK) rc = onnx_import_file(path, &opts, &h, NULL, &d);
+  if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, &x, &a, &d);
+  if (rc == TEQ_OK) rc = exec_run(h, EXEC_F32, &x, &b, &d);
+  CHECK_MSG(rc == TEQ_OK && rel_err(a, b) == 0, "%s: round trip: %s", what, d.text ? d.text : "");
+  unlink(path);
+  unref_all((Tensor *[]){a, b}, 2);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+static int add_op(Graph *g, OpKind kind, const TensorRef *in, int n_in, const Params *p, Diag *d) {
+  return graph_add_node(g, kind, in, n_in, 1, p, NULL, d);
+}
+
+/* conv (groups, dilation, odd pads, bias, relu) -> batchnorm -> matmul
+ * (tanh); and a gemm with every attribute set. */
+static void test_onnx_round_trip(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 1, 4, 9, 8);
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  int w = graph_add_const(g, "w", rand_f32(shape_of(4, 6, 2, 3, 3), 1300), &d);
+  int b = graph_add_const(g, "b", rand_f32(shape_of(1, 6), 1301), &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_int(&p, param_index(OP_CONV2D, "groups"), 2);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){2, 1, 0, 2}, 4);
+  param_set_ints(&p, param_index(OP_CONV2D, "dilation"), (int64_t[]){2, 1}, 2);
+  int c = add_op(g, OP_CONV2D, (TensorRef[]){{x, 0}, {w, 0}, {b, 0}}, 3, &p, &d);
+  TensorRef bn[5] = {{c, 0}};
+  for (int i = 1; i < 5; i++) {
+    Tensor *t = rand_f32(shape_of(1, 6), 1310 + i);
+    for (int j = 0; i == 4 && j < 6; j++) ((float *)t->data)[j] += 2.0f; /* var > 0 */
+    bn[i] = (TensorRef){graph_add_const(g, NULL, t, &d), 0};
+  }
+  int nb = add_op(g, OP_BATCHNORM, bn, 5, NULL, &d);
+  int k = graph_add_const(g, "k", rand_f32(shape_of(2, 9, 3), 1302), &d);
+  params_default(OP_MATMUL, &p);
+  param_set_int(&p, param_index(OP_MATMUL, "act"), ACT_TANH);
+  int m = add_op(g, OP_MATMUL, (TensorRef[]){{nb, 0}, {k, 0}}, 2, &p, &d);
+  graph_add_output(g, (TensorRef){m, 0}, "y", &d);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
+  Tensor *xv = rand_f32(sx, 1303);
+  check_round_trip(g, xv, "conv/batchnorm/matmul");
+  tensor_unref(xv);
+  graph_free(g);
+
+  g = graph_new();
+  Shape sa = shape_of(2, 6, 4);
+  int a = graph_add_input(g, "a", &sa, DT_F32, &d);
+  int bm = graph_add_const(g, "b", rand_f32(shape_of(2, 5, 6), 1304), &d);
+  int cm = graph_add_const(g, "c", rand_f32(shape_of(2, 4, 1), 1305), &d);
+  params_default(OP_GEMM, &p);
+  param_set_int(&p, param_index(OP_GEMM, "transA"), 1);
+  param_set_int(&p, param_index(OP_GEMM, "transB"), 1);
+  param_set_float(&p, param_index(OP_GEMM, "alpha"), 0.5);
+  param_set_float(&p, param_index(OP_GEMM, "beta"), -2.0);
+  int gm = add_op(g, OP_GEMM, (TensorRef[]){{a, 0}, {bm, 0}, {cm, 0}}, 3, &p, &d);
+  graph_add_output(g, (TensorRef){gm, 0}, "y", &d);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
+  xv = rand_f32(sa, 1306);
+  check_round_trip(g, xv, "gemm");
+  tensor_unref(xv);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+static void test_rows(void) {
+  static const OpKind mine[] = {OP_CONST_POOL, OP_CONST_ICONV, OP_CONST_IMM, OP_CONST_ONE,
+                                OP_MATMUL, OP_GEMM, OP_CONV2D, OP_ENLARGE, OP_BATCHNORM};
+  for (size_t i = 0; i < sizeof mine / sizeof *mine; i++) {
+    const OpDef *r = op_def(mine[i]);
+    CHECK_MSG(r->kind == mine[i] && r->infer_shape && r->eval_f32 && r->eval_modp &&
+              !(r->flags & OPF_OPAQUE), "row %s", r->name);
+  }
+  CHECK(op_def(OP_CONV2D)->flags & OPF_MULTILINEAR);
+  CHECK(op_def(OP_MATMUL)->flags & OPF_MULTILINEAR);
+  CHECK(op_def(OP_CONST_POOL)->flags & OPF_SOURCE);
+  CHECK_EQ_INT(op_by_onnx("Conv"), OP_CONV2D);
+  CHECK_EQ_INT(op_by_onnx("Gemm"), OP_GEMM);
+  CHECK_EQ_INT(op_by_onnx("MatMul"), OP_MATMUL);
+  CHECK_EQ_INT(op_by_onnx("BatchNormalization"), OP_BATCHNORM);
+  char buf[128];
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  params_format(OP_CONV2D, &p, true, buf, sizeof buf);
+  CHECK_MSG(strcmp(buf, "act=relu") == 0, "%s", buf);
+}
+
+int main(void) {
+  test_rows();
+  test_conv_by_hand();
+  test_conv_float_vs_reference();
+  test_conv_modp_vs_float();
+  test_iconv_identity();
+  test_enlarge_identity();
+  test_matmul();
+  test_imm_identity();
+  test_gemm();
+  test_batchnorm();
+  test_constants();
+  test_conv_errors();
+  test_matmul_errors();
+  test_through_executor();
+  test_onnx_round_trip();
+  return check_exit();
+}
