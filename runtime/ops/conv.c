@@ -7,10 +7,11 @@
  * matrix has one row per (input channel, kernel tap) and one column per
  * output pixel, so W[group] (M/g x C/g*kh*kw) times it is the output block.
  * A 1x1 stride-1 unpadded conv needs no im2col (X is already the column
- * matrix), and depthwise convs (groups == C == M) use a direct loop, since
- * a GEMM per channel is all overhead. Bias and activation are applied in
- * one pass per output plane while it is still in cache. Z_p is an exact
- * direct loop.
+ * matrix); grouped convs run in pixel blocks small enough for the BLAS to
+ * keep in the calling thread; depthwise convs (groups == C == M) use a
+ * direct vector loop over a zero-padded copy of each plane, since a GEMM
+ * per channel is all overhead. Bias and activation are applied to each
+ * block while it is in cache. Z_p is an exact direct loop.
  *
  * conv2d is OPF_MULTILINEAR as an operator: with act == none and no bias
  * it is linear in X and in W separately; a node with a fused act or a bias
@@ -32,10 +33,8 @@
 /* ONNX op_type of the node that follows a conv with a fused act. */
 static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
 
-/* ---- ONNX auto_pad, shared with pool.c ---- */
-
-int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
-                   const int64_t dl[2], int64_t pads[4], Diag *d);
+/* ---- ONNX auto_pad, shared with pool.c (which declares it; the
+ * declaration belongs in family.h) ---- */
 
 /* Explicit pads for ONNX auto_pad on a 2-D window. x is the input shape
  * (NULL or unknown if not known), k the kernel extents, s the strides, dl
@@ -186,6 +185,17 @@ static void valid_cols(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *l
   if (*lo > *hi) *lo = *hi;
 }
 
+/* dst[t] = src[t * s] for t < n; strides 1 and 2, the common cases, are
+ * spelled out so that they run as block copies or vector code. */
+static void copy_strided(float *dst, const float *src, int64_t s, int64_t n) {
+  if (s == 1)
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+  else if (s == 2)
+    for (int64_t t = 0; t < n; t++) dst[t] = src[2 * t];
+  else
+    for (int64_t t = 0; t < n; t++) dst[t] = src[t * s];
+}
+
 /* Row (c, i, j) of the column matrix for output pixels [p0, p0 + np): the
  * input under kernel tap (i, j) of channel plane xc, 0 in the padding. It
  * walks output rows, so there is one division per call, not per row. */
@@ -204,12 +214,11 @@ static void im2col_row(const ConvGeom *g, const float *xc, int64_t i, int64_t j,
     const float *xr = xc + iy * g->w + off;
     int64_t a = lo > ox ? lo : ox, b = hi < end ? hi : end; /* the valid part */
     for (; q < a; q++) *dst++ = 0.0f;
-    if (g->sw == 1 && b > q) {
-      memcpy(dst, xr + q, (size_t)(b - q) * sizeof *dst);
+    if (b > q) {
+      copy_strided(dst, xr + q * g->sw, g->sw, b - q);
       dst += b - q;
       q = b;
     }
-    for (; q < b; q++) *dst++ = xr[q * g->sw];
     for (; q < end; q++) *dst++ = 0.0f;
   }
 }
@@ -232,7 +241,7 @@ static void im2col(const ConvGeom *g, const float *x, int64_t p0, int64_t np, fl
 typedef float Float8 __attribute__((vector_size(32)));
 typedef int32_t Int8 __attribute__((vector_size(32)));
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && __GNUC__ >= 12 && !defined(__clang__) && defined(__x86_64__)
 #define HOT_LOOP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HOT_LOOP_CLONES
@@ -347,22 +356,16 @@ typedef struct Depthwise {
 } Depthwise;
 
 /* Writes plane x into the interior of dw->pad (its border is zero from the
- * allocation and never written). */
+ * allocation and never written). Padded column c + pl goes to phase
+ * (c + pl) % s, at position (c + pl) / s. */
 static void depthwise_fill(const Depthwise *dw, const float *x) {
   const ConvGeom *g = dw->g;
-  for (int64_t r = 0; r < g->h; r++) {
-    const float *src = x + r * g->w;
-    float *rows = dw->pad + (r + g->pt) * g->sw * dw->wq;
-    if (g->sw == 1) {
-      memcpy(rows + g->pl, src, (size_t)g->w * sizeof *src);
-      continue;
-    }
-    /* Padded column c + pl goes to phase (c + pl) % s at (c + pl) / s. */
-    for (int64_t q = 0; q < g->sw; q++) {
-      int64_t c = ((q - g->pl) % g->sw + g->sw) % g->sw;
-      float *dst = rows + q * dw->wq + (c + g->pl) / g->sw;
-      for (; c < g->w; c += g->sw) *dst++ = src[c];
-    }
+  for (int64_t q = 0; q < g->sw; q++) {
+    int64_t c = ((q - g->pl) % g->sw + g->sw) % g->sw; /* first input column of phase q */
+    if (c >= g->w) continue;
+    int64_t at = (c + g->pl) / g->sw, n = (g->w - c + g->sw - 1) / g->sw;
+    for (int64_t r = 0; r < g->h; r++)
+      copy_strided(dw->pad + ((r + g->pt) * g->sw + q) * dw->wq + at, x + r * g->w + c, g->sw, n);
   }
 }
 
