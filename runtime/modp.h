@@ -2,8 +2,9 @@
  *
  * Residues are uint32_t in [0, p). A product of two residues is below 2^62,
  * so it fits uint64_t and reduces with two shift-and-add folds instead of a
- * division: 2^31 = 1 (mod p). Sums of up to 2^33 products also fit before
- * reduction, which is what dot products in the Z_p kernels rely on.
+ * division: 2^31 = 1 (mod p). A uint64_t holds 4 unreduced products, or
+ * 2^33 products that were each reduced first; dot products in the Z_p
+ * kernels accumulate one of these two ways.
  * Fingerprints (gen-rules) and PET's random tests evaluate graphs here, so
  * nothing overflows and equal results are equal exactly. */
 #ifndef TEQ_RUNTIME_MODP_H

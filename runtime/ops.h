@@ -29,7 +29,9 @@ typedef enum OpKind {
 enum {
   OPF_SOURCE = 1u << 0,       /* no inputs: graph input, constant, constant tensor */
   OPF_ELEMENTWISE = 1u << 1,  /* output element i depends on input elements i only */
-  OPF_MULTILINEAR = 1u << 2,  /* linear in each input separately (PET splits here) */
+  OPF_MULTILINEAR = 1u << 2,  /* linear in each input separately (PET splits here); for
+                                 conv/matmul/gemm this is the plain form: a node with a
+                                 fused act or a bias input is affine or non-linear */
   OPF_NONLINEAR = 1u << 3,    /* has a Z_p polynomial stand-in (modp_standin) */
   OPF_LAYOUT_ONLY = 1u << 4,  /* moves or selects elements, computes nothing */
   OPF_COMMUTATIVE = 1u << 5,  /* inputs 0 and 1 may be swapped */

@@ -491,7 +491,22 @@ static int fold_expand(OnnxNodeIn *v, Tensor **out, Diag *d) {
 
 /* ---- int64 arithmetic ---- */
 
-typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_MIN, BIN_MAX, BIN_EQUAL } BinOp;
+typedef enum {
+  BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_MOD, BIN_FMOD, BIN_MIN, BIN_MAX, BIN_AND, BIN_OR,
+  BIN_EQUAL, BIN_LESS, BIN_GREATER, BIN_LESS_EQ, BIN_GREATER_EQ, /* comparisons last */
+} BinOp;
+
+static bool is_comparison(BinOp op) { return op >= BIN_EQUAL; }
+
+static int64_t compare(BinOp op, double a, double b) {
+  switch (op) {
+  case BIN_LESS: return a < b;
+  case BIN_GREATER: return a > b;
+  case BIN_LESS_EQ: return a <= b;
+  case BIN_GREATER_EQ: return a >= b;
+  default: return a == b;
+  }
+}
 
 static int apply_int(OnnxNodeIn *v, BinOp op, int64_t a, int64_t b, int64_t *r, Diag *d) {
   switch (op) {
@@ -502,25 +517,40 @@ static int apply_int(OnnxNodeIn *v, BinOp op, int64_t a, int64_t b, int64_t *r, 
     if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer division by %lld", (long long)b);
     *r = a / b; /* truncation, as ONNX Runtime divides integers */
     break;
+  case BIN_MOD: /* fmod=0: the sign of the divisor, as Python's % */
+    if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
+    *r = a % b;
+    if (*r && (*r < 0) != (b < 0)) *r += b;
+    break;
   case BIN_MIN: *r = a < b ? a : b; break;
   case BIN_MAX: *r = a > b ? a : b; break;
+  case BIN_AND: *r = a && b; break;
+  case BIN_OR: *r = a || b; break;
+  case BIN_FMOD: /* fmod=1: the sign of the dividend, as C's % */
+    if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
+    *r = a % b;
+    break;
   case BIN_EQUAL: *r = a == b; break;
+  case BIN_LESS: *r = a < b; break;
+  case BIN_GREATER: *r = a > b; break;
+  case BIN_LESS_EQ: *r = a <= b; break;
+  case BIN_GREATER_EQ: *r = a >= b; break;
   }
   return TEQ_OK;
 }
 
-/* out = a op b with broadcasting; Equal compares any element type. */
+/* out = a op b with broadcasting; comparisons take any element type. */
 static int binary(OnnxNodeIn *v, BinOp op, const Tensor *a, const Tensor *b, Tensor **out, Diag *d) {
   *out = NULL;
   if (a->dtype != b->dtype) return onnx_in_error(v, d, "inputs differ in element type");
-  if (a->dtype != DT_I64 && op != BIN_EQUAL) return ONNX_FOLD_DECLINED;
+  if (a->dtype != DT_I64 && !is_comparison(op)) return ONNX_FOLD_DECLINED;
   Shape s;
   int rc = broadcast(v, &a->shape, &b->shape, &s, d);
   if (rc == TEQ_OK) rc = new_tensor(v, DT_I64, &s, out, d);
   for (int64_t k = 0; rc == TEQ_OK && k < shape_numel(&s); k++) {
     int64_t ia = bcast_offset(&s, &a->shape, k), ib = bcast_offset(&s, &b->shape, k);
     int64_t *r = &((int64_t *)(*out)->data)[k];
-    if (a->dtype == DT_F32) *r = elem_f(a, ia) == elem_f(b, ib);
+    if (a->dtype == DT_F32) *r = compare(op, elem_f(a, ia), elem_f(b, ib));
     else rc = apply_int(v, op, elem_i(a, ia), elem_i(b, ib), r, d);
   }
   if (rc != TEQ_OK) {
@@ -562,7 +592,39 @@ BINARY_FOLD(fold_mul, BIN_MUL)
 BINARY_FOLD(fold_div, BIN_DIV)
 BINARY_FOLD(fold_min, BIN_MIN)
 BINARY_FOLD(fold_max, BIN_MAX)
+
+static int fold_mod(OnnxNodeIn *v, Tensor **out, Diag *d) {
+  int64_t fmod = 0;
+  onnx_in_attr_int(v, "fmod", &fmod);
+  return fold_binary(v, fmod ? BIN_FMOD : BIN_MOD, out, d);
+}
+
+BINARY_FOLD(fold_and, BIN_AND)
+BINARY_FOLD(fold_or, BIN_OR)
 BINARY_FOLD(fold_equal, BIN_EQUAL)
+BINARY_FOLD(fold_less, BIN_LESS)
+BINARY_FOLD(fold_greater, BIN_GREATER)
+BINARY_FOLD(fold_less_eq, BIN_LESS_EQ)
+BINARY_FOLD(fold_greater_eq, BIN_GREATER_EQ)
+
+/* Neg, Abs and Not of int64 (bool) tensors; float declines. */
+static int fold_unary(OnnxNodeIn *v, Tensor **out, Diag *d) {
+  const Tensor *t;
+  int rc = need(v, 0, &t, d);
+  if (rc != TEQ_OK) return rc;
+  if (t->dtype != DT_I64) return ONNX_FOLD_DECLINED;
+  const char *op = onnx_in_op_type(v);
+  if ((rc = new_tensor(v, DT_I64, &t->shape, out, d)) != TEQ_OK) return rc;
+  const int64_t *x = t->data;
+  int64_t *r = (*out)->data;
+  for (int64_t k = 0; k < tensor_numel(t); k++) {
+    uint64_t neg = 0 - (uint64_t)x[k]; /* wraps like the two's complement hardware */
+    if (op[0] == 'N' && op[1] == 'e') r[k] = (int64_t)neg;
+    else if (op[0] == 'A') r[k] = x[k] < 0 ? (int64_t)neg : x[k];
+    else r[k] = !x[k];
+  }
+  return TEQ_OK;
+}
 
 static int fold_where(OnnxNodeIn *v, Tensor **out, Diag *d) {
   const Tensor *c, *x, *y;
@@ -632,7 +694,12 @@ static const struct {
     {"Add", fold_add},           {"Sub", fold_sub},
     {"Mul", fold_mul},           {"Div", fold_div},
     {"Min", fold_min},           {"Max", fold_max},
-    {"Equal", fold_equal},       {"Where", fold_where},
+    {"Mod", fold_mod},           {"And", fold_and},
+    {"Or", fold_or},             {"Equal", fold_equal},
+    {"Less", fold_less},         {"Greater", fold_greater},
+    {"LessOrEqual", fold_less_eq}, {"GreaterOrEqual", fold_greater_eq},
+    {"Neg", fold_unary},         {"Abs", fold_unary},
+    {"Not", fold_unary},         {"Where", fold_where},
     {"ReduceProd", fold_reduce_prod},
 };
 

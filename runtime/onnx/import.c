@@ -495,7 +495,10 @@ static int32_t folded_elem(const OnnxNodeIn *v, const Tensor *out) {
       if (strcmp(a->name, "to") == 0) return (int32_t)a->i;
       if (a->t && a->t->has_data_type) return a->t->data_type;
     }
-  if (strcmp(op, "Equal") == 0) return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+  static const char *const comparisons[] = {"Equal", "Less", "Greater", "LessOrEqual",
+                                            "GreaterOrEqual"};
+  for (size_t k = 0; k < sizeof comparisons / sizeof *comparisons; k++)
+    if (strcmp(op, comparisons[k]) == 0) return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
   if (strcmp(op, "Where") == 0) return input_elem(v, 1);
   if (strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0) return onnx_dtype_elem(out->dtype);
   return input_elem(v, 0) ? input_elem(v, 0) : onnx_dtype_elem(out->dtype);

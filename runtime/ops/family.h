@@ -19,6 +19,12 @@ int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d);
  * "conv2d: groups=3: input channels 64 not divisible by groups". */
 int op_error(const Node *n, Diag *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
+ * bottom, right]; x is the input shape (NULL if unknown), k the kernel, s the
+ * strides, dl the dilations. Leaves pads as they are for NOTSET. In conv.c. */
+int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
+                   const int64_t dl[2], int64_t pads[4], Diag *d);
+
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);

@@ -23,11 +23,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-/* Defined in conv.c (auto_pad -> explicit pads for a 2-D window); its
- * declaration belongs in family.h. */
-int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
-                   const int64_t dl[2], int64_t pads[4], Diag *d);
-
 #define SPATIAL_MAX (INT64_C(1) << 16)
 
 /* Parameter rows: maxpool uses all five names below, avgpool has
