@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "runtime/exec.h"
@@ -107,7 +108,8 @@ static int set_option(RunOptions *o, const OptRow *r, const char *val) {
 static int parse_args(int argc, char **argv, RunOptions *o) {
   memset(o, 0, sizeof *o);
   for (size_t k = 0; k < N_OPTIONS; k++)
-    if (option_rows[k].kind == OPT_INT) *(int64_t *)((char *)o + option_rows[k].offset) = option_rows[k].def;
+    if (option_rows[k].kind == OPT_INT)
+      *(int64_t *)((char *)o + option_rows[k].offset) = option_rows[k].def;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
@@ -166,7 +168,8 @@ static int read_raw(const char *path, DType dt, const Shape *s, Tensor **out, Di
 
 static int read_input_file(const char *path, const Node *in, Tensor **out, Diag *d) {
   size_t n = strlen(path);
-  if (n < 3 || strcmp(path + n - 3, ".pb") != 0) return read_raw(path, in->dtype, &in->out[0], out, d);
+  if (n < 3 || strcmp(path + n - 3, ".pb") != 0)
+    return read_raw(path, in->dtype, &in->out[0], out, d);
   Tensor *t;
   int rc = onnx_read_tensor_file(path, &t, NULL, d);
   if (rc != TEQ_OK) return rc;
@@ -182,25 +185,26 @@ static int read_input_file(const char *path, const Node *in, Tensor **out, Diag 
   return TEQ_OK;
 }
 
+/* Whether "NAME=FILE" names input `name`. */
+static bool spec_names(const char *spec, const char *name) {
+  size_t n = (size_t)(strchr(spec, '=') - spec);
+  return name && strlen(name) == n && strncmp(spec, name, n) == 0;
+}
+
 /* The file given for input `in`, or NULL. */
 static const char *file_for(const RunOptions *o, const Node *in) {
-  for (int64_t k = 0; k < o->n_input_files; k++) {
-    const char *spec = o->input_files[k], *eq = strchr(spec, '=');
-    if (in->name && strlen(in->name) == (size_t)(eq - spec) && strncmp(spec, in->name, (size_t)(eq - spec)) == 0)
-      return eq + 1;
-  }
+  for (int64_t k = 0; k < o->n_input_files; k++)
+    if (spec_names(o->input_files[k], in->name)) return strchr(o->input_files[k], '=') + 1;
   return NULL;
 }
 
 static int check_input_names(const RunOptions *o, const Graph *g, Diag *d) {
   for (int64_t k = 0; k < o->n_input_files; k++) {
-    const char *spec = o->input_files[k], *eq = strchr(spec, '=');
     bool found = false;
-    for (int32_t i = 0; i < g->n_inputs && !found; i++) {
-      const char *name = g->nodes[g->inputs[i]].name;
-      found = name && strlen(name) == (size_t)(eq - spec) && strncmp(spec, name, (size_t)(eq - spec)) == 0;
-    }
-    if (!found) return diag_error(d, "--input %s: the model has no input of that name", spec);
+    for (int32_t i = 0; i < g->n_inputs && !found; i++)
+      found = spec_names(o->input_files[k], g->nodes[g->inputs[i]].name);
+    if (!found)
+      return diag_error(d, "--input %s: the model has no input of that name", o->input_files[k]);
   }
   return TEQ_OK;
 }
@@ -262,15 +266,19 @@ static int run_timed(const RunOptions *o, const Graph *g, Tensor **inputs, Tenso
   return rc;
 }
 
+/* Writes output_J.pb and output_J.bin into dir, which is made if missing. */
 static int write_outputs(const char *dir, const Graph *g, Tensor **outputs, Diag *d) {
   int rc = TEQ_OK;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return fail(d, TEQ_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
   for (int32_t j = 0; j < g->n_outputs && rc == TEQ_OK; j++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/output_%d.pb", dir, j);
     rc = onnx_write_tensor_file(path, outputs[j], g->output_names[j], d);
     snprintf(path, sizeof path, "%s/output_%d.bin", dir, j);
     FILE *f = rc == TEQ_OK ? fopen(path, "wb") : NULL;
-    if (rc == TEQ_OK && !f) rc = fail(d, TEQ_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (rc == TEQ_OK && !f)
+      rc = fail(d, TEQ_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const Tensor *t = outputs[j];
     for (int64_t k = 0; f && k < tensor_numel(t); k++) {
       float v = t->dtype == DT_F32 ? ((const float *)t->data)[k]

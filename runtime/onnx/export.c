@@ -1,15 +1,14 @@
 /* export.c: a Graph out as an ONNX ModelProto (opset 13, IR 7).
- * Tensor names are settled before any node is written: graph inputs and
- * outputs keep their names, every other value gets a generated name that
- * no other value has (OnnxNames `taken`). Constants become initializers;
- * TASO's constant tensors and other sources are evaluated once and written
- * as initializers too. Each operator is written from its registry row: the
- * ONNX op_type, one attribute per parameter with an onnx_attr, then the
- * row's onnx_write hook through the OnnxNodeOut calls below. Opaque nodes
- * are their stored NodeProtos with inputs and outputs renamed; the opset
- * they were imported under raises the model's opset where needed. A graph
- * output that is an input, a constant or another output's value is written
- * through an Identity node, since ONNX names each value once. */
+ * Graph inputs and outputs keep their names; every other value gets a
+ * generated name no other value has. Constants and TASO's constant tensors
+ * (evaluated once) become initializers. Each operator is written from its
+ * registry row: op_type, one attribute per parameter with an onnx_attr, then
+ * the row's onnx_write hook through the OnnxNodeOut calls below. Opaque nodes
+ * are their stored NodeProtos, renamed; their opset may raise the model's,
+ * and where Teq widened a value they read (bool held as int64) a Cast gives
+ * them the original type back. A graph output that is an input, a constant
+ * or another output's value goes through an Identity: ONNX names each value
+ * once. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +241,8 @@ void onnx_out_drop_attr(OnnxNodeOut *w, const char *name) {
   for (size_t k = 0; k < np->n_attribute; k++)
     if (strcmp(np->attribute[k]->name, name) == 0) {
       onnx_message_free(np->attribute[k]);
-      memmove(&np->attribute[k], &np->attribute[k + 1], (np->n_attribute - k - 1) * sizeof *np->attribute);
+      memmove(&np->attribute[k], &np->attribute[k + 1],
+              (np->n_attribute - k - 1) * sizeof *np->attribute);
       np->n_attribute--;
       return;
     }
@@ -380,7 +380,8 @@ static int export_op(Exporter *x, int32_t id) {
   generic_attrs(&w);
   int rc = o->onnx_write ? o->onnx_write(n, &w, x->d) : TEQ_OK;
   if (rc == TEQ_OK && !*np->op_type)
-    rc = diag_error(x->d, "%s: node '%s': the row of '%s' set no op_type", x->path, np->name, o->name);
+    rc = diag_error(x->d, "%s: node '%s': the row of '%s' set no op_type", x->path, np->name,
+                    o->name);
   if (rc != TEQ_OK) {
     onnx_message_free(np);
     return rc;
@@ -452,7 +453,8 @@ static int32_t rename_opaque_inputs(Exporter *x, const Node *n, Onnx__NodeProto 
     if (e < n->n_in) {
       int32_t want = e < m->n_in ? m->in_elem[e] : 0;
       bool cast = want && want != exported_elem(x, n->in[e]);
-      replace_string(x, &np->input[i], cast ? cast_to(x, n->in[e], want) : tensor_name(x, n->in[e]));
+      const char *name = cast ? cast_to(x, n->in[e], want) : tensor_name(x, n->in[e]);
+      replace_string(x, &np->input[i], name);
     }
     e++;
   }
@@ -494,7 +496,8 @@ static void note_old_opset(Exporter *x, const Node *n, int version) {
 static int export_opaque(Exporter *x, int32_t id) {
   const Node *n = &x->g->nodes[id];
   ProtobufCMessage *pm;
-  if (onnx_unpack(&onnx__node_proto__descriptor, n->opaque->proto, n->opaque->proto_len, &pm) != TEQ_OK)
+  const OpaqueInfo *info = n->opaque;
+  if (onnx_unpack(&onnx__node_proto__descriptor, info->proto, info->proto_len, &pm) != TEQ_OK)
     return internal_error(x, "opaque node '%s': its stored NodeProto does not parse",
                           n->opaque->op_type);
   Onnx__NodeProto *np = (Onnx__NodeProto *)pm;
@@ -536,7 +539,8 @@ static int evaluate_source(Exporter *x, int32_t id, Tensor **out) {
     x->nomem = true;
     return TEQ_ERR_NOMEM;
   }
-  int k = graph_add_node(s, n->kind, NULL, 0, 1, &n->params, n->name, x->d);
+  TensorRef none[1] = {{0, 0}}; /* no inputs, but never a NULL array to copy from */
+  int k = graph_add_node(s, n->kind, none, 0, 1, &n->params, n->name, x->d);
   int rc = k < 0 ? k : graph_add_output(s, (TensorRef){k, 0}, "value", x->d);
   if (rc >= 0) rc = exec_run(s, EXEC_F32, NULL, out, x->d);
   graph_free(s);

@@ -56,7 +56,9 @@ static int read_ints(OnnxNodeIn *v, int i, int64_t *out, int max, int *n, Diag *
   if (t->dtype != DT_I64 || t->shape.ndim > 1)
     return onnx_in_error(v, d, "input %d must be a 1-d int64 tensor", i);
   int64_t cnt = tensor_numel(t);
-  if (cnt > max) return onnx_in_unsupported(v, d, "input %d has %lld values, at most %d", i, (long long)cnt, max);
+  if (cnt > max)
+    return onnx_in_unsupported(v, d, "input %d has %lld values, at most %d", i, (long long)cnt,
+                               max);
   memcpy(out, t->data, (size_t)cnt * sizeof *out);
   *n = (int)cnt;
   return TEQ_OK;
@@ -182,7 +184,8 @@ static int fold_constant_of_shape(OnnxNodeIn *v, Tensor **out, Diag *d) {
   int rc = read_ints(v, 0, dims, TEQ_MAX_DIMS + 1, &n, d);
   if (rc != TEQ_OK) return rc;
   for (int k = 0; k < n; k++)
-    if (dims[k] < 0) return onnx_in_error(v, d, "shape has a negative extent %lld", (long long)dims[k]);
+    if (dims[k] < 0)
+      return onnx_in_error(v, d, "shape has a negative extent %lld", (long long)dims[k]);
   Tensor *value = NULL;
   if (!onnx_in_attr_tensor(v, "value", &value) && v->failed) return TEQ_ERR_INPUT;
   if (value && tensor_numel(value) != 1) {
@@ -263,7 +266,8 @@ static int fold_reshape(OnnxNodeIn *v, Tensor **out, Diag *d) {
   int64_t known = 1, total = tensor_numel(t);
   for (int k = 0; k < n; k++) {
     if (dims[k] == 0 && !allowzero) {
-      if (k >= t->shape.ndim) return onnx_in_error(v, d, "shape[%d] = 0 copies a missing dimension", k);
+      if (k >= t->shape.ndim)
+        return onnx_in_error(v, d, "shape[%d] = 0 copies a missing dimension", k);
       dims[k] = t->shape.d[k];
     }
     if (dims[k] == -1 && infer < 0) infer = k;
@@ -337,7 +341,8 @@ static int fold_gather(OnnxNodeIn *v, Tensor **out, Diag *d) {
   for (int k = (int)axis + 1; k < t->shape.ndim; k++) dims[r++] = t->shape.d[k];
   Shape s = shape_make(rank, dims);
   if ((rc = new_tensor(v, t->dtype, &s, out, d)) != TEQ_OK) return rc;
-  size_t block = (size_t)dims_product(&t->shape, (int)axis + 1, t->shape.ndim) * dtype_size(t->dtype);
+  size_t block =
+      (size_t)dims_product(&t->shape, (int)axis + 1, t->shape.ndim) * dtype_size(t->dtype);
   int64_t outer = dims_product(&t->shape, 0, (int)axis);
   char *dst = (*out)->data;
   for (int64_t o = 0; o < outer; o++)
@@ -514,11 +519,13 @@ static int apply_int(OnnxNodeIn *v, BinOp op, int64_t a, int64_t b, int64_t *r, 
   case BIN_SUB: *r = (int64_t)((uint64_t)a - (uint64_t)b); break;
   case BIN_MUL: *r = (int64_t)((uint64_t)a * (uint64_t)b); break;
   case BIN_DIV:
-    if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer division by %lld", (long long)b);
+    if (b == 0 || (a == INT64_MIN && b == -1))
+      return onnx_in_error(v, d, "integer division by %lld", (long long)b);
     *r = a / b; /* truncation, as ONNX Runtime divides integers */
     break;
   case BIN_MOD: /* fmod=0: the sign of the divisor, as Python's % */
-    if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
+    if (b == 0 || (a == INT64_MIN && b == -1))
+      return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
     *r = a % b;
     if (*r && (*r < 0) != (b < 0)) *r += b;
     break;
@@ -527,7 +534,8 @@ static int apply_int(OnnxNodeIn *v, BinOp op, int64_t a, int64_t b, int64_t *r, 
   case BIN_AND: *r = a && b; break;
   case BIN_OR: *r = a || b; break;
   case BIN_FMOD: /* fmod=1: the sign of the dividend, as C's % */
-    if (b == 0 || (a == INT64_MIN && b == -1)) return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
+    if (b == 0 || (a == INT64_MIN && b == -1))
+      return onnx_in_error(v, d, "integer modulo by %lld", (long long)b);
     *r = a % b;
     break;
   case BIN_EQUAL: *r = a == b; break;
@@ -540,7 +548,8 @@ static int apply_int(OnnxNodeIn *v, BinOp op, int64_t a, int64_t b, int64_t *r, 
 }
 
 /* out = a op b with broadcasting; comparisons take any element type. */
-static int binary(OnnxNodeIn *v, BinOp op, const Tensor *a, const Tensor *b, Tensor **out, Diag *d) {
+static int binary(OnnxNodeIn *v, BinOp op, const Tensor *a, const Tensor *b, Tensor **out,
+                  Diag *d) {
   *out = NULL;
   if (a->dtype != b->dtype) return onnx_in_error(v, d, "inputs differ in element type");
   if (a->dtype != DT_I64 && !is_comparison(op)) return ONNX_FOLD_DECLINED;

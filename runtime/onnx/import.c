@@ -1,15 +1,14 @@
 /* import.c: an ONNX ModelProto into a Graph.
  * Every ONNX value name maps to an OnnxValue: a TensorRef once it is in the
  * graph, a Tensor while it is known at import (initializers, Constant nodes,
- * folded subgraphs). Constants enter the graph only when a computing node
- * uses them, so shape bookkeeping that folds away leaves nothing behind.
- * Nodes go in topological order (file order when the file is already
- * sorted). A node whose inputs are all known is evaluated now (fold.c, or
- * the registry's kernel on a scratch graph); a node with a registry row
- * becomes that kind, its parameters read generically from OpParam.onnx_attr
- * and then by the row's onnx_read hook through the OnnxNodeIn accessors
- * below; anything else is kept opaque, never dropped. The clean-up passes
- * are in passes.c, TensorProto conversion in tensorproto.c. */
+ * folded subgraphs), and its exact ONNX element type, which Teq's float32 or
+ * int64 may widen. Constants enter the graph only when a computing node uses
+ * them, so shape bookkeeping that folds away leaves nothing behind. Nodes go
+ * in topological order. A node whose inputs are all known is evaluated now
+ * (fold.c, or the registry's kernel on a scratch graph); a node with a
+ * registry row becomes that kind, its parameters read from OpParam.onnx_attr
+ * and then by the row's hook (accessors in node_in.c); anything else is kept
+ * opaque with what export needs (opaque.c). Clean-up passes: passes.c. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +203,8 @@ static int read_params(Importer *im, OnnxNodeIn *v, OpKind kind, Params *p) {
     if (!v->attr_read[k])
       len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", len ? ", " : "",
                               v->np->attribute[k]->name);
-  if (len) diag_warn(im->d, "%s: ignored attribute(s) %s", onnx_in_where(v, where, sizeof where), list);
+  if (len)
+    diag_warn(im->d, "%s: ignored attribute(s) %s", onnx_in_where(v, where, sizeof where), list);
   return TEQ_OK;
 }
 
@@ -224,16 +224,17 @@ static int collect_edges(const OnnxNodeIn *v, OnnxValue **edges, int *n_edges, D
   return TEQ_OK;
 }
 
-/* Evaluates a registry node on constant edges in a scratch graph. Any
- * failure just means "not folded": the node then goes into the graph, where
- * a real problem is reported with its location. */
+/* Evaluates a registry node on constant edges in a scratch graph and sets
+ * *folded. A failure to evaluate just means "not folded": the node then
+ * goes into the graph, where a real problem is reported with its location;
+ * the error returned is only that of defining the results. */
 static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, const Params *p,
-                              OnnxValue **edges, int n_edges) {
+                              OnnxValue **edges, int n_edges, bool *folded) {
   Diag quiet;
   diag_init(&quiet);
   Graph *s = graph_new();
   TensorRef *in = calloc((size_t)n_edges + 1, sizeof *in);
-  Tensor **out = calloc((size_t)v->n_out, sizeof *out);
+  Tensor **out = calloc((size_t)v->n_out + 1, sizeof *out);
   int rc = s && in && out ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int i = 0; i < n_edges && rc == TEQ_OK; i++) {
     int id = graph_add_const(s, NULL, tensor_ref(edges[i]->konst), &quiet);
@@ -248,10 +249,10 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
     rc = r < 0 ? r : TEQ_OK;
   }
   if (rc == TEQ_OK) rc = exec_run(s, EXEC_F32, NULL, out, &quiet);
-  if (rc == TEQ_OK) {
+  *folded = rc == TEQ_OK;
+  if (*folded) {
     rc = define_outputs_const(im, v, out, 0);
-    if (rc == TEQ_OK) im->stats.n_folded++;
-    else rc = TEQ_ERR_NOMEM; /* define_value reported it; not a reason to retry */
+    im->stats.n_folded++;
   }
   free(in);
   free(out);
@@ -286,16 +287,12 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   OnnxValue **edges = calloc((size_t)v->n_in + 1, sizeof *edges);
   if (!edges) return out_of_memory(im);
   rc = collect_edges(v, edges, &n_edges, im->d);
-  bool known = rc == TEQ_OK;
+  bool known = rc == TEQ_OK, folded = false;
   for (int i = 0; i < n_edges && known; i++) known = edges[i]->konst != NULL;
   const OpDef *o = op_def(kind);
-  if (known && o->eval_f32 && !(o->flags & OPF_SOURCE)) {
-    rc = fold_with_registry(im, v, kind, &p, edges, n_edges);
-    if (rc != TEQ_OK && rc != TEQ_ERR_NOMEM) rc = ONNX_FOLD_DECLINED;
-  } else if (rc == TEQ_OK) {
-    rc = ONNX_FOLD_DECLINED;
-  }
-  if (rc == ONNX_FOLD_DECLINED) rc = add_registry_node(im, v, kind, &p, edges, n_edges);
+  if (known && o->eval_f32 && !(o->flags & OPF_SOURCE))
+    rc = fold_with_registry(im, v, kind, &p, edges, n_edges, &folded);
+  if (rc == TEQ_OK && !folded) rc = add_registry_node(im, v, kind, &p, edges, n_edges);
   free(edges);
   return rc;
 }
@@ -389,6 +386,59 @@ static Shape known_part(const Shape *declared) {
   return s;
 }
 
+static bool in_list(const char *op, const char *const *list) {
+  for (; *list; list++)
+    if (strcmp(op, *list) == 0) return true;
+  return false;
+}
+
+/* ONNX operators Teq has no row for whose one output has the numpy
+ * broadcast of their input shapes (the input's shape, for one input):
+ * enough to keep shapes known past the masks and comparisons models are
+ * full of when nothing declares them. Comparisons make bool; Cast makes
+ * its `to`; Where picks from inputs 1 and 2; the rest keep input 0's type. */
+static const char *const elementwise_ops[] = {
+    "Abs", "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
+    "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "Ceil", "Celu", "Cos", "Cosh", "Equal",
+    "Floor", "Greater", "GreaterOrEqual", "Hardmax", "HardSwish", "IsInf", "IsNaN", "Less",
+    "LessOrEqual", "LogSoftmax", "Mean", "Mish", "Mod", "Not", "Or", "PRelu", "Round", "Selu",
+    "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Sum", "Tan", "ThresholdedRelu", "Where", "Xor",
+    NULL};
+static const char *const comparison_ops[] = {"Equal", "Greater", "GreaterOrEqual", "IsInf", "IsNaN",
+                                            "Less", "LessOrEqual", NULL};
+
+/* Expand broadcasts its input to a shape given as a constant. */
+static void expand_output(const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+  const Tensor *t = onnx_in_const_input(v, 1);
+  const Shape *x = onnx_in_input_shape(v, 0);
+  if (m->n_out != 1 || !x || !t || t->dtype != DT_I64 || t->shape.ndim != 1 ||
+      t->shape.d[0] > TEQ_MAX_DIMS)
+    return;
+  Shape target = shape_make((int)t->shape.d[0], t->data), s;
+  if (!m->out_elem[0]) m->out_elem[0] = input_elem(v, 0);
+  if (!shape_is_known(&m->out_shape[0]) && shape_broadcast(x, &target, &s, NULL) == TEQ_OK)
+    m->out_shape[0] = s;
+}
+
+static void elementwise_output(const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+  const char *op = v->np->op_type;
+  if (strcmp(op, "Expand") == 0) expand_output(v, m);
+  if (m->n_out != 1 || !in_list(op, elementwise_ops)) return;
+  const Onnx__NodeProto *np = v->np;
+  if (!m->out_elem[0] && in_list(op, comparison_ops))
+    m->out_elem[0] = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+  for (size_t k = 0; !m->out_elem[0] && strcmp(op, "Cast") == 0 && k < np->n_attribute; k++)
+    if (strcmp(np->attribute[k]->name, "to") == 0) m->out_elem[0] = (int32_t)np->attribute[k]->i;
+  if (!m->out_elem[0]) m->out_elem[0] = input_elem(v, strcmp(op, "Where") == 0 ? 1 : 0);
+  if (shape_is_known(&m->out_shape[0])) return;
+  Shape s = {0};
+  for (int i = 0; i < v->n_in; i++) {
+    const Shape *si = onnx_in_input_shape(v, i);
+    if (v->in[i] && (!si || shape_broadcast(&s, si, &s, NULL) != TEQ_OK)) return;
+  }
+  m->out_shape[0] = s;
+}
+
 static int opaque_meta_make(Importer *im, const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
   const Onnx__NodeProto *np = v->np;
   int opset = domain_opset(im->model, is_default_domain(np->domain) ? "" : np->domain);
@@ -401,10 +451,7 @@ static int opaque_meta_make(Importer *im, const OnnxNodeIn *v, OnnxOpaqueMeta *m
     if (v->in[i]) m->in_elem[m->n_in++] = v->in[i]->elem;
   for (size_t o = 0; o < np->n_output; o++)
     m->out_elem[m->n_out++] = declared_type(im, np->output[o], &m->out_shape[o]);
-  /* A Cast says what it makes even where nothing declares it. */
-  for (size_t k = 0; strcmp(np->op_type, "Cast") == 0 && k < np->n_attribute; k++)
-    if (!m->out_elem[0] && strcmp(np->attribute[k]->name, "to") == 0)
-      m->out_elem[0] = (int32_t)np->attribute[k]->i;
+  if (is_default_domain(np->domain)) elementwise_output(v, m);
   return TEQ_OK;
 }
 
@@ -455,7 +502,8 @@ static int add_opaque(Importer *im, const OnnxNodeIn *v, OpaqueInfo *info,
 static int import_opaque(Importer *im, OnnxNodeIn *v) {
   const Onnx__NodeProto *np = v->np;
   if (has_subgraph(np))
-    return onnx_in_unsupported(v, im->d, "operators with subgraphs (If, Loop, Scan) are not supported");
+    return onnx_in_unsupported(v, im->d,
+                               "operators with subgraphs (If, Loop, Scan) are not supported");
   if (np->n_output == 0) {
     char where[512];
     diag_warn(im->d, "%s: has no outputs and is left out", onnx_in_where(v, where, sizeof where));
@@ -495,10 +543,7 @@ static int32_t folded_elem(const OnnxNodeIn *v, const Tensor *out) {
       if (strcmp(a->name, "to") == 0) return (int32_t)a->i;
       if (a->t && a->t->has_data_type) return a->t->data_type;
     }
-  static const char *const comparisons[] = {"Equal", "Less", "Greater", "LessOrEqual",
-                                            "GreaterOrEqual"};
-  for (size_t k = 0; k < sizeof comparisons / sizeof *comparisons; k++)
-    if (strcmp(op, comparisons[k]) == 0) return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+  if (in_list(op, comparison_ops)) return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
   if (strcmp(op, "Where") == 0) return input_elem(v, 1);
   if (strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0) return onnx_dtype_elem(out->dtype);
   return input_elem(v, 0) ? input_elem(v, 0) : onnx_dtype_elem(out->dtype);
@@ -658,19 +703,25 @@ static int symbolic_dim(Importer *im, const Onnx__ValueInfoProto *vi, size_t i, 
   return TEQ_OK;
 }
 
+/* Why a graph input of this type cannot feed a Teq graph, or NULL. */
+static const char *input_problem(const Onnx__TypeProto__Tensor *tt, int32_t elem) {
+  if (!tt) return "is not a tensor";
+  if (elem != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && elem != ONNX__TENSOR_PROTO__DATA_TYPE__INT64)
+    return "has an element type other than float or int64";
+  if (!tt->shape) return "has no shape";
+  if (tt->shape->n_dim > TEQ_MAX_DIMS) return "has more than 6 dimensions";
+  return NULL;
+}
+
 static int input_type(Importer *im, const Onnx__ValueInfoProto *vi, Shape *s, DType *dt) {
   const Onnx__TypeProto *tp = vi->type;
   const Onnx__TypeProto__Tensor *tt =
       tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ? tp->tensor_type : NULL;
   int32_t elem = tt && tt->has_elem_type ? tt->elem_type : 0;
-  const char *why = !tt ? "is not a tensor"
-                    : elem != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
-                            elem != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? "has an element type other than float or int64"
-                    : !tt->shape ? "has no shape"
-                    : tt->shape->n_dim > TEQ_MAX_DIMS ? "has more than 6 dimensions" : NULL;
+  const char *why = input_problem(tt, elem);
   if (why) {
-    diag_error(im->d, "%s: input '%s' %s (%s), which is not supported", im->path, vi->name, why,
-               onnx_elem_name(elem));
+    diag_error(im->d, "%s: input '%s' %s (element type %s), which is not supported", im->path,
+               vi->name, why, onnx_elem_name(elem));
     return TEQ_ERR_UNSUPPORTED;
   }
   int64_t dims[TEQ_MAX_DIMS];
@@ -686,7 +737,8 @@ static int input_type(Importer *im, const Onnx__ValueInfoProto *vi, Shape *s, DT
 static int import_inputs(Importer *im) {
   for (size_t k = 0; k < im->gp->n_input; k++) {
     const Onnx__ValueInfoProto *vi = im->gp->input[k];
-    if (!vi->name || !*vi->name) return diag_error(im->d, "%s: graph input %zu has no name", im->path, k);
+    if (!vi->name || !*vi->name)
+      return diag_error(im->d, "%s: graph input %zu has no name", im->path, k);
     if (find_value(im, vi->name)) continue; /* an initializer listed as input (IR < 4) */
     Shape s;
     DType dt;
@@ -699,8 +751,8 @@ static int import_inputs(Importer *im) {
     snprintf(where, sizeof where, "%s: input '%s'", im->path, vi->name);
     forward_messages(&local, im->d, where);
     if (id < 0) return id;
-    int32_t elem = dt == DT_F32 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-    if ((rc = define_value(im, vi->name, (TensorRef){id, 0}, NULL, elem)) != TEQ_OK) return rc;
+    rc = define_value(im, vi->name, (TensorRef){id, 0}, NULL, onnx_dtype_elem(dt));
+    if (rc != TEQ_OK) return rc;
   }
   return TEQ_OK;
 }
@@ -770,7 +822,7 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   int n;
   if (!o->keep_noops) {
     if ((n = onnx_pass_remove_noops(im->g, im->d)) < 0) return n;
-    im->stats.n_noops_removed = n;
+    im->stats.n_noops_removed += n; /* after the Casts import already dropped */
   }
   if (!o->keep_batchnorm) {
     if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;
@@ -807,7 +859,8 @@ static int unpack_model(const uint8_t *data, size_t len, const char *name,
     why = "the protobuf does not parse (truncated or another format)";
   else if (!((Onnx__ModelProto *)m)->graph)
     why = "it has no graph";
-  else if (domain_opset((Onnx__ModelProto *)m, "") < 1 && uses_default_domain(((Onnx__ModelProto *)m)->graph))
+  else if (domain_opset((Onnx__ModelProto *)m, "") < 1 &&
+           uses_default_domain(((Onnx__ModelProto *)m)->graph))
     why = "it imports no opset of the default domain";
   if (why) {
     onnx_message_free(m);

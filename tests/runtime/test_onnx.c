@@ -233,18 +233,24 @@ static void test_opaque(void) {
   diag_init(&d);
   OnnxImportStats st;
   Graph *g = import(data("opaque.onnx", p), NULL, &st, &d);
-  CHECK_EQ_INT(st.n_opaque, 4);
-  CHECK(d.text && strstr(d.text, "opaque.onnx: 2 nodes of unsupported operator 'Sin' kept as opaque"));
+  CHECK_EQ_INT(st.n_opaque, 5);
+  CHECK(d.text &&
+        strstr(d.text, "opaque.onnx: 2 nodes of unsupported operator 'Sin' kept as opaque"));
   CHECK(d.text && strstr(d.text, "1 node of unsupported operator 'Hardmax'"));
+  CHECK_EQ_INT(d.n_errors, 0);
   const Node *sin = g ? find_opaque(g, "Sin") : NULL;
   CHECK(sin && shape_equal(&sin->out[0], &(Shape){2, {2, 4}})); /* from value_info */
   const Node *cos = g ? find_opaque(g, "Cos") : NULL;
-  CHECK(cos && !shape_is_known(&cos->out[0])); /* declared nowhere */
+  CHECK(cos && shape_equal(&cos->out[0], &(Shape){2, {2, 4}})); /* element-wise */
+  const Node *cumsum = g ? find_opaque(g, "CumSum") : NULL;
+  CHECK(cumsum && !shape_is_known(&cumsum->out[0])); /* declared nowhere */
+  const Node *hardmax = g ? find_opaque(g, "Hardmax") : NULL;
+  CHECK(hardmax && shape_equal(&hardmax->out[0], &(Shape){2, {2, 4}})); /* graph output */
   int rc = g ? onnx_export_file(g, tmp("opaque.rt.onnx", q), &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
-  CHECK_EQ_INT(st.n_opaque, 4);
-  if (h) CHECK(find_opaque(h, "Hardmax") && find_opaque(h, "Cos"));
+  CHECK_EQ_INT(st.n_opaque, 5);
+  if (h) CHECK(find_opaque(h, "Hardmax") && find_opaque(h, "Cos") && find_opaque(h, "CumSum"));
   /* Running it names the operator the CPU cannot run. */
   Tensor *out[1] = {NULL};
   Shape s = {2, {2, 4}};
@@ -252,6 +258,44 @@ static void test_opaque(void) {
   diag_fini(&d);
   if (h) CHECK(exec_run(h, EXEC_F32, &x, out, &d) != TEQ_OK && strstr(d.text, "Sin"));
   tensor_unref(x);
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+static int count_opaque(const Graph *g, const char *op_type) {
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    n += g->nodes[i].kind == OP_OPAQUE && strcmp(g->nodes[i].opaque->op_type, op_type) == 0;
+  return n;
+}
+
+/* Bool values between opaque operators: shapes follow the element-wise
+ * operators, the Cast of x to its own type disappears, and export hands
+ * Where a bool mask again through an added Cast (checked against ONNX
+ * Runtime by hand: the export runs and matches the reference). */
+static void test_opaque_types(void) {
+  char p[PATH_BUF], q[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  OnnxImportStats st;
+  Graph *g = import(data("opaque_types.onnx", p), NULL, &st, &d);
+  CHECK_EQ_INT(st.n_opaque, 4);
+  CHECK_EQ_INT(st.n_noops_removed, 1);
+  Shape s23 = {2, {2, 3}};
+  const Node *where = g ? find_opaque(g, "Where") : NULL;
+  CHECK(where && shape_equal(&where->out[0], &s23) && where->dtype == DT_F32);
+  const Node *greater = g ? find_opaque(g, "Greater") : NULL;
+  CHECK(greater && greater->dtype == DT_I64); /* bool, held as int64 */
+  if (g) CHECK(shape_equal(graph_shape(g, g->outputs[0]), &s23));
+  int rc = g ? onnx_export_file(g, tmp("opaque_types.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  CHECK_EQ_INT(rc, TEQ_OK);
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  /* The added Cast of the constant mask folds again on import. */
+  CHECK_EQ_INT(st.n_opaque, 4);
+  CHECK_EQ_INT(st.n_folded, 1);
+  if (h) CHECK_EQ_INT(count_opaque(h, "Cast"), 1);
+  if (h) CHECK(shape_equal(graph_shape(h, h->outputs[0]), &s23));
   graph_free(g);
   graph_free(h);
   diag_fini(&d);
@@ -266,6 +310,7 @@ static void test_custom_domain(void) {
   CHECK_EQ_INT(st.n_opaque, 1);
   const Node *f = g ? find_opaque(g, "Frobnicate") : NULL;
   CHECK(f && strcmp(f->opaque->domain, "com.example.teq") == 0);
+  CHECK(d.text && strstr(d.text, "operator 'Frobnicate' (domain com.example.teq) kept as opaque"));
   int rc = g ? onnx_export_file(g, tmp("custom.rt.onnx", q), &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -278,6 +323,57 @@ static void test_custom_domain(void) {
   size_t n = fp ? fread(buf, 1, sizeof buf, fp) : 0;
   if (fp) fclose(fp);
   CHECK(n > 0 && memmem(buf, n, "com.example.teq", 15));
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+/* A graph built through the API: a TASO constant tensor (written as an
+ * initializer), a matmul with a fused relu (written as MatMul then Relu),
+ * and graph outputs that are an input and a constant (written through
+ * Identity nodes). Export, import, and the outputs must agree. */
+static void test_export_built(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {2, {2, 3}}, sw = {2, {3, 4}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw);
+  tensor_fill_random(w, 7);
+  int wi = graph_add_const(g, "w", w, &d);
+  Params p;
+  params_default(OP_CONST_ONE, &p);
+  param_set_ints(&p, param_index(OP_CONST_ONE, "shape"), (int64_t[]){2, 3}, 2);
+  TensorRef none[1] = {{0, 0}};
+  int one = graph_add_node(g, OP_CONST_ONE, none, 0, 1, &p, "ones", &d);
+  int sum = graph_add_node(g, OP_EWADD, (TensorRef[]){{x, 0}, {one, 0}}, 2, 1, NULL, "sum", &d);
+  params_default(OP_MATMUL, &p);
+  param_set_int(&p, param_index(OP_MATMUL, "act"), ACT_RELU);
+  int mm = graph_add_node(g, OP_MATMUL, (TensorRef[]){{sum, 0}, {wi, 0}}, 2, 1, &p, "mm", &d);
+  CHECK(x >= 0 && wi >= 0 && one >= 0 && sum >= 0 && mm >= 0);
+  graph_add_output(g, (TensorRef){mm, 0}, "y", &d);
+  graph_add_output(g, (TensorRef){x, 0}, "x_again", &d);
+  graph_add_output(g, (TensorRef){wi, 0}, "weights", &d);
+  graph_add_output(g, (TensorRef){mm, 0}, "y_again", &d);
+  char q[PATH_BUF];
+  int rc = onnx_export_file(g, tmp("built.onnx", q), &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  CHECK(h && h->n_outputs == 4 && strcmp(h->output_names[2], "weights") == 0);
+  CHECK_EQ_INT(st.n_noops_removed, 2); /* the Identity nodes of x_again and y_again */
+  CHECK_EQ_INT(st.n_folded, 1);        /* and of weights, a constant */
+  Tensor *in = tensor_new(DT_F32, &sx), *a[4] = {NULL}, *b[4] = {NULL};
+  tensor_fill_random(in, 3);
+  CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, a, &d), TEQ_OK);
+  if (h) CHECK_EQ_INT(exec_run(h, EXEC_F32, &in, b, &d), TEQ_OK);
+  for (int j = 0; j < 4; j++) {
+    CHECK_MSG(a[j] && b[j] && max_diff(a[j], b[j]) < 1e-6, "output %d differs", j);
+    tensor_unref(a[j]);
+    tensor_unref(b[j]);
+  }
+  if (h) CHECK_EQ_INT(count_kind(h, OP_RELU), 1);
+  tensor_unref(in);
   graph_free(g);
   graph_free(h);
   diag_fini(&d);
@@ -356,7 +452,8 @@ static void test_tensor_files(void) {
   diag_init(&d);
   Tensor *t = NULL, *u = NULL;
   char *name = NULL, *name2 = NULL;
-  CHECK_EQ_INT(onnx_read_tensor_file(data("conv_bn.input_0.pb", p), &t, &name, &d), TEQ_OK);
+  int rc = onnx_read_tensor_file(data("conv_bn.input_0.pb", p), &t, &name, &d);
+  CHECK_EQ_INT(rc, TEQ_OK);
   CHECK(t && t->dtype == DT_F32 && shape_equal(&t->shape, &(Shape){4, {1, 3, 8, 8}}));
   CHECK(name && strcmp(name, "x") == 0);
   if (t) CHECK_EQ_INT(onnx_write_tensor_file(tmp("t.pb", q), t, "renamed", &d), TEQ_OK);
@@ -376,7 +473,8 @@ static void test_tensor_files(void) {
   tensor_unref(i);
   /* Not a tensor: an error naming the file, nothing written. */
   Tensor *sentinel = t;
-  CHECK_EQ_INT(onnx_read_tensor_file(data("make_models.py", p), &sentinel, NULL, &d), TEQ_ERR_INPUT);
+  rc = onnx_read_tensor_file(data("make_models.py", p), &sentinel, NULL, &d);
+  CHECK_EQ_INT(rc, TEQ_ERR_INPUT);
   CHECK(sentinel == t && strstr(diag_last(&d), "make_models.py"));
   /* The ONNX node tests' data, where installed (libonnx-testdata). */
   const char *abs_in = "/usr/share/libonnx-testdata/data/node/test_abs/test_data_set_0/input_0.pb";
@@ -393,7 +491,8 @@ static void test_tensor_files(void) {
 
 static void remove_tmp(void) {
   const char *files[] = {"conv_bn.rt.onnx", "shape_fold.rt.onnx", "shape_fold_opset12.rt.onnx",
-                         "unsorted.rt.onnx", "opaque.rt.onnx", "custom.rt.onnx", "empty.onnx",
+                         "unsorted.rt.onnx", "opaque.rt.onnx", "opaque_types.rt.onnx",
+                         "custom.rt.onnx", "built.onnx", "empty.onnx",
                          "truncated.onnx", "garbage.onnx", "text.onnx", "t.pb"};
   char p[PATH_BUF];
   for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) unlink(tmp(files[k], p));
@@ -410,7 +509,9 @@ int main(void) {
   check_round_trip("shape_fold_opset12");
   check_round_trip("unsorted");
   test_opaque();
+  test_opaque_types();
   test_custom_domain();
+  test_export_built();
   test_bad_files();
   test_tensor_files();
   remove_tmp();

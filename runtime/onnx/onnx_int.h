@@ -1,0 +1,155 @@
+/* onnx_int.h: shared by the files of runtime/onnx/ only (the door is
+ * runtime/onnx.h). proto.c is the one place where protobuf-c's conventions
+ * (NULL from unpack, sizes from pack) turn into our error codes;
+ * tensorproto.c converts TensorProto <-> Tensor; fold.c evaluates the
+ * integer shape bookkeeping of ONNX at import; passes.c cleans the imported
+ * graph (no-ops, BatchNormalization); import.c and export.c walk models.
+ *
+ * Every protobuf message built here is malloc'd field by field, so one
+ * protobuf_c_message_free_unpacked(msg, NULL) frees it, like an unpacked one. */
+#ifndef TEQ_RUNTIME_ONNX_INT_H
+#define TEQ_RUNTIME_ONNX_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "onnx.pb-c.h"
+#include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/onnx.h"
+#include "runtime/tensor.h"
+
+/* ---- proto.c: files and the protobuf-c boundary ---- */
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated past len). */
+int onnx_file_read(const char *path, uint8_t **data, size_t *len, Diag *d);
+int onnx_file_write(const char *path, const uint8_t *data, size_t len, Diag *d);
+/* Unpacks data as a message of desc; TEQ_ERR_INPUT (no message: the caller
+ * knows what the bytes were meant to be) if they are not one. */
+int onnx_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                ProtobufCMessage **out);
+/* Serializes m into a malloc'd buffer. */
+int onnx_pack(const ProtobufCMessage *m, uint8_t **data, size_t *len);
+/* Packs m and writes it to path. */
+int onnx_pack_to_file(const ProtobufCMessage *m, const char *path, Diag *d);
+void onnx_message_free(void *m); /* any message built or unpacked here; NULL is fine */
+
+/* ---- tensorproto.c ---- */
+
+/* The ONNX element type kept as dtype: float32 and float64 become DT_F32;
+ * int64, int32, int16, int8, uint8, uint16 and bool become DT_I64. */
+bool onnx_elem_dtype(int32_t elem, DType *out);
+int32_t onnx_dtype_elem(DType t); /* ONNX element type written for t */
+const char *onnx_elem_name(int32_t elem);
+/* A new tensor from tp; `where` starts every message ("m.onnx: initializer 'w'"). */
+int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
+                           Diag *d);
+/* A new TensorProto (raw_data) holding t, or NULL if memory runs out; t must
+ * be DT_F32 or DT_I64. */
+Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name);
+
+/* ---- strings ---- */
+
+/* An open-addressing map from borrowed strings to ints: tensor names at
+ * import, names taken at export. */
+typedef struct OnnxNames {
+  const char **keys;
+  int32_t *vals;
+  size_t cap, n;
+} OnnxNames;
+
+/* TEQ_ERR_NOMEM or TEQ_OK; an existing key gets the new value. */
+int onnx_names_put(OnnxNames *t, const char *key, int32_t val);
+int32_t onnx_names_get(const OnnxNames *t, const char *key); /* -1 if absent */
+void onnx_names_fini(OnnxNames *t);
+char *onnx_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- import.c: one node being imported ---- */
+
+/* A named ONNX value: in the graph, known as a constant, or both. */
+typedef struct OnnxValue {
+  const char *name; /* borrowed from the model */
+  TensorRef ref;    /* ref.node < 0 until it is in the graph */
+  Tensor *konst;    /* its value when known at import (one reference), else NULL */
+  int32_t elem;     /* its exact ONNX element type, which Teq's dtype may widen; 0 unknown */
+} OnnxValue;
+
+struct OnnxNodeIn {
+  const char *path;
+  const Onnx__NodeProto *np;
+  int index;           /* position in the file, for nodes without a name */
+  int opset;
+  const Graph *g;
+  OnnxValue **in;      /* per ONNX input; NULL where the name is empty */
+  int n_in;
+  int n_out;           /* outputs up to the last non-empty name */
+  bool *consumed;      /* per input */
+  bool *attr_read;     /* per attribute */
+  char **strings;      /* NUL-terminated copies handed out by onnx_in_attr_string */
+  int n_strings;
+  Diag *d;
+  bool failed;         /* an accessor reported an error in d */
+};
+
+/* ---- node_in.c ---- */
+
+#define ONNX_ATTR(x) ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##x
+
+/* "PATH: node 'NAME' (OpType)" into buf; nodes without a name are named by
+ * their index in the file and their first output. */
+void onnx_node_where(const char *path, const Onnx__NodeProto *np, int index, char *buf,
+                     size_t size);
+const char *onnx_in_where(const OnnxNodeIn *v, char *buf, size_t size);
+/* An attribute's type, inferred from its fields in files that omit it. */
+int onnx_attr_type(const Onnx__AttributeProto *a);
+/* A new reference to a tensor attribute's value. */
+bool onnx_in_attr_tensor(OnnxNodeIn *v, const char *name, Tensor **out);
+/* A list attribute of any length, borrowed from the model. */
+bool onnx_in_attr_floats(OnnxNodeIn *v, const char *name, const float **out, int *n);
+bool onnx_in_attr_int_list(OnnxNodeIn *v, const char *name, const int64_t **out, int *n);
+
+/* ---- fold.c ---- */
+
+/* onnx_fold_node's answer for an operator it does not evaluate (at these
+ * element types): the caller tries the registry next. */
+#define ONNX_FOLD_DECLINED 1
+
+/* Evaluates node v, whose non-empty inputs are all constants (Shape and
+ * Size need only a known input shape), into out[0..v->n_out), new
+ * references. Returns TEQ_OK, ONNX_FOLD_DECLINED, or an error located at
+ * the node. */
+int onnx_fold_node(OnnxNodeIn *v, Tensor **out, Diag *d);
+
+/* ---- passes.c ---- */
+
+/* Bypasses every OPF_NOOP node; returns how many, or a negative error. */
+int onnx_pass_remove_noops(Graph *g, Diag *d);
+/* Folds BatchNormalization into the convolution before it where that
+ * convolution feeds nothing else and all weights are constants; returns how
+ * many, or a negative error. */
+int onnx_pass_fold_batchnorm(Graph *g, Diag *d);
+
+/* ---- opaque.c ---- */
+
+/* What an opaque node remembers of its model: the opset of its domain and
+ * the exact ONNX element types (0: unknown) and declared shapes of its
+ * inputs and outputs. It travels in the packed NodeProto's doc_string,
+ * since OpaqueInfo has no field for it. */
+#define ONNX_OPSET_MARK "teq:opset="
+
+typedef struct OnnxOpaqueMeta {
+  int opset;
+  int n_in, n_out;
+  int32_t *in_elem;  /* per non-empty input */
+  int32_t *out_elem; /* per output */
+  Shape *out_shape;  /* per output as declared: SHAPE_UNKNOWN rank, or -1 extents where symbolic */
+} OnnxOpaqueMeta;
+
+/* The doc_string line for m, malloc'd; NULL if memory runs out. */
+char *onnx_opaque_mark(const OnnxOpaqueMeta *m);
+/* Parses a doc_string; false if it is not a mark (m is then empty). */
+bool onnx_opaque_unmark(const char *s, OnnxOpaqueMeta *m);
+void onnx_opaque_meta_fini(OnnxOpaqueMeta *m);
+
+#endif

@@ -1,0 +1,137 @@
+/* passes.c: clean-up of a freshly imported graph.
+ * Removing no-ops (Identity, inference-time Dropout) rewires their users to
+ * their input. Folding BatchNormalization into the convolution before it
+ * rescales each output channel of the weights and bias once, at import:
+ *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
+ *   s[c] = gamma[c] / sqrt(var[c] + eps),
+ * which is exact in real arithmetic. Parameters are found by name through
+ * the registry rows, never by index. Dead nodes are removed by the caller. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/onnx/onnx_int.h"
+
+/* Follows a chain of no-ops back to the value it passes through. */
+static TensorRef through_noops(const Graph *g, TensorRef r) {
+  while (op_def(g->nodes[r.node].kind)->flags & OPF_NOOP && g->nodes[r.node].n_in > 0)
+    r = g->nodes[r.node].in[0];
+  return r;
+}
+
+int onnx_pass_remove_noops(Graph *g, Diag *d) {
+  (void)d;
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const Node *nd = &g->nodes[i];
+    if (!(op_def(nd->kind)->flags & OPF_NOOP) || nd->n_in < 1) continue;
+    TensorRef src = through_noops(g, nd->in[0]);
+    for (int32_t o = 0; o < nd->n_out; o++) graph_replace_uses(g, (TensorRef){i, o}, src);
+    n++;
+  }
+  return n;
+}
+
+/* The index of kind's parameter read from ONNX attribute attr, or -1. */
+static int param_of_attr(OpKind kind, const char *attr) {
+  const OpDef *o = op_def(kind);
+  for (int i = 0; i < o->n_params; i++)
+    if (o->params[i].onnx_attr && strcmp(o->params[i].onnx_attr, attr) == 0) return i;
+  return -1;
+}
+
+static const Tensor *const_input(const Graph *g, const Node *n, int i, int64_t numel) {
+  if (i >= n->n_in) return NULL;
+  const Node *src = &g->nodes[n->in[i].node];
+  if (src->kind != OP_CONST || !src->value || src->value->dtype != DT_F32) return NULL;
+  return numel < 0 || tensor_numel(src->value) == numel ? src->value : NULL;
+}
+
+/* The convolution bn folds into, or -1: bn reads output 0 of a conv2d
+ * without a fused activation that nothing else reads, and every weight
+ * involved is a float32 constant of the right size. */
+static int32_t foldable_conv(const Graph *g, const Node *bn, const int32_t *uses,
+                             const int32_t *offset) {
+  if (bn->n_in != 5 || bn->n_out != 1 || bn->in[0].out != 0) return -1;
+  int32_t c = bn->in[0].node;
+  const Node *conv = &g->nodes[c];
+  int act = param_index(OP_CONV2D, "act");
+  if (conv->kind != OP_CONV2D || uses[offset[c]] != 1 || conv->n_out != 1) return -1;
+  if (act >= 0 && param_int(&conv->params, act) != ACT_NONE) return -1;
+  const Tensor *w = const_input(g, conv, 1, -1);
+  if (!w || w->shape.ndim < 1) return -1;
+  int64_t ch = w->shape.d[0];
+  if (conv->n_in > 2 && !const_input(g, conv, 2, ch)) return -1;
+  for (int i = 1; i < 5; i++)
+    if (!const_input(g, bn, i, ch)) return -1;
+  return c;
+}
+
+/* New weight and bias tensors for conv c followed by bn. */
+static int scaled_weights(const Graph *g, const Node *conv, const Node *bn, double eps,
+                          Tensor **w_out, Tensor **b_out) {
+  const Tensor *w = const_input(g, conv, 1, -1), *b = const_input(g, conv, 2, -1);
+  const float *gamma = const_input(g, bn, 1, -1)->data, *beta = const_input(g, bn, 2, -1)->data;
+  const float *mean = const_input(g, bn, 3, -1)->data, *var = const_input(g, bn, 4, -1)->data;
+  int64_t ch = w->shape.d[0], per = tensor_numel(w) / (ch ? ch : 1);
+  Shape bs = shape_of(1, (int)ch);
+  Tensor *nw = tensor_clone(w), *nb = tensor_new(DT_F32, &bs);
+  if (!nw || !nb) {
+    tensor_unref(nw);
+    tensor_unref(nb);
+    return TEQ_ERR_NOMEM;
+  }
+  for (int64_t c = 0; c < ch; c++) {
+    double s = gamma[c] / sqrt((double)var[c] + eps);
+    float *row = (float *)nw->data + c * per;
+    for (int64_t k = 0; k < per; k++) row[k] = (float)(row[k] * s);
+    double bias = b ? ((const float *)b->data)[c] : 0.0;
+    ((float *)nb->data)[c] = (float)((bias - mean[c]) * s + beta[c]);
+  }
+  *w_out = nw;
+  *b_out = nb;
+  return TEQ_OK;
+}
+
+/* Adds conv' = conv with folded weights and points bn's users at it. */
+static int fold_one(Graph *g, int32_t bn_id, int32_t conv_id, double eps, Diag *d) {
+  Tensor *w, *b;
+  int rc = scaled_weights(g, &g->nodes[conv_id], &g->nodes[bn_id], eps, &w, &b);
+  if (rc != TEQ_OK) return rc;
+  Params p = g->nodes[conv_id].params; /* copied: adding nodes moves the array */
+  TensorRef x = g->nodes[conv_id].in[0];
+  char *name = g->nodes[conv_id].name ? strdup(g->nodes[conv_id].name) : NULL;
+  /* graph_add_const keeps a tensor only when it succeeds. */
+  int wi = graph_add_const(g, NULL, w, d);
+  if (wi < 0) tensor_unref(w);
+  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
+  if (bi < 0) tensor_unref(b);
+  TensorRef in[3] = {x, {wi, 0}, {bi, 0}};
+  int id = bi < 0 ? bi : graph_add_node(g, OP_CONV2D, in, 3, 1, &p, name, d);
+  free(name);
+  if (id < 0) return id;
+  graph_replace_uses(g, (TensorRef){bn_id, 0}, (TensorRef){id, 0});
+  return TEQ_OK;
+}
+
+int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
+  int eps_i = param_of_attr(OP_BATCHNORM, "epsilon");
+  /* Without a bias input or a known epsilon there is nothing exact to do. */
+  if (op_def(OP_CONV2D)->n_in_max < 3 || eps_i < 0) return 0;
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  if (!uses) {
+    free(offset);
+    diag_error(d, "out of memory folding BatchNormalization");
+    return TEQ_ERR_NOMEM;
+  }
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    if (g->nodes[i].kind != OP_BATCHNORM) continue;
+    int32_t c = foldable_conv(g, &g->nodes[i], uses, offset);
+    if (c >= 0 && (rc = fold_one(g, i, c, param_float(&g->nodes[i].params, eps_i), d)) == TEQ_OK)
+      n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}

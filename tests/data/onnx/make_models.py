@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""make_models.py: writes the small ONNX models tests/runtime/test_onnx.c imports.
+
+Run from anywhere with Debian's /usr/bin/python3 (python3-onnx, numpy); it
+rewrites the files beside itself. Weights come from a fixed seed, so the
+output is the same every time. Expected outputs are computed here with numpy
+(a reference independent of Teq) and stored as TensorProto files:
+NAME.input_0.pb and NAME.output_0.pb. Bad models each break exactly one rule.
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RNG = np.random.default_rng(20240501)
+
+
+def rand(*shape):
+    return RNG.uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def const_node(name, array):
+    return helper.make_node("Constant", [], [name], value=init(name + "_value", array))
+
+
+def save(name, graph, opset=13, check=True):
+    model = helper.make_model(graph, producer_name="teq-tests",
+                              opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    if check:
+        onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, os.path.join(HERE, name + ".onnx"))
+
+
+def save_tensor(name, array, tensor_name):
+    with open(os.path.join(HERE, name), "wb") as f:
+        f.write(numpy_helper.from_array(np.asarray(array), tensor_name).SerializeToString())
+
+
+# ---- numpy reference kernels ----
+
+def conv2d(x, w, b, pad):
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
+    y = np.zeros((n, m, oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i:i + kh, j:j + kw].astype(np.float64)
+            y[:, :, i, j] = np.einsum("nchw,mchw->nm", patch, w.astype(np.float64))
+    return y + b.reshape(1, m, 1, 1)
+
+
+def maxpool2(x):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# ---- good models ----
+
+def conv_bn():
+    """Conv -> BatchNormalization -> Relu -> MaxPool -> Identity -> reshape
+    to [N, -1] through a Shape subgraph -> Gemm -> Dropout -> Softmax, with a
+    symbolic batch dimension."""
+    x = rand(1, 3, 8, 8)
+    w, b = rand(4, 3, 3, 3), rand(4)
+    gamma, beta, mean = rand(4) + 1.5, rand(4), rand(4)
+    var = np.abs(rand(4)) + 0.5
+    w2, b2 = rand(10, 64), rand(10)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn"],
+                         name="bn", epsilon=1e-3),
+        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Identity", ["p"], ["p_id"], name="identity"),
+        helper.make_node("Shape", ["p_id"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"], name="unsqueeze"),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["p_id", "target"], ["flat"], name="reshape"),
+        helper.make_node("Gemm", ["flat", "w2", "b2"], ["fc"], name="fc", transB=1),
+        helper.make_node("Dropout", ["fc"], ["drop"], name="dropout"),
+        helper.make_node("Softmax", ["drop"], ["y"], name="softmax", axis=1),
+    ]
+    inits = [init("w", w), init("b", b), init("gamma", gamma), init("beta", beta),
+             init("mean", mean), init("var", var), init("zero", np.array(0, np.int64)),
+             init("axes0", np.array([0], np.int64)), init("minus_one", np.array([-1], np.int64)),
+             init("w2", w2), init("b2", b2)]
+    graph = helper.make_graph(
+        nodes, "conv_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    save("conv_bn", graph)
+    c = conv2d(x, w, b, 1)
+    s = (gamma / np.sqrt(var + 1e-3)).reshape(1, 4, 1, 1)
+    bn = (c - mean.reshape(1, 4, 1, 1)) * s + beta.reshape(1, 4, 1, 1)
+    p = maxpool2(np.maximum(bn, 0))
+    y = softmax(p.reshape(1, -1) @ w2.T.astype(np.float64) + b2)
+    save_tensor("conv_bn.input_0.pb", x, "x")
+    save_tensor("conv_bn.output_0.pb", y.astype(np.float32), "y")
+
+
+def shape_fold(opset):
+    """Every int64 operator fold.c evaluates, computing the target of a
+    Reshape and two float constants, plus a float constant subgraph (Add of
+    two constants) that the registry's kernel folds. Before opset 13,
+    Unsqueeze and Squeeze take their axes as an attribute."""
+    x = rand(2, 3, 4)
+    ca, cb = rand(12), rand(12)
+    n = helper.make_node
+
+    def axes_node(op, data, out):
+        if opset >= 13:
+            return n(op, [data, "axes0"], [out])
+        return n(op, [data], [out], axes=[0])
+
+    nodes = [
+        n("Shape", ["x"], ["s"]),                                   # [2, 3, 4]
+        n("Slice", ["s", "one", "three"], ["s12"]),                 # [3, 4]
+        n("ReduceProd", ["s12"], ["p"], keepdims=1),                # [12]
+        n("Gather", ["s", "zero"], ["d0"], axis=0),                 # 2
+        axes_node("Unsqueeze", "d0", "d0v"),                        # [2]
+        n("Concat", ["d0v", "p"], ["t0"], axis=0),                  # [2, 12]
+        n("Cast", ["t0"], ["t1"], to=TensorProto.INT64),
+        n("Mul", ["t1", "one"], ["t2"]),
+        n("Div", ["t2", "one"], ["t3"]),
+        n("Add", ["t3", "zero"], ["t4"]),
+        n("Sub", ["t4", "zero"], ["t5"]),
+        n("Max", ["t5", "zero"], ["t6"]),
+        n("Min", ["t6", "big"], ["t7"]),
+        n("Equal", ["t7", "t0"], ["same"]),
+        n("Shape", ["t0"], ["t0s"]),                                # [2]
+        n("ConstantOfShape", ["t0s"], ["zeros_i"], value=init("v", np.array([0], np.int64))),
+        n("Where", ["same", "t7", "zeros_i"], ["t8"]),
+        axes_node("Unsqueeze", "t8", "t9"),                         # [1, 2]
+        axes_node("Squeeze", "t9", "target"),                       # [2]
+        n("Reshape", ["x", "target"], ["xr"]),                      # x as [2, 12]
+        n("ConstantOfShape", ["target"], ["half"], value=init("h", np.array([0.5], np.float32))),
+        n("Add", ["xr", "half"], ["y1"]),
+        n("Constant", [], ["twelve"], value_int=12) if opset >= 12
+        else const_node("twelve", np.array(12, np.int64)),
+        n("Range", ["zero", "twelve", "one_s"], ["r"]),             # 0..11
+        n("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        n("Expand", ["rf", "target"], ["rfe"]),                     # [2, 12]
+        n("Identity", ["rfe"], ["rfe2"]),
+        n("Mul", ["y1", "rfe2"], ["y2"]),
+        const_node("ca", ca),
+        n("Add", ["ca", "cb"], ["k"]),                              # folded by the registry
+        n("Mul", ["y2", "k"], ["y"]),
+    ]
+    inits = [init("one", np.array([1], np.int64)), init("one_s", np.array(1, np.int64)),
+             init("three", np.array([3], np.int64)), init("zero", np.array(0, np.int64)),
+             init("axes0", np.array([0], np.int64)), init("big", np.array([1 << 40], np.int64)),
+             init("cb", cb)]
+    name = "shape_fold" if opset >= 13 else "shape_fold_opset%d" % opset
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12])], inits)
+    save(name, graph, opset=opset)
+    y = (x.reshape(2, 12) + 0.5) * np.arange(12, dtype=np.float32) * (ca + cb)
+    save_tensor(name + ".input_0.pb", x, "x")
+    save_tensor(name + ".output_0.pb", y.astype(np.float32), "y")
+
+
+def unsorted():
+    """A valid model whose nodes are listed out of topological order."""
+    w = rand(4, 5)
+    nodes = [
+        helper.make_node("Tanh", ["h"], ["y"], name="last"),
+        helper.make_node("Add", ["m", "bias"], ["h"], name="middle"),
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="first"),
+    ]
+    graph = helper.make_graph(
+        nodes, "unsorted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+        [init("w", w), init("bias", np.full(5, 0.25, np.float32))])
+    save("unsorted", graph, check=False)  # the checker insists on sorted nodes
+    x = rand(3, 4)
+    save_tensor("unsorted.input_0.pb", x, "x")
+    save_tensor("unsorted.output_0.pb", np.tanh(x @ w + 0.25).astype(np.float32), "y")
+
+
+def opaque():
+    """Operators Teq does not know (Sin, Cos, CumSum, Hardmax) between known
+    ones; one output is declared in value_info, CumSum's is not."""
+    nodes = [
+        helper.make_node("Sin", ["x"], ["s"], name="sin"),
+        helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        helper.make_node("Cos", ["r"], ["c"], name="cos"),
+        helper.make_node("Sin", ["c"], ["s2"], name="sin2"),
+        helper.make_node("CumSum", ["s2", "axis"], ["cs"], name="cumsum"),
+        helper.make_node("Hardmax", ["cs"], ["y"], name="hardmax", axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "opaque", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [init("axis", np.array(1, np.int64))],
+        value_info=[helper.make_tensor_value_info("s", TensorProto.FLOAT, [2, 4])])
+    save("opaque", graph)
+
+
+def opaque_types():
+    """Operators Teq does not know that read and write bool: Greater of a
+    computed value, Not, Where on a constant bool mask, Cast back to float.
+    Teq holds bool as int64, so export must give each one the type it read
+    (a Cast before Where's mask). A Cast of x to its own type is no node."""
+    x = rand(2, 3)
+    mask = np.array([[True, False, True], [False, True, True]])
+    n = helper.make_node
+    nodes = [
+        n("Greater", ["x", "zero"], ["pos"], name="greater"),
+        n("Not", ["pos"], ["neg"], name="not"),
+        n("Cast", ["neg"], ["negf"], name="cast", to=TensorProto.FLOAT),
+        n("Where", ["mask", "x", "negf"], ["w"], name="where"),
+        n("Cast", ["x"], ["xs"], name="same_type", to=TensorProto.FLOAT),
+        n("Add", ["w", "xs"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "opaque_types", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [init("zero", np.array(0, np.float32)), init("mask", mask)])
+    save("opaque_types", graph)
+    y = np.where(mask, x, (x <= 0).astype(np.float32)) + x
+    save_tensor("opaque_types.input_0.pb", x, "x")
+    save_tensor("opaque_types.output_0.pb", y.astype(np.float32), "y")
+
+
+def custom_domain():
+    """An operator of a custom domain, which import keeps opaque and export
+    writes back with its domain's opset."""
+    nodes = [
+        helper.make_node("Frobnicate", ["x"], ["f"], name="frob", domain="com.example.teq",
+                         strength=3),
+        helper.make_node("Relu", ["f"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "custom_domain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        value_info=[helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, producer_name="teq-tests",
+                              opset_imports=[helper.make_opsetid("", 13),
+                                             helper.make_opsetid("com.example.teq", 2)])
+    model.ir_version = 7
+    onnx.save(model, os.path.join(HERE, "custom_domain.onnx"))
+
+
+# ---- bad models: each breaks one rule ----
+
+def bad_models():
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    # A node reads a name nothing defines.
+    save("bad_missing_init", helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "g",
+        [vi("x", f, [2, 3])], [vi("y", f, [2, 5])]), check=False)
+    # MatMul of [2, 3] by [4, 5].
+    save("bad_shape_mismatch", helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], "g",
+        [vi("a", f, [2, 3]), vi("b", f, [4, 5])], [vi("y", f, [2, 5])]), check=False)
+    # Conv with auto_pad="FOO".
+    save("bad_auto_pad", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="FOO")], "g",
+        [vi("x", f, [1, 2, 5, 5])], [vi("y", f, [1, 2, 3, 3])],
+        [init("w", rand(2, 2, 3, 3))]), check=False)
+    # MaxPool with storage_order=1 (column-major indices).
+    save("bad_storage_order", helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2],
+                          storage_order=1)], "g",
+        [vi("x", f, [1, 1, 4, 4])], [vi("y", f, [1, 1, 3, 3])]), check=False)
+    # An attribute of the wrong type: group as a float.
+    save("bad_attr_type", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=1.0)], "g",
+        [vi("x", f, [1, 2, 5, 5])], [vi("y", f, [1, 2, 3, 3])],
+        [init("w", rand(2, 2, 3, 3))]), check=False)
+    # Two nodes feeding each other.
+    save("bad_cycle", helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+         helper.make_node("Relu", ["a"], ["b"], name="second")], "g",
+        [vi("x", f, [2])], [vi("b", f, [2])]), check=False)
+
+
+if __name__ == "__main__":
+    conv_bn()
+    shape_fold(13)
+    shape_fold(12)
+    unsorted()
+    opaque()
+    opaque_types()
+    custom_domain()
+    bad_models()
