@@ -85,16 +85,24 @@ static int run_init(Run *r, const Graph *g, ExecMode mode, Diag *d) {
   return TEQ_OK;
 }
 
-static const char *node_label(const Node *n) { return n->name ? n->name : ""; }
+/* "'conv_3' (conv2d)" for a named node, "#12 (conv2d)" for an unnamed one. */
+static const char *node_label(const Graph *g, const Node *n, char *buf, size_t size) {
+  const char *kind = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
+  if (n->name && n->name[0]) snprintf(buf, size, "'%s' (%s)", n->name, kind);
+  else snprintf(buf, size, "#%d (%s)", (int)(n - g->nodes), kind);
+  return buf;
+}
+#define LABEL_MAX 300
 
 static int feed_input(Run *r, int id, Tensor *const *inputs, Diag *d) {
   const Node *n = &r->g->nodes[id];
   Tensor *t = inputs[r->input_index[id]];
   DType want = n->dtype == DT_I64 ? DT_I64 : r->mode == EXEC_F32 ? DT_F32 : DT_MODP;
   char a[SHAPE_STR_MAX], b[SHAPE_STR_MAX];
-  if (!t) return diag_error(d, "input '%s': no value given", node_label(n));
+  const char *name = n->name ? n->name : "?";
+  if (!t) return diag_error(d, "input '%s': no value given", name);
   if (!shape_equal(&t->shape, &n->out[0]) || t->dtype != want)
-    return diag_error(d, "input '%s': expected %s %s, got %s %s", node_label(n), dtype_name(want),
+    return diag_error(d, "input '%s': expected %s %s, got %s %s", name, dtype_name(want),
                       shape_format(&n->out[0], a, sizeof a), dtype_name(t->dtype),
                       shape_format(&t->shape, b, sizeof b));
   r->values[r->offset[id]] = tensor_ref(t);
@@ -106,7 +114,8 @@ static int feed_const(Run *r, int id, Diag *d) {
   Tensor *v = n->value;
   if (r->mode == EXEC_MODP && v->dtype == DT_F32) {
     Tensor *m = exec_f32_to_modp(v, d);
-    if (!m) return diag_error(d, "constant '%s'", node_label(n));
+    char label[LABEL_MAX];
+    if (!m) return diag_error(d, "constant %s", node_label(r->g, n, label, sizeof label));
     r->values[r->offset[id]] = m;
   } else {
     r->values[r->offset[id]] = tensor_ref(v);
@@ -130,9 +139,10 @@ static int compute_node(Run *r, int id, Diag *d) {
   const OpDef *o = op_def(n->kind);
   int (*kernel)(const Node *, Tensor *const *, Tensor *const *, Diag *) =
       r->mode == EXEC_F32 ? o->eval_f32 : o->eval_modp;
+  char label[LABEL_MAX];
+  node_label(r->g, n, label, sizeof label);
   if (!kernel)
-    return diag_error(d, "node '%s' (%s): %s cannot be run by the CPU executor", node_label(n),
-                      n->opaque ? n->opaque->op_type : o->name,
+    return diag_error(d, "node %s: %s cannot be run by the CPU executor", label,
                       n->opaque ? "an opaque operator" : "the operator");
   Tensor *in_stack[8], **in = n->n_in <= 8 ? in_stack : malloc((size_t)n->n_in * sizeof *in);
   Tensor **out = r->values + r->offset[id];
@@ -142,11 +152,10 @@ static int compute_node(Run *r, int id, Diag *d) {
   for (int j = 0; j < n->n_in; j++) in[j] = r->values[r->offset[n->in[j].node] + n->in[j].out];
   for (int j = 0; j < n->n_out && !rc; j++) {
     out[j] = tensor_new(dt, &n->out[j]);
-    if (!out[j]) rc = diag_error(d, "node '%s' (%s): cannot allocate output %d", node_label(n),
-                                 o->name, j);
+    if (!out[j]) rc = diag_error(d, "node %s: cannot allocate output %d", label, j);
   }
   if (!rc && (rc = kernel(n, in, out, d)))
-    diag_error(d, "node '%s' (%s) failed", node_label(n), o->name);
+    diag_error(d, "node %s failed", label);
   if (in != in_stack) free(in);
   return rc;
 }

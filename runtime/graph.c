@@ -149,6 +149,7 @@ int graph_add_const(Graph *g, const char *name, Tensor *value, Diag *d) {
   (void)d;
   int id = add_source(g, OP_CONST, name, &value->shape, value->dtype);
   if (id >= 0) g->nodes[id].value = value;
+  else tensor_unref(value); /* taken over either way, as the header says */
   return id;
 }
 
@@ -239,7 +240,7 @@ int graph_add_node(Graph *g, OpKind kind, const TensorRef *in, int n_in, int n_o
     node_fini(n);
     return TEQ_ERR_NOMEM;
   }
-  memcpy(n->in, in, (size_t)n_in * sizeof *in);
+  if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
   n->dtype = computed_dtype(g, n);
   int id = g->n_nodes;
   g->n_nodes++; /* visible to infer_node; undone on failure */
@@ -276,7 +277,7 @@ int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in, 
     node_fini(n);
     return TEQ_ERR_NOMEM;
   }
-  memcpy(n->in, in, (size_t)n_in * sizeof *in);
+  if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
   for (int i = 0; i < n_out; i++)
     n->out[i] = out_shapes ? out_shapes[i] : (Shape){.ndim = SHAPE_UNKNOWN};
   n->dtype = out_dtype ? *out_dtype : DT_F32;

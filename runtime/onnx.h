@@ -95,6 +95,11 @@ TEQ_API void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type);
 TEQ_API void onnx_out_attr_int(OnnxNodeOut *w, const char *name, int64_t v);
 TEQ_API void onnx_out_attr_float(OnnxNodeOut *w, const char *name, double v);
 TEQ_API void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n);
+TEQ_API void onnx_out_attr_string(OnnxNodeOut *w, const char *name, const char *v);
+/* Shape of the node's input i (NULL if there is none), and the opset being
+ * written, for rows whose ONNX form depends on them. */
+TEQ_API const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i);
+TEQ_API int onnx_out_opset(const OnnxNodeOut *w);
 /* Removes an attribute the generic mapping wrote (e.g. a default that the
  * exported op_type does not accept). */
 TEQ_API void onnx_out_drop_attr(OnnxNodeOut *w, const char *name);

@@ -289,6 +289,27 @@ void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int 
   put_attr(w, a);
 }
 
+void onnx_out_attr_string(OnnxNodeOut *w, const char *name, const char *v) {
+  Onnx__AttributeProto *a = attr_new(name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  if (a) {
+    a->has_s = 1;
+    a->s.len = strlen(v);
+    a->s.data = (uint8_t *)strdup(v);
+    if (!a->s.data) {
+      onnx_message_free(a);
+      a = NULL;
+    }
+  }
+  put_attr(w, a);
+}
+
+const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i) {
+  if (i < 0 || i >= w->node->n_in) return NULL;
+  return graph_shape(w->x->g, w->node->in[i]);
+}
+
+int onnx_out_opset(const OnnxNodeOut *w) { return w->x->opset; }
+
 void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type) {
   char *s = strdup(op_type);
   if (!s) {
