@@ -589,13 +589,22 @@ static int enlarge_eval(const Node *n, Tensor *const *in, Tensor *const *out, Di
   return TEQ_OK;
 }
 
-/* Exported as a constant-mode Pad. The pads depend on the input kernel's
- * extents, which an OnnxNodeOut does not expose yet: until it does, a
- * graph with enlarge must have it folded into its constant weight. */
+/* Exported as a constant-mode Pad (zeros by default) of the kernel's two
+ * spatial dims, the same amount on both sides. */
 static int enlarge_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  (void)w;
-  return diag_error(d, "%s: export as Pad needs the input kernel's shape; fold enlarge into "
-                    "its constant weight before export", op_def(n->kind)->name);
+  const Shape *k = onnx_out_input_shape(w, 0);
+  if (!k || k->ndim != 4) return op_error(n, d, "export needs the kernel's shape");
+  int64_t ph = (param_int(&n->params, 0) - k->d[2]) / 2, pw = (param_int(&n->params, 1) - k->d[3]) / 2;
+  Shape s = shape_of(1, 8);
+  Tensor *pads = tensor_new(DT_I64, &s);
+  if (!pads) return TEQ_ERR_NOMEM;
+  int64_t *p = pads->data;
+  p[2] = p[6] = ph; /* ONNX order: all begins, then all ends */
+  p[3] = p[7] = pw;
+  onnx_out_set_op_type(w, "Pad");
+  onnx_out_add_const_input(w, pads);
+  tensor_unref(pads);
+  return TEQ_OK;
 }
 
 static const OpParam enlarge_params[] = {

@@ -820,6 +820,29 @@ static void test_onnx_round_trip_gemm(void) {
   diag_fini(&d);
 }
 
+/* enlarge exports as a Pad of the kernel: a 1x3 kernel given as a graph
+ * input (so import cannot fold it), enlarged to 3x3 and used by a conv. */
+static void test_onnx_round_trip_enlarge(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sw = shape_of(4, 4, 3, 1, 3);
+  int w = graph_add_input(g, "w", &sw, DT_F32, &d);
+  int x = graph_add_const(g, "x", rand_f32(shape_of(4, 1, 3, 7, 6), 1307), &d);
+  int e = add_op(g, OP_ENLARGE, (TensorRef[]){{w, 0}}, 1, NULL, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  int c = add_op(g, OP_CONV2D, (TensorRef[]){{x, 0}, {e, 0}}, 2, &p, &d);
+  graph_add_output(g, (TensorRef){c, 0}, "y", &d);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
+  Tensor *wv = rand_f32(sw, 1308);
+  check_round_trip(g, wv, "enlarge");
+  tensor_unref(wv);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 static void test_rows(void) {
   static const OpKind mine[] = {OP_CONST_POOL, OP_CONST_ICONV, OP_CONST_IMM, OP_CONST_ONE,
                                 OP_MATMUL, OP_GEMM, OP_CONV2D, OP_ENLARGE, OP_BATCHNORM};
@@ -860,5 +883,6 @@ int main(void) {
   test_through_executor();
   test_onnx_round_trip();
   test_onnx_round_trip_gemm();
+  test_onnx_round_trip_enlarge();
   return check_exit();
 }
