@@ -3,7 +3,7 @@
  * size, centred, so a 1x1 and a 3x3 conv can be merged) and inference
  * batch normalization.
  *
- * Float32 conv is im2col + cblas_sgemm per (image, group): the column
+ * Float32 conv is im2col + a BLAS GEMM per (image, group): the column
  * matrix has one row per (input channel, kernel tap) and one column per
  * output pixel, so W[group] (M/g x C/g*kh*kw) times it is the output block.
  * A 1x1 stride-1 unpadded conv needs no im2col (X is already the column
@@ -19,7 +19,6 @@
  *
  * Pads are ONNX-ordered (top, left, bottom, right); ONNX auto_pad becomes
  * explicit pads at import (onnx_auto_pads, shared with pool.c). */
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -306,9 +305,8 @@ static void conv_block_f32(const ConvRun *r, const float *xg, int64_t grp, float
     cols = r->col;
     ldb = np;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->mg, (int)np, (int)r->kdim, 1.0f,
-              r->w + grp * g->mg * r->kdim, (int)r->kdim, cols, (int)ldb, 0.0f, yg + p0,
-              (int)r->plane);
+  blas_sgemm(false, false, g->mg, np, r->kdim, 1.0f, r->w + grp * g->mg * r->kdim, r->kdim, cols,
+             ldb, 0.0f, yg + p0, r->plane);
   for (int64_t m = 0; m < g->mg; m++)
     bias_act_f32(yg + m * r->plane + p0, np, r->b ? r->b[grp * g->mg + m] : 0.0f, r->act);
 }

@@ -25,6 +25,11 @@ int op_error(const Node *n, Diag *d, const char *fmt, ...) __attribute__((format
 int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
                    const int64_t dl[2], int64_t pads[4], Diag *d);
 
+/* Row-major C = alpha op(A) op(B) + beta C through the BLAS, in the calling
+ * thread when it is small (blas.c). Extents must fit int (callers check). */
+void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);

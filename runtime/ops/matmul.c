@@ -3,7 +3,7 @@
  * and gemm (ONNX Gemm: optional transposes, alpha, beta and a bias C
  * broadcast to [M, N]).
  *
- * Float32 goes through cblas_sgemm: one call for the whole batch when B is
+ * Float32 goes through the BLAS (blas_sgemm): one call for the whole batch when B is
  * a plain matrix (the common x @ W), else one call per batch entry. Z_p is
  * an exact triple loop; each product is reduced before it is summed, so a
  * dot product of up to 2^33 terms cannot overflow uint64_t.
@@ -11,7 +11,6 @@
  * OPF_MULTILINEAR describes the plain product: a node with act != none, or
  * a gemm with a C input, is not linear in A and B, and callers that split
  * at non-linear operators (PET) must check `act` and n_in as well. */
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,11 +26,7 @@ static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
  * even for empty matrices, where it would otherwise report an error). */
 static void sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, const float *b, float beta, float *c) {
-  if (m == 0 || n == 0) return;
-  int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (int)m, (int)n, (int)k, alpha, a, lda > 1 ? lda : 1, b, ldb > 1 ? ldb : 1, beta,
-              c, n > 1 ? (int)n : 1);
+  blas_sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
 /* The BLAS takes int extents; larger products are refused, not truncated. */
