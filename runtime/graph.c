@@ -26,6 +26,9 @@ void opaque_info_free(OpaqueInfo *info) {
   free(info->op_type);
   free(info->domain);
   free(info->proto);
+  free(info->in_elem);
+  free(info->out_elem);
+  free(info->out_declared);
   free(info);
 }
 
@@ -56,18 +59,31 @@ static Node *append_slot(Graph *g) {
   return n;
 }
 
+/* A malloc'd copy of n bytes at p (never NULL for n == 0 unless memory
+ * runs out), or NULL for NULL. */
+static void *dup_bytes(const void *p, size_t n) {
+  if (!p) return NULL;
+  void *c = malloc(n ? n : 1);
+  if (c && n) memcpy(c, p, n);
+  return c;
+}
+
 static OpaqueInfo *opaque_copy(const OpaqueInfo *src) {
   OpaqueInfo *o = calloc(1, sizeof *o);
   if (!o) return NULL;
+  *o = *src;
   o->op_type = dup_name(src->op_type);
   o->domain = dup_name(src->domain);
   o->proto = malloc(src->proto_len ? src->proto_len : 1);
-  o->proto_len = src->proto_len;
-  if (!o->op_type || !o->domain || !o->proto) {
+  o->in_elem = dup_bytes(src->in_elem, (size_t)src->n_in * sizeof *o->in_elem);
+  o->out_elem = dup_bytes(src->out_elem, (size_t)src->n_out * sizeof *o->out_elem);
+  o->out_declared = dup_bytes(src->out_declared, (size_t)src->n_out * sizeof *o->out_declared);
+  if (!o->op_type || !o->domain || !o->proto || (src->in_elem && !o->in_elem) ||
+      (src->out_elem && !o->out_elem) || (src->out_declared && !o->out_declared)) {
     opaque_info_free(o);
     return NULL;
   }
-  memcpy(o->proto, src->proto, src->proto_len);
+  if (src->proto_len) memcpy(o->proto, src->proto, src->proto_len);
   return o;
 }
 
@@ -349,6 +365,23 @@ static uint64_t hash_string(uint64_t h, const char *s) {
   return s ? hash_bytes(h, s, strlen(s)) : hash_mix(h, 0);
 }
 
+/* The NodeProto and what the model said of its opset, types and shapes:
+ * the same operator node read from two models hashes alike only if both
+ * said the same. */
+static uint64_t opaque_hash(uint64_t h, const OpaqueInfo *o) {
+  h = hash_string(h, o->op_type);
+  h = hash_bytes(h, o->proto, o->proto_len);
+  h = hash_mix(h, (uint64_t)o->opset);
+  for (int32_t i = 0; o->in_elem && i < o->n_in; i++) h = hash_mix(h, (uint64_t)o->in_elem[i]);
+  for (int32_t k = 0; o->out_elem && k < o->n_out; k++) h = hash_mix(h, (uint64_t)o->out_elem[k]);
+  for (int32_t k = 0; o->out_declared && k < o->n_out; k++) {
+    const Shape *s = &o->out_declared[k];
+    h = hash_mix(h, (uint64_t)s->ndim);
+    for (int32_t j = 0; j < s->ndim; j++) h = hash_mix(h, (uint64_t)s->d[j]);
+  }
+  return h;
+}
+
 static uint64_t node_hash_one(const Graph *g, const Node *n, const uint64_t *hashes) {
   uint64_t h = hash_mix(0x6e6f6465, (uint64_t)n->kind);
   h = hash_bytes(h, &n->params, sizeof n->params);
@@ -360,8 +393,7 @@ static uint64_t node_hash_one(const Graph *g, const Node *n, const uint64_t *has
   } else if (n->kind == OP_CONST) {
     h = hash_mix(h, tensor_content_hash(n->value));
   } else if (n->opaque) {
-    h = hash_string(h, n->opaque->op_type);
-    h = hash_bytes(h, n->opaque->proto, n->opaque->proto_len);
+    h = opaque_hash(h, n->opaque);
   }
   uint64_t in_h[2];
   bool symmetric = (op_def(n->kind)->flags & OPF_COMMUTATIVE) && n->n_in == 2;

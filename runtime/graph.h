@@ -31,12 +31,24 @@ typedef struct TensorRef {
 } TensorRef;
 
 /* What export needs to write an opaque node back: its ONNX NodeProto,
- * serialized, whose inputs and outputs are renamed on export. */
+ * serialized, whose inputs and outputs are renamed on export, and what the
+ * model said about the node that the Node does not hold. Element types are
+ * ONNX TensorProto codes, 0 where unknown: Teq holds bool, int32... as
+ * int64, but the operator reads and writes the original types. A declared
+ * shape keeps -1 for a symbolic extent and has rank SHAPE_UNKNOWN where
+ * nothing declared it. Each array has its count's entries and may be NULL
+ * when the count is 0 (nothing known); opaque_info_free frees them all. */
 typedef struct OpaqueInfo {
   char *op_type;
   char *domain;       /* "" for the default ONNX domain */
   uint8_t *proto;     /* packed onnx.NodeProto */
   size_t proto_len;
+  int opset;          /* version of the domain the definition comes from; 0 unknown */
+  int32_t n_in;       /* the node's n_in, or 0 */
+  int32_t *in_elem;   /* element type each input had in the model */
+  int32_t n_out;      /* the node's n_out, or 0 */
+  int32_t *out_elem;  /* element type of each output */
+  Shape *out_declared; /* each output's shape as the model declared it */
 } OpaqueInfo;
 
 typedef struct Node {

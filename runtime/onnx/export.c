@@ -466,13 +466,13 @@ static const char *cast_to(Exporter *x, TensorRef r, int32_t elem) {
 
 /* Inputs in order of the node's edges; empty names (skipped optional
  * inputs) stay. Returns how many names the NodeProto had for edges. */
-static int32_t rename_opaque_inputs(Exporter *x, const Node *n, Onnx__NodeProto *np,
-                                    const OnnxOpaqueMeta *m) {
+static int32_t rename_opaque_inputs(Exporter *x, const Node *n, Onnx__NodeProto *np) {
+  const OpaqueInfo *info = n->opaque;
   int32_t e = 0;
   for (size_t i = 0; i < np->n_input && e <= n->n_in; i++) {
     if (!*np->input[i]) continue;
     if (e < n->n_in) {
-      int32_t want = e < m->n_in ? m->in_elem[e] : 0;
+      int32_t want = info->in_elem && e < info->n_in ? info->in_elem[e] : 0;
       bool cast = want && want != exported_elem(x, n->in[e]);
       const char *name = cast ? cast_to(x, n->in[e], want) : tensor_name(x, n->in[e]);
       replace_string(x, &np->input[i], name);
@@ -483,21 +483,22 @@ static int32_t rename_opaque_inputs(Exporter *x, const Node *n, Onnx__NodeProto 
 }
 
 /* The shape to declare for output k: Teq's if known, else as imported. */
-static const Shape *declared_shape(const Node *n, const OnnxOpaqueMeta *m, int32_t k) {
-  if (shape_is_known(&n->out[k]) || k >= m->n_out) return &n->out[k];
-  return &m->out_shape[k];
+static const Shape *declared_shape(const Node *n, int32_t k) {
+  const OpaqueInfo *info = n->opaque;
+  if (shape_is_known(&n->out[k]) || !info->out_declared || k >= info->n_out) return &n->out[k];
+  return &info->out_declared[k];
 }
 
 /* Outputs are positional: an empty name stays empty, at its place. Types
  * and shapes import knew are declared, so the next import knows them too. */
-static void rename_opaque_outputs(Exporter *x, int32_t id, Onnx__NodeProto *np,
-                                  const OnnxOpaqueMeta *m) {
+static void rename_opaque_outputs(Exporter *x, int32_t id, Onnx__NodeProto *np) {
   const Node *n = &x->g->nodes[id];
+  const OpaqueInfo *info = n->opaque;
   for (size_t k = 0; k < np->n_output && (int32_t)k < n->n_out; k++) {
     TensorRef r = {id, (int32_t)k};
     int32_t slot = x->offset[id] + (int32_t)k;
-    if ((int32_t)k < m->n_out) x->elem[slot] = m->out_elem[k];
-    x->decl[slot] = *declared_shape(n, m, (int32_t)k);
+    if (info->out_elem && (int32_t)k < info->n_out) x->elem[slot] = info->out_elem[k];
+    x->decl[slot] = *declared_shape(n, (int32_t)k);
     if (!*np->output[k]) continue;
     replace_string(x, &np->output[k], tensor_name(x, r));
     if (shape_is_known(&x->decl[slot]) && !x->is_output[slot])
@@ -522,21 +523,14 @@ static int export_opaque(Exporter *x, int32_t id) {
     return internal_error(x, "opaque node '%s': its stored NodeProto does not parse",
                           n->opaque->op_type);
   Onnx__NodeProto *np = (Onnx__NodeProto *)pm;
-  OnnxOpaqueMeta m;
-  if (onnx_opaque_unmark(np->doc_string, &m)) {
-    free(np->doc_string);
-    np->doc_string = NULL;
-  } else {
-    m.opset = EXPORT_OPSET;
-  }
+  int opset = info->opset > 0 ? info->opset : EXPORT_OPSET;
   if (np->domain && strcmp(np->domain, "ai.onnx") == 0) np->domain[0] = '\0';
   bool custom = np->domain && *np->domain;
-  note_domain(x, custom ? np->domain : "", m.opset);
-  if (!custom) note_old_opset(x, n, m.opset);
-  int32_t e = rename_opaque_inputs(x, n, np, &m);
-  rename_opaque_outputs(x, id, np, &m);
+  note_domain(x, custom ? np->domain : "", opset);
+  if (!custom) note_old_opset(x, n, opset);
+  int32_t e = rename_opaque_inputs(x, n, np);
+  rename_opaque_outputs(x, id, np);
   replace_string(x, &np->name, node_name(x, id));
-  onnx_opaque_meta_fini(&m);
   if (e != n->n_in) {
     onnx_message_free(np);
     return internal_error(x, "opaque node '%s' has %d inputs, its NodeProto names %d",

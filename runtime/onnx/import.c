@@ -8,7 +8,7 @@
  * (fold.c, or the registry's kernel on a scratch graph); a node with a
  * registry row becomes that kind, its parameters read from OpParam.onnx_attr
  * and then by the row's hook (accessors in node_in.c); anything else is kept
- * opaque with what export needs (opaque.c). Clean-up passes: passes.c. */
+ * opaque with what export needs in its OpaqueInfo. Clean-up passes: passes.c. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,95 +408,86 @@ static const char *const comparison_ops[] = {"Equal", "Greater", "GreaterOrEqual
                                             "Less", "LessOrEqual", NULL};
 
 /* Expand broadcasts its input to a shape given as a constant. */
-static void expand_output(const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+static void expand_output(const OnnxNodeIn *v, OpaqueInfo *info) {
   const Tensor *t = onnx_in_const_input(v, 1);
   const Shape *x = onnx_in_input_shape(v, 0);
-  if (m->n_out != 1 || !x || !t || t->dtype != DT_I64 || t->shape.ndim != 1 ||
+  if (info->n_out != 1 || !x || !t || t->dtype != DT_I64 || t->shape.ndim != 1 ||
       t->shape.d[0] > TEQ_MAX_DIMS)
     return;
   Shape target = shape_make((int)t->shape.d[0], t->data), s;
-  if (!m->out_elem[0]) m->out_elem[0] = input_elem(v, 0);
-  if (!shape_is_known(&m->out_shape[0]) && shape_broadcast(x, &target, &s, NULL) == TEQ_OK)
-    m->out_shape[0] = s;
+  if (!info->out_elem[0]) info->out_elem[0] = input_elem(v, 0);
+  if (!shape_is_known(&info->out_declared[0]) && shape_broadcast(x, &target, &s, NULL) == TEQ_OK)
+    info->out_declared[0] = s;
 }
 
-static void elementwise_output(const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+static void elementwise_output(const OnnxNodeIn *v, OpaqueInfo *info) {
   const char *op = v->np->op_type;
-  if (strcmp(op, "Expand") == 0) expand_output(v, m);
-  if (m->n_out != 1 || !in_list(op, elementwise_ops)) return;
+  if (strcmp(op, "Expand") == 0) expand_output(v, info);
+  if (info->n_out != 1 || !in_list(op, elementwise_ops)) return;
   const Onnx__NodeProto *np = v->np;
-  if (!m->out_elem[0] && in_list(op, comparison_ops))
-    m->out_elem[0] = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-  for (size_t k = 0; !m->out_elem[0] && strcmp(op, "Cast") == 0 && k < np->n_attribute; k++)
-    if (strcmp(np->attribute[k]->name, "to") == 0) m->out_elem[0] = (int32_t)np->attribute[k]->i;
-  if (!m->out_elem[0]) m->out_elem[0] = input_elem(v, strcmp(op, "Where") == 0 ? 1 : 0);
-  if (shape_is_known(&m->out_shape[0])) return;
+  int32_t *elem = &info->out_elem[0];
+  if (!*elem && in_list(op, comparison_ops)) *elem = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+  for (size_t k = 0; !*elem && strcmp(op, "Cast") == 0 && k < np->n_attribute; k++)
+    if (strcmp(np->attribute[k]->name, "to") == 0) *elem = (int32_t)np->attribute[k]->i;
+  if (!*elem) *elem = input_elem(v, strcmp(op, "Where") == 0 ? 1 : 0);
+  if (shape_is_known(&info->out_declared[0])) return;
   Shape s = {0};
   for (int i = 0; i < v->n_in; i++) {
     const Shape *si = onnx_in_input_shape(v, i);
     if (v->in[i] && (!si || shape_broadcast(&s, si, &s, NULL) != TEQ_OK)) return;
   }
-  m->out_shape[0] = s;
+  info->out_declared[0] = s;
 }
 
-static int opaque_meta_make(Importer *im, const OnnxNodeIn *v, OnnxOpaqueMeta *m) {
+/* The node as export will need it: the NodeProto as read (its doc_string
+ * included), the opset of its domain, and the element types and declared
+ * shapes of its values. */
+static int opaque_info_make(Importer *im, const OnnxNodeIn *v, OpaqueInfo **out) {
   const Onnx__NodeProto *np = v->np;
-  int opset = domain_opset(im->model, is_default_domain(np->domain) ? "" : np->domain);
-  *m = (OnnxOpaqueMeta){.opset = opset > 0 ? opset : 1};
-  m->in_elem = calloc(np->n_input + 1, sizeof *m->in_elem);
-  m->out_elem = calloc(np->n_output + 1, sizeof *m->out_elem);
-  m->out_shape = calloc(np->n_output + 1, sizeof *m->out_shape);
-  if (!m->in_elem || !m->out_elem || !m->out_shape) return out_of_memory(im);
-  for (int i = 0; i < v->n_in; i++)
-    if (v->in[i]) m->in_elem[m->n_in++] = v->in[i]->elem;
-  for (size_t o = 0; o < np->n_output; o++)
-    m->out_elem[m->n_out++] = declared_type(im, np->output[o], &m->out_shape[o]);
-  if (is_default_domain(np->domain)) elementwise_output(v, m);
-  return TEQ_OK;
-}
-
-/* The node as export will need it: the NodeProto, with meta in doc_string. */
-static int opaque_info_make(Importer *im, const Onnx__NodeProto *np, const OnnxOpaqueMeta *m,
-                            OpaqueInfo **out) {
   OpaqueInfo *info = calloc(1, sizeof *info);
   if (!info) return out_of_memory(im);
+  int opset = domain_opset(im->model, is_default_domain(np->domain) ? "" : np->domain);
+  info->opset = opset > 0 ? opset : 1;
   info->op_type = strdup(np->op_type);
   info->domain = strdup(is_default_domain(np->domain) ? "" : np->domain);
-  Onnx__NodeProto copy = *np;
-  copy.doc_string = onnx_opaque_mark(m);
-  int rc = info->op_type && info->domain && copy.doc_string
-               ? onnx_pack(&copy.base, &info->proto, &info->proto_len)
-               : TEQ_ERR_NOMEM;
-  free(copy.doc_string);
-  if (rc != TEQ_OK) {
+  info->in_elem = calloc(np->n_input + 1, sizeof *info->in_elem);
+  info->out_elem = calloc(np->n_output + 1, sizeof *info->out_elem);
+  info->out_declared = calloc(np->n_output + 1, sizeof *info->out_declared);
+  if (!info->op_type || !info->domain || !info->in_elem || !info->out_elem ||
+      !info->out_declared || onnx_pack(&np->base, &info->proto, &info->proto_len) != TEQ_OK) {
     opaque_info_free(info);
     return out_of_memory(im);
   }
+  for (int i = 0; i < v->n_in; i++)
+    if (v->in[i]) info->in_elem[info->n_in++] = v->in[i]->elem;
+  for (size_t o = 0; o < np->n_output; o++)
+    info->out_elem[info->n_out++] = declared_type(im, np->output[o], &info->out_declared[o]);
+  if (is_default_domain(np->domain)) elementwise_output(v, info);
   *out = info;
   return TEQ_OK;
 }
 
-/* Adds the opaque node (taking over info) with the shapes m declares. */
-static int add_opaque(Importer *im, const OnnxNodeIn *v, OpaqueInfo *info,
-                      const OnnxOpaqueMeta *m, TensorRef *in, Shape *shapes, DType *dts) {
-  int n_in = 0, rc = TEQ_OK;
+/* Adds the opaque node (taking over info) with the shapes info declares. */
+static int add_opaque(Importer *im, const OnnxNodeIn *v, OpaqueInfo *info, TensorRef *in,
+                      Shape *shapes, DType *dts) {
+  int n_in = 0, n_out = info->n_out, rc = TEQ_OK;
   for (int i = 0; i < v->n_in && rc == TEQ_OK; i++)
     if (v->in[i]) rc = materialize(im, v->in[i], &in[n_in++]);
   if (rc != TEQ_OK) {
     opaque_info_free(info);
     return rc;
   }
-  for (int o = 0; o < m->n_out; o++) {
-    shapes[o] = known_part(&m->out_shape[o]);
-    if (!onnx_elem_dtype(m->out_elem[o], &dts[o])) dts[o] = DT_F32;
+  for (int o = 0; o < n_out; o++) {
+    shapes[o] = known_part(&info->out_declared[o]);
+    if (!onnx_elem_dtype(info->out_elem[o], &dts[o])) dts[o] = DT_F32;
   }
   Diag local;
   diag_init(&local);
   const char *name = v->np->name && *v->np->name ? v->np->name : NULL;
-  int id = graph_add_opaque(im->g, info, in, n_in, m->n_out, shapes, dts, name, &local);
+  int id = graph_add_opaque(im->g, info, in, n_in, n_out, shapes, dts, name, &local);
   char where[512];
   forward_messages(&local, im->d, onnx_in_where(v, where, sizeof where));
-  return id < 0 ? id : define_outputs_ref(im, v, id, m->out_elem);
+  return id < 0 ? id : define_outputs_ref(im, v, id, im->g->nodes[id].opaque->out_elem);
 }
 
 static int import_opaque(Importer *im, OnnxNodeIn *v) {
@@ -509,11 +500,9 @@ static int import_opaque(Importer *im, OnnxNodeIn *v) {
     diag_warn(im->d, "%s: has no outputs and is left out", onnx_in_where(v, where, sizeof where));
     return TEQ_OK;
   }
-  OnnxOpaqueMeta m = {0};
   OpaqueInfo *info = NULL;
   int rc = note_unsupported(im, np);
-  if (rc == TEQ_OK) rc = opaque_meta_make(im, v, &m);
-  if (rc == TEQ_OK) rc = opaque_info_make(im, np, &m, &info);
+  if (rc == TEQ_OK) rc = opaque_info_make(im, v, &info);
   TensorRef *in = calloc(np->n_input + 1, sizeof *in);
   Shape *shapes = calloc(np->n_output, sizeof *shapes);
   DType *dts = calloc(np->n_output, sizeof *dts);
@@ -521,10 +510,9 @@ static int import_opaque(Importer *im, OnnxNodeIn *v) {
     opaque_info_free(info);
     rc = out_of_memory(im);
   } else if (rc == TEQ_OK) {
-    rc = add_opaque(im, v, info, &m, in, shapes, dts);
+    rc = add_opaque(im, v, info, in, shapes, dts);
   }
   if (rc == TEQ_OK) im->stats.n_opaque++;
-  onnx_opaque_meta_fini(&m);
   free(in);
   free(shapes);
   free(dts);

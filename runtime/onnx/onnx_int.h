@@ -130,26 +130,4 @@ int onnx_pass_remove_noops(Graph *g, Diag *d);
  * many, or a negative error. */
 int onnx_pass_fold_batchnorm(Graph *g, Diag *d);
 
-/* ---- opaque.c ---- */
-
-/* What an opaque node remembers of its model: the opset of its domain and
- * the exact ONNX element types (0: unknown) and declared shapes of its
- * inputs and outputs. It travels in the packed NodeProto's doc_string,
- * since OpaqueInfo has no field for it. */
-#define ONNX_OPSET_MARK "teq:opset="
-
-typedef struct OnnxOpaqueMeta {
-  int opset;
-  int n_in, n_out;
-  int32_t *in_elem;  /* per non-empty input */
-  int32_t *out_elem; /* per output */
-  Shape *out_shape;  /* per output as declared: SHAPE_UNKNOWN rank, or -1 extents where symbolic */
-} OnnxOpaqueMeta;
-
-/* The doc_string line for m, malloc'd; NULL if memory runs out. */
-char *onnx_opaque_mark(const OnnxOpaqueMeta *m);
-/* Parses a doc_string; false if it is not a mark (m is then empty). */
-bool onnx_opaque_unmark(const char *s, OnnxOpaqueMeta *m);
-void onnx_opaque_meta_fini(OnnxOpaqueMeta *m);
-
 #endif

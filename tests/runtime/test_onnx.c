@@ -3,7 +3,8 @@
  * reference outputs computed by numpy. Checked here: values after running,
  * BatchNormalization folding against keep_batchnorm, no-op removal, the
  * shape subgraphs folded away (at two opsets), the export -> import round
- * trip, opaque nodes carried through export (custom domains included), the
+ * trip, opaque nodes carried through export and graph_copy with their
+ * opset, element types and declared shapes (custom domains included), the
  * TensorProto files, and, for each kind of bad file, a located message and
  * TEQ_ERR_INPUT or TEQ_ERR_UNSUPPORTED with the out-parameter untouched
  * (run under ASan, a leak fails the test too). */
@@ -287,6 +288,8 @@ static void test_opaque_types(void) {
   CHECK(where && shape_equal(&where->out[0], &s23) && where->dtype == DT_F32);
   const Node *greater = g ? find_opaque(g, "Greater") : NULL;
   CHECK(greater && greater->dtype == DT_I64); /* bool, held as int64 */
+  CHECK(greater && greater->opaque->opset == 13 && greater->opaque->out_elem[0] == 9);
+  CHECK(where && where->opaque->n_in == 3 && where->opaque->in_elem[0] == 9); /* bool mask */
   if (g) CHECK(shape_equal(graph_shape(g, g->outputs[0]), &s23));
   int rc = g ? onnx_export_file(g, tmp("opaque_types.rt.onnx", q), &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
@@ -297,6 +300,101 @@ static void test_opaque_types(void) {
   if (h) CHECK_EQ_INT(count_opaque(h, "Cast"), 1);
   if (h) CHECK(shape_equal(graph_shape(h, h->outputs[0]), &s23));
   graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+/* Appends a string field (tag, length under 128, bytes) to a protobuf
+ * message being written by hand into buf. */
+static size_t put_string(uint8_t *buf, size_t at, int field, const char *s) {
+  size_t n = strlen(s);
+  buf[at++] = (uint8_t)(field << 3 | 2);
+  buf[at++] = (uint8_t)n;
+  memcpy(buf + at, s, n);
+  return at + n;
+}
+
+#define MYSTERY_DOC "the original doc_string"
+
+/* x -> com.example.teq Mystery (opset 3) -> a, b: a float input, an int64
+ * output of declared shape [2, ?] and a bool output of undeclared shape. */
+static Graph *opaque_meta_graph(Diag *d) {
+  Graph *g = graph_new();
+  Shape s = {2, {2, 3}};
+  int x = graph_add_input(g, "x", &s, DT_F32, d);
+  uint8_t buf[256];
+  size_t n = 0; /* onnx.NodeProto: 1 input, 2 output, 3 name, 4 op_type, 6 doc_string, 7 domain */
+  n = put_string(buf, n, 1, "x");
+  n = put_string(buf, n, 2, "a");
+  n = put_string(buf, n, 2, "b");
+  n = put_string(buf, n, 3, "mystery");
+  n = put_string(buf, n, 4, "Mystery");
+  n = put_string(buf, n, 6, MYSTERY_DOC);
+  n = put_string(buf, n, 7, "com.example.teq");
+  OpaqueInfo *info = calloc(1, sizeof *info);
+  *info = (OpaqueInfo){.op_type = strdup("Mystery"), .domain = strdup("com.example.teq"),
+                       .proto = malloc(n), .proto_len = n, .opset = 3, .n_in = 1,
+                       .in_elem = malloc(sizeof(int32_t)), .n_out = 2,
+                       .out_elem = malloc(2 * sizeof(int32_t)),
+                       .out_declared = calloc(2, sizeof(Shape))};
+  memcpy(info->proto, buf, n);
+  info->in_elem[0] = 1;                     /* FLOAT */
+  info->out_elem[0] = 7;                    /* INT64 */
+  info->out_elem[1] = 9;                    /* BOOL */
+  info->out_declared[0] = (Shape){2, {2, -1}};
+  info->out_declared[1].ndim = SHAPE_UNKNOWN;
+  Shape outs[2] = {{SHAPE_UNKNOWN, {0}}, {SHAPE_UNKNOWN, {0}}};
+  DType dts[2] = {DT_I64, DT_I64};
+  int o = graph_add_opaque(g, info, (TensorRef[]){{x, 0}}, 1, 2, outs, dts, "mystery", d);
+  CHECK(x >= 0 && o >= 0);
+  graph_add_output(g, (TensorRef){o, 0}, "a", d);
+  graph_add_output(g, (TensorRef){o, 1}, "b", d);
+  return g;
+}
+
+static void check_mystery(const Graph *g, const char *what) {
+  const Node *n = g ? find_opaque(g, "Mystery") : NULL;
+  const OpaqueInfo *o = n ? n->opaque : NULL;
+  CHECK_MSG(o && strcmp(o->domain, "com.example.teq") == 0, "%s", what);
+  if (!o) return;
+  CHECK_MSG(o->opset == 3, "%s: opset %d", what, o->opset);
+  CHECK_MSG(o->n_in == 1 && o->in_elem && o->in_elem[0] == 1, "%s: inputs", what);
+  CHECK_MSG(o->n_out == 2 && o->out_elem && o->out_elem[0] == 7 && o->out_elem[1] == 9,
+            "%s: output types", what);
+  CHECK_MSG(o->out_declared && shape_equal(&o->out_declared[0], &(Shape){2, {2, -1}}) &&
+                !shape_is_known(&o->out_declared[1]),
+            "%s: declared shapes", what);
+  CHECK_MSG(n->dtype == DT_I64 && !shape_is_known(&n->out[0]), "%s: node", what);
+}
+
+/* What an opaque node remembers of its model (opset, element types,
+ * declared shapes) survives graph_copy, as a deep copy (the original is
+ * freed first: ASan catches sharing), and export -> import; the exported
+ * NodeProto keeps its own doc_string. */
+static void test_opaque_meta(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = opaque_meta_graph(&d);
+  CHECK_EQ_INT(graph_check(g, &d), TEQ_OK);
+  check_mystery(g, "built");
+  Graph *c = graph_copy(g);
+  CHECK(c && graph_hash(c, NULL) == graph_hash(g, NULL));
+  graph_free(g);
+  check_mystery(c, "copy");
+  char q[PATH_BUF];
+  int rc = c ? onnx_export_file(c, tmp("meta.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
+  FILE *fp = fopen(q, "rb");
+  char buf[4096];
+  size_t n = fp ? fread(buf, 1, sizeof buf, fp) : 0;
+  if (fp) fclose(fp);
+  CHECK(n > 0 && n < sizeof buf && memmem(buf, n, MYSTERY_DOC, strlen(MYSTERY_DOC)));
+  CHECK(!memmem(buf, n, "teq:", 4));
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  check_mystery(h, "export -> import");
+  CHECK_EQ_INT(d.n_errors, 0);
+  graph_free(c);
   graph_free(h);
   diag_fini(&d);
 }
@@ -492,7 +590,7 @@ static void test_tensor_files(void) {
 static void remove_tmp(void) {
   const char *files[] = {"conv_bn.rt.onnx", "shape_fold.rt.onnx", "shape_fold_opset12.rt.onnx",
                          "unsorted.rt.onnx", "opaque.rt.onnx", "opaque_types.rt.onnx",
-                         "custom.rt.onnx", "built.onnx", "empty.onnx",
+                         "custom.rt.onnx", "meta.rt.onnx", "built.onnx", "empty.onnx",
                          "truncated.onnx", "garbage.onnx", "text.onnx", "t.pb"};
   char p[PATH_BUF];
   for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) unlink(tmp(files[k], p));
@@ -511,6 +609,7 @@ int main(void) {
   test_opaque();
   test_opaque_types();
   test_custom_domain();
+  test_opaque_meta();
   test_export_built();
   test_bad_files();
   test_tensor_files();
