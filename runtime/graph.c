@@ -477,6 +477,11 @@ int graph_check(const Graph *g, Diag *d) {
     if ((n->kind == OP_OPAQUE) != (n->opaque != NULL)) {
       diag_error(d, "%s: opaque data present exactly when opaque", what);
       rc = TEQ_ERR_INTERNAL;
+    } else if (n->opaque && ((n->opaque->n_in && n->opaque->n_in != n->n_in) ||
+                             (n->opaque->n_out && n->opaque->n_out != n->n_out))) {
+      diag_error(d, "%s: opaque element types for %d inputs and %d outputs, node has %d and %d",
+                 what, n->opaque->n_in, n->opaque->n_out, n->n_in, n->n_out);
+      rc = TEQ_ERR_INTERNAL;
     }
   }
   for (int i = 0; i < g->n_outputs; i++)
