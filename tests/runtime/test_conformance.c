@@ -93,6 +93,12 @@ static int run_one(const char *dir, bool verbose) {
   int n_in = -1, n_want = -1, verdict = SKIPPED;
   OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
   int rc = onnx_import_file(path, &opts, &g, NULL, &d);
+  if (rc == TEQ_OK && graph_check(g, &d) != TEQ_OK) {
+    /* Every imported graph, supported or not, must keep the invariants. */
+    snprintf(why, sizeof why, "imported graph fails graph_check: %s", diag_last(&d));
+    verdict = RAN_FAIL;
+    goto out;
+  }
   if (rc != TEQ_OK || has_opaque(g)) goto out; /* unsupported operator or attribute */
   n_in = read_set(dir, "input", in, 16, &d);
   n_want = read_set(dir, "output", want, 16, &d);
