@@ -100,6 +100,11 @@ TEQ_API void onnx_out_attr_string(OnnxNodeOut *w, const char *name, const char *
  * written, for rows whose ONNX form depends on them. */
 TEQ_API const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i);
 TEQ_API int onnx_out_opset(const OnnxNodeOut *w);
+/* Raises the opset the model is written in to at least version, for an
+ * operator born after opset 13. Every row writes forms valid up to opset
+ * 17, so a version above that is refused (TEQ_ERR_UNSUPPORTED, with a
+ * message naming the node's operator). */
+TEQ_API int onnx_out_require_opset(OnnxNodeOut *w, int version, Diag *d);
 /* Removes an attribute the generic mapping wrote (e.g. a default that the
  * exported op_type does not accept). */
 TEQ_API void onnx_out_drop_attr(OnnxNodeOut *w, const char *name);

@@ -101,8 +101,11 @@ typedef struct OpDef {
    * (the caller adds which node). NULL only for OPF_OPAQUE. */
   int (*infer_shape)(const struct Node *n, const Shape *in, Shape *out, Diag *d);
 
-  /* Kernels. Outputs are allocated by the caller at the inferred shapes,
-   * zero-filled, and of the mode's dtype (DT_F32 or DT_MODP); inputs are of
+  /* Kernels. Outputs are allocated by the caller at the inferred shapes and
+   * of the mode's dtype (DT_F32 or DT_MODP). A float32 kernel must write
+   * every output element: the executor does not clear them (sanitizer builds
+   * fill them with NaN so tests catch a kernel that skips some). Z_p outputs
+   * are zero-filled. Inputs are of
    * the same dtype except integer index inputs, which stay DT_I64. Return
    * TEQ_OK, or an error with a message (a kernel may refuse a configuration
    * it does not support, e.g. non-integer values in Z_p). */

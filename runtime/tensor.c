@@ -105,7 +105,7 @@ const char *dtype_name(DType t) {
 
 #define TENSOR_HEADER ((sizeof(Tensor) + 63) & ~(size_t)63)
 
-Tensor *tensor_new(DType dtype, const Shape *shape) {
+Tensor *tensor_new_uninit(DType dtype, const Shape *shape) {
   if (shape->ndim < 0 || shape->ndim > TEQ_MAX_DIMS) return NULL;
   size_t n = 1;
   for (int i = 0; i < shape->ndim; i++) {
@@ -116,12 +116,21 @@ Tensor *tensor_new(DType dtype, const Shape *shape) {
   size_t bytes = n * dtype_size(dtype);
   Tensor *t = aligned_alloc(64, TENSOR_HEADER + ((bytes + 63) & ~(size_t)63));
   if (!t) return NULL;
-  memset(t, 0, TENSOR_HEADER + bytes);
+  memset(t, 0, sizeof *t);
   t->refs = 1;
   t->dtype = dtype;
   t->shape = *shape;
   for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
   t->data = (char *)t + TENSOR_HEADER;
+#ifdef TEQ_POISON_UNINIT
+  memset(t->data, 0xff, bytes); /* NaN as float32 */
+#endif
+  return t;
+}
+
+Tensor *tensor_new(DType dtype, const Shape *shape) {
+  Tensor *t = tensor_new_uninit(dtype, shape);
+  if (t) memset(t->data, 0, tensor_bytes(t));
   return t;
 }
 

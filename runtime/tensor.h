@@ -54,9 +54,12 @@ TEQ_API void shape_strides(const Shape *s, int64_t *strides);
 TEQ_API size_t dtype_size(DType t);
 TEQ_API const char *dtype_name(DType t);
 
-/* Tensors. tensor_new zero-fills; it returns NULL if the size overflows or
- * memory runs out. */
+/* Tensors. tensor_new zero-fills; tensor_new_uninit leaves the data as
+ * malloc gave it (in sanitizer builds it fills it with NaN bytes instead, so
+ * a reader of unwritten elements shows up in tests). Both return NULL if the
+ * size overflows or memory runs out. */
 TEQ_API Tensor *tensor_new(DType dtype, const Shape *shape);
+TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
 TEQ_API Tensor *tensor_ref(Tensor *t);
 TEQ_API void tensor_unref(Tensor *t);
 TEQ_API Tensor *tensor_clone(const Tensor *t);

@@ -7,6 +7,7 @@
  * to stdout, import statistics and messages to stderr; bad arguments or a
  * bad model exit with status 2. Options are rows of one table. */
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -334,6 +335,11 @@ static int run_model(const RunOptions *o, Diag *d) {
 }
 
 int main(int argc, char **argv) {
+  /* Keep freed activations in the heap between repeated runs: returned to
+   * the kernel, every run would page-fault all of them in again. 32 MiB is
+   * glibc's largest mmap threshold on 64-bit. */
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   RunOptions o;
   int status = parse_args(argc, argv, &o);
   if (status) {

@@ -310,6 +310,20 @@ const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i) {
 
 int onnx_out_opset(const OnnxNodeOut *w) { return w->x->opset; }
 
+/* The last opset in which every row's ONNX form is what the row writes
+ * (opset 18 moved ReduceMean's axes and others from attributes to inputs). */
+#define EXPORT_OPSET_MAX 17
+
+int onnx_out_require_opset(OnnxNodeOut *w, int version, Diag *d) {
+  if (version > EXPORT_OPSET_MAX) {
+    diag_error(d, "%s: ONNX %s needs opset %d; Teq writes opsets up to %d", w->x->path,
+               w->np->op_type, version, EXPORT_OPSET_MAX);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  if (version > w->x->opset) w->x->opset = version;
+  return TEQ_OK;
+}
+
 void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type) {
   char *s = strdup(op_type);
   if (!s) {

@@ -580,6 +580,7 @@ static int enlarge_eval(const Node *n, Tensor *const *in, Tensor *const *out, Di
   size_t es = dtype_size(in[0]->dtype);
   const char *x = in[0]->data;
   char *y = out[0]->data;
+  memset(y, 0, tensor_bytes(out[0])); /* the border; weights are small */
   for (int64_t k = 0; k < s->d[0] * s->d[1]; k++)
     for (int64_t i = 0; i < h; i++)
       memcpy(y + (size_t)((k * kh + top + i) * kw + left) * es, x + (size_t)((k * h + i) * w) * es,

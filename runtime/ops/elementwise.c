@@ -1,13 +1,16 @@
 /* elementwise.c: element-wise operators: binary ones with numpy broadcasting
- * (ewadd, ewmul, sub, div, pow, max, min), TASO's scalar multiply, and the
- * unary activations. One kernel serves each group; a row's .family holds
- * its inner loops. Broadcasting first collapses the output into as few
- * dimensions as it can, so the innermost loop is contiguous on each side or
- * repeats one value (same shapes, a scalar, a [C,1,1] bias, a row vector).
- * Z_p: add, sub, neg and smul are exact; each non-linear unary operator
- * evaluates its own fixed polynomial stand-in (given at its row); div, pow,
- * max and min are fixed maps of the residues. Reductions and softmax are in
- * reduce.c, data movement in layout.c. */
+ * (ewadd, ewmul, sub, div, pow, max, min), the variadic sum and mean (ONNX
+ * Sum and Mean: any number of inputs, broadcast together), TASO's scalar
+ * multiply, and the unary activations. One kernel serves each group; a
+ * row's .family holds its inner loops. Broadcasting first collapses the
+ * output into as few dimensions as it can, so the innermost loop is
+ * contiguous on each side or repeats one value (same shapes, a scalar, a
+ * [C,1,1] bias, a row vector).
+ * Z_p: add, sub, neg, smul, sum and mean are exact; each non-linear unary
+ * operator evaluates its own fixed polynomial stand-in (given at its row);
+ * div, pow, max and min are fixed maps of the residues. Reductions and
+ * softmax are in reduce.c, normalizations in norm.c, data movement in
+ * layout.c. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -143,6 +146,9 @@ BINARY_LOOP(pow_modp, uint32_t, modp_pow(x, y))
 /* Residues compared as the integers 0..p-1. */
 BINARY_LOOP(max_modp, uint32_t, x > y ? x : y)
 BINARY_LOOP(min_modp, uint32_t, x < y ? x : y)
+/* The second operand broadcast, for float32 and residues alike: sum and
+ * mean copy their input 0 with it, passed as both operands. */
+BINARY_LOOP(take_second, uint32_t, ((void)x, y))
 
 static const BinaryFamily fam_add = {add_f32, add_modp};
 static const BinaryFamily fam_mul = {mul_f32, mul_modp};
@@ -373,6 +379,14 @@ UNARY_LOOP(clip_f32, clamp(x, a0, a1))
 /* log(1 + e^x) without overflow for large x. */
 UNARY_LOOP(softplus_f32, x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)))
 UNARY_LOOP(hard_sigmoid_f32, clamp(a0 * x + a1, 0.0f, 1.0f))
+/* gamma (a1) times x, or alpha (a0) (e^x - 1) for x <= 0. */
+UNARY_LOOP(selu_f32, a1 * (x > 0.0f ? x : a0 * expm1f(x)))
+UNARY_LOOP(thresholded_relu_f32, pick(x > a0, x, 0.0f))
+UNARY_LOOP(hard_swish_f32, x * clamp(x * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
+/* max(0, x) + min(0, alpha (e^(x/alpha) - 1)): the second term is <= 0
+ * exactly when x <= 0, for either sign of alpha, so one of the two is 0. */
+UNARY_LOOP(celu_f32, x > 0.0f ? x : a0 * expm1f(x / a0))
+UNARY_LOOP(mish_f32, x * tanhf(x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x))))
 
 /* c3 x^3 + c2 x^2 + c1 x + c0 in Z_p, by Horner. */
 static uint32_t poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
@@ -398,6 +412,11 @@ static uint32_t standin_elu(uint32_t x) { return poly3(x, 0, 1, 11, 5); }
 static uint32_t standin_clip(uint32_t x) { return poly3(x, 1, 2, 3, 4); }
 static uint32_t standin_softplus(uint32_t x) { return poly3(x, 0, 1, 13, 17); }
 static uint32_t standin_hard_sigmoid(uint32_t x) { return poly3(x, 1, 6, 0, 1); }
+static uint32_t standin_selu(uint32_t x) { return poly3(x, 1, 3, 1, 5); }
+static uint32_t standin_thresholded_relu(uint32_t x) { return poly3(x, 0, 1, 23, 29); }
+static uint32_t standin_hard_swish(uint32_t x) { return poly3(x, 1, 5, 2, 3); }
+static uint32_t standin_celu(uint32_t x) { return poly3(x, 0, 1, 29, 31); }
+static uint32_t standin_mish(uint32_t x) { return poly3(x, 1, 7, 1, 2); }
 static uint32_t exact_neg(uint32_t x) { return modp_neg(x); }
 
 /* A non-linear operator's parameters (leaky_relu's alpha, clip's bounds)
@@ -449,6 +468,11 @@ UNARY_FAMILY(elu)
 UNARY_FAMILY(clip)
 UNARY_FAMILY(softplus)
 UNARY_FAMILY(hard_sigmoid)
+UNARY_FAMILY(selu)
+UNARY_FAMILY(thresholded_relu)
+UNARY_FAMILY(hard_swish)
+UNARY_FAMILY(celu)
+UNARY_FAMILY(mish)
 static const UnaryFamily fam_neg = {neg_f32, exact_neg};
 
 #define UNARY_SIGNATURE                                                         \
@@ -631,4 +655,138 @@ const OpDef op_def_hard_sigmoid = {
   UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
   .params = hard_sigmoid_params, .n_params = 2,
   .modp_standin = standin_hard_sigmoid, .family = &fam_hard_sigmoid,
+};
+
+/* ONNX float defaults are float32 values; these are their exact doubles. */
+static const OpParam selu_params[] = {
+  {.name = "alpha", .type = PARAM_FLOAT, .fdef = 1.67326319217681884765625, .onnx_attr = "alpha"},
+  {.name = "gamma", .type = PARAM_FLOAT, .fdef = 1.05070102214813232421875, .onnx_attr = "gamma"},
+};
+
+const OpDef op_def_selu = {
+  .kind = OP_SELU, .name = "selu", .onnx_op = "Selu",
+  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  .params = selu_params, .n_params = 2,
+  .modp_standin = standin_selu, .family = &fam_selu,
+};
+
+static const OpParam thresholded_relu_params[] = {
+  {.name = "alpha", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "alpha"},
+};
+
+const OpDef op_def_thresholded_relu = {
+  .kind = OP_THRESHOLDED_RELU, .name = "thresholded_relu", .onnx_op = "ThresholdedRelu",
+  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  .params = thresholded_relu_params, .n_params = 1,
+  .modp_standin = standin_thresholded_relu, .family = &fam_thresholded_relu,
+};
+
+/* Operators born after opset 13 raise the opset the model is written in. */
+static int hard_swish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)n;
+  return onnx_out_require_opset(w, 14, d);
+}
+
+const OpDef op_def_hard_swish = {
+  .kind = OP_HARD_SWISH, .name = "hard_swish", .onnx_op = "HardSwish",
+  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  .onnx_write = hard_swish_onnx_write,
+  .modp_standin = standin_hard_swish, .family = &fam_hard_swish,
+};
+
+static const OpParam celu_params[] = {
+  {.name = "alpha", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "alpha"},
+};
+
+const OpDef op_def_celu = {
+  .kind = OP_CELU, .name = "celu", .onnx_op = "Celu",
+  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  .params = celu_params, .n_params = 1,
+  .modp_standin = standin_celu, .family = &fam_celu,
+};
+
+static int mish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)n;
+  return onnx_out_require_opset(w, 18, d);
+}
+
+const OpDef op_def_mish = {
+  .kind = OP_MISH, .name = "mish", .onnx_op = "Mish",
+  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  .onnx_write = mish_onnx_write,
+  .modp_standin = standin_mish, .family = &fam_mish,
+};
+
+/* ---- sum and mean: any number of inputs, broadcast together ---- */
+
+static int variadic_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  Shape o = in[0];
+  for (int k = 1; k < n->n_in; k++) {
+    Shape t;
+    if (shape_broadcast(&o, &in[k], &t, NULL) != TEQ_OK) {
+      char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+      return op_error(n, d, "input %d has shape %s, which does not broadcast with %s (inputs "
+                      "0..%d)", k, shape_format(&in[k], sb, sizeof sb),
+                      shape_format(&o, sa, sizeof sa), k - 1);
+    }
+    o = t;
+  }
+  out[0] = o;
+  return TEQ_OK;
+}
+
+typedef struct VariadicFamily {
+  bool is_mean; /* divide the sum by the number of inputs */
+} VariadicFamily;
+
+static const VariadicFamily fam_sum = {false}, fam_mean = {true};
+
+/* The output takes input 0 and accumulates the others in turn, each
+ * broadcast; a mean then divides by the count (multiplies by its inverse
+ * in Z_p). */
+static int variadic_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d,
+                         bool modp) {
+  int rc = check_dtypes(n, in, out, modp ? DT_MODP : DT_F32, d);
+  if (rc || tensor_numel(out[0]) == 0) return rc;
+  for (int k = 0; k < n->n_in; k++) {
+    const Tensor *acc = k ? out[0] : in[0]; /* input 0 is copied, not added to garbage */
+    BcastPlan pl;
+    bcast_plan(&acc->shape, &in[k]->shape, &out[0]->shape, &pl);
+    bcast_run(&pl, acc->data, in[k]->data, out[0]->data,
+              k == 0 ? take_second : modp ? add_modp : add_f32);
+  }
+  if (!((const VariadicFamily *)op_def(n->kind)->family)->is_mean) return TEQ_OK;
+  int64_t count = tensor_numel(out[0]);
+  if (modp) {
+    uint32_t *y = out[0]->data, inv = modp_inv(modp_from_int(n->n_in));
+    for (int64_t i = 0; i < count; i++) y[i] = modp_mul(y[i], inv);
+  } else {
+    float *y = out[0]->data, k = (float)n->n_in;
+    for (int64_t i = 0; i < count; i++) y[i] /= k;
+  }
+  return TEQ_OK;
+}
+
+static int variadic_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return variadic_eval(n, in, out, d, false);
+}
+
+static int variadic_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return variadic_eval(n, in, out, d, true);
+}
+
+/* With one input each is the identity. Linear like ewadd; not marked
+ * commutative, which names exactly two inputs. */
+#define VARIADIC_ROW_COMMON                                                     \
+  .n_in_min = 1, .n_in_max = -1, .n_out_min = 1, .n_out_max = 1,                \
+  .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_BROADCAST,                   \
+  .infer_shape = variadic_infer, .eval_f32 = variadic_eval_f32,                 \
+  .eval_modp = variadic_eval_modp
+
+const OpDef op_def_sum = {
+  .kind = OP_SUM, .name = "sum", .onnx_op = "Sum", VARIADIC_ROW_COMMON, .family = &fam_sum,
+};
+
+const OpDef op_def_mean = {
+  .kind = OP_MEAN, .name = "mean", .onnx_op = "Mean", VARIADIC_ROW_COMMON, .family = &fam_mean,
 };

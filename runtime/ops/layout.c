@@ -1,13 +1,16 @@
 /* layout.c: operators that move or select elements and compute nothing:
- * transpose, reshape, concat, split, pad, slice, gather.
+ * transpose, reshape, concat, split, pad, slice, gather, depth_to_space,
+ * space_to_depth, tile, expand.
  * Kernels copy bytes, so one kernel serves float32, Z_p residues and int64
  * shape tensors; that is also why these operators are exact (and linear)
  * in Z_p. Most kernels reduce to box_copy, a strided copy whose dimensions
  * are first merged wherever both sides are contiguous, so a long run is one
- * memcpy. ONNX forms are normalized on import: Reshape, Flatten, Squeeze and
- * Unsqueeze become reshape to concrete dims, and Slice becomes a start, end
- * and step for every dimension, clamped as ONNX specifies. Axes are stored
- * non-negative. Element-wise arithmetic is in elementwise.c. */
+ * memcpy; a stride of 0 repeats (tile, expand). ONNX forms are normalized on
+ * import: Reshape, Flatten, Squeeze and Unsqueeze become reshape to concrete
+ * dims, Slice becomes a start, end and step for every dimension, clamped as
+ * ONNX specifies, and the constant inputs of Tile and Expand become
+ * parameters. Axes are stored non-negative. Element-wise arithmetic is in
+ * elementwise.c. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -37,11 +40,14 @@ static int elem_size(const Node *n, Tensor *const *in, int n_data, Tensor *const
 }
 
 /* A box of ext[i] elements along each of nd dimensions, read with element
- * strides ss (negative for a slice with negative steps) and written densely
- * in row-major order. */
+ * strides ss (negative for a slice with negative steps, 0 to repeat) and
+ * written densely in row-major order. Tile splits each dimension in two
+ * (which copy, where in it), hence twice the rank. */
+#define BOX_MAX_DIMS (2 * TEQ_MAX_DIMS)
+
 typedef struct Box {
   int nd;
-  int64_t ext[TEQ_MAX_DIMS], ss[TEQ_MAX_DIMS];
+  int64_t ext[BOX_MAX_DIMS], ss[BOX_MAX_DIMS];
 } Box;
 
 /* Drops extent-1 dimensions and merges a dimension into the one outside it
@@ -91,7 +97,7 @@ static void box_copy(char *dst, const char *src, const Box *box, size_t es) {
   Box b = *box;
   box_collapse(&b);
   int in = b.nd - 1;
-  int64_t n = b.ext[in], outer = 1, idx[TEQ_MAX_DIMS] = {0}, so = 0, e = (int64_t)es;
+  int64_t n = b.ext[in], outer = 1, idx[BOX_MAX_DIMS] = {0}, so = 0, e = (int64_t)es;
   for (int i = 0; i < in; i++) outer *= b.ext[i];
   for (int64_t k = 0; k < outer; k++) {
     copy_run(dst + k * n * e, src + so * e, b.ss[in], n, es);
@@ -1076,4 +1082,290 @@ const OpDef op_def_gather = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = gather_infer, .eval_f32 = gather_eval, .eval_modp = gather_eval,
   .onnx_read = gather_onnx_read, .onnx_write = write_axis,
+};
+
+/* ---- depth_to_space and space_to_depth ---- */
+
+enum { D2S_BLOCKSIZE, D2S_MODE };
+enum { D2S_DCR, D2S_CRD };
+static const char *const d2s_modes[] = {"DCR", "CRD", NULL};
+
+static const OpParam depth_to_space_params[] = {
+  [D2S_BLOCKSIZE] = {.name = "blocksize", .type = PARAM_INT, .def = 1, .lo = 1, .hi = 1 << 20,
+                     .onnx_attr = "blocksize"},
+  [D2S_MODE] = {.name = "mode", .type = PARAM_INT, .lo = 0, .hi = 1, .symbols = d2s_modes},
+};
+
+static const OpParam space_to_depth_params[] = {
+  {.name = "blocksize", .type = PARAM_INT, .def = 1, .lo = 1, .hi = 1 << 20,
+   .onnx_attr = "blocksize"},
+};
+
+/* Both move blocks between the channels and the 2-D plane of an NCHW input. */
+static int block_check_rank(const Node *n, const Shape *x, Diag *d) {
+  char s[SHAPE_STR_MAX];
+  if (x->ndim != 4)
+    return op_error(n, d, "input 0 has shape %s: rank 4 (N, C, H, W) expected",
+                    shape_format(x, s, sizeof s));
+  return TEQ_OK;
+}
+
+static int depth_to_space_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  int64_t b = param_int(&n->params, D2S_BLOCKSIZE);
+  char s[SHAPE_STR_MAX];
+  int rc = block_check_rank(n, &in[0], d);
+  if (rc) return rc;
+  if (in[0].d[1] % (b * b))
+    return op_error(n, d, "blocksize=%lld: input 0 has shape %s, channels not divisible by %lld",
+                    (long long)b, shape_format(&in[0], s, sizeof s), (long long)(b * b));
+  if (in[0].d[2] > DIM_MAX / b || in[0].d[3] > DIM_MAX / b)
+    return op_error(n, d, "blocksize=%lld: the output grows past 2^40", (long long)b);
+  int64_t dims[4] = {in[0].d[0], in[0].d[1] / (b * b), in[0].d[2] * b, in[0].d[3] * b};
+  out[0] = shape_make(4, dims);
+  return TEQ_OK;
+}
+
+static int space_to_depth_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  int64_t b = param_int(&n->params, 0);
+  char s[SHAPE_STR_MAX];
+  int rc = block_check_rank(n, &in[0], d);
+  if (rc) return rc;
+  if (in[0].d[2] % b || in[0].d[3] % b)
+    return op_error(n, d, "blocksize=%lld: input 0 has shape %s, height and width not "
+                    "divisible by it", (long long)b, shape_format(&in[0], s, sizeof s));
+  int64_t dims[4] = {in[0].d[0], in[0].d[1] * b * b, in[0].d[2] / b, in[0].d[3] / b};
+  out[0] = shape_make(4, dims);
+  return TEQ_OK;
+}
+
+/* The output [N, C/b^2, H*b, W*b] is written as [N, C/b^2, H, b, W, b]:
+ * output (n, c, h, i, w, j) is input channel (i b + j) C/b^2 + c in DCR
+ * mode, c b^2 + i b + j in CRD mode, at row h and column w. */
+static int depth_to_space_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  size_t es = 0;
+  int rc = elem_size(n, in, 1, out, &es, d);
+  if (rc) return rc;
+  const Shape *x = &in[0]->shape;
+  int64_t b = param_int(&n->params, D2S_BLOCKSIZE), c = x->d[1] / (b * b), st[TEQ_MAX_DIMS];
+  shape_strides(x, st);
+  bool dcr = param_int(&n->params, D2S_MODE) == D2S_DCR;
+  Box box = {.nd = 6,
+             .ext = {x->d[0], c, x->d[2], b, x->d[3], b},
+             .ss = {st[0], dcr ? st[1] : b * b * st[1], st[2], dcr ? b * c * st[1] : b * st[1],
+                    st[3], dcr ? c * st[1] : st[1]}};
+  box_copy(out[0]->data, in[0]->data, &box, es);
+  return TEQ_OK;
+}
+
+/* The output [N, C b^2, H/b, W/b] is written as [N, b, b, C, H/b, W/b]:
+ * output (n, i, j, c, h, w) is input (n, c, h b + i, w b + j). */
+static int space_to_depth_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  size_t es = 0;
+  int rc = elem_size(n, in, 1, out, &es, d);
+  if (rc) return rc;
+  const Shape *x = &in[0]->shape;
+  int64_t b = param_int(&n->params, 0), st[TEQ_MAX_DIMS];
+  shape_strides(x, st);
+  Box box = {.nd = 6,
+             .ext = {x->d[0], b, b, x->d[1], x->d[2] / b, x->d[3] / b},
+             .ss = {st[0], st[2], st[3], st[1], b * st[2], b * st[3]}};
+  box_copy(out[0]->data, in[0]->data, &box, es);
+  return TEQ_OK;
+}
+
+static int block_read_size(OnnxNodeIn *v, Diag *d) {
+  int64_t b;
+  if (!onnx_in_attr_int(v, "blocksize", &b))
+    return onnx_in_error(v, d, "attribute blocksize is missing");
+  return TEQ_OK;
+}
+
+static int depth_to_space_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  const char *mode = "DCR";
+  int rc = block_read_size(v, d);
+  if (rc) return rc;
+  onnx_in_attr_string(v, "mode", &mode);
+  for (int m = 0; d2s_modes[m]; m++)
+    if (strcmp(mode, d2s_modes[m]) == 0) {
+      param_set_int(p, D2S_MODE, m);
+      return TEQ_OK;
+    }
+  return onnx_in_error(v, d, "attribute mode='%s': must be DCR or CRD", mode);
+}
+
+static int depth_to_space_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  if (param_int(&n->params, D2S_MODE) == D2S_CRD) onnx_out_attr_string(w, "mode", "CRD");
+  return TEQ_OK;
+}
+
+static int space_to_depth_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  (void)p;
+  return block_read_size(v, d);
+}
+
+const OpDef op_def_depth_to_space = {
+  .kind = OP_DEPTH_TO_SPACE, .name = "depth_to_space", .onnx_op = "DepthToSpace",
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
+  .params = depth_to_space_params, .n_params = 2,
+  .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
+  .infer_shape = depth_to_space_infer, .eval_f32 = depth_to_space_eval,
+  .eval_modp = depth_to_space_eval,
+  .onnx_read = depth_to_space_onnx_read, .onnx_write = depth_to_space_onnx_write,
+};
+
+const OpDef op_def_space_to_depth = {
+  .kind = OP_SPACE_TO_DEPTH, .name = "space_to_depth", .onnx_op = "SpaceToDepth",
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
+  .params = space_to_depth_params, .n_params = 1,
+  .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
+  .infer_shape = space_to_depth_infer, .eval_f32 = space_to_depth_eval,
+  .eval_modp = space_to_depth_eval,
+  .onnx_read = space_to_depth_onnx_read,
+};
+
+/* ---- tile ---- */
+
+static const OpParam tile_params[] = {
+  {.name = "repeats", .type = PARAM_INTS, .lo = 0, .hi = DIM_MAX},
+};
+
+static int tile_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  const ParamValue *r = &n->params.v[0];
+  char s[SHAPE_STR_MAX];
+  if (r->n != in[0].ndim)
+    return op_error(n, d, "repeats has %d entries but input 0 has shape %s (rank %d)", r->n,
+                    shape_format(&in[0], s, sizeof s), in[0].ndim);
+  Shape o = in[0];
+  for (int i = 0; i < o.ndim; i++) {
+    if (r->i[i] && o.d[i] > DIM_MAX / r->i[i])
+      return op_error(n, d, "repeats[%d]=%lld: dimension %d grows past 2^40", i,
+                      (long long)r->i[i], i);
+    o.d[i] *= r->i[i];
+  }
+  out[0] = o;
+  return TEQ_OK;
+}
+
+/* Each output dimension of extent r d is written as [r, d]: the copy, read
+ * with stride 0, then the place in it. */
+static int tile_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  size_t es = 0;
+  int rc = elem_size(n, in, 1, out, &es, d);
+  if (rc) return rc;
+  const Shape *x = &in[0]->shape;
+  int64_t st[TEQ_MAX_DIMS];
+  shape_strides(x, st);
+  Box b = {.nd = 2 * x->ndim};
+  for (int i = 0; i < x->ndim; i++) {
+    b.ext[2 * i] = n->params.v[0].i[i];
+    b.ext[2 * i + 1] = x->d[i];
+    b.ss[2 * i + 1] = st[i];
+  }
+  box_copy(out[0]->data, in[0]->data, &b, es);
+  return TEQ_OK;
+}
+
+static int tile_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  int64_t r[LIST_MAX];
+  int k = 0;
+  if (onnx_in_opset(v) < 6)
+    return onnx_in_unsupported(v, d, "opset %d Tile (tiles and axis inputs)", onnx_in_opset(v));
+  int rc = onnx_const_ints(v, 1, "repeats", r, &k, d);
+  if (rc) return rc;
+  if (k > TEQ_MAX_DIMS) return onnx_in_unsupported(v, d, "%d repeats, at most %d", k, TEQ_MAX_DIMS);
+  for (int i = 0; i < k; i++)
+    if (r[i] < 0) return onnx_in_error(v, d, "repeats[%d]=%lld is negative", i, (long long)r[i]);
+  param_set_ints(p, 0, r, k);
+  return TEQ_OK;
+}
+
+static int tile_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  return add_ints_input(w, n->params.v[0].i, n->params.v[0].n, d);
+}
+
+const OpDef op_def_tile = {
+  .kind = OP_TILE, .name = "tile", .onnx_op = "Tile",
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
+  .params = tile_params, .n_params = 1,
+  .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
+  .infer_shape = tile_infer, .eval_f32 = tile_eval, .eval_modp = tile_eval,
+  .onnx_read = tile_onnx_read, .onnx_write = tile_onnx_write,
+};
+
+/* ---- expand ---- */
+
+/* The target shape, broadcast with the input's (ONNX Expand): import
+ * stores the resulting output shape when the input's is known, so equal
+ * expansions have equal parameters. */
+static const OpParam expand_params[] = {
+  {.name = "shape", .type = PARAM_INTS, .lo = 0, .hi = DIM_MAX},
+};
+
+static int expand_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  const ParamValue *p = &n->params.v[0];
+  char s[SHAPE_STR_MAX], t[SHAPE_STR_MAX];
+  if (p->n > TEQ_MAX_DIMS)
+    return op_error(n, d, "shape has %d dims, at most %d", p->n, TEQ_MAX_DIMS);
+  Shape want = shape_make(p->n, p->i);
+  if (shape_broadcast(&in[0], &want, out, NULL) != TEQ_OK)
+    return op_error(n, d, "shape=%s: input 0 has shape %s, which does not broadcast to it",
+                    shape_format(&want, t, sizeof t), shape_format(&in[0], s, sizeof s));
+  if (shape_numel(out) > DIM_MAX) return op_error(n, d, "shape has more than 2^40 elements");
+  return TEQ_OK;
+}
+
+/* Dimensions the input lacks or has as 1 are read with stride 0. */
+static int expand_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  size_t es = 0;
+  int rc = elem_size(n, in, 1, out, &es, d);
+  if (rc) return rc;
+  const Shape *x = &in[0]->shape, *o = &out[0]->shape;
+  int64_t st[TEQ_MAX_DIMS];
+  shape_strides(x, st);
+  Box b = {.nd = o->ndim};
+  for (int i = 0; i < o->ndim; i++) {
+    int k = i - (o->ndim - x->ndim);
+    b.ext[i] = o->d[i];
+    b.ss[i] = k < 0 || x->d[k] == 1 ? 0 : st[k];
+  }
+  box_copy(out[0]->data, in[0]->data, &b, es);
+  return TEQ_OK;
+}
+
+static int expand_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  int64_t want[LIST_MAX];
+  int k = 0;
+  int rc = onnx_const_ints(v, 1, "shape", want, &k, d);
+  if (rc) return rc;
+  if (k > TEQ_MAX_DIMS)
+    return onnx_in_unsupported(v, d, "target rank %d above %d", k, TEQ_MAX_DIMS);
+  for (int i = 0; i < k; i++)
+    if (want[i] < 0 || want[i] > DIM_MAX)
+      return onnx_in_error(v, d, "shape[%d]=%lld is invalid", i, (long long)want[i]);
+  const Shape *x = onnx_in_input_shape(v, 0);
+  Shape w = shape_make(k, want), o;
+  if (x && shape_is_known(x)) {
+    if (shape_broadcast(x, &w, &o, NULL) != TEQ_OK) {
+      char s[SHAPE_STR_MAX], t[SHAPE_STR_MAX];
+      return onnx_in_error(v, d, "input 0 has shape %s, which does not broadcast to %s",
+                           shape_format(x, s, sizeof s), shape_format(&w, t, sizeof t));
+    }
+    w = o;
+  }
+  param_set_ints(p, 0, w.d, w.ndim);
+  return TEQ_OK;
+}
+
+static int expand_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  return add_ints_input(w, n->params.v[0].i, n->params.v[0].n, d);
+}
+
+const OpDef op_def_expand = {
+  .kind = OP_EXPAND, .name = "expand", .onnx_op = "Expand",
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
+  .params = expand_params, .n_params = 1,
+  .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
+  .infer_shape = expand_infer, .eval_f32 = expand_eval, .eval_modp = expand_eval,
+  .onnx_read = expand_onnx_read, .onnx_write = expand_onnx_write,
 };

@@ -1,12 +1,18 @@
-/* reduce.c: operators that combine elements along axes: softmax, and
- * reduce_mean, reduce_sum, reduce_max.
+/* reduce.c: operators that combine elements along axes: softmax and
+ * log_softmax, and the reductions reduce_{sum, mean, max, min, prod,
+ * sum_square, l1, l2, log_sum, log_sum_exp}.
  * The reductions share one walk over the input in memory order. After
  * neighbouring dimensions are merged, the innermost run is either folded
  * into one accumulator (reducing the last axes) or folded element by element
- * into an output row (keeping them), so both run contiguously.
- * Z_p: sum is exact, mean is sum * inv(count), max compares residues as the
- * integers 0..p-1; softmax is s(x_i) * inv(sum_j s(x_j)) with its own
- * polynomial stand-in s (inv(0) = 0 by modp_inv's convention).
+ * into an output row (keeping them), so both run contiguously. A row is a
+ * fold (sum of f(x), max, min, product) and a map applied afterwards (mean,
+ * sqrt, log); log_sum_exp first finds each output's maximum, which the sum
+ * of e^(x - max) subtracts so that exp cannot overflow.
+ * Z_p: sum, sum_square and prod are exact, mean is sum * inv(count), max and
+ * min compare residues as the integers 0..p-1; l1, l2, log_sum and
+ * log_sum_exp put their own polynomial stand-in s where |x|, sqrt or log
+ * is. softmax is s(x_i) * inv(sum_j s(x_j)), log_softmax x_i - s(sum_j
+ * s(x_j)) (inv(0) = 0 by modp_inv's convention).
  * Element-wise operators are in elementwise.c, pooling in pool.c. */
 #include <math.h>
 #include <stdlib.h>
@@ -131,102 +137,219 @@ static void reduce_plan(const Shape *x, const bool *mask, ReducePlan *pl) {
   }
 }
 
-/* fold_run: *acc = op(*acc, x[0..n)); fold_row: acc[j] = op(acc[j], x[j]). */
+/* fold_run: *acc = op(*acc, f(x[0..n))); fold_row: acc[j] = op(acc[j], f(x[j])).
+ * aux points into a second tensor at acc's position (log_sum_exp's maxima,
+ * which f subtracts), or is NULL. */
 typedef struct Reducer {
-  void (*fold_run)(const void *x, int64_t n, void *acc);
-  void (*fold_row)(const void *x, int64_t n, void *acc);
+  void (*fold_run)(const void *x, int64_t n, void *acc, const void *aux);
+  void (*fold_row)(const void *x, int64_t n, void *acc, const void *aux);
 } Reducer;
 
-/* In double, since a long run summed in float32 loses digits; four partial
- * sums, since one would wait on each addition's latency. */
-static void sum_run_f32(const void *px, int64_t n, void *acc) {
-  const float *x = px;
-  double s[4] = {0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int k = 0; k < 4; k++) s[k] += x[i + k];
-  for (; i < n; i++) s[0] += x[i];
-  *(float *)acc += (float)((s[0] + s[1]) + (s[2] + s[3]));
-}
+/* Sums of F(v) over the elements v. A run sums in double, since a long run
+ * summed in float32 loses digits, with four partial sums, since one would
+ * wait on each addition's latency. */
+#define SUM_FOLDS_F32(NAME, F)                                                         \
+  static void NAME##_run_f32(const void *px, int64_t n, void *acc, const void *aux) {   \
+    const float *x = px;                                                               \
+    double s[4] = {0, 0, 0, 0};                                                        \
+    int64_t i = 0;                                                                     \
+    (void)aux;                                                                         \
+    for (; i + 4 <= n; i += 4)                                                         \
+      for (int k = 0; k < 4; k++) { double v = x[i + k]; s[k] += (F); }               \
+    for (; i < n; i++) { double v = x[i]; s[0] += (F); }                               \
+    *(float *)acc += (float)((s[0] + s[1]) + (s[2] + s[3]));                           \
+  }                                                                                    \
+  static void NAME##_row_f32(const void *px, int64_t n, void *pacc, const void *aux) {  \
+    const float *x = px;                                                               \
+    float *acc = pacc;                                                                 \
+    (void)aux;                                                                         \
+    for (int64_t i = 0; i < n; i++) { float v = x[i]; acc[i] += (float)(F); }         \
+  }                                                                                    \
+  static const Reducer NAME##_f32 = {NAME##_run_f32, NAME##_row_f32};
 
-static void sum_row_f32(const void *px, int64_t n, void *pacc) {
-  const float *x = px;
-  float *acc = pacc;
-  for (int64_t i = 0; i < n; i++) acc[i] += x[i];
-}
+/* Sums of F(v) in Z_p, F(v) a residue. */
+#define SUM_FOLDS_MODP(NAME, F)                                                        \
+  static void NAME##_run_modp(const void *px, int64_t n, void *acc, const void *aux) {  \
+    const uint32_t *x = px;                                                            \
+    uint64_t s = *(uint32_t *)acc;                                                     \
+    (void)aux;                                                                         \
+    for (int64_t i = 0; i < n; i++) {                                                  \
+      uint32_t v = x[i];                                                               \
+      s += (F);                                                                        \
+      if ((i & 0xffffff) == 0xffffff) s = modp_reduce(s); /* stay far below 2^64 */    \
+    }                                                                                  \
+    *(uint32_t *)acc = modp_reduce(s);                                                 \
+  }                                                                                    \
+  static void NAME##_row_modp(const void *px, int64_t n, void *pacc, const void *aux) { \
+    const uint32_t *x = px;                                                            \
+    uint32_t *acc = pacc;                                                              \
+    (void)aux;                                                                         \
+    for (int64_t i = 0; i < n; i++) { uint32_t v = x[i]; acc[i] = modp_add(acc[i], (F)); } \
+  }                                                                                    \
+  static const Reducer NAME##_modp = {NAME##_run_modp, NAME##_row_modp};
 
-/* The larger of m and x, NaN if either is: a select, where fmaxf would be
- * a libm call that also drops NaNs. */
+/* a = STEP(a, v) over the elements v of type T, with a run's accumulator
+ * held in type A (double for a float32 product). */
+#define STEP_FOLDS(NAME, T, A, STEP)                                                   \
+  static void NAME##_run(const void *px, int64_t n, void *acc, const void *aux) {       \
+    const T *x = px;                                                                   \
+    A a = *(T *)acc;                                                                   \
+    (void)aux;                                                                         \
+    for (int64_t i = 0; i < n; i++) a = STEP(a, x[i]);                                 \
+    *(T *)acc = (T)a;                                                                  \
+  }                                                                                    \
+  static void NAME##_row(const void *px, int64_t n, void *pacc, const void *aux) {      \
+    const T *x = px;                                                                   \
+    T *acc = pacc;                                                                     \
+    (void)aux;                                                                         \
+    for (int64_t i = 0; i < n; i++) acc[i] = (T)STEP(acc[i], x[i]);                    \
+  }                                                                                    \
+  static const Reducer NAME = {NAME##_run, NAME##_row};
+
+/* The larger (smaller) of m and x, NaN if either is: a select, where fmaxf
+ * would be a libm call that also drops NaNs. */
 static inline float max_nan(float m, float x) { return x > m || x != x ? x : m; }
+static inline float min_nan(float m, float x) { return x < m || x != x ? x : m; }
+static inline double mul_f64(double a, float x) { return a * x; }
+/* Z_p residues compared as the integers 0..p-1. */
+static inline uint32_t max_u32(uint32_t a, uint32_t x) { return x > a ? x : a; }
+static inline uint32_t min_u32(uint32_t a, uint32_t x) { return x < a ? x : a; }
 
-static void max_run_f32(const void *px, int64_t n, void *acc) {
-  const float *x = px;
-  float m = *(float *)acc;
-  for (int64_t i = 0; i < n; i++) m = max_nan(m, x[i]);
-  *(float *)acc = m;
+/* c3 x^3 + c2 x^2 + c1 x + c0 in Z_p, by Horner. */
+static uint32_t poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
+  uint32_t r = modp_add(modp_mul(c3, x), c2);
+  r = modp_add(modp_mul(r, x), c1);
+  return modp_add(modp_mul(r, x), c0);
 }
 
-static void max_row_f32(const void *px, int64_t n, void *pacc) {
+/* Stand-ins of the non-linear reductions, each unlike every other row's:
+ * l1 sums s(x), l2 and log_sum take s(sum), log_sum_exp s(sum s(x)). */
+static uint32_t standin_reduce_l1(uint32_t x) { return poly3(x, 0, 1, 37, 41); }
+static uint32_t standin_reduce_l2(uint32_t x) { return poly3(x, 1, 0, 7, 3); }
+static uint32_t standin_reduce_log_sum(uint32_t x) { return poly3(x, 1, 8, 0, 9); }
+static uint32_t standin_reduce_log_sum_exp(uint32_t x) { return poly3(x, 1, 2, 9, 1); }
+
+SUM_FOLDS_F32(sum, v)
+SUM_FOLDS_F32(abs_sum, fabs(v))
+SUM_FOLDS_F32(square_sum, v * v)
+STEP_FOLDS(max_f32, float, float, max_nan)
+STEP_FOLDS(min_f32, float, float, min_nan)
+STEP_FOLDS(prod_f32, float, double, mul_f64)
+SUM_FOLDS_MODP(sum, v)
+SUM_FOLDS_MODP(square_sum, modp_mul(v, v))
+SUM_FOLDS_MODP(l1_sum, standin_reduce_l1(v))
+SUM_FOLDS_MODP(lse_sum, standin_reduce_log_sum_exp(v))
+STEP_FOLDS(max_modp, uint32_t, uint32_t, max_u32)
+STEP_FOLDS(min_modp, uint32_t, uint32_t, min_u32)
+STEP_FOLDS(prod_modp, uint32_t, uint32_t, modp_mul)
+
+/* Sums of e^(x - m), m the maximum already found for the output (aux). An
+ * infinite or NaN maximum is the result itself, so nothing is added. */
+static void exp_sum_run_f32(const void *px, int64_t n, void *acc, const void *aux) {
   const float *x = px;
+  float m = *(const float *)aux;
+  double s = 0;
+  if (!isfinite(m)) return;
+  for (int64_t i = 0; i < n; i++) s += expf(x[i] - m);
+  *(float *)acc += (float)s;
+}
+
+static void exp_sum_row_f32(const void *px, int64_t n, void *pacc, const void *aux) {
+  const float *x = px, *m = aux;
   float *acc = pacc;
-  for (int64_t i = 0; i < n; i++) acc[i] = max_nan(acc[i], x[i]);
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(m[i])) acc[i] += expf(x[i] - m[i]);
 }
 
-static void sum_run_modp(const void *px, int64_t n, void *acc) {
-  const uint32_t *x = px;
-  uint64_t s = *(uint32_t *)acc;
-  for (int64_t i = 0; i < n; i++) {
-    s += x[i];
-    if ((i & 0xffffff) == 0xffffff) s = modp_reduce(s); /* stay far below 2^64 */
+static const Reducer exp_sum_f32 = {exp_sum_run_f32, exp_sum_row_f32};
+
+/* Maps applied to every output after the fold; count is the number of
+ * elements folded into each, aux as for the fold. */
+static void mean_post_f32(float *y, const float *aux, int64_t n, int64_t count) {
+  float scale = count ? 1.0f / (float)count : NAN;
+  (void)aux;
+  for (int64_t i = 0; i < n; i++) y[i] *= scale;
+}
+
+static void sqrt_post_f32(float *y, const float *aux, int64_t n, int64_t count) {
+  (void)aux; (void)count;
+  for (int64_t i = 0; i < n; i++) y[i] = sqrtf(y[i]);
+}
+
+static void log_post_f32(float *y, const float *aux, int64_t n, int64_t count) {
+  (void)aux; (void)count;
+  for (int64_t i = 0; i < n; i++) y[i] = logf(y[i]);
+}
+
+/* log sum e^x = m + log sum e^(x - m); an empty reduction is log 0 = -inf. */
+static void lse_post_f32(float *y, const float *m, int64_t n, int64_t count) {
+  (void)count;
+  for (int64_t i = 0; i < n; i++) y[i] = isfinite(m[i]) ? m[i] + logf(y[i]) : m[i];
+}
+
+static void mean_post_modp(uint32_t *y, int64_t n, int64_t count) {
+  uint32_t inv = modp_inv(modp_from_int(count));
+  for (int64_t i = 0; i < n; i++) y[i] = modp_mul(y[i], inv);
+}
+
+#define STANDIN_POST_MODP(NAME)                                                  \
+  static void NAME##_post_modp(uint32_t *y, int64_t n, int64_t count) {          \
+    (void)count;                                                                 \
+    for (int64_t i = 0; i < n; i++) y[i] = standin_##NAME(y[i]);                 \
   }
-  *(uint32_t *)acc = modp_reduce(s);
-}
+STANDIN_POST_MODP(reduce_l2)
+STANDIN_POST_MODP(reduce_log_sum)
+STANDIN_POST_MODP(reduce_log_sum_exp)
 
-static void sum_row_modp(const void *px, int64_t n, void *pacc) {
-  const uint32_t *x = px;
-  uint32_t *acc = pacc;
-  for (int64_t i = 0; i < n; i++) acc[i] = modp_add(acc[i], x[i]);
-}
-
-static void max_run_modp(const void *px, int64_t n, void *acc) {
-  const uint32_t *x = px;
-  uint32_t m = *(uint32_t *)acc;
-  for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-  *(uint32_t *)acc = m;
-}
-
-static void max_row_modp(const void *px, int64_t n, void *pacc) {
-  const uint32_t *x = px;
-  uint32_t *acc = pacc;
-  for (int64_t i = 0; i < n; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
-}
-
-static const Reducer sum_f32 = {sum_run_f32, sum_row_f32};
-static const Reducer max_f32 = {max_run_f32, max_row_f32};
-static const Reducer sum_modp = {sum_run_modp, sum_row_modp};
-static const Reducer max_modp = {max_run_modp, max_row_modp};
-
-/* What distinguishes the three reduction rows, in their .family. */
+/* What distinguishes the reduction rows, in their .family: y = post(fold
+ * of x), the fold starting at its identity. */
 typedef struct ReduceFamily {
   const Reducer *f32, *modp;
-  bool is_max;       /* float32 outputs start at -inf (Z_p residues at 0) */
-  bool is_mean;      /* divide by the count afterwards */
+  float init_f32;       /* the fold's identity: 0, 1, -inf or +inf */
+  uint32_t init_modp;
+  void (*post_f32)(float *y, const float *aux, int64_t n, int64_t count); /* or NULL */
+  void (*post_modp)(uint32_t *y, int64_t n, int64_t count);               /* or NULL */
+  bool max_first;       /* float32 finds each output's maximum into aux first */
   int axes_input_since; /* opset from which ONNX gives axes as input 1 */
 } ReduceFamily;
 
-static const ReduceFamily fam_sum = {&sum_f32, &sum_modp, false, false, 13};
-static const ReduceFamily fam_mean = {&sum_f32, &sum_modp, false, true, 18};
-static const ReduceFamily fam_max = {&max_f32, &max_modp, true, false, 18};
+static const ReduceFamily fam_sum = {.f32 = &sum_f32, .modp = &sum_modp, .axes_input_since = 13};
+static const ReduceFamily fam_mean = {.f32 = &sum_f32, .modp = &sum_modp,
+                                      .post_f32 = mean_post_f32, .post_modp = mean_post_modp,
+                                      .axes_input_since = 18};
+static const ReduceFamily fam_max = {.f32 = &max_f32, .modp = &max_modp, .init_f32 = -INFINITY,
+                                     .axes_input_since = 18};
+static const ReduceFamily fam_min = {.f32 = &min_f32, .modp = &min_modp, .init_f32 = INFINITY,
+                                     .init_modp = MODP_P - 1, .axes_input_since = 18};
+static const ReduceFamily fam_prod = {.f32 = &prod_f32, .modp = &prod_modp, .init_f32 = 1,
+                                      .init_modp = 1, .axes_input_since = 18};
+static const ReduceFamily fam_sum_square = {.f32 = &square_sum_f32, .modp = &square_sum_modp,
+                                            .axes_input_since = 18};
+static const ReduceFamily fam_l1 = {.f32 = &abs_sum_f32, .modp = &l1_sum_modp,
+                                    .axes_input_since = 18};
+static const ReduceFamily fam_l2 = {.f32 = &square_sum_f32, .modp = &square_sum_modp,
+                                    .post_f32 = sqrt_post_f32, .post_modp = reduce_l2_post_modp,
+                                    .axes_input_since = 18};
+static const ReduceFamily fam_log_sum = {.f32 = &sum_f32, .modp = &sum_modp,
+                                         .post_f32 = log_post_f32,
+                                         .post_modp = reduce_log_sum_post_modp,
+                                         .axes_input_since = 18};
+static const ReduceFamily fam_log_sum_exp = {.f32 = &exp_sum_f32, .modp = &lse_sum_modp,
+                                             .post_f32 = lse_post_f32,
+                                             .post_modp = reduce_log_sum_exp_post_modp,
+                                             .max_first = true, .axes_input_since = 18};
 
-/* Folds all of x into out, which holds the reduction's identity. */
-static void reduce_walk(const ReducePlan *pl, const char *x, char *out, const Reducer *r) {
+/* Folds all of x into out, which holds the fold's identity. */
+static void reduce_walk(const ReducePlan *pl, const char *x, char *out, const char *aux,
+                        const Reducer *r) {
   const int64_t es = 4; /* float32 and Z_p residues alike */
   int in = pl->nd - 1;
   int64_t n = pl->ext[in], outer = 1, idx[TEQ_MAX_DIMS] = {0}, po = 0;
   for (int i = 0; i < in; i++) outer *= pl->ext[i];
   for (int64_t k = 0; k < outer; k++) {
-    if (pl->ost[in] == 0) r->fold_run(x + k * n * es, n, out + po * es);
-    else r->fold_row(x + k * n * es, n, out + po * es);
+    const char *a = aux ? aux + po * es : NULL;
+    if (pl->ost[in] == 0) r->fold_run(x + k * n * es, n, out + po * es, a);
+    else r->fold_row(x + k * n * es, n, out + po * es, a);
     for (int i = in - 1; i >= 0; i--) { /* odometer step */
       po += pl->ost[i];
       if (++idx[i] < pl->ext[i]) break;
@@ -236,48 +359,44 @@ static void reduce_walk(const ReducePlan *pl, const char *x, char *out, const Re
   }
 }
 
-/* Runs the reduction of n's row; returns the count of elements folded
- * into each output (for the mean). */
-static int64_t reduce_run(const Node *n, const Tensor *x, Tensor *y, bool modp) {
+/* y = post(fold of x) for n's row. */
+static int reduce_run(const Node *n, const Tensor *x, Tensor *y, bool modp, Diag *d) {
   const ReduceFamily *f = op_def(n->kind)->family;
   bool mask[TEQ_MAX_DIMS];
   reduce_mask(n, &x->shape, mask, NULL); /* checked by shape inference */
   int64_t count = 1, ny = tensor_numel(y);
   for (int i = 0; i < x->shape.ndim; i++)
     if (mask[i]) count *= x->shape.d[i];
-  if (f->is_max && !modp)
-    for (int64_t i = 0; i < ny; i++) ((float *)y->data)[i] = -INFINITY;
-  if (tensor_numel(x) == 0) return count;
-  ReducePlan pl;
-  reduce_plan(&x->shape, mask, &pl);
-  reduce_walk(&pl, x->data, y->data, modp ? f->modp : f->f32);
-  return count;
-}
-
-static bool is_mean(const Node *n) {
-  return ((const ReduceFamily *)op_def(n->kind)->family)->is_mean;
+  for (int64_t i = 0; i < ny; i++) {
+    if (modp) ((uint32_t *)y->data)[i] = f->init_modp;
+    else ((float *)y->data)[i] = f->init_f32;
+  }
+  Tensor *aux = NULL;
+  if (!modp && f->max_first && !(aux = tensor_new(DT_F32, &y->shape))) {
+    op_error(n, d, "out of memory");
+    return TEQ_ERR_NOMEM;
+  }
+  for (int64_t i = 0; aux && i < ny; i++) ((float *)aux->data)[i] = -INFINITY;
+  if (tensor_numel(x) > 0) {
+    ReducePlan pl;
+    reduce_plan(&x->shape, mask, &pl);
+    if (aux) reduce_walk(&pl, x->data, aux->data, NULL, &max_f32);
+    reduce_walk(&pl, x->data, y->data, aux ? aux->data : NULL, modp ? f->modp : f->f32);
+  }
+  if (modp && f->post_modp) f->post_modp(y->data, ny, count);
+  if (!modp && f->post_f32) f->post_f32(y->data, aux ? aux->data : NULL, ny, count);
+  tensor_unref(aux);
+  return TEQ_OK;
 }
 
 static int reduce_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   int rc = check_dtypes(n, in, out, DT_F32, d);
-  if (rc) return rc;
-  int64_t count = reduce_run(n, in[0], out[0], false);
-  if (is_mean(n)) {
-    float *y = out[0]->data, scale = count ? 1.0f / (float)count : NAN;
-    for (int64_t i = 0; i < tensor_numel(out[0]); i++) y[i] *= scale;
-  }
-  return TEQ_OK;
+  return rc ? rc : reduce_run(n, in[0], out[0], false, d);
 }
 
 static int reduce_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   int rc = check_dtypes(n, in, out, DT_MODP, d);
-  if (rc) return rc;
-  int64_t count = reduce_run(n, in[0], out[0], true);
-  if (is_mean(n)) {
-    uint32_t *y = out[0]->data, inv = modp_inv(modp_from_int(count));
-    for (int64_t i = 0; i < tensor_numel(out[0]); i++) y[i] = modp_mul(y[i], inv);
-  }
-  return TEQ_OK;
+  return rc ? rc : reduce_run(n, in[0], out[0], true, d);
 }
 
 static int cmp_int64(const void *a, const void *b) {
@@ -351,22 +470,63 @@ const OpDef op_def_reduce_sum = {
   REDUCE_ROW_COMMON, .flags = OPF_MULTILINEAR, .family = &fam_sum,
 };
 
-/* Non-linear, but a fixed map of the residues rather than a stand-in. */
+/* Non-linear, but fixed maps of the residues rather than stand-ins: max and
+ * min compare residues as integers, the product and the sum of squares are
+ * exact polynomials. */
 const OpDef op_def_reduce_max = {
   .kind = OP_REDUCE_MAX, .name = "reduce_max", .onnx_op = "ReduceMax",
   REDUCE_ROW_COMMON, .flags = 0, .family = &fam_max,
 };
 
-/* ---- softmax ---- */
+const OpDef op_def_reduce_min = {
+  .kind = OP_REDUCE_MIN, .name = "reduce_min", .onnx_op = "ReduceMin",
+  REDUCE_ROW_COMMON, .flags = 0, .family = &fam_min,
+};
+
+const OpDef op_def_reduce_prod = {
+  .kind = OP_REDUCE_PROD, .name = "reduce_prod", .onnx_op = "ReduceProd",
+  REDUCE_ROW_COMMON, .flags = 0, .family = &fam_prod,
+};
+
+const OpDef op_def_reduce_sum_square = {
+  .kind = OP_REDUCE_SUM_SQUARE, .name = "reduce_sum_square", .onnx_op = "ReduceSumSquare",
+  REDUCE_ROW_COMMON, .flags = 0, .family = &fam_sum_square,
+};
+
+const OpDef op_def_reduce_l1 = {
+  .kind = OP_REDUCE_L1, .name = "reduce_l1", .onnx_op = "ReduceL1",
+  REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_l1,
+  .family = &fam_l1,
+};
+
+const OpDef op_def_reduce_l2 = {
+  .kind = OP_REDUCE_L2, .name = "reduce_l2", .onnx_op = "ReduceL2",
+  REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_l2,
+  .family = &fam_l2,
+};
+
+const OpDef op_def_reduce_log_sum = {
+  .kind = OP_REDUCE_LOG_SUM, .name = "reduce_log_sum", .onnx_op = "ReduceLogSum",
+  REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_log_sum,
+  .family = &fam_log_sum,
+};
+
+const OpDef op_def_reduce_log_sum_exp = {
+  .kind = OP_REDUCE_LOG_SUM_EXP, .name = "reduce_log_sum_exp", .onnx_op = "ReduceLogSumExp",
+  REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_log_sum_exp,
+  .family = &fam_log_sum_exp,
+};
+
+/* ---- softmax and log_softmax ---- */
 
 static const OpParam softmax_params[] = {
   {.name = "axis", .type = PARAM_INT, .def = 1, .lo = 0, .hi = TEQ_MAX_DIMS - 1},
 };
 
-/* The stand-in s: x^2 + 19x + 23, unlike every element-wise one. */
-static uint32_t standin_softmax(uint32_t x) {
-  return modp_add(modp_mul(x, modp_add(x, 19)), 23);
-}
+/* The stand-ins s: x^2 + 19x + 23 and x^2 + 31x + 37, unlike every
+ * element-wise one. */
+static uint32_t standin_softmax(uint32_t x) { return poly3(x, 0, 1, 19, 23); }
+static uint32_t standin_log_softmax(uint32_t x) { return poly3(x, 0, 1, 31, 37); }
 
 static int softmax_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   int64_t axis = param_int(&n->params, 0);
@@ -392,6 +552,17 @@ static void softmax_line_f32(const float *x, float *y, int64_t len, int64_t st) 
   for (int64_t i = 0; i < len; i++) y[i * st] *= inv;
 }
 
+/* log softmax(x)_i = (x_i - m) - log sum_j e^(x_j - m), m the maximum. */
+static void log_softmax_line_f32(const float *x, float *y, int64_t len, int64_t st) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < len; i++) m = max_nan(m, x[i * st]);
+  double sum = 0;
+  for (int64_t i = 0; i < len; i++) sum += expf(x[i * st] - m);
+  float lse = (float)log(sum);
+  for (int64_t i = 0; i < len; i++) y[i * st] = (x[i * st] - m) - lse;
+}
+
+/* s(x_i) * inv(sum_j s(x_j)) (inv(0) = 0 by modp_inv's convention). */
 static void softmax_line_modp(const uint32_t *x, uint32_t *y, int64_t len, int64_t st) {
   uint32_t sum = 0;
   for (int64_t i = 0; i < len; i++) {
@@ -402,10 +573,28 @@ static void softmax_line_modp(const uint32_t *x, uint32_t *y, int64_t len, int64
   for (int64_t i = 0; i < len; i++) y[i * st] = modp_mul(y[i * st], inv);
 }
 
+/* x_i - s(sum_j s(x_j)): the log of a sum subtracted, as in float32. */
+static void log_softmax_line_modp(const uint32_t *x, uint32_t *y, int64_t len, int64_t st) {
+  uint32_t sum = 0;
+  for (int64_t i = 0; i < len; i++) sum = modp_add(sum, standin_log_softmax(x[i * st]));
+  uint32_t lse = standin_log_softmax(sum);
+  for (int64_t i = 0; i < len; i++) y[i * st] = modp_sub(x[i * st], lse);
+}
+
+/* What distinguishes softmax from log_softmax, in their .family. */
+typedef struct SoftmaxFamily {
+  void (*line_f32)(const float *x, float *y, int64_t len, int64_t st);
+  void (*line_modp)(const uint32_t *x, uint32_t *y, int64_t len, int64_t st);
+} SoftmaxFamily;
+
+static const SoftmaxFamily fam_softmax = {softmax_line_f32, softmax_line_modp};
+static const SoftmaxFamily fam_log_softmax = {log_softmax_line_f32, log_softmax_line_modp};
+
 static int softmax_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d,
                         bool modp) {
   int rc = check_dtypes(n, in, out, modp ? DT_MODP : DT_F32, d);
   if (rc) return rc;
+  const SoftmaxFamily *f = op_def(n->kind)->family;
   const Shape *x = &in[0]->shape;
   int axis = (int)param_int(&n->params, 0);
   int64_t outer = prod_dims(x, 0, axis), len = x->d[axis], inner = prod_dims(x, axis + 1, x->ndim);
@@ -413,11 +602,10 @@ static int softmax_eval(const Node *n, Tensor *const *in, Tensor *const *out, Di
     for (int64_t i = 0; i < inner; i++) {
       int64_t base = o * len * inner + i;
       if (modp)
-        softmax_line_modp((const uint32_t *)in[0]->data + base, (uint32_t *)out[0]->data + base,
-                          len, inner);
+        f->line_modp((const uint32_t *)in[0]->data + base, (uint32_t *)out[0]->data + base, len,
+                     inner);
       else
-        softmax_line_f32((const float *)in[0]->data + base, (float *)out[0]->data + base, len,
-                         inner);
+        f->line_f32((const float *)in[0]->data + base, (float *)out[0]->data + base, len, inner);
     }
   return TEQ_OK;
 }
@@ -430,9 +618,9 @@ static int softmax_eval_modp(const Node *n, Tensor *const *in, Tensor *const *ou
   return softmax_eval(n, in, out, d, true);
 }
 
-/* Before opset 13 Softmax flattened the input to 2-D at axis and normalized
- * over all of x[axis:]; that equals Teq's one-axis softmax only when the
- * dimensions after axis are all 1. */
+/* Before opset 13 (Log)Softmax flattened the input to 2-D at axis and
+ * normalized over all of x[axis:]; that equals Teq's one-axis form only
+ * when the dimensions after axis are all 1. */
 static int softmax_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = NULL;
   int rc = onnx_input_rank(v, &x, d);
@@ -445,8 +633,9 @@ static int softmax_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
                          -x->ndim, x->ndim);
   if (axis < 0) axis += x->ndim;
   if (old && prod_dims(x, (int)axis + 1, x->ndim) != 1)
-    return onnx_in_unsupported(v, d, "opset %d Softmax with axis=%lld normalizes over several "
-                               "dimensions", onnx_in_opset(v), (long long)axis);
+    return onnx_in_unsupported(v, d, "opset %d %s with axis=%lld normalizes over several "
+                               "dimensions", onnx_in_opset(v), onnx_in_op_type(v),
+                               (long long)axis);
   param_set_int(p, 0, axis);
   return TEQ_OK;
 }
@@ -457,12 +646,18 @@ static int softmax_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   return TEQ_OK;
 }
 
+#define SOFTMAX_ROW_COMMON                                                                 \
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,                            \
+  .params = softmax_params, .n_params = 1, .flags = OPF_NONLINEAR,                         \
+  .infer_shape = softmax_infer, .eval_f32 = softmax_eval_f32, .eval_modp = softmax_eval_modp, \
+  .onnx_read = softmax_onnx_read, .onnx_write = softmax_onnx_write
+
 const OpDef op_def_softmax = {
   .kind = OP_SOFTMAX, .name = "softmax", .onnx_op = "Softmax",
-  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
-  .params = softmax_params, .n_params = 1,
-  .flags = OPF_NONLINEAR,
-  .infer_shape = softmax_infer, .eval_f32 = softmax_eval_f32, .eval_modp = softmax_eval_modp,
-  .modp_standin = standin_softmax,
-  .onnx_read = softmax_onnx_read, .onnx_write = softmax_onnx_write,
+  SOFTMAX_ROW_COMMON, .modp_standin = standin_softmax, .family = &fam_softmax,
+};
+
+const OpDef op_def_log_softmax = {
+  .kind = OP_LOG_SOFTMAX, .name = "log_softmax", .onnx_op = "LogSoftmax",
+  SOFTMAX_ROW_COMMON, .modp_standin = standin_log_softmax, .family = &fam_log_softmax,
 };

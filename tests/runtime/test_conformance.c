@@ -21,7 +21,7 @@
 #include "tests/check.h"
 
 /* Raise this when more node tests pass; never lower it. */
-#define PASS_FLOOR 0
+#define PASS_FLOOR 286
 
 enum { RAN_PASS, RAN_FAIL, SKIPPED };
 

@@ -1,17 +1,21 @@
 /* test_elementwise.c: the element-wise rows (runtime/ops/elementwise.c),
  * called directly through the registry: hand-computed cases, every
  * broadcasting pattern against an index-by-index reference, every unary
- * float kernel against libm in double, the Z_p kernels of the linear
- * operators against the float kernels on small integers, the fixed Z_p maps
- * of div, pow, max and min, the stand-ins (all different, parameters
- * included), and the messages of shape inference. */
+ * float kernel against libm in double, the variadic sum and mean against a
+ * reference, the Z_p kernels of the linear operators against the float
+ * kernels on small integers, the fixed Z_p maps of div, pow, max and min,
+ * the stand-ins (all different, parameters included), an ONNX export and
+ * import round trip, and the messages of shape inference. */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
+#include "runtime/onnx.h"
 #include "runtime/ops.h"
 #include "tests/check.h"
 
@@ -218,6 +222,13 @@ static double ref_elu(double x) { return x >= 0 ? x : 0.7 * (exp(x) - 1); }
 static double ref_clip(double x) { return x < -0.3 ? -0.3 : x > 0.6 ? 0.6 : x; }
 static double ref_softplus(double x) { return log1p(exp(x)); }
 static double ref_hard_sigmoid(double x) { return fmax(0, fmin(1, 0.2 * x + 0.5)); }
+static double ref_selu(double x) { return x > 0 ? 3 * x : 3 * (2 * exp(x) - 2); }
+static double ref_thresholded_relu(double x) { return x > 0.3 ? x : 0; }
+static double ref_hard_swish(double x) { return x * fmax(0, fmin(1, x / 6 + 0.5)); }
+/* ONNX's own formula, with alpha 2 and -1.5. */
+static double ref_celu(double x) { return fmax(0, x) + fmin(0, 2 * (exp(x / 2) - 1)); }
+static double ref_celu_neg(double x) { return fmax(0, x) + fmin(0, -1.5 * (exp(x / -1.5) - 1)); }
+static double ref_mish(double x) { return x * tanh(log1p(exp(x))); }
 
 enum { ANY, POSITIVE, NONZERO }; /* the domain test inputs are drawn from */
 
@@ -244,6 +255,12 @@ static const struct UnaryCase {
   {OP_CLIP, ref_clip, ANY, -0.3, 0.6},
   {OP_SOFTPLUS, ref_softplus, ANY, NAN, NAN},
   {OP_HARD_SIGMOID, ref_hard_sigmoid, ANY, NAN, NAN},
+  {OP_SELU, ref_selu, ANY, 2, 3},
+  {OP_THRESHOLDED_RELU, ref_thresholded_relu, ANY, 0.3, NAN},
+  {OP_HARD_SWISH, ref_hard_swish, ANY, NAN, NAN},
+  {OP_CELU, ref_celu, ANY, 2, NAN},
+  {OP_CELU, ref_celu_neg, ANY, -1.5, NAN},
+  {OP_MISH, ref_mish, ANY, NAN, NAN},
 };
 #define N_UNARY (sizeof unary_cases / sizeof *unary_cases)
 
@@ -307,6 +324,23 @@ static void test_unary_extremes(void) {
   CHECK_EQ_INT(run_op(OP_HARD_SIGMOID, NULL, &x, 1, false, &y, &d), TEQ_OK);
   CHECK(at(y, 0) == 0 && at(y, 3) == 1);
   tensor_unref(y);
+  CHECK_EQ_INT(run_op(OP_MISH, NULL, &x, 1, false, &y, &d), TEQ_OK);
+  CHECK(fabsf(at(y, 0)) < 1e-30 && at(y, 3) == 100);
+  tensor_unref(y);
+  CHECK_EQ_INT(run_op(OP_HARD_SWISH, NULL, &x, 1, false, &y, &d), TEQ_OK);
+  CHECK(at(y, 0) == 0 && at(y, 3) == 100);
+  tensor_unref(y);
+  /* selu's defaults are ONNX's float32 constants: -> -alpha gamma at -inf. */
+  CHECK_EQ_INT(run_op(OP_SELU, NULL, &x, 1, false, &y, &d), TEQ_OK);
+  CHECK_NEAR(at(y, 0), -1.6732632423543772 * 1.0507009873554805, 1e-6);
+  CHECK_NEAR(at(y, 3), 105.07009873554805, 1e-6);
+  tensor_unref(y);
+  /* thresholded_relu keeps only values above alpha (1 by default). */
+  Tensor *t = tensor_from(&s, (float[]){1, 1.5f, -2, 0.5f});
+  CHECK_EQ_INT(run_op(OP_THRESHOLDED_RELU, NULL, &t, 1, false, &y, &d), TEQ_OK);
+  CHECK(at(y, 0) == 0 && at(y, 1) == 1.5f && at(y, 2) == 0 && at(y, 3) == 0);
+  tensor_unref(y);
+  tensor_unref(t);
   tensor_unref(x);
   /* NaN propagates through max, min and clip; relu(-0) is +0. */
   float nv[] = {NAN, 1, -0.0f, 2};
@@ -327,6 +361,50 @@ static void test_unary_extremes(void) {
   tensor_unref(y);
   tensor_unref(a);
   tensor_unref(b);
+  diag_fini(&d);
+}
+
+/* ---- sum and mean ---- */
+
+/* Sum and mean of three inputs of different shapes against a reference
+ * with numpy broadcasting; with one input both are the identity. */
+static void test_variadic(void) {
+  Diag d;
+  diag_init(&d);
+  Shape sa = shape_of(3, 2, 1, 4), sb = shape_of(2, 3, 1), sc = shape_of(0), want = shape_of(3, 2, 3, 4);
+  Tensor *in[3] = {random_f32(sa, 31), random_f32(sb, 32), random_f32(sc, 33)}, *y = NULL;
+  for (int mean = 0; mean < 2; mean++) {
+    OpKind k = mean ? OP_MEAN : OP_SUM;
+    CHECK_EQ_INT(run_op(k, NULL, in, 3, false, &y, &d), TEQ_OK);
+    CHECK(y && shape_equal(&y->shape, &want));
+    int64_t c[TEQ_MAX_DIMS] = {0}, bad = 0;
+    for (int64_t i = 0; y && i < tensor_numel(y); i++) {
+      double r = (double)at(in[0], bcast_index(&sa, c, 3)) + at(in[1], bcast_index(&sb, c, 3)) +
+                 at(in[2], 0);
+      bad += !same_float(at(y, i), (float)(mean ? r / 3 : r), 1e-6);
+      for (int j = 2; j >= 0 && ++c[j] == want.d[j]; j--) c[j] = 0;
+    }
+    CHECK_MSG(bad == 0, "%s: %lld wrong elements", op_def(k)->name, (long long)bad);
+    tensor_unref(y);
+    y = NULL;
+    CHECK_EQ_INT(run_op(k, NULL, in, 1, false, &y, &d), TEQ_OK);
+    for (int64_t i = 0; y && i < tensor_numel(y); i++) CHECK(at(y, i) == at(in[0], i));
+    tensor_unref(y);
+    y = NULL;
+  }
+  /* Z_p: the sum is exact, the mean is the sum times inv(count). */
+  Tensor *f[3] = {random_ints(sa, 50, 34), random_ints(sb, 50, 35), random_ints(sc, 50, 36)};
+  Tensor *m[3] = {to_modp(f[0]), to_modp(f[1]), to_modp(f[2])}, *ys = NULL, *ym = NULL, *yf = NULL;
+  CHECK_EQ_INT(run_op(OP_SUM, NULL, f, 3, false, &yf, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(OP_SUM, NULL, m, 3, true, &ys, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(OP_MEAN, NULL, m, 3, true, &ym, &d), TEQ_OK);
+  for (int64_t i = 0; yf && ys && ym && i < tensor_numel(yf); i++) {
+    uint32_t sum = ((uint32_t *)ys->data)[i];
+    CHECK_EQ_INT(modp_to_int(sum), (int64_t)at(yf, i));
+    CHECK_EQ_INT(modp_mul(((uint32_t *)ym->data)[i], 3), sum);
+  }
+  for (int i = 0; i < 3; i++) tensor_unref(in[i]), tensor_unref(f[i]), tensor_unref(m[i]);
+  tensor_unref(yf), tensor_unref(ys), tensor_unref(ym);
   diag_fini(&d);
 }
 
@@ -530,6 +608,71 @@ static void test_through_exec(void) {
   diag_fini(&d);
 }
 
+/* ---- ONNX: export, import, same results ---- */
+
+/* One node of kind on inputs of the given shapes, exported and imported
+ * again: imported as itself, computing the same values. Returns the
+ * export's code, so rows refused by the opset-13 export can be checked. */
+static int round_trip(OpKind kind, const Params *p, const Shape *shapes, int n_in, Diag *d) {
+  char path[] = "/tmp/teq_test_elementwise_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  Graph *g = graph_new(), *h = NULL;
+  TensorRef refs[4];
+  Tensor *in[4], *a = NULL, *b = NULL;
+  char name[8];
+  for (int i = 0; i < n_in; i++) {
+    snprintf(name, sizeof name, "x%d", i);
+    refs[i] = (TensorRef){graph_add_input(g, name, &shapes[i], DT_F32, d), 0};
+    in[i] = random_f32(shapes[i], 40 + (uint64_t)i);
+  }
+  int id = graph_add_node(g, kind, refs, n_in, 1, p, "node", d);
+  int rc = id < 0 ? id : graph_add_output(g, (TensorRef){id, 0}, "y", d);
+  OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
+  int export_rc = rc >= 0 ? onnx_export_file(g, path, d) : rc;
+  rc = export_rc;
+  if (rc == TEQ_OK) rc = onnx_import_file(path, &opts, &h, NULL, d);
+  if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, in, &a, d);
+  if (rc == TEQ_OK) rc = exec_run(h, EXEC_F32, in, &b, d);
+  if (export_rc == TEQ_OK) {
+    CHECK_MSG(rc == TEQ_OK, "%s: %s", op_def(kind)->name, d->text ? d->text : "");
+    bool same = rc == TEQ_OK && shape_equal(&a->shape, &b->shape);
+    for (int64_t i = 0; same && i < tensor_numel(a); i++) same = same_float(at(a, i), at(b, i), 0);
+    CHECK_MSG(same, "%s: the imported graph computes something else", op_def(kind)->name);
+    int kinds = 0;
+    for (int i = 0; h && i < h->n_nodes; i++) kinds += h->nodes[i].kind == kind;
+    CHECK_MSG(kinds == 1, "%s: not imported as itself", op_def(kind)->name);
+  }
+  unlink(path);
+  for (int i = 0; i < n_in; i++) tensor_unref(in[i]);
+  tensor_unref(a), tensor_unref(b);
+  graph_free(g);
+  graph_free(h);
+  return export_rc;
+}
+
+static void test_onnx_round_trip(void) {
+  Diag d;
+  diag_init(&d);
+  Shape s = shape_of(3, 2, 3, 4), shapes[3] = {shape_of(3, 2, 3, 4), shape_of(1, 4), shape_of(2, 3, 1)};
+  for (size_t u = 0; u < N_UNARY; u++) {
+    OpKind k = unary_cases[u].kind;
+    Params p;
+    unary_params(&unary_cases[u], &p);
+    int rc = round_trip(k, &p, &s, 1, &d);
+    /* HardSwish (opset 14) raises the model's opset; Mish (18) is past the
+     * last opset whose forms export writes. */
+    bool late = k == OP_MISH;
+    CHECK_MSG(rc == (late ? TEQ_ERR_UNSUPPORTED : TEQ_OK), "%s: %s", op_def(k)->name, diag_last(&d));
+    if (late) CHECK_MSG(strstr(diag_last(&d), "needs opset 18"), "%s", diag_last(&d));
+  }
+  CHECK_EQ_INT(round_trip(OP_SUM, NULL, shapes, 3, &d), TEQ_OK);
+  CHECK_EQ_INT(round_trip(OP_MEAN, NULL, shapes, 3, &d), TEQ_OK);
+  CHECK_EQ_INT(round_trip(OP_MEAN, NULL, shapes, 1, &d), TEQ_OK);
+  diag_fini(&d);
+}
+
 /* ---- flags and shape errors ---- */
 
 static void test_flags(void) {
@@ -542,6 +685,16 @@ static void test_flags(void) {
   CHECK(op_def(OP_NEG)->flags & OPF_MULTILINEAR);
   for (size_t u = 0; u < N_UNARY; u++) CHECK(op_def(unary_cases[u].kind)->flags & OPF_ELEMENTWISE);
   CHECK_EQ_INT(op_by_onnx("LeakyRelu"), OP_LEAKY_RELU);
+  CHECK_EQ_INT(op_by_onnx("ThresholdedRelu"), OP_THRESHOLDED_RELU);
+  CHECK_EQ_INT(op_by_onnx("Sum"), OP_SUM);
+  CHECK_EQ_INT(op_by_onnx("Mean"), OP_MEAN);
+  OpKind variadic[] = {OP_SUM, OP_MEAN};
+  for (int i = 0; i < 2; i++) {
+    const OpDef *o = op_def(variadic[i]);
+    CHECK(o->flags & OPF_MULTILINEAR && o->flags & OPF_BROADCAST);
+    CHECK(!(o->flags & OPF_COMMUTATIVE)); /* which means exactly two inputs */
+    CHECK_EQ_INT(o->n_in_max, -1);
+  }
   CHECK_EQ_INT(op_by_onnx("Add"), OP_EWADD);
   CHECK(op_def(OP_SMUL)->onnx_op == NULL && op_def(OP_SMUL)->onnx_write != NULL);
   CHECK(strcmp(op_def(OP_SMUL)->axiom_name, "smul") == 0);
@@ -550,6 +703,9 @@ static void test_flags(void) {
   CHECK(param_float(&p, 0) == -FLT_MAX && param_float(&p, 1) == FLT_MAX);
   params_default(OP_HARD_SIGMOID, &p);
   CHECK(param_float(&p, 0) == 0.2 && param_float(&p, 1) == 0.5);
+  /* ONNX's float32 defaults, exactly. */
+  params_default(OP_SELU, &p);
+  CHECK(param_float(&p, 0) == 1.6732632423543772f && param_float(&p, 1) == 1.0507009873554805f);
 }
 
 static void test_errors(void) {
@@ -568,6 +724,16 @@ static void test_errors(void) {
   in[1] = shape_of(2, 1, 1);
   CHECK_EQ_INT(infer(OP_SMUL, NULL, in, 2, &out, &d), TEQ_ERR_INPUT);
   CHECK_MSG(strstr(diag_last(&d), "rank") != NULL, "%s", diag_last(&d));
+  Shape three[3] = {shape_of(2, 2, 3), shape_of(1, 3), shape_of(2, 4, 1)};
+  Node n3;
+  memset(&n3, 0, sizeof n3);
+  n3.kind = OP_SUM;
+  n3.n_in = 3;
+  n3.n_out = 1;
+  n3.out = &out;
+  CHECK_EQ_INT(op_def(OP_SUM)->infer_shape(&n3, three, &out, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "sum: input 2 has shape [4, 1], which does not broadcast with "
+                   "[2, 3] (inputs 0..1)") != NULL, "%s", diag_last(&d));
   /* An int64 first operand (an int64 result) is refused, not misread. */
   Shape s = shape_of(1, 3);
   Tensor *i64 = tensor_new(DT_I64, &s), *f = tensor_new(DT_F32, &s), *y = NULL;
@@ -591,12 +757,14 @@ int main(void) {
   test_broadcast();
   test_unary_f32();
   test_unary_extremes();
+  test_variadic();
   test_modp_linear();
   test_modp_nonlinear_binary();
   test_int64_exponent();
   test_standins();
   test_standin_params();
   test_through_exec();
+  test_onnx_round_trip();
   test_flags();
   test_errors();
   return check_exit();

@@ -1,13 +1,17 @@
 /* test_layout.c: the data-movement rows (runtime/ops/layout.c), called
  * directly through the registry: hand-computed cases, each kernel against a
  * coordinate-by-coordinate reference on random data, Z_p against float32 on
- * small integers (these operators are exact in Z_p), int64 data, and the
- * messages of shape inference for bad parameters. */
+ * small integers (these operators are exact in Z_p), int64 data, an ONNX
+ * export and import round trip, and the messages of shape inference for
+ * bad parameters. */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
+#include "runtime/onnx.h"
 #include "runtime/ops.h"
 #include "tests/check.h"
 
@@ -442,6 +446,182 @@ static void test_gather(void) {
   diag_fini(&d);
 }
 
+/* ---- depth_to_space, space_to_depth ---- */
+
+static Params block_params(OpKind k, int64_t b, int64_t mode) {
+  Params p;
+  params_default(k, &p);
+  param_set_int(&p, param_index(k, "blocksize"), b);
+  if (k == OP_DEPTH_TO_SPACE) param_set_int(&p, param_index(k, "mode"), mode);
+  return p;
+}
+
+/* ONNX's documented examples, computed with its numpy reshape-transpose
+ * definitions: x = 0..47 as [1, 8, 2, 3] with blocksize 2 (DCR and CRD),
+ * and 0..23 as [1, 1, 4, 6] into depth. */
+static void test_block_examples(void) {
+  Diag d;
+  diag_init(&d);
+  static const float dcr[] = {0,  12, 1,  13, 2,  14, 24, 36, 25, 37, 26, 38, 3,  15, 4,  16,
+                              5,  17, 27, 39, 28, 40, 29, 41, 6,  18, 7,  19, 8,  20, 30, 42,
+                              31, 43, 32, 44, 9,  21, 10, 22, 11, 23, 33, 45, 34, 46, 35, 47};
+  static const float crd[] = {0,  6,  1,  7,  2,  8,  12, 18, 13, 19, 14, 20, 3,  9,  4,  10,
+                              5,  11, 15, 21, 16, 22, 17, 23, 24, 30, 25, 31, 26, 32, 36, 42,
+                              37, 43, 38, 44, 27, 33, 28, 34, 29, 35, 39, 45, 40, 46, 41, 47};
+  static const float s2d[] = {0, 2,  4,  12, 14, 16, 1, 3,  5,  13, 15, 17,
+                              6, 8, 10, 18, 20, 22, 7, 9, 11, 19, 21, 23};
+  Tensor *x = iota_f32(shape_of(4, 1, 8, 2, 3)), *y[1] = {NULL};
+  Shape want = shape_of(4, 1, 2, 4, 6);
+  for (int mode = 0; mode < 2; mode++) {
+    Params p = block_params(OP_DEPTH_TO_SPACE, 2, mode);
+    CHECK_EQ_INT(run_op(OP_DEPTH_TO_SPACE, &p, &x, 1, 1, false, y, &d), TEQ_OK);
+    CHECK(y[0] && shape_equal(&y[0]->shape, &want));
+    for (int i = 0; y[0] && i < 48; i++) CHECK_EQ_INT(at(y[0], i), (mode ? crd : dcr)[i]);
+    tensor_unref(y[0]);
+    y[0] = NULL;
+    check_modes_agree(OP_DEPTH_TO_SPACE, &p, &x, 1, 1);
+  }
+  Tensor *xs = iota_f32(shape_of(4, 1, 1, 4, 6));
+  Params p = block_params(OP_SPACE_TO_DEPTH, 2, 0);
+  Shape ws = shape_of(4, 1, 4, 2, 3);
+  CHECK_EQ_INT(run_op(OP_SPACE_TO_DEPTH, &p, &xs, 1, 1, false, y, &d), TEQ_OK);
+  CHECK(y[0] && shape_equal(&y[0]->shape, &ws));
+  for (int i = 0; y[0] && i < 24; i++) CHECK_EQ_INT(at(y[0], i), s2d[i]);
+  tensor_unref(y[0]);
+  check_modes_agree(OP_SPACE_TO_DEPTH, &p, &xs, 1, 1);
+  tensor_unref(xs);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* DCR depth_to_space undoes space_to_depth, on random data and blocksize 3. */
+static void test_block_inverse(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(shape_of(4, 2, 5, 6, 9), 8), *a[1] = {NULL}, *b[1] = {NULL};
+  Params ps = block_params(OP_SPACE_TO_DEPTH, 3, 0), pd = block_params(OP_DEPTH_TO_SPACE, 3, 0);
+  CHECK_EQ_INT(run_op(OP_SPACE_TO_DEPTH, &ps, &x, 1, 1, false, a, &d), TEQ_OK);
+  if (a[0]) CHECK_EQ_INT(run_op(OP_DEPTH_TO_SPACE, &pd, a, 1, 1, false, b, &d), TEQ_OK);
+  CHECK(b[0] && shape_equal(&b[0]->shape, &x->shape));
+  for (int64_t i = 0; b[0] && i < tensor_numel(x); i++) CHECK(at(b[0], i) == at(x, i));
+  tensor_unref(a[0]), tensor_unref(b[0]), tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* ---- tile, expand ---- */
+
+static void check_tile(Shape s, const int64_t *r) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(s, 9), *y[1] = {NULL};
+  Params p = params_with_ints(OP_TILE, "repeats", r, s.ndim);
+  CHECK_EQ_INT(run_op(OP_TILE, &p, &x, 1, 1, false, y, &d), TEQ_OK);
+  if (y[0]) {
+    const Shape *o = &y[0]->shape;
+    for (int k = 0; k < s.ndim; k++) CHECK_EQ_INT(o->d[k], s.d[k] * r[k]);
+    int64_t c[TEQ_MAX_DIMS] = {0}, src[TEQ_MAX_DIMS], bad = 0;
+    if (tensor_numel(y[0]) > 0) do {
+        for (int k = 0; k < s.ndim; k++) src[k] = c[k] % s.d[k];
+        bad += at(y[0], flat(o, c)) != at(x, flat(&s, src));
+      } while (next_coord(o, c));
+    CHECK_MSG(bad == 0, "tile: %lld wrong", (long long)bad);
+  }
+  tensor_unref(y[0]);
+  Tensor *xi = iota_f32(s);
+  check_modes_agree(OP_TILE, &p, &xi, 1, 1);
+  tensor_unref(xi);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_tile(void) {
+  check_tile(shape_of(2, 2, 2), (int64_t[]){1, 2}); /* ONNX's example */
+  check_tile(shape_of(4, 2, 3, 4, 5), (int64_t[]){7, 6, 5, 4});
+  check_tile(shape_of(3, 1, 3, 1), (int64_t[]){2, 1, 3});
+  check_tile(shape_of(6, 2, 1, 2, 1, 2, 3), (int64_t[]){2, 3, 1, 2, 2, 2}); /* 12 box dims */
+  check_tile(shape_of(2, 3, 2), (int64_t[]){0, 2});                         /* empty */
+  check_tile(shape_of(0), (int64_t[]){0});                                  /* a scalar */
+}
+
+static void check_expand(Shape s, const int64_t *shape, int n, Shape want) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(s, 10), *y[1] = {NULL};
+  Params p = params_with_ints(OP_EXPAND, "shape", shape, n);
+  CHECK_EQ_INT(run_op(OP_EXPAND, &p, &x, 1, 1, false, y, &d), TEQ_OK);
+  CHECK(y[0] && shape_equal(&y[0]->shape, &want));
+  if (y[0] && tensor_numel(y[0]) > 0) {
+    int64_t c[TEQ_MAX_DIMS] = {0}, src[TEQ_MAX_DIMS], bad = 0;
+    do {
+      for (int k = 0; k < s.ndim; k++) {
+        int64_t ck = c[k + want.ndim - s.ndim];
+        src[k] = s.d[k] == 1 ? 0 : ck;
+      }
+      bad += at(y[0], flat(&want, c)) != at(x, flat(&s, src));
+    } while (next_coord(&want, c));
+    CHECK_MSG(bad == 0, "expand: %lld wrong", (long long)bad);
+  }
+  tensor_unref(y[0]);
+  Tensor *xi = iota_f32(s);
+  check_modes_agree(OP_EXPAND, &p, &xi, 1, 1);
+  tensor_unref(xi);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_expand(void) {
+  /* ONNX's examples: [3, 1] to [2, 1, 6] and to [3, 4]. */
+  check_expand(shape_of(2, 3, 1), (int64_t[]){2, 1, 6}, 3, shape_of(3, 2, 3, 6));
+  check_expand(shape_of(2, 3, 1), (int64_t[]){3, 4}, 2, shape_of(2, 3, 4));
+  check_expand(shape_of(2, 3, 4), (int64_t[]){1, 1}, 2, shape_of(2, 3, 4)); /* shape smaller */
+  check_expand(shape_of(0), (int64_t[]){2, 3}, 2, shape_of(2, 2, 3));
+  check_expand(shape_of(4, 1, 3, 1, 5), (int64_t[]){2, 1, 3, 4, 1}, 5, shape_of(5, 2, 1, 3, 4, 5));
+  check_expand(shape_of(2, 1, 3), (int64_t[]){0, 3}, 2, shape_of(2, 0, 3));
+}
+
+/* ---- ONNX: export, import, same results ---- */
+
+/* One node of kind on an input of shape s, exported and imported again:
+ * imported as itself with the same parameters. */
+static void check_round_trip(OpKind kind, const Params *p, Shape s) {
+  Diag d;
+  diag_init(&d);
+  char path[] = "/tmp/teq_test_layout_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  Graph *g = graph_new(), *h = NULL;
+  int x = graph_add_input(g, "x", &s, DT_F32, &d);
+  int id = graph_add_node(g, kind, (TensorRef[]){{x, 0}}, 1, 1, p, "node", &d);
+  int rc = id < 0 ? id : graph_add_output(g, (TensorRef){id, 0}, "y", &d);
+  OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
+  if (rc >= 0) rc = onnx_export_file(g, path, &d);
+  if (rc == TEQ_OK) rc = onnx_import_file(path, &opts, &h, NULL, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s: %s", op_def(kind)->name, d.text ? d.text : "");
+  int same = 0;
+  for (int i = 0; h && i < h->n_nodes; i++)
+    same += h->nodes[i].kind == kind && memcmp(&h->nodes[i].params, p, sizeof *p) == 0;
+  CHECK_MSG(same == 1, "%s: not imported as itself with the same parameters", op_def(kind)->name);
+  unlink(path);
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+static void test_onnx_round_trip(void) {
+  Shape nchw = shape_of(4, 2, 8, 4, 6);
+  for (int mode = 0; mode < 2; mode++) {
+    Params p = block_params(OP_DEPTH_TO_SPACE, 2, mode);
+    check_round_trip(OP_DEPTH_TO_SPACE, &p, nchw);
+  }
+  Params p = block_params(OP_SPACE_TO_DEPTH, 2, 0);
+  check_round_trip(OP_SPACE_TO_DEPTH, &p, nchw);
+  p = params_with_ints(OP_TILE, "repeats", (int64_t[]){1, 2, 1, 3}, 4);
+  check_round_trip(OP_TILE, &p, nchw);
+  p = params_with_ints(OP_EXPAND, "shape", (int64_t[]){3, 2, 8, 4, 6}, 5);
+  check_round_trip(OP_EXPAND, &p, nchw);
+}
+
 /* ---- shape-inference errors ---- */
 
 static void check_error(OpKind k, const Params *p, const Shape *in, int n_in, int n_out,
@@ -518,6 +698,28 @@ static void test_errors_select(void) {
   check_error(OP_GATHER, &p, g, 2, 1, "rank 7, above 6");
 }
 
+static void test_errors_new(void) {
+  Shape s3 = shape_of(3, 8, 2, 3), s4 = shape_of(4, 1, 8, 2, 3);
+  Params p = block_params(OP_DEPTH_TO_SPACE, 2, 0);
+  check_error(OP_DEPTH_TO_SPACE, &p, &s3, 1, 1,
+              "depth_to_space: input 0 has shape [8, 2, 3]: rank 4 (N, C, H, W) expected");
+  p = block_params(OP_DEPTH_TO_SPACE, 3, 1);
+  check_error(OP_DEPTH_TO_SPACE, &p, &s4, 1, 1, "blocksize=3: input 0 has shape [1, 8, 2, 3], "
+                                                "channels not divisible by 9");
+  p = block_params(OP_SPACE_TO_DEPTH, 2, 0);
+  check_error(OP_SPACE_TO_DEPTH, &p, &s4, 1, 1, "height and width not divisible");
+  p = block_params(OP_DEPTH_TO_SPACE, 0, 0);
+  check_error(OP_DEPTH_TO_SPACE, &p, &s4, 1, 1, "blocksize=0");
+  p = params_with_ints(OP_TILE, "repeats", (int64_t[]){2, 2}, 2);
+  check_error(OP_TILE, &p, &s3, 1, 1, "tile: repeats has 2 entries but input 0 has shape "
+                                      "[8, 2, 3] (rank 3)");
+  p = params_with_ints(OP_TILE, "repeats", (int64_t[]){1, 1, (int64_t)1 << 39}, 3);
+  check_error(OP_TILE, &p, &s3, 1, 1, "grows past 2^40");
+  p = params_with_ints(OP_EXPAND, "shape", (int64_t[]){4, 3}, 2);
+  check_error(OP_EXPAND, &p, &s3, 1, 1, "expand: shape=[4, 3]: input 0 has shape [8, 2, 3], "
+                                        "which does not broadcast to it");
+}
+
 /* Mixed dtypes are refused instead of copied at the wrong element size. */
 static void test_dtype_errors(void) {
   Diag d;
@@ -575,6 +777,11 @@ static void test_flags(void) {
   CHECK_EQ_INT(op_by_onnx("Squeeze"), OP_RESHAPE);
   CHECK_EQ_INT(op_def(OP_CONCAT)->n_in_max, -1);
   CHECK_EQ_INT(op_def(OP_SPLIT)->n_out_max, 8);
+  OpKind added[] = {OP_DEPTH_TO_SPACE, OP_SPACE_TO_DEPTH, OP_TILE, OP_EXPAND};
+  for (int i = 0; i < 4; i++) {
+    CHECK(op_def(added[i])->flags & OPF_LAYOUT_ONLY && op_def(added[i])->flags & OPF_MULTILINEAR);
+    CHECK(op_by_onnx(op_def(added[i])->onnx_op) == (int)added[i]);
+  }
 }
 
 int main(void) {
@@ -585,8 +792,14 @@ int main(void) {
   test_pad();
   test_slice();
   test_gather();
+  test_block_examples();
+  test_block_inverse();
+  test_tile();
+  test_expand();
+  test_onnx_round_trip();
   test_errors();
   test_errors_select();
+  test_errors_new();
   test_dtype_errors();
   test_int64_through_exec();
   test_flags();

@@ -1,14 +1,23 @@
 /* test_reduce.c: the reduction rows (runtime/ops/reduce.c), called directly
  * through the registry: hand-computed sums, means, maxima and softmaxes;
- * every axis combination against a reference loop in double; Z_p sums
- * against float32 on small integers, the Z_p mean as sum * inv(count) and
- * the Z_p max as an integer comparison of residues; the Z_p softmax as
- * s(x_i) * inv(sum s(x_j)); and the messages of shape inference. */
+ * every reduction and axis combination against a reference loop in double,
+ * empty inputs included; log_sum_exp on values whose exp overflows; Z_p
+ * sums, products and sums of squares against float32 on small integers,
+ * the Z_p mean as sum * inv(count), max and min as integer comparisons of
+ * residues, and l1, l2, log_sum and log_sum_exp through their stand-ins;
+ * softmax and log_softmax against double, and in Z_p as s(x_i) * inv(sum
+ * s(x_j)) and x_i - s(sum s(x_j)); an ONNX export and import round trip;
+ * and the messages of shape inference. */
 #include <math.h>
 #include <string.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
+#include "runtime/onnx.h"
 #include "runtime/ops.h"
 #include "tests/check.h"
 
@@ -140,37 +149,77 @@ static void test_hand_softmax(void) {
 
 /* ---- every axis combination against a reference ---- */
 
-enum { REF_SUM, REF_MEAN, REF_MAX };
+enum { REF_SUM, REF_MEAN, REF_MAX, REF_MIN, REF_PROD, REF_L1, REF_L2, REF_SUM_SQUARE,
+       REF_LOG_SUM, REF_LOG_SUM_EXP };
 
 /* The reduction rows and what each computes, for the reference. */
 static const struct {
   OpKind kind;
   int ref;
-} reduce_cases[] = {{OP_REDUCE_SUM, REF_SUM}, {OP_REDUCE_MEAN, REF_MEAN}, {OP_REDUCE_MAX, REF_MAX}};
+} reduce_cases[] = {
+  {OP_REDUCE_SUM, REF_SUM},       {OP_REDUCE_MEAN, REF_MEAN},
+  {OP_REDUCE_MAX, REF_MAX},       {OP_REDUCE_MIN, REF_MIN},
+  {OP_REDUCE_PROD, REF_PROD},     {OP_REDUCE_L1, REF_L1},
+  {OP_REDUCE_L2, REF_L2},         {OP_REDUCE_SUM_SQUARE, REF_SUM_SQUARE},
+  {OP_REDUCE_LOG_SUM, REF_LOG_SUM}, {OP_REDUCE_LOG_SUM_EXP, REF_LOG_SUM_EXP},
+};
+#define N_REDUCE (int)(sizeof reduce_cases / sizeof *reduce_cases)
 
-/* Reference reduction of x over mask, into ref (keepdims layout). */
+static double ref_init(int k) {
+  return k == REF_MAX ? -INFINITY : k == REF_MIN ? INFINITY : k == REF_PROD ? 1 : 0;
+}
+
+static double ref_fold(int k, double acc, double v) {
+  switch (k) {
+  case REF_MAX: return fmax(acc, v);
+  case REF_MIN: return fmin(acc, v);
+  case REF_PROD: return acc * v;
+  case REF_L1: return acc + fabs(v);
+  case REF_L2: case REF_SUM_SQUARE: return acc + v * v;
+  case REF_LOG_SUM_EXP: return acc + exp(v);
+  default: return acc + v;
+  }
+}
+
+static double ref_post(int k, double acc, int64_t count) {
+  switch (k) {
+  case REF_MEAN: return acc / (double)count;
+  case REF_L2: return sqrt(acc);
+  case REF_LOG_SUM: case REF_LOG_SUM_EXP: return log(acc);
+  default: return acc;
+  }
+}
+
+/* Reference reduction k of x over mask, into ref (keepdims layout). */
 static void reference_reduce(int k, const Tensor *x, const bool *mask, double *ref,
                              int64_t n_out) {
   const Shape *s = &x->shape;
   int64_t c[TEQ_MAX_DIMS] = {0}, count = 1;
   for (int i = 0; i < s->ndim; i++) count *= mask[i] ? s->d[i] : 1;
-  for (int64_t j = 0; j < n_out; j++) ref[j] = k == REF_MAX ? -INFINITY : 0;
+  for (int64_t j = 0; j < n_out; j++) ref[j] = ref_init(k);
   if (tensor_numel(x) > 0) do {
       int64_t o = 0, i = 0;
       for (int a = 0; a < s->ndim; a++) {
         o = o * (mask[a] ? 1 : s->d[a]) + (mask[a] ? 0 : c[a]);
         i = i * s->d[a] + c[a];
       }
-      ref[o] = k == REF_MAX ? fmax(ref[o], at(x, i)) : ref[o] + at(x, i);
+      ref[o] = ref_fold(k, ref[o], at(x, i));
     } while (next_coord(s, c));
-  if (k == REF_MEAN)
-    for (int64_t j = 0; j < n_out; j++) ref[j] /= (double)count;
+  for (int64_t j = 0; j < n_out; j++) ref[j] = ref_post(k, ref[j], count);
+}
+
+/* Within tol relative to 1 + |want|; infinities and NaN must match. */
+static bool close_to(double got, double want, double tol) {
+  if (isnan(want) || isinf(want)) return isnan(want) ? isnan(got) : got == want;
+  return fabs(got - want) <= tol * (1 + fabs(want));
 }
 
 static void check_reduce_all_axes(Shape s, uint64_t seed) {
   Diag d;
   diag_init(&d);
-  Tensor *x = random_f32(s, seed);
+  Tensor *x = random_f32(s, seed), *pos = random_f32(s, seed);
+  for (int64_t i = 0; i < tensor_numel(pos); i++) /* log_sum needs positive sums */
+    ((float *)pos->data)[i] = fabsf(at(pos, i)) + 0.01f;
   double ref[4096];
   for (int set = 0; set < (1 << s.ndim); set++) {
     int64_t axes[TEQ_MAX_DIMS];
@@ -180,25 +229,26 @@ static void check_reduce_all_axes(Shape s, uint64_t seed) {
       if ((mask[a] = set >> a & 1)) axes[n++] = a;
     if (n == 0)
       for (int a = 0; a < s.ndim; a++) mask[a] = true; /* empty axes: all */
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < N_REDUCE; k++)
       for (int keep = 0; keep < 2; keep++) {
         OpKind kind = reduce_cases[k].kind;
+        Tensor *in = reduce_cases[k].ref == REF_LOG_SUM ? pos : x, *y = NULL;
         Params p = reduce_params(kind, axes, n, keep);
-        Tensor *y = NULL;
-        CHECK_EQ_INT(run_op(kind, &p, x, false, &y, &d), TEQ_OK);
+        CHECK_EQ_INT(run_op(kind, &p, in, false, &y, &d), TEQ_OK);
         if (!y) continue;
         int rank = 0;
         for (int a = 0; a < s.ndim; a++) rank += keep || !mask[a];
         CHECK_EQ_INT(y->shape.ndim, rank);
-        reference_reduce(reduce_cases[k].ref, x, mask, ref, tensor_numel(y));
+        reference_reduce(reduce_cases[k].ref, in, mask, ref, tensor_numel(y));
         int64_t bad = 0;
-        for (int64_t j = 0; j < tensor_numel(y); j++) bad += fabs(at(y, j) - ref[j]) > 1e-5;
+        for (int64_t j = 0; j < tensor_numel(y); j++) bad += !close_to(at(y, j), ref[j], 1e-5);
         CHECK_MSG(bad == 0, "%s axes-set %d keepdims %d: %lld wrong", op_def(kind)->name, set,
                   keep, (long long)bad);
         tensor_unref(y);
       }
   }
   tensor_unref(x);
+  tensor_unref(pos);
   diag_fini(&d);
 }
 
@@ -207,7 +257,7 @@ static void test_reduce_reference(void) {
   check_reduce_all_axes(shape_of(4, 2, 3, 1, 4), 2);
   check_reduce_all_axes(shape_of(5, 2, 1, 3, 2, 2), 3);
   check_reduce_all_axes(shape_of(1, 7), 4);
-  check_reduce_all_axes(shape_of(2, 3, 0), 5); /* empty input: sum 0, max -inf */
+  check_reduce_all_axes(shape_of(2, 3, 0), 5); /* empty: sum 0, max -inf, prod 1, ... */
 }
 
 /* A long run sums in double: float32 accumulation would drift here. */
@@ -220,6 +270,38 @@ static void test_reduce_precision(void) {
   CHECK_EQ_INT(run_op(OP_REDUCE_SUM, NULL, x, false, &y, &d), TEQ_OK);
   CHECK(y && fabs(at(y, 0) - ref) < 1e-3);
   tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* log_sum_exp subtracts the maximum first: e^1000 overflows float32 and
+ * double alike. Reducing the last axis folds runs, the first folds rows. */
+static void test_log_sum_exp_extremes(void) {
+  Diag d;
+  diag_init(&d);
+  float v[] = {1000, 1000, -INFINITY, -INFINITY, INFINITY, 1, NAN, 1};
+  Tensor *x = tensor_from(shape_of(2, 4, 2), v), *y = NULL;
+  Params p = reduce_params(OP_REDUCE_LOG_SUM_EXP, (int64_t[]){1}, 1, 0);
+  CHECK_EQ_INT(run_op(OP_REDUCE_LOG_SUM_EXP, &p, x, false, &y, &d), TEQ_OK);
+  CHECK(y && close_to(at(y, 0), 1000 + log(2), 1e-7));
+  CHECK(y && at(y, 1) == -INFINITY && at(y, 2) == INFINITY && isnan(at(y, 3)));
+  tensor_unref(y);
+  Tensor *xt = tensor_from(shape_of(2, 2, 4), (float[]){1000, -INFINITY, INFINITY, NAN,
+                                                        1000, -INFINITY, 1, 1});
+  p = reduce_params(OP_REDUCE_LOG_SUM_EXP, (int64_t[]){0}, 1, 1);
+  CHECK_EQ_INT(run_op(OP_REDUCE_LOG_SUM_EXP, &p, xt, false, &y, &d), TEQ_OK);
+  CHECK(y && close_to(at(y, 0), 1000 + log(2), 1e-7));
+  CHECK(y && at(y, 1) == -INFINITY && at(y, 2) == INFINITY && isnan(at(y, 3)));
+  tensor_unref(y);
+  /* ONNX's example: log_sum_exp of [[5, 1], [20, 2]] over axis 1. */
+  Tensor *xe = tensor_from(shape_of(2, 2, 2), (float[]){5, 1, 20, 2});
+  p = reduce_params(OP_REDUCE_LOG_SUM_EXP, (int64_t[]){1}, 1, 0);
+  CHECK_EQ_INT(run_op(OP_REDUCE_LOG_SUM_EXP, &p, xe, false, &y, &d), TEQ_OK);
+  CHECK(y && close_to(at(y, 0), log(exp(5) + exp(1)), 1e-7));
+  CHECK(y && close_to(at(y, 1), log(exp(20) + exp(2)), 1e-7));
+  tensor_unref(y);
+  tensor_unref(xe);
+  tensor_unref(xt);
   tensor_unref(x);
   diag_fini(&d);
 }
@@ -274,6 +356,60 @@ static void test_modp_max_hand(void) {
   CHECK(y && atm(y, 0) == MODP_P - 1);
   tensor_unref(y);
   tensor_unref(x);
+  diag_fini(&d);
+}
+
+/* prod and sum_square are exact in Z_p; min orders residues as integers;
+ * l1, l2, log_sum and log_sum_exp put their stand-in s where |x|, sqrt and
+ * log are: sum s(x), s(sum x^2), s(sum x), s(sum s(x)). */
+static void test_modp_new_reductions(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *xf = random_ints(shape_of(3, 3, 4, 5), 3, 21), *xm = to_modp(xf);
+  int64_t axes[] = {1};
+  OpKind exact[] = {OP_REDUCE_PROD, OP_REDUCE_SUM_SQUARE};
+  for (int k = 0; k < 2; k++) {
+    Params p = reduce_params(exact[k], axes, 1, 0);
+    Tensor *yf = NULL, *ym = NULL;
+    CHECK_EQ_INT(run_op(exact[k], &p, xf, false, &yf, &d), TEQ_OK);
+    CHECK_EQ_INT(run_op(exact[k], &p, xm, true, &ym, &d), TEQ_OK);
+    int64_t bad = 0;
+    for (int64_t j = 0; yf && ym && j < tensor_numel(yf); j++)
+      bad += modp_to_int(atm(ym, j)) != (int64_t)at(yf, j);
+    CHECK_MSG(yf && ym && bad == 0, "%s: %lld differ", op_def(exact[k])->name, (long long)bad);
+    tensor_unref(yf), tensor_unref(ym);
+  }
+  OpKind mapped[] = {OP_REDUCE_L1, OP_REDUCE_L2, OP_REDUCE_LOG_SUM, OP_REDUCE_LOG_SUM_EXP};
+  for (int k = 0; k < 4; k++) {
+    uint32_t (*st)(uint32_t) = op_def(mapped[k])->modp_standin;
+    CHECK(st && (op_def(mapped[k])->flags & OPF_NONLINEAR));
+    Params p = reduce_params(mapped[k], axes, 1, 1);
+    Tensor *ym = NULL;
+    CHECK_EQ_INT(run_op(mapped[k], &p, xm, true, &ym, &d), TEQ_OK);
+    for (int64_t o = 0; st && ym && o < 3; o++)
+      for (int64_t i = 0; i < 5; i++) {
+        uint32_t sum = 0, sq = 0, ss = 0;
+        for (int64_t j = 0; j < 4; j++) {
+          uint32_t v = atm(xm, (o * 4 + j) * 5 + i);
+          sum = modp_add(sum, v);
+          sq = modp_add(sq, modp_mul(v, v));
+          ss = modp_add(ss, st(v));
+        }
+        uint32_t want[] = {ss, st(sq), st(sum), st(ss)};
+        CHECK_EQ_INT(atm(ym, o * 5 + i), want[k]);
+      }
+    tensor_unref(ym);
+  }
+  /* min: every negative value (a residue above p/2) loses to every positive one. */
+  Shape s = shape_of(1, 4);
+  Tensor *x = tensor_new(DT_MODP, &s), *y = NULL;
+  memcpy(x->data, (uint32_t[]){5, MODP_P - 1, 7, 3}, 4 * sizeof(uint32_t));
+  CHECK_EQ_INT(run_op(OP_REDUCE_MIN, NULL, x, true, &y, &d), TEQ_OK);
+  CHECK(y && atm(y, 0) == 3);
+  tensor_unref(y);
+  tensor_unref(x);
+  tensor_unref(xf);
+  tensor_unref(xm);
   diag_fini(&d);
 }
 
@@ -345,6 +481,113 @@ static void test_softmax_modp(void) {
   diag_fini(&d);
 }
 
+static void test_log_softmax(void) {
+  Diag d;
+  diag_init(&d);
+  Shape s = shape_of(4, 2, 3, 4, 5);
+  Tensor *x = random_f32(s, 5);
+  for (int64_t i = 0; i < tensor_numel(x); i++) ((float *)x->data)[i] *= 8;
+  int64_t st[TEQ_MAX_DIMS];
+  shape_strides(&s, st);
+  for (int axis = 0; axis < 4; axis++) {
+    Params p;
+    params_default(OP_LOG_SOFTMAX, &p);
+    param_set_int(&p, 0, axis);
+    Tensor *y = NULL;
+    CHECK_EQ_INT(run_op(OP_LOG_SOFTMAX, &p, x, false, &y, &d), TEQ_OK);
+    if (!y) continue;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < tensor_numel(x); i++) {
+      int64_t pos = i / st[axis] % s.d[axis], base = i - pos * st[axis];
+      double z = 0;
+      for (int64_t j = 0; j < s.d[axis]; j++) z += exp(at(x, base + j * st[axis]));
+      bad += !close_to(at(y, i), at(x, i) - log(z), 1e-6);
+    }
+    CHECK_MSG(bad == 0, "log_softmax axis %d: %lld wrong", axis, (long long)bad);
+    tensor_unref(y);
+  }
+  tensor_unref(x);
+  /* ONNX's large-number case: no overflow, the exact differences remain. */
+  Tensor *xb = tensor_from(shape_of(2, 1, 4), (float[]){10000, 10001, 10002, 10003}), *y = NULL;
+  Params p;
+  params_default(OP_LOG_SOFTMAX, &p);
+  CHECK_EQ_INT(run_op(OP_LOG_SOFTMAX, &p, xb, false, &y, &d), TEQ_OK);
+  double lz = log(1 + exp(1) + exp(2) + exp(3));
+  for (int i = 0; y && i < 4; i++) CHECK(close_to(at(y, i), i - lz, 1e-6));
+  tensor_unref(y);
+  tensor_unref(xb);
+  /* Z_p: x_i - s(sum_j s(x_j)), with a stand-in unlike softmax's. */
+  uint32_t (*sf)(uint32_t) = op_def(OP_LOG_SOFTMAX)->modp_standin;
+  CHECK(sf && sf != op_def(OP_SOFTMAX)->modp_standin);
+  Shape sm = shape_of(2, 3, 4);
+  Tensor *xm = tensor_new(DT_MODP, &sm);
+  tensor_fill_random(xm, 13);
+  param_set_int(&p, 0, 0);
+  CHECK_EQ_INT(run_op(OP_LOG_SOFTMAX, &p, xm, true, &y, &d), TEQ_OK);
+  for (int64_t i = 0; sf && y && i < 4; i++) {
+    uint32_t sum = 0;
+    for (int64_t j = 0; j < 3; j++) sum = modp_add(sum, sf(atm(xm, j * 4 + i)));
+    for (int64_t j = 0; j < 3; j++)
+      CHECK_EQ_INT(atm(y, j * 4 + i), modp_sub(atm(xm, j * 4 + i), sf(sum)));
+  }
+  tensor_unref(y);
+  tensor_unref(xm);
+  diag_fini(&d);
+}
+
+/* ---- ONNX: export, import, same results ---- */
+
+/* One node of kind on an input [2, 3, 4] (positive for log_sum), exported
+ * and imported again: the imported graph has the same kind and computes
+ * the same values. */
+static void check_round_trip(OpKind kind, const Params *p) {
+  Diag d;
+  diag_init(&d);
+  char path[] = "/tmp/teq_test_reduce_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  Graph *g = graph_new(), *h = NULL;
+  Shape s = shape_of(3, 2, 3, 4);
+  int x = graph_add_input(g, "x", &s, DT_F32, &d);
+  int id = graph_add_node(g, kind, (TensorRef[]){{x, 0}}, 1, 1, p, "node", &d);
+  int rc = id < 0 ? id : graph_add_output(g, (TensorRef){id, 0}, "y", &d);
+  Tensor *in = random_f32(s, 77), *a = NULL, *b = NULL;
+  for (int64_t i = 0; i < tensor_numel(in); i++) ((float *)in->data)[i] = fabsf(at(in, i)) + 0.1f;
+  OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
+  if (rc >= 0) rc = onnx_export_file(g, path, &d);
+  if (rc == TEQ_OK) rc = onnx_import_file(path, &opts, &h, NULL, &d);
+  if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, &in, &a, &d);
+  if (rc == TEQ_OK) rc = exec_run(h, EXEC_F32, &in, &b, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s: %s", op_def(kind)->name, d.text ? d.text : "");
+  bool same = rc == TEQ_OK && shape_equal(&a->shape, &b->shape);
+  for (int64_t i = 0; same && i < tensor_numel(a); i++) same = at(a, i) == at(b, i);
+  CHECK_MSG(same, "%s: the imported graph computes something else", op_def(kind)->name);
+  int kinds = 0;
+  for (int i = 0; h && i < h->n_nodes; i++) kinds += h->nodes[i].kind == kind;
+  CHECK_MSG(kinds == 1, "%s: not imported as itself", op_def(kind)->name);
+  unlink(path);
+  tensor_unref(in), tensor_unref(a), tensor_unref(b);
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+static void test_onnx_round_trip(void) {
+  for (int k = 0; k < N_REDUCE; k++) {
+    OpKind kind = reduce_cases[k].kind;
+    Params p = reduce_params(kind, (int64_t[]){0, 2}, 2, k % 2);
+    check_round_trip(kind, &p);
+    p = reduce_params(kind, NULL, 0, 1);
+    check_round_trip(kind, &p);
+  }
+  Params p;
+  params_default(OP_LOG_SOFTMAX, &p);
+  param_set_int(&p, 0, 2);
+  check_round_trip(OP_LOG_SOFTMAX, &p);
+  check_round_trip(OP_SOFTMAX, &p);
+}
+
 /* ---- shape errors and flags ---- */
 
 static void test_errors(void) {
@@ -380,6 +623,14 @@ static void test_flags(void) {
   CHECK(op_def(OP_REDUCE_MEAN)->flags & OPF_MULTILINEAR);
   CHECK(!(op_def(OP_REDUCE_MAX)->flags & (OPF_MULTILINEAR | OPF_NONLINEAR)));
   CHECK(!(op_def(OP_SOFTMAX)->flags & OPF_MULTILINEAR));
+  OpKind fixed[] = {OP_REDUCE_MIN, OP_REDUCE_PROD, OP_REDUCE_SUM_SQUARE};
+  for (int k = 0; k < 3; k++) CHECK(!(op_def(fixed[k])->flags & (OPF_MULTILINEAR | OPF_NONLINEAR)));
+  OpKind mapped[] = {OP_REDUCE_L1, OP_REDUCE_L2, OP_REDUCE_LOG_SUM, OP_REDUCE_LOG_SUM_EXP,
+                     OP_LOG_SOFTMAX};
+  for (int k = 0; k < 5; k++) CHECK(op_def(mapped[k])->flags & OPF_NONLINEAR);
+  CHECK_EQ_INT(op_by_onnx("ReduceLogSumExp"), OP_REDUCE_LOG_SUM_EXP);
+  CHECK_EQ_INT(op_by_onnx("ReduceSumSquare"), OP_REDUCE_SUM_SQUARE);
+  CHECK_EQ_INT(op_by_onnx("LogSoftmax"), OP_LOG_SOFTMAX);
   CHECK_EQ_INT(op_by_onnx("ReduceSum"), OP_REDUCE_SUM);
   CHECK_EQ_INT(op_by_onnx("Softmax"), OP_SOFTMAX);
   Params p;
@@ -393,10 +644,14 @@ int main(void) {
   test_hand_softmax();
   test_reduce_reference();
   test_reduce_precision();
+  test_log_sum_exp_extremes();
   test_modp_reduce();
   test_modp_max_hand();
+  test_modp_new_reductions();
   test_softmax_reference();
   test_softmax_modp();
+  test_log_softmax();
+  test_onnx_round_trip();
   test_errors();
   test_flags();
   return check_exit();
