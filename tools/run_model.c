@@ -51,8 +51,8 @@ static const OptRow option_rows[] = {
      "seed of the random inputs; input i gets seed S+i"},
     {"batch", OPT_INT, offsetof(RunOptions, batch), 1, 1, 1 << 20,
      "extent given to symbolic dimensions"},
-    {"repeat", OPT_INT, offsetof(RunOptions, repeat), 1, 1, 1000000,
-     "runs to time; the median is printed"},
+    {"repeat", OPT_INT, offsetof(RunOptions, repeat), 1, 0, 1000000,
+     "runs to time; the median is printed (0: import only)"},
     {"output-dir", OPT_STRING, offsetof(RunOptions, output_dir), 0, 0, 0,
      "write output_J.pb (TensorProto) and output_J.bin (raw float32) there"},
     {"save", OPT_STRING, offsetof(RunOptions, save), 0, 0, 0,
@@ -314,18 +314,22 @@ static int run_model(const RunOptions *o, Diag *d) {
   io.batch = o->batch;
   OnnxImportStats stats;
   Graph *g = NULL;
+  double t0 = now_ms();
   int rc = onnx_import_file(o->model, &io, &g, &stats, d);
   if (rc != TEQ_OK) return rc;
+  double import_ms = now_ms() - t0;
   if (!o->quiet) print_stats(o->model, &stats);
+  printf("import %.3f ms\n", import_ms);
   Tensor **inputs = calloc((size_t)g->n_inputs + 1, sizeof *inputs);
   Tensor **outputs = calloc((size_t)g->n_outputs + 1, sizeof *outputs);
   double ms = 0;
   rc = inputs && outputs ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, d);
-  if (rc == TEQ_OK) rc = make_inputs(o, g, inputs, d);
-  if (rc == TEQ_OK) rc = run_timed(o, g, inputs, outputs, &ms, d);
-  if (rc == TEQ_OK) print_results(g, outputs, o, ms);
-  if (rc == TEQ_OK && o->output_dir) rc = write_outputs(o->output_dir, g, outputs, d);
+  bool run = o->repeat > 0;
+  if (rc == TEQ_OK && run) rc = make_inputs(o, g, inputs, d);
+  if (rc == TEQ_OK && run) rc = run_timed(o, g, inputs, outputs, &ms, d);
+  if (rc == TEQ_OK && run) print_results(g, outputs, o, ms);
+  if (rc == TEQ_OK && run && o->output_dir) rc = write_outputs(o->output_dir, g, outputs, d);
   for (int32_t i = 0; inputs && i < g->n_inputs; i++) tensor_unref(inputs[i]);
   for (int32_t j = 0; outputs && j < g->n_outputs; j++) tensor_unref(outputs[j]);
   free(inputs);

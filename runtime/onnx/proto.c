@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/onnx/onnx_int.h"
 
@@ -16,7 +17,13 @@ int onnx_file_read(const char *path, uint8_t **data, size_t *len, Diag *d) {
     diag_error(d, "%s: cannot open: %s", path, strerror(errno));
     return TEQ_ERR_IO;
   }
+  /* A regular file is read in one call into a buffer of its size; the
+   * doubling below is for pipes (a 100 MB model would otherwise be copied
+   * by realloc several times over). */
+  struct stat st;
   size_t cap = 1 << 16, n = 0;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+    cap = (size_t)st.st_size + 1; /* +1: reaching EOF below needs n < cap */
   uint8_t *buf = malloc(cap + 1);
   int rc = buf ? TEQ_OK : TEQ_ERR_NOMEM;
   while (rc == TEQ_OK) {

@@ -112,6 +112,14 @@ static int fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, const char
   size_t have = raw ? tp->raw_data.len / es : typed_count(tp, elem);
   if ((raw && tp->raw_data.len % es) || have != n)
     return diag_error(d, "%s: %zu values for shape of %zu elements", where, have, n);
+  /* raw_data is little-endian, as this host is: weights of the stored type
+   * copy in one go (most of a model's bytes). */
+  bool same_type = (elem == ELEM(FLOAT) && t->dtype == DT_F32) ||
+                   (elem == ELEM(INT64) && t->dtype == DT_I64);
+  if (raw && same_type && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+    if (n) memcpy(t->data, tp->raw_data.data, n * es);
+    return TEQ_OK;
+  }
   for (size_t k = 0; k < n; k++) {
     double f;
     int64_t i;
@@ -135,7 +143,7 @@ int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tenso
   int rc = check_storage(tp, where, d);
   if (rc == TEQ_OK) rc = proto_shape(tp, where, &s, d);
   if (rc != TEQ_OK) return rc;
-  Tensor *t = tensor_new(dt, &s);
+  Tensor *t = tensor_new_uninit(dt, &s); /* fill writes every element */
   if (!t) {
     diag_error(d, "%s: out of memory", where);
     return TEQ_ERR_NOMEM;
