@@ -61,4 +61,13 @@ static inline uint32_t modp_pow(uint32_t a, uint64_t e) {
  * kernels document where they divide. */
 static inline uint32_t modp_inv(uint32_t a) { return modp_pow(a, MODP_P - 2); }
 
+/* c3 x^3 + c2 x^2 + c1 x + c0, by Horner: the shape of the registry's
+ * stand-ins for non-linear operators. Distinct cubics agree on at most 3
+ * points, so fingerprints tell the operators apart. */
+static inline uint32_t modp_poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
+  uint32_t r = modp_add(modp_mul(c3, x), c2);
+  r = modp_add(modp_mul(r, x), c1);
+  return modp_add(modp_mul(r, x), c0);
+}
+
 #endif

@@ -670,11 +670,7 @@ static int batchnorm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *o
 
 /* Z_p stand-in for 1/sqrt(v): 3v^3 + 7v^2 + 11v + 13, chosen to differ
  * from every element-wise stand-in. */
-static uint32_t batchnorm_standin(uint32_t v) {
-  uint32_t r = modp_add(modp_mul(3, v), 7);
-  r = modp_add(modp_mul(r, v), 11);
-  return modp_add(modp_mul(r, v), 13);
-}
+static uint32_t batchnorm_standin(uint32_t v) { return modp_poly3(v, 3, 7, 11, 13); }
 
 static int batchnorm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   (void)d;

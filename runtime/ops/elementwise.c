@@ -388,35 +388,28 @@ UNARY_LOOP(hard_swish_f32, x * clamp(x * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
 UNARY_LOOP(celu_f32, x > 0.0f ? x : a0 * expm1f(x / a0))
 UNARY_LOOP(mish_f32, x * tanhf(x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x))))
 
-/* c3 x^3 + c2 x^2 + c1 x + c0 in Z_p, by Horner. */
-static uint32_t poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
-  uint32_t r = modp_add(modp_mul(c3, x), c2);
-  r = modp_add(modp_mul(r, x), c1);
-  return modp_add(modp_mul(r, x), c0);
-}
-
 /* The stand-ins, one distinct polynomial per operator. Distinct cubics agree
  * on at most 3 points, so fingerprints tell them apart; the odd and even
  * shapes of tanh, erf and abs are kept only as a mnemonic. */
-static uint32_t standin_relu(uint32_t x) { return poly3(x, 0, 1, 1, 1); } /* x(x+1)+1, TASO */
-static uint32_t standin_sigmoid(uint32_t x) { return poly3(x, 0, 1, 3, 7); }
-static uint32_t standin_tanh(uint32_t x) { return poly3(x, 1, 0, 2, 0); }     /* x^3+2x */
-static uint32_t standin_exp(uint32_t x) { return poly3(x, 1, 1, 0, 1); }
-static uint32_t standin_log(uint32_t x) { return poly3(x, 0, 1, 5, 11); }
-static uint32_t standin_sqrt(uint32_t x) { return poly3(x, 1, 0, 3, 1); }
-static uint32_t standin_abs(uint32_t x) { return poly3(x, 0, 1, 0, 1); }      /* x^2+1 */
-static uint32_t standin_reciprocal(uint32_t x) { return poly3(x, 1, 4, 0, 2); }
-static uint32_t standin_erf(uint32_t x) { return poly3(x, 1, 0, 5, 0); }      /* x^3+5x */
-static uint32_t standin_leaky_relu(uint32_t x) { return poly3(x, 0, 1, 7, 13); }
-static uint32_t standin_elu(uint32_t x) { return poly3(x, 0, 1, 11, 5); }
-static uint32_t standin_clip(uint32_t x) { return poly3(x, 1, 2, 3, 4); }
-static uint32_t standin_softplus(uint32_t x) { return poly3(x, 0, 1, 13, 17); }
-static uint32_t standin_hard_sigmoid(uint32_t x) { return poly3(x, 1, 6, 0, 1); }
-static uint32_t standin_selu(uint32_t x) { return poly3(x, 1, 3, 1, 5); }
-static uint32_t standin_thresholded_relu(uint32_t x) { return poly3(x, 0, 1, 23, 29); }
-static uint32_t standin_hard_swish(uint32_t x) { return poly3(x, 1, 5, 2, 3); }
-static uint32_t standin_celu(uint32_t x) { return poly3(x, 0, 1, 29, 31); }
-static uint32_t standin_mish(uint32_t x) { return poly3(x, 1, 7, 1, 2); }
+static uint32_t standin_relu(uint32_t x) { return modp_poly3(x, 0, 1, 1, 1); } /* x(x+1)+1, TASO */
+static uint32_t standin_sigmoid(uint32_t x) { return modp_poly3(x, 0, 1, 3, 7); }
+static uint32_t standin_tanh(uint32_t x) { return modp_poly3(x, 1, 0, 2, 0); }     /* x^3+2x */
+static uint32_t standin_exp(uint32_t x) { return modp_poly3(x, 1, 1, 0, 1); }
+static uint32_t standin_log(uint32_t x) { return modp_poly3(x, 0, 1, 5, 11); }
+static uint32_t standin_sqrt(uint32_t x) { return modp_poly3(x, 1, 0, 3, 1); }
+static uint32_t standin_abs(uint32_t x) { return modp_poly3(x, 0, 1, 0, 1); }      /* x^2+1 */
+static uint32_t standin_reciprocal(uint32_t x) { return modp_poly3(x, 1, 4, 0, 2); }
+static uint32_t standin_erf(uint32_t x) { return modp_poly3(x, 1, 0, 5, 0); }      /* x^3+5x */
+static uint32_t standin_leaky_relu(uint32_t x) { return modp_poly3(x, 0, 1, 7, 13); }
+static uint32_t standin_elu(uint32_t x) { return modp_poly3(x, 0, 1, 11, 5); }
+static uint32_t standin_clip(uint32_t x) { return modp_poly3(x, 1, 2, 3, 4); }
+static uint32_t standin_softplus(uint32_t x) { return modp_poly3(x, 0, 1, 13, 17); }
+static uint32_t standin_hard_sigmoid(uint32_t x) { return modp_poly3(x, 1, 6, 0, 1); }
+static uint32_t standin_selu(uint32_t x) { return modp_poly3(x, 1, 3, 1, 5); }
+static uint32_t standin_thresholded_relu(uint32_t x) { return modp_poly3(x, 0, 1, 23, 29); }
+static uint32_t standin_hard_swish(uint32_t x) { return modp_poly3(x, 1, 5, 2, 3); }
+static uint32_t standin_celu(uint32_t x) { return modp_poly3(x, 0, 1, 29, 31); }
+static uint32_t standin_mish(uint32_t x) { return modp_poly3(x, 1, 7, 1, 2); }
 static uint32_t exact_neg(uint32_t x) { return modp_neg(x); }
 
 /* A non-linear operator's parameters (leaky_relu's alpha, clip's bounds)

@@ -46,17 +46,10 @@ static int out_of_memory(const Node *n, Diag *d) {
   return TEQ_ERR_NOMEM;
 }
 
-/* c3 x^3 + c2 x^2 + c1 x + c0 in Z_p, by Horner. */
-static uint32_t poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
-  uint32_t r = modp_add(modp_mul(c3, x), c2);
-  r = modp_add(modp_mul(r, x), c1);
-  return modp_add(modp_mul(r, x), c0);
-}
-
 /* The stand-ins, each unlike every other row's. */
-static uint32_t standin_layer_norm(uint32_t x) { return poly3(x, 1, 9, 4, 1); }
-static uint32_t standin_instance_norm(uint32_t x) { return poly3(x, 1, 1, 11, 2); }
-static uint32_t standin_lrn(uint32_t x) { return poly3(x, 1, 10, 3, 6); }
+static uint32_t standin_layer_norm(uint32_t x) { return modp_poly3(x, 1, 9, 4, 1); }
+static uint32_t standin_instance_norm(uint32_t x) { return modp_poly3(x, 1, 1, 11, 2); }
+static uint32_t standin_lrn(uint32_t x) { return modp_poly3(x, 1, 10, 3, 6); }
 
 /* The parameters as a residue, added to the stand-in's argument. */
 static uint32_t params_shift(const Node *n) {

@@ -215,19 +215,12 @@ static inline double mul_f64(double a, float x) { return a * x; }
 static inline uint32_t max_u32(uint32_t a, uint32_t x) { return x > a ? x : a; }
 static inline uint32_t min_u32(uint32_t a, uint32_t x) { return x < a ? x : a; }
 
-/* c3 x^3 + c2 x^2 + c1 x + c0 in Z_p, by Horner. */
-static uint32_t poly3(uint32_t x, uint32_t c3, uint32_t c2, uint32_t c1, uint32_t c0) {
-  uint32_t r = modp_add(modp_mul(c3, x), c2);
-  r = modp_add(modp_mul(r, x), c1);
-  return modp_add(modp_mul(r, x), c0);
-}
-
 /* Stand-ins of the non-linear reductions, each unlike every other row's:
  * l1 sums s(x), l2 and log_sum take s(sum), log_sum_exp s(sum s(x)). */
-static uint32_t standin_reduce_l1(uint32_t x) { return poly3(x, 0, 1, 37, 41); }
-static uint32_t standin_reduce_l2(uint32_t x) { return poly3(x, 1, 0, 7, 3); }
-static uint32_t standin_reduce_log_sum(uint32_t x) { return poly3(x, 1, 8, 0, 9); }
-static uint32_t standin_reduce_log_sum_exp(uint32_t x) { return poly3(x, 1, 2, 9, 1); }
+static uint32_t standin_reduce_l1(uint32_t x) { return modp_poly3(x, 0, 1, 37, 41); }
+static uint32_t standin_reduce_l2(uint32_t x) { return modp_poly3(x, 1, 0, 7, 3); }
+static uint32_t standin_reduce_log_sum(uint32_t x) { return modp_poly3(x, 1, 8, 0, 9); }
+static uint32_t standin_reduce_log_sum_exp(uint32_t x) { return modp_poly3(x, 1, 2, 9, 1); }
 
 SUM_FOLDS_F32(sum, v)
 SUM_FOLDS_F32(abs_sum, fabs(v))
@@ -525,8 +518,8 @@ static const OpParam softmax_params[] = {
 
 /* The stand-ins s: x^2 + 19x + 23 and x^2 + 31x + 37, unlike every
  * element-wise one. */
-static uint32_t standin_softmax(uint32_t x) { return poly3(x, 0, 1, 19, 23); }
-static uint32_t standin_log_softmax(uint32_t x) { return poly3(x, 0, 1, 31, 37); }
+static uint32_t standin_softmax(uint32_t x) { return modp_poly3(x, 0, 1, 19, 23); }
+static uint32_t standin_log_softmax(uint32_t x) { return modp_poly3(x, 0, 1, 31, 37); }
 
 static int softmax_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   int64_t axis = param_int(&n->params, 0);
