@@ -344,6 +344,16 @@ int main(int argc, char **argv) {
    * glibc's largest mmap threshold on 64-bit. */
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#ifndef NDEBUG
+  /* In builds with asserts the operator registry checks itself first. */
+  Diag rd;
+  diag_init(&rd);
+  if (op_registry_check(&rd) != TEQ_OK) {
+    diag_flush(&rd, stderr);
+    return 1;
+  }
+  diag_fini(&rd);
+#endif
   RunOptions o;
   int status = parse_args(argc, argv, &o);
   if (status) {

@@ -817,7 +817,13 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     im->stats.n_batchnorm_folded = n;
   }
   n = graph_remove_dead(im->g);
-  return n < 0 ? n : TEQ_OK;
+  if (n < 0) return n;
+#ifndef NDEBUG
+  /* The O(n) invariant check after the rewrites, in builds with asserts:
+   * a broken graph is Teq's bug, reported here rather than downstream. */
+  if (graph_check(im->g, im->d) != TEQ_OK) return TEQ_ERR_INTERNAL;
+#endif
+  return TEQ_OK;
 }
 
 static int import_graph(Importer *im, const OnnxImportOptions *o) {
