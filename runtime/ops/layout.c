@@ -821,11 +821,12 @@ static int pad_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* Opset-13 form: pads and the fill value as constant inputs, the mode as a
+ * string attribute when it is not the default. */
 static int pad_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   double value = param_float(&n->params, PAD_VALUE);
   if (param_int(&n->params, PAD_MODE) != PAD_CONSTANT)
-    return op_error(n, d, "mode=%s: export needs a string attribute, which onnx.h cannot write",
-                    pad_modes[param_int(&n->params, PAD_MODE)]);
+    onnx_out_attr_string(w, "mode", pad_modes[param_int(&n->params, PAD_MODE)]);
   int rc = add_ints_input(w, n->params.v[PAD_PADS].i, n->params.v[PAD_PADS].n, d);
   if (rc || value == 0) return rc;
   Shape s = shape_of(0);
