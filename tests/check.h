@@ -2,7 +2,7 @@
  * file, line and expression and marks the test failed but goes on, so one
  * run shows every failure; main returns check_exit(). A test that cannot run
  * here (no GPU, no test data) calls check_skip, which exits 77, meson's
- * code for a skipped test. */
+ * code for a skipped test. Tensor helpers are in tensor_check.h. */
 #ifndef TEQ_TESTS_CHECK_H
 #define TEQ_TESTS_CHECK_H
 

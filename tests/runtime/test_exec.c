@@ -5,20 +5,9 @@
 
 #include "runtime/exec.h"
 #include "runtime/modp.h"
-#include "tests/check.h"
+#include "tests/tensor_check.h"
 
 static TensorRef ref(int node) { return (TensorRef){node, 0}; }
-
-static Tensor *small_ints(DType dt, Shape s, uint64_t seed) {
-  Tensor *t = tensor_new(dt, &s);
-  uint64_t st = seed;
-  for (int64_t i = 0; i < tensor_numel(t); i++) {
-    int v = (int)(rng_next(&st) % 7) - 3;
-    if (dt == DT_F32) ((float *)t->data)[i] = (float)v;
-    else ((uint32_t *)t->data)[i] = modp_from_int(v);
-  }
-  return t;
-}
 
 /* conv -> (+ matmul branch through transpose/reshape) -> concat: every
  * operator multilinear, so Z_p and float32 must agree exactly. */
@@ -62,10 +51,10 @@ static void test_modp_agrees_with_f32(void) {
   Graph *g = linear_graph(&d);
   CHECK_MSG(d.n_errors == 0, "%s", d.text);
   for (uint64_t seed = 1; seed <= 3; seed++) {
-    Tensor *fin[2] = {small_ints(DT_F32, g->nodes[0].out[0], seed),
-                      small_ints(DT_F32, g->nodes[1].out[0], seed + 100)};
-    Tensor *min[2] = {small_ints(DT_MODP, g->nodes[0].out[0], seed),
-                      small_ints(DT_MODP, g->nodes[1].out[0], seed + 100)};
+    Tensor *fin[2] = {random_ints(g->nodes[0].out[0], 3, seed),
+                      random_ints(g->nodes[1].out[0], 3, seed + 100)};
+    Tensor *min[2] = {random_ints_modp(g->nodes[0].out[0], 3, seed),
+                      random_ints_modp(g->nodes[1].out[0], 3, seed + 100)};
     Tensor *fout[2] = {0}, *mout[2] = {0};
     CHECK_EQ_INT(exec_run(g, EXEC_F32, fin, fout, &d), TEQ_OK);
     CHECK_EQ_INT(exec_run(g, EXEC_MODP, min, mout, &d), TEQ_OK);
@@ -94,19 +83,20 @@ static void test_errors(void) {
   diag_init(&d);
   Graph *g = linear_graph(&d);
   /* Wrong input shape. */
-  Tensor *wrong[2] = {small_ints(DT_F32, shape_of(2, 3, 3), 1), small_ints(DT_F32, g->nodes[1].out[0], 2)};
+  Tensor *wrong[2] = {random_ints(shape_of(2, 3, 3), 3, 1), random_ints(g->nodes[1].out[0], 3, 2)};
   Tensor *out[2] = {NULL, NULL};
   CHECK_EQ_INT(exec_run(g, EXEC_F32, wrong, out, &d), TEQ_ERR_INPUT);
   CHECK_MSG(strstr(diag_last(&d), "input 'x': expected float32 [1, 3, 6, 6], got float32 [3, 3]"),
             "%s", diag_last(&d));
   CHECK(out[0] == NULL);
   /* Wrong dtype for the mode. */
-  Tensor *f32[2] = {small_ints(DT_F32, g->nodes[0].out[0], 1), wrong[1]};
+  Tensor *f32[2] = {random_ints(g->nodes[0].out[0], 3, 1), wrong[1]};
   CHECK_EQ_INT(exec_run(g, EXEC_MODP, f32, out, &d), TEQ_ERR_INPUT);
   /* A non-integer constant cannot be evaluated in Z_p. */
   Tensor *k = g->nodes[3].value; /* the constant k */
   ((float *)k->data)[0] = 0.5f;
-  Tensor *m[2] = {small_ints(DT_MODP, g->nodes[0].out[0], 1), small_ints(DT_MODP, g->nodes[1].out[0], 2)};
+  Tensor *m[2] = {random_ints_modp(g->nodes[0].out[0], 3, 1),
+                  random_ints_modp(g->nodes[1].out[0], 3, 2)};
   CHECK(exec_run(g, EXEC_MODP, m, out, &d) != TEQ_OK);
   CHECK(strstr(d.text, "not an integer") != NULL);
   for (int i = 0; i < 2; i++) tensor_unref(wrong[i]), tensor_unref(m[i]);

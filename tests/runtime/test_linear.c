@@ -4,117 +4,19 @@
  * kernel against the float32 kernel on small integers (exact in float);
  * TASO's identities (conv with const_iconv, matmul with const_imm, enlarge)
  * in both modes; and shape inference's error messages. Kernels are called
- * through their registry rows on a Node built here; one test runs conv and
- * matmul through graph_add_node and exec_run as the executor does, and one
- * exports graphs of these operators to ONNX and imports them back. */
+ * through their registry rows (Op, in tests/tensor_check.h); one test runs
+ * conv and matmul through graph_add_node and exec_run as the executor does,
+ * and one exports graphs of these operators to ONNX and imports them back. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
 #include "runtime/onnx.h"
 #include "runtime/ops.h"
-#include "tests/check.h"
-
-/* ---- running one operator ---- */
-
-typedef struct Op {
-  Node node;
-  Shape out[1];
-} Op;
-
-static void op_init(Op *o, OpKind kind, int n_in) {
-  memset(o, 0, sizeof *o);
-  o->node.kind = kind;
-  o->node.n_in = n_in;
-  o->node.n_out = 1;
-  o->node.out = o->out;
-  params_default(kind, &o->node.params);
-}
-
-static void op_ints(Op *o, const char *name, const int64_t *v, int n) {
-  int i = param_index(o->node.kind, name);
-  CHECK_MSG(i >= 0, "%s has no parameter %s", op_def(o->node.kind)->name, name);
-  if (i >= 0) param_set_ints(&o->node.params, i, v, n);
-}
-
-static void op_int(Op *o, const char *name, int64_t v) { op_ints(o, name, &v, 1); }
-
-static void op_float(Op *o, const char *name, double v) {
-  int i = param_index(o->node.kind, name);
-  CHECK(i >= 0);
-  if (i >= 0) param_set_float(&o->node.params, i, v);
-}
-
-/* Checks parameters and infers the shape, as graph_add_node does. */
-static int op_infer(Op *o, Tensor *const *in, Diag *d) {
-  Shape s[8];
-  for (int i = 0; i < o->node.n_in; i++) s[i] = in[i]->shape;
-  int rc = params_check(o->node.kind, &o->node.params, d);
-  return rc ? rc : op_def(o->node.kind)->infer_shape(&o->node, s, o->out, d);
-}
-
-/* Infers, allocates and runs the kernel of one mode; NULL on error (the
- * message stays in d). */
-static Tensor *op_run(Op *o, Tensor *const *in, bool modp, Diag *d) {
-  if (op_infer(o, in, d)) return NULL;
-  Tensor *y = tensor_new(modp ? DT_MODP : DT_F32, &o->out[0]);
-  const OpDef *r = op_def(o->node.kind);
-  int rc = (modp ? r->eval_modp : r->eval_f32)(&o->node, in, &y, d);
-  if (rc) {
-    tensor_unref(y);
-    return NULL;
-  }
-  return y;
-}
-
-/* ---- tensors ---- */
-
-static Tensor *rand_f32(Shape s, uint64_t seed) {
-  Tensor *t = tensor_new(DT_F32, &s);
-  tensor_fill_random(t, seed);
-  return t;
-}
-
-/* Integers in -3..3 as float32: every sum the kernels form stays exact. */
-static Tensor *rand_small(Shape s, uint64_t seed) {
-  Tensor *t = rand_f32(s, seed);
-  float *p = t->data;
-  for (int64_t i = 0; i < tensor_numel(t); i++) p[i] = floorf(p[i] * 3.5f + 0.5f);
-  return t;
-}
-
-static Tensor *to_modp(const Tensor *t) {
-  Tensor *r = tensor_new(DT_MODP, &t->shape);
-  const float *p = t->data;
-  uint32_t *q = r->data;
-  for (int64_t i = 0; i < tensor_numel(t); i++) q[i] = modp_from_int((int64_t)lrintf(p[i]));
-  return r;
-}
-
-static void unref_all(Tensor **t, int n) {
-  for (int i = 0; i < n; i++) tensor_unref(t[i]);
-}
-
-/* Largest |a - b| / (1 + |b|); 1e30 if the shapes differ. */
-static double rel_err(const Tensor *a, const Tensor *b) {
-  if (!a || !b || !shape_equal(&a->shape, &b->shape)) return 1e30;
-  const float *x = a->data, *y = b->data;
-  double worst = 0;
-  for (int64_t i = 0; i < tensor_numel(a); i++) {
-    double e = fabs((double)x[i] - y[i]) / (1.0 + fabs((double)y[i]));
-    if (!(e <= worst)) worst = e; /* NaN counts as worst */
-  }
-  return worst;
-}
-
-static bool same_modp(const Tensor *a, const Tensor *b) {
-  return a && b && shape_equal(&a->shape, &b->shape) &&
-         memcmp(a->data, b->data, tensor_bytes(a)) == 0;
-}
+#include "tests/tensor_check.h"
 
 static double act_ref(int act, double v) {
   if (act == ACT_RELU) return v > 0 ? v : 0;
@@ -207,11 +109,15 @@ static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
   return y;
 }
 
+/* Random inputs of case k; small: integers in -3..3, so every sum the
+ * kernels form stays exact. */
 static void conv_inputs(const ConvCase *k, Tensor **in, bool small, uint64_t seed) {
-  Tensor *(*make)(Shape, uint64_t) = small ? rand_small : rand_f32;
-  in[0] = make(shape_of(4, k->n, k->c, k->h, k->w), seed);
-  in[1] = make(shape_of(4, k->m, k->c / k->groups, k->kh, k->kw), seed + 1);
-  in[2] = k->bias ? make(shape_of(1, k->m), seed + 2) : NULL;
+  Shape s[3] = {shape_of(4, k->n, k->c, k->h, k->w),
+                shape_of(4, k->m, k->c / k->groups, k->kh, k->kw), shape_of(1, k->m)};
+  in[2] = NULL;
+  for (int i = 0; i < (k->bias ? 3 : 2); i++)
+    in[i] = small ? random_ints(s[i], 3, seed + (uint64_t)i)
+                  : random_f32(s[i], seed + (uint64_t)i);
 }
 
 static void test_conv_float_vs_reference(void) {
@@ -224,7 +130,7 @@ static void test_conv_float_vs_reference(void) {
     Op o;
     conv_setup(&o, k);
     Tensor *y = op_run(&o, in, false, &d), *r = conv_ref(k, in);
-    double e = rel_err(y, r);
+    double e = max_rel_err(y, r);
     CHECK_MSG(y && e < 1e-5, "conv case %zu: error %g %s", ci, e, diag_last(&d));
     tensor_unref(y);
     tensor_unref(r);
@@ -245,18 +151,18 @@ static void test_conv_modp_vs_float(void) {
     Tensor *in[3], *inm[3];
     conv_inputs(&k, in, true, 200 + ci);
     int n_in = k.bias ? 3 : 2;
-    for (int i = 0; i < n_in; i++) inm[i] = to_modp(in[i]);
+    for (int i = 0; i < n_in; i++) inm[i] = f32_to_modp(in[i]);
     Op o;
     conv_setup(&o, &k);
     Tensor *yf = op_run(&o, in, false, &d), *ym = op_run(&o, inm, true, &d);
-    Tensor *want = yf ? to_modp(yf) : NULL;
-    CHECK_MSG(same_modp(ym, want), "conv case %zu: Z_p differs from float32", ci);
+    Tensor *want = yf ? f32_to_modp(yf) : NULL;
+    CHECK_MSG(tensors_identical(ym, want), "conv case %zu: Z_p differs from float32", ci);
     if (act != ACT_NONE && standins_ready() && want) {
       k.act = act;
       conv_setup(&o, &k);
       Tensor *ya = op_run(&o, inm, true, &d);
       act_modp(act, want);
-      CHECK_MSG(same_modp(ya, want), "conv case %zu: fused act in Z_p", ci);
+      CHECK_MSG(tensors_identical(ya, want), "conv case %zu: fused act in Z_p", ci);
       tensor_unref(ya);
     }
     unref_all((Tensor *[]){yf, ym, want}, 3);
@@ -307,8 +213,8 @@ static void test_iconv_identity(void) {
     op_init(&o, OP_CONV2D, 2);
     op_ints(&o, "pads", (int64_t[]){kh / 2, kw / 2, kh / 2, kw / 2}, 4);
     for (int modp = 0; modp < 2; modp++) {
-      Tensor *xf = rand_small(shape_of(4, 2, 5, 6, 7), 300 + s);
-      Tensor *x = modp ? to_modp(xf) : tensor_ref(xf);
+      Tensor *xf = random_ints(shape_of(4, 2, 5, 6, 7), 3, 300 + s);
+      Tensor *x = modp ? f32_to_modp(xf) : tensor_ref(xf);
       Tensor *w = op_run(&k, NULL, modp, &d);
       Tensor *y = op_run(&o, (Tensor *[]){x, w}, modp, &d);
       CHECK_MSG(y && shape_equal(&y->shape, &x->shape) &&
@@ -325,8 +231,10 @@ static void test_enlarge_identity(void) {
   Diag d;
   diag_init(&d);
   for (int modp = 0; modp < 2; modp++) {
-    Tensor *xf = rand_small(shape_of(4, 2, 6, 5, 7), 400), *wf = rand_small(shape_of(4, 4, 6, 1, 1), 401);
-    Tensor *x = modp ? to_modp(xf) : tensor_ref(xf), *w = modp ? to_modp(wf) : tensor_ref(wf);
+    Tensor *xf = random_ints(shape_of(4, 2, 6, 5, 7), 3, 400),
+           *wf = random_ints(shape_of(4, 4, 6, 1, 1), 3, 401);
+    Tensor *x = modp ? f32_to_modp(xf) : tensor_ref(xf),
+           *w = modp ? f32_to_modp(wf) : tensor_ref(wf);
     Op e, plain, big;
     op_init(&e, OP_ENLARGE, 1);
     op_int(&e, "kh", 3);
@@ -339,12 +247,12 @@ static void test_enlarge_identity(void) {
     CHECK(w3 && shape_equal(&w3->shape, &want));
     Tensor *y1 = op_run(&plain, (Tensor *[]){x, w}, modp, &d);
     Tensor *y3 = op_run(&big, (Tensor *[]){x, w3}, modp, &d);
-    if (modp) CHECK_MSG(same_modp(y1, y3), "enlarge in Z_p");
-    else CHECK_MSG(rel_err(y3, y1) == 0, "enlarge in float32: %g", rel_err(y3, y1));
+    if (modp) CHECK_MSG(tensors_identical(y1, y3), "enlarge in Z_p");
+    else CHECK_MSG(max_rel_err(y3, y1) == 0, "enlarge in float32: %g", max_rel_err(y3, y1));
     unref_all((Tensor *[]){xf, wf, x, w, w3, y1, y3}, 7);
   }
   /* 3x1 -> 5x3: the old kernel sits at rows 1..3, column 1. */
-  Tensor *w = rand_f32(shape_of(4, 1, 1, 3, 1), 402);
+  Tensor *w = random_f32(shape_of(4, 1, 1, 3, 1), 402);
   Op e;
   op_init(&e, OP_ENLARGE, 1);
   op_int(&e, "kh", 5);
@@ -424,26 +332,26 @@ static void test_matmul(void) {
     Op o;
     op_init(&o, OP_MATMUL, 2);
     op_int(&o, "act", cases[c].act);
-    Tensor *in[2] = {rand_f32(cases[c].a, 500 + c), rand_f32(cases[c].b, 600 + c)};
+    Tensor *in[2] = {random_f32(cases[c].a, 500 + c), random_f32(cases[c].b, 600 + c)};
     Tensor *y = op_run(&o, in, false, &d);
     Tensor *r = y ? matmul_ref(in[0], in[1], &y->shape, cases[c].act) : NULL;
-    CHECK_MSG(y && rel_err(y, r) < 1e-5, "matmul case %zu: %s", c, diag_last(&d));
+    CHECK_MSG(y && max_rel_err(y, r) < 1e-5, "matmul case %zu: %s", c, diag_last(&d));
     unref_all((Tensor *[]){y, r}, 2);
     unref_all(in, 2);
     /* Z_p against float32 on small integers, without the act. */
     op_int(&o, "act", ACT_NONE);
-    Tensor *si[2] = {rand_small(cases[c].a, 700 + c), rand_small(cases[c].b, 800 + c)};
-    Tensor *mi[2] = {to_modp(si[0]), to_modp(si[1])};
+    Tensor *si[2] = {random_ints(cases[c].a, 3, 700 + c), random_ints(cases[c].b, 3, 800 + c)};
+    Tensor *mi[2] = {f32_to_modp(si[0]), f32_to_modp(si[1])};
     Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
-    Tensor *want = yf ? to_modp(yf) : NULL;
-    CHECK_MSG(same_modp(ym, want), "matmul case %zu in Z_p", c);
+    Tensor *want = yf ? f32_to_modp(yf) : NULL;
+    CHECK_MSG(tensors_identical(ym, want), "matmul case %zu in Z_p", c);
     unref_all((Tensor *[]){yf, ym, want}, 3);
     unref_all(si, 2);
     unref_all(mi, 2);
   }
   Op o;
   op_init(&o, OP_MATMUL, 2);
-  Tensor *in[2] = {rand_f32(shape_of(3, 2, 3, 4), 900), rand_f32(shape_of(2, 4, 5), 901)};
+  Tensor *in[2] = {random_f32(shape_of(3, 2, 3, 4), 900), random_f32(shape_of(2, 4, 5), 901)};
   Tensor *y = op_run(&o, in, false, &d);
   Shape want = shape_of(3, 2, 3, 5);
   CHECK(y && shape_equal(&y->shape, &want));
@@ -460,8 +368,8 @@ static void test_imm_identity(void) {
     op_init(&k, OP_CONST_IMM, 0);
     op_int(&k, "n", 6);
     op_init(&o, OP_MATMUL, 2);
-    Tensor *xf = rand_small(shape_of(3, 2, 5, 6), 1000);
-    Tensor *x = modp ? to_modp(xf) : tensor_ref(xf);
+    Tensor *xf = random_ints(shape_of(3, 2, 5, 6), 3, 1000);
+    Tensor *x = modp ? f32_to_modp(xf) : tensor_ref(xf);
     Tensor *i = op_run(&k, NULL, modp, &d);
     Tensor *y = op_run(&o, (Tensor *[]){x, i}, modp, &d);
     CHECK_MSG(y && shape_equal(&y->shape, &x->shape) &&
@@ -514,19 +422,20 @@ static void test_gemm(void) {
         op_float(&o, "beta", beta);
         Shape sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
         Shape sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
-        Tensor *in[3] = {rand_f32(sa, cnt), rand_f32(sb, cnt + 50),
-                         has_c ? rand_f32(c_shapes[ci], cnt + 99) : NULL};
+        Tensor *in[3] = {random_f32(sa, cnt), random_f32(sb, cnt + 50),
+                         has_c ? random_f32(c_shapes[ci], cnt + 99) : NULL};
         Tensor *y = op_run(&o, in, false, &d);
         Tensor *r = gemm_ref(in[0], in[1], in[2], ta, tb, alpha, beta);
-        CHECK_MSG(rel_err(y, r) < 1e-5, "gemm ta=%d tb=%d C#%zu: %s", ta, tb, ci, diag_last(&d));
+        CHECK_MSG(max_rel_err(y, r) < 1e-5, "gemm ta=%d tb=%d C#%zu: %s", ta, tb, ci,
+                  diag_last(&d));
         unref_all((Tensor *[]){y, r}, 2);
         unref_all(in, has_c ? 3 : 2);
-        Tensor *si[3] = {rand_small(sa, cnt + 7), rand_small(sb, cnt + 8),
-                         has_c ? rand_small(c_shapes[ci], cnt + 9) : NULL};
-        Tensor *mi[3] = {to_modp(si[0]), to_modp(si[1]), has_c ? to_modp(si[2]) : NULL};
+        Tensor *si[3] = {random_ints(sa, 3, cnt + 7), random_ints(sb, 3, cnt + 8),
+                         has_c ? random_ints(c_shapes[ci], 3, cnt + 9) : NULL};
+        Tensor *mi[3] = {f32_to_modp(si[0]), f32_to_modp(si[1]), has_c ? f32_to_modp(si[2]) : NULL};
         Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
-        Tensor *want = yf ? to_modp(yf) : NULL;
-        CHECK_MSG(same_modp(ym, want), "gemm ta=%d tb=%d C#%zu in Z_p", ta, tb, ci);
+        Tensor *want = yf ? f32_to_modp(yf) : NULL;
+        CHECK_MSG(tensors_identical(ym, want), "gemm ta=%d tb=%d C#%zu in Z_p", ta, tb, ci);
         unref_all((Tensor *[]){yf, ym, want}, 3);
         unref_all(si, has_c ? 3 : 2);
         unref_all(mi, has_c ? 3 : 2);
@@ -540,8 +449,8 @@ static void test_batchnorm(void) {
   Diag d;
   diag_init(&d);
   Shape sx = shape_of(4, 2, 3, 4, 5), sc = shape_of(1, 3);
-  Tensor *in[5] = {rand_f32(sx, 1100), rand_f32(sc, 1101), rand_f32(sc, 1102),
-                   rand_f32(sc, 1103), rand_f32(sc, 1104)};
+  Tensor *in[5] = {random_f32(sx, 1100), random_f32(sc, 1101), random_f32(sc, 1102),
+                   random_f32(sc, 1103), random_f32(sc, 1104)};
   float *var = in[4]->data;
   for (int i = 0; i < 3; i++) var[i] = var[i] * var[i] + 0.1f;
   Op o;
@@ -554,12 +463,12 @@ static void test_batchnorm(void) {
     int c = (int)(i / 20 % 3);
     ((float *)r->data)[i] = (float)(s[c] * (x[i] - mean[c]) / sqrt(var[c] + 1e-3) + b[c]);
   }
-  CHECK_MSG(rel_err(y, r) < 1e-5, "batchnorm float32: %g", rel_err(y, r));
+  CHECK_MSG(max_rel_err(y, r) < 1e-5, "batchnorm float32: %g", max_rel_err(y, r));
   unref_all((Tensor *[]){y, r}, 2);
   /* Z_p: with scale 0 the output is B; in x it is affine with a slope
    * that the epsilon changes. */
   Tensor *m[5];
-  for (int i = 0; i < 5; i++) m[i] = to_modp(in[i]);
+  for (int i = 0; i < 5; i++) m[i] = f32_to_modp(in[i]);
   Tensor *y1 = op_run(&o, m, true, &d);
   memset(m[1]->data, 0, tensor_bytes(m[1]));
   Tensor *y0 = op_run(&o, m, true, &d);
@@ -568,10 +477,10 @@ static void test_batchnorm(void) {
     is_b = is_b && ((uint32_t *)y0->data)[i] == ((uint32_t *)m[2]->data)[i / 20 % 3];
   CHECK(is_b);
   tensor_unref(m[1]);
-  m[1] = to_modp(in[1]);
+  m[1] = f32_to_modp(in[1]);
   op_float(&o, "epsilon", 1e-5);
   Tensor *y2 = op_run(&o, m, true, &d);
-  CHECK(y1 && y2 && !same_modp(y1, y2));
+  CHECK(y1 && y2 && !tensors_identical(y1, y2));
   CHECK(op_def(OP_BATCHNORM)->modp_standin && (op_def(OP_BATCHNORM)->flags & OPF_NONLINEAR));
   unref_all((Tensor *[]){y0, y1, y2}, 3);
   unref_all(in, 5);
@@ -611,76 +520,62 @@ static void test_constants(void) {
 
 /* ---- shape inference errors ---- */
 
-/* Runs shape inference on inputs of the given shapes and checks that it
- * fails with a message containing want. */
-static void expect_error(Op *o, const Shape *shapes, int n, const char *want) {
-  Diag d;
-  diag_init(&d);
-  Tensor *in[8];
-  for (int i = 0; i < n; i++) in[i] = tensor_new(DT_F32, &shapes[i]);
-  int rc = op_infer(o, in, &d);
-  CHECK_MSG(rc == TEQ_ERR_INPUT && strstr(diag_last(&d), want),
-            "expected an error with \"%s\", got rc %d: %s", want, rc, diag_last(&d));
-  unref_all(in, n);
-  diag_fini(&d);
-}
-
 static void test_conv_errors(void) {
   Op o;
   op_init(&o, OP_CONV2D, 2);
   op_int(&o, "groups", 3);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 6, 21, 3, 3)}, 2,
-               "conv2d: groups=3: input channels 64 not divisible by groups");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 6, 21, 3, 3)},
+                 "conv2d: groups=3: input channels 64 not divisible by groups");
   op_int(&o, "groups", 2);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 5, 32, 3, 3)}, 2,
-               "output channels 5");
-  expect_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 8, 64, 3, 3)}, 2,
-               "has 64 input channels per group");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 5, 32, 3, 3)},
+                 "output channels 5");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 64, 8, 8), shape_of(4, 8, 64, 3, 3)},
+                 "has 64 input channels per group");
   op_int(&o, "groups", 1);
-  expect_error(&o, (Shape[]){shape_of(3, 1, 4, 8), shape_of(4, 8, 1, 3, 3)}, 2,
-               "input X [1, 4, 8]: expected [N, C, H, W]");
-  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 2, 8), shape_of(4, 8, 4, 3, 3)}, 2,
-               "larger than the padded input 2x8");
+  op_check_error(&o, (Shape[]){shape_of(3, 1, 4, 8), shape_of(4, 8, 1, 3, 3)},
+                 "input X [1, 4, 8]: expected [N, C, H, W]");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 2, 8), shape_of(4, 8, 4, 3, 3)},
+                 "larger than the padded input 2x8");
   op_ints(&o, "dilation", (int64_t[]){1, 4}, 2);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3)}, 2,
-               "dilation=(1 4)");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3)},
+                 "dilation=(1 4)");
   op_init(&o, OP_CONV2D, 3);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 4)},
-               3, "bias B [4]: expected [8]");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 4)},
+                 "bias B [4]: expected [8]");
   op_ints(&o, "stride", (int64_t[]){0, 1}, 2);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 8)},
-               3, "stride=0");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 8)},
+                 "stride=0");
   op_init(&o, OP_ENLARGE, 1);
   op_int(&o, "kh", 3);
   op_int(&o, "kw", 3);
-  expect_error(&o, (Shape[]){shape_of(4, 4, 4, 5, 5)}, 1, "enlarge: kh=3 kw=3: smaller");
-  expect_error(&o, (Shape[]){shape_of(4, 4, 4, 2, 2)}, 1, "cannot be centred");
+  op_check_error(&o, (Shape[]){shape_of(4, 4, 4, 5, 5)}, "enlarge: kh=3 kw=3: smaller");
+  op_check_error(&o, (Shape[]){shape_of(4, 4, 4, 2, 2)}, "cannot be centred");
   op_init(&o, OP_CONST_ICONV, 0);
   op_int(&o, "kh", 2);
-  expect_error(&o, NULL, 0, "const_iconv: kh=2 kw=3: the identity kernel needs odd sizes");
+  op_check_error(&o, NULL, "const_iconv: kh=2 kw=3: the identity kernel needs odd sizes");
   op_init(&o, OP_BATCHNORM, 5);
   Shape c3 = shape_of(1, 3);
-  expect_error(&o, (Shape[]){shape_of(4, 1, 3, 4, 4), c3, c3, shape_of(1, 4), c3}, 5,
-               "batchnorm: mean [4]: expected [3]");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 3, 4, 4), c3, c3, shape_of(1, 4), c3},
+                 "batchnorm: mean [4]: expected [3]");
 }
 
 static void test_matmul_errors(void) {
   Op o;
   op_init(&o, OP_MATMUL, 2);
-  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 5, 6)}, 2,
-               "matmul: A [3, 4] and B [5, 6]: inner dimensions 4 and 5 differ");
-  expect_error(&o, (Shape[]){shape_of(3, 2, 3, 4), shape_of(3, 3, 4, 5)}, 2,
-               "batch dimensions do not broadcast (2 vs 3)");
-  expect_error(&o, (Shape[]){shape_of(0), shape_of(2, 4, 5)}, 2, "rank >= 1");
+  op_check_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 5, 6)},
+                 "matmul: A [3, 4] and B [5, 6]: inner dimensions 4 and 5 differ");
+  op_check_error(&o, (Shape[]){shape_of(3, 2, 3, 4), shape_of(3, 3, 4, 5)},
+                 "batch dimensions do not broadcast (2 vs 3)");
+  op_check_error(&o, (Shape[]){shape_of(0), shape_of(2, 4, 5)}, "rank >= 1");
   op_init(&o, OP_GEMM, 3);
   op_int(&o, "transA", 1);
-  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(1, 5)}, 3,
-               "transA=1 transB=0: A [3, 4] and B [4, 5]: inner dimensions 3 and 4 differ");
+  op_check_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(1, 5)},
+                 "transA=1 transB=0: A [3, 4] and B [4, 5]: inner dimensions 3 and 4 differ");
   op_int(&o, "transA", 0);
-  expect_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(2, 5, 3)}, 3,
-               "C [5, 3] does not broadcast to the result [3, 5]");
-  expect_error(&o, (Shape[]){shape_of(1, 4), shape_of(2, 4, 5), shape_of(1, 5)}, 3,
-               "both operands must be matrices");
+  op_check_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(2, 5, 3)},
+                 "C [5, 3] does not broadcast to the result [3, 5]");
+  op_check_error(&o, (Shape[]){shape_of(1, 4), shape_of(2, 4, 5), shape_of(1, 5)},
+                 "both operands must be matrices");
   /* Z_p needs integer alpha and beta. */
   Diag d;
   diag_init(&d);
@@ -703,9 +598,9 @@ static void test_through_executor(void) {
   Graph *g = graph_new();
   Shape sx = shape_of(4, 1, 4, 6, 6);
   int x = graph_add_input(g, "x", &sx, DT_F32, &d);
-  int w = graph_add_const(g, "w", rand_small(shape_of(4, 8, 2, 3, 3), 1200), &d);
-  int b = graph_add_const(g, "b", rand_small(shape_of(1, 8), 1201), &d);
-  int k = graph_add_const(g, "k", rand_small(shape_of(2, 6, 5), 1202), &d);
+  int w = graph_add_const(g, "w", random_ints(shape_of(4, 8, 2, 3, 3), 3, 1200), &d);
+  int b = graph_add_const(g, "b", random_ints(shape_of(1, 8), 3, 1201), &d);
+  int k = graph_add_const(g, "k", random_ints(shape_of(2, 6, 5), 3, 1202), &d);
   Params p;
   params_default(OP_CONV2D, &p);
   param_set_int(&p, param_index(OP_CONV2D, "groups"), 2);
@@ -716,13 +611,13 @@ static void test_through_executor(void) {
   int m = graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "mm", &d);
   graph_add_output(g, (TensorRef){m, 0}, "y", &d);
   CHECK_MSG(d.n_errors == 0 && graph_check(g, &d) == TEQ_OK, "%s", d.text ? d.text : "");
-  Tensor *xf = rand_small(sx, 1203), *xm = to_modp(xf), *yf = NULL, *ym = NULL;
+  Tensor *xf = random_ints(sx, 3, 1203), *xm = f32_to_modp(xf), *yf = NULL, *ym = NULL;
   CHECK_MSG(exec_run(g, EXEC_F32, &xf, &yf, &d) == TEQ_OK, "%s", diag_last(&d));
   CHECK_MSG(exec_run(g, EXEC_MODP, &xm, &ym, &d) == TEQ_OK, "%s", diag_last(&d));
   Shape want = shape_of(4, 1, 8, 6, 5);
   CHECK(yf && shape_equal(&yf->shape, &want));
-  Tensor *yfm = yf ? to_modp(yf) : NULL;
-  CHECK(same_modp(ym, yfm));
+  Tensor *yfm = yf ? f32_to_modp(yf) : NULL;
+  CHECK(tensors_identical(ym, yfm));
   unref_all((Tensor *[]){xf, xm, yf, ym, yfm}, 5);
   graph_free(g);
   diag_fini(&d);
@@ -730,27 +625,14 @@ static void test_through_executor(void) {
 
 /* ---- ONNX export and import ---- */
 
-/* Exports g, imports the file, and checks both give the same output on x
- * (keeping batchnorm, which import would otherwise fold into a conv). */
+/* check_graph_round_trip on input x, keeping batchnorm (import would
+ * otherwise fold it into a conv). */
 static void check_round_trip(Graph *g, Tensor *x, const char *what) {
   Diag d;
   diag_init(&d);
-  char path[] = "/tmp/teq_test_linear_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  if (fd >= 0) close(fd);
-  Graph *h = NULL;
-  Tensor *a = NULL, *b = NULL;
   OnnxImportOptions opts = ONNX_IMPORT_DEFAULTS;
   opts.keep_batchnorm = true;
-  int rc = onnx_export_file(g, path, &d);
-  if (rc == TEQ_OK) rc = onnx_import_file(path, &opts, &h, NULL, &d);
-  if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, &x, &a, &d);
-  if (rc == TEQ_OK) rc = exec_run(h, EXEC_F32, &x, &b, &d);
-  CHECK_MSG(rc == TEQ_OK && rel_err(a, b) == 0, "%s: round trip: %s", what, d.text ? d.text : "");
-  unlink(path);
-  unref_all((Tensor *[]){a, b}, 2);
-  graph_free(h);
+  CHECK_EQ_INT(check_graph_round_trip(g, &opts, &x, what, NULL, &d), TEQ_OK);
   diag_fini(&d);
 }
 
@@ -766,8 +648,8 @@ static void test_onnx_round_trip(void) {
   Graph *g = graph_new();
   Shape sx = shape_of(4, 1, 4, 9, 8);
   int x = graph_add_input(g, "x", &sx, DT_F32, &d);
-  int w = graph_add_const(g, "w", rand_f32(shape_of(4, 6, 2, 3, 3), 1300), &d);
-  int b = graph_add_const(g, "b", rand_f32(shape_of(1, 6), 1301), &d);
+  int w = graph_add_const(g, "w", random_f32(shape_of(4, 6, 2, 3, 3), 1300), &d);
+  int b = graph_add_const(g, "b", random_f32(shape_of(1, 6), 1301), &d);
   Params p;
   params_default(OP_CONV2D, &p);
   param_set_int(&p, param_index(OP_CONV2D, "groups"), 2);
@@ -777,18 +659,18 @@ static void test_onnx_round_trip(void) {
   int c = add_op(g, OP_CONV2D, (TensorRef[]){{x, 0}, {w, 0}, {b, 0}}, 3, &p, &d);
   TensorRef bn[5] = {{c, 0}};
   for (int i = 1; i < 5; i++) {
-    Tensor *t = rand_f32(shape_of(1, 6), 1310 + i);
+    Tensor *t = random_f32(shape_of(1, 6), 1310 + i);
     for (int j = 0; i == 4 && j < 6; j++) ((float *)t->data)[j] += 2.0f; /* var > 0 */
     bn[i] = (TensorRef){graph_add_const(g, NULL, t, &d), 0};
   }
   int nb = add_op(g, OP_BATCHNORM, bn, 5, NULL, &d);
-  int k = graph_add_const(g, "k", rand_f32(shape_of(2, 9, 3), 1302), &d);
+  int k = graph_add_const(g, "k", random_f32(shape_of(2, 9, 3), 1302), &d);
   params_default(OP_MATMUL, &p);
   param_set_int(&p, param_index(OP_MATMUL, "act"), ACT_TANH);
   int m = add_op(g, OP_MATMUL, (TensorRef[]){{nb, 0}, {k, 0}}, 2, &p, &d);
   graph_add_output(g, (TensorRef){m, 0}, "y", &d);
   CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
-  Tensor *xv = rand_f32(sx, 1303);
+  Tensor *xv = random_f32(sx, 1303);
   check_round_trip(g, xv, "conv/batchnorm/matmul");
   tensor_unref(xv);
   graph_free(g);
@@ -803,8 +685,8 @@ static void test_onnx_round_trip_gemm(void) {
   Params p;
   Shape sa = shape_of(2, 6, 4);
   int a = graph_add_input(g, "a", &sa, DT_F32, &d);
-  int bm = graph_add_const(g, "b", rand_f32(shape_of(2, 5, 6), 1304), &d);
-  int cm = graph_add_const(g, "c", rand_f32(shape_of(2, 4, 1), 1305), &d);
+  int bm = graph_add_const(g, "b", random_f32(shape_of(2, 5, 6), 1304), &d);
+  int cm = graph_add_const(g, "c", random_f32(shape_of(2, 4, 1), 1305), &d);
   params_default(OP_GEMM, &p);
   param_set_int(&p, param_index(OP_GEMM, "transA"), 1);
   param_set_int(&p, param_index(OP_GEMM, "transB"), 1);
@@ -813,7 +695,7 @@ static void test_onnx_round_trip_gemm(void) {
   int gm = add_op(g, OP_GEMM, (TensorRef[]){{a, 0}, {bm, 0}, {cm, 0}}, 3, &p, &d);
   graph_add_output(g, (TensorRef){gm, 0}, "y", &d);
   CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
-  Tensor *xv = rand_f32(sa, 1306);
+  Tensor *xv = random_f32(sa, 1306);
   check_round_trip(g, xv, "gemm");
   tensor_unref(xv);
   graph_free(g);
@@ -828,7 +710,7 @@ static void test_onnx_round_trip_enlarge(void) {
   Graph *g = graph_new();
   Shape sw = shape_of(4, 4, 3, 1, 3);
   int w = graph_add_input(g, "w", &sw, DT_F32, &d);
-  int x = graph_add_const(g, "x", rand_f32(shape_of(4, 1, 3, 7, 6), 1307), &d);
+  int x = graph_add_const(g, "x", random_f32(shape_of(4, 1, 3, 7, 6), 1307), &d);
   int e = add_op(g, OP_ENLARGE, (TensorRef[]){{w, 0}}, 1, NULL, &d);
   Params p;
   params_default(OP_CONV2D, &p);
@@ -836,7 +718,7 @@ static void test_onnx_round_trip_enlarge(void) {
   int c = add_op(g, OP_CONV2D, (TensorRef[]){{x, 0}, {e, 0}}, 2, &p, &d);
   graph_add_output(g, (TensorRef){c, 0}, "y", &d);
   CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
-  Tensor *wv = rand_f32(sw, 1308);
+  Tensor *wv = random_f32(sw, 1308);
   check_round_trip(g, wv, "enlarge");
   tensor_unref(wv);
   graph_free(g);

@@ -14,7 +14,7 @@
 
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
-#include "tests/check.h"
+#include "tests/tensor_check.h"
 
 #define PATH_BUF 2048
 static char data_dir[1024];
@@ -78,16 +78,6 @@ static Tensor *run(const Graph *g, Tensor *x) {
   return out[0];
 }
 
-static double max_diff(const Tensor *a, const Tensor *b) {
-  if (!a || !b || !shape_equal(&a->shape, &b->shape)) return 1e30;
-  double m = 0;
-  for (int64_t i = 0; i < tensor_numel(a); i++) {
-    double e = fabs((double)((const float *)a->data)[i] - ((const float *)b->data)[i]);
-    if (e > m) m = e;
-  }
-  return m;
-}
-
 static int count_kind(const Graph *g, OpKind k) {
   int n = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;
@@ -107,7 +97,8 @@ static Tensor *check_reference(const char *model, const OnnxImportOptions *o, On
   snprintf(name, sizeof name, "%s.output_0.pb", model);
   Tensor *want = read_tensor(name);
   Tensor *y = g && x ? run(g, x) : NULL;
-  CHECK_MSG(max_diff(y, want) < 1e-5, "%s: max |y - reference| = %g", model, max_diff(y, want));
+  CHECK_MSG(max_abs_err(y, want) < 1e-5, "%s: max |y - reference| = %g", model,
+            max_abs_err(y, want));
   if (g) CHECK_EQ_INT(graph_check(g, &d), TEQ_OK);
   tensor_unref(x);
   tensor_unref(want);
@@ -149,7 +140,7 @@ static void test_conv_bn(void) {
   Tensor *kept = check_reference("conv_bn", &o, &st);
   CHECK_EQ_INT(st.n_batchnorm_folded, 0);
   CHECK_EQ_INT(st.n_noops_removed, 0);
-  CHECK_MSG(max_diff(folded, kept) < 1e-6, "folded vs kept: %g", max_diff(folded, kept));
+  CHECK_MSG(max_abs_err(folded, kept) < 1e-6, "folded vs kept: %g", max_abs_err(folded, kept));
   g = import(data("conv_bn.onnx", p), &o, NULL, &d);
   if (g) CHECK_EQ_INT(count_kind(g, OP_BATCHNORM), 1);
   if (g) CHECK_EQ_INT(count_kind(g, OP_IDENTITY), 2);
@@ -206,7 +197,8 @@ static void check_round_trip(const char *model) {
   snprintf(name, sizeof name, "%s.input_0.pb", model);
   Tensor *x = read_tensor(name);
   Tensor *a = g ? run(g, x) : NULL, *b = h ? run(h, x) : NULL;
-  CHECK_MSG(max_diff(a, b) == 0, "%s: export changed the output by %g", model, max_diff(a, b));
+  CHECK_MSG(max_abs_err(a, b) == 0, "%s: export changed the output by %g", model,
+            max_abs_err(a, b));
   if (h) {
     CHECK_EQ_INT(st.n_folded + st.n_batchnorm_folded + st.n_noops_removed, 0);
     CHECK_EQ_INT(graph_count_ops(h), graph_count_ops(g));
@@ -221,10 +213,13 @@ static void check_round_trip(const char *model) {
   diag_fini(&d);
 }
 
+static bool is_opaque(const Node *n, const char *op_type) {
+  return n->kind == OP_OPAQUE && strcmp(n->opaque->op_type, op_type) == 0;
+}
+
 static const Node *find_opaque(const Graph *g, const char *op_type) {
   for (int32_t i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == OP_OPAQUE && strcmp(g->nodes[i].opaque->op_type, op_type) == 0)
-      return &g->nodes[i];
+    if (is_opaque(&g->nodes[i], op_type)) return &g->nodes[i];
   return NULL;
 }
 
@@ -266,8 +261,7 @@ static void test_opaque(void) {
 
 static int count_opaque(const Graph *g, const char *op_type) {
   int n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    n += g->nodes[i].kind == OP_OPAQUE && strcmp(g->nodes[i].opaque->op_type, op_type) == 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += is_opaque(&g->nodes[i], op_type);
   return n;
 }
 
@@ -466,7 +460,7 @@ static void test_export_built(void) {
   CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, a, &d), TEQ_OK);
   if (h) CHECK_EQ_INT(exec_run(h, EXEC_F32, &in, b, &d), TEQ_OK);
   for (int j = 0; j < 4; j++) {
-    CHECK_MSG(a[j] && b[j] && max_diff(a[j], b[j]) < 1e-6, "output %d differs", j);
+    CHECK_MSG(a[j] && b[j] && max_abs_err(a[j], b[j]) < 1e-6, "output %d differs", j);
     tensor_unref(a[j]);
     tensor_unref(b[j]);
   }
@@ -556,7 +550,7 @@ static void test_tensor_files(void) {
   CHECK(name && strcmp(name, "x") == 0);
   if (t) CHECK_EQ_INT(onnx_write_tensor_file(tmp("t.pb", q), t, "renamed", &d), TEQ_OK);
   CHECK_EQ_INT(onnx_read_tensor_file(q, &u, &name2, &d), TEQ_OK);
-  CHECK(t && u && max_diff(t, u) == 0 && name2 && strcmp(name2, "renamed") == 0);
+  CHECK(t && u && max_abs_err(t, u) == 0 && name2 && strcmp(name2, "renamed") == 0);
   tensor_unref(u);
   free(name2);
   /* int64 round trip */

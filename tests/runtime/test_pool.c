@@ -11,98 +11,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
 #include "runtime/onnx.h"
 #include "runtime/ops.h"
-#include "tests/check.h"
-
-/* ---- running one operator (as in test_linear.c) ---- */
-
-typedef struct Op {
-  Node node;
-  Shape out[1];
-} Op;
-
-static void op_init(Op *o, OpKind kind, int n_in) {
-  memset(o, 0, sizeof *o);
-  o->node.kind = kind;
-  o->node.n_in = n_in;
-  o->node.n_out = 1;
-  o->node.out = o->out;
-  params_default(kind, &o->node.params);
-}
-
-static void op_ints(Op *o, const char *name, const int64_t *v, int n) {
-  int i = param_index(o->node.kind, name);
-  CHECK_MSG(i >= 0, "%s has no parameter %s", op_def(o->node.kind)->name, name);
-  if (i >= 0) param_set_ints(&o->node.params, i, v, n);
-}
-
-static void op_int(Op *o, const char *name, int64_t v) { op_ints(o, name, &v, 1); }
-
-static int op_infer(Op *o, Tensor *const *in, Diag *d) {
-  Shape s[4];
-  for (int i = 0; i < o->node.n_in; i++) s[i] = in[i]->shape;
-  int rc = params_check(o->node.kind, &o->node.params, d);
-  return rc ? rc : op_def(o->node.kind)->infer_shape(&o->node, s, o->out, d);
-}
-
-static Tensor *op_run(Op *o, Tensor *const *in, bool modp, Diag *d) {
-  if (op_infer(o, in, d)) return NULL;
-  Tensor *y = tensor_new(modp ? DT_MODP : DT_F32, &o->out[0]);
-  const OpDef *r = op_def(o->node.kind);
-  if ((modp ? r->eval_modp : r->eval_f32)(&o->node, in, &y, d)) {
-    tensor_unref(y);
-    return NULL;
-  }
-  return y;
-}
-
-static Tensor *rand_f32(Shape s, uint64_t seed) {
-  Tensor *t = tensor_new(DT_F32, &s);
-  tensor_fill_random(t, seed);
-  return t;
-}
-
-/* Integers in -3..3 as float32. */
-static Tensor *rand_small(Shape s, uint64_t seed) {
-  Tensor *t = rand_f32(s, seed);
-  float *p = t->data;
-  for (int64_t i = 0; i < tensor_numel(t); i++) p[i] = floorf(p[i] * 3.5f + 0.5f);
-  return t;
-}
-
-static Tensor *to_modp(const Tensor *t) {
-  Tensor *r = tensor_new(DT_MODP, &t->shape);
-  const float *p = t->data;
-  uint32_t *q = r->data;
-  for (int64_t i = 0; i < tensor_numel(t); i++) q[i] = modp_from_int((int64_t)lrintf(p[i]));
-  return r;
-}
-
-static void unref_all(Tensor **t, int n) {
-  for (int i = 0; i < n; i++) tensor_unref(t[i]);
-}
-
-static double rel_err(const Tensor *a, const Tensor *b) {
-  if (!a || !b || !shape_equal(&a->shape, &b->shape)) return 1e30;
-  const float *x = a->data, *y = b->data;
-  double worst = 0;
-  for (int64_t i = 0; i < tensor_numel(a); i++) {
-    double e = fabs((double)x[i] - y[i]) / (1.0 + fabs((double)y[i]));
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-
-static bool same_data(const Tensor *a, const Tensor *b) {
-  return a && b && shape_equal(&a->shape, &b->shape) &&
-         memcmp(a->data, b->data, tensor_bytes(a)) == 0;
-}
+#include "tests/tensor_check.h"
 
 /* ---- the reference ---- */
 
@@ -197,28 +112,23 @@ static void test_pool_vs_reference(void) {
     Shape sx = shape_of(4, k->n, k->c, k->h, k->w);
     Shape want = shape_of(4, k->n, k->c, ref_out_dim(k->h, k->kh, k->sh, k->pt, k->pb, k->dh, k->ceil),
                           ref_out_dim(k->w, k->kw, k->sw, k->pl, k->pr, k->dw, k->ceil));
-    Tensor *x = rand_f32(sx, 10 + ci), *y = op_run(&o, &x, false, &d);
+    Tensor *x = random_f32(sx, 10 + ci), *y = op_run(&o, &x, false, &d);
     Tensor *r = tensor_new(DT_F32, &want);
     ref_pool(k, x, false, r);
-    CHECK_MSG(y && shape_equal(&y->shape, &want) && rel_err(y, r) < 1e-6,
-              "pool case %zu: error %g %s", ci, rel_err(y, r), diag_last(&d));
+    CHECK_MSG(y && shape_equal(&y->shape, &want) && max_rel_err(y, r) < 1e-6,
+              "pool case %zu: error %g %s", ci, max_rel_err(y, r), diag_last(&d));
     /* Z_p on small integers, negatives included: max compares residues. */
-    Tensor *xs = rand_small(sx, 20 + ci), *xm = to_modp(xs), *ym = op_run(&o, &xm, true, &d);
+    Tensor *xs = random_ints(sx, 3, 20 + ci), *xm = f32_to_modp(xs),
+           *ym = op_run(&o, &xm, true, &d);
     Tensor *rm = tensor_new(DT_MODP, &want);
     ref_pool(k, xm, true, rm);
-    CHECK_MSG(same_data(ym, rm), "pool case %zu in Z_p", ci);
+    CHECK_MSG(tensors_identical(ym, rm), "pool case %zu in Z_p", ci);
     unref_all((Tensor *[]){x, y, r, xs, xm, ym, rm}, 7);
   }
   diag_fini(&d);
 }
 
 /* ---- by hand ---- */
-
-static Tensor *iota(Shape s) {
-  Tensor *t = tensor_new(DT_F32, &s);
-  for (int64_t i = 0; i < tensor_numel(t); i++) ((float *)t->data)[i] = (float)(i + 1);
-  return t;
-}
 
 static void check_values(const Tensor *y, const float *want, int n, const char *what) {
   bool ok = y && tensor_numel(y) == n;
@@ -229,7 +139,7 @@ static void check_values(const Tensor *y, const float *want, int n, const char *
 static void test_by_hand(void) {
   Diag d;
   diag_init(&d);
-  Tensor *x = iota(shape_of(4, 1, 1, 4, 4)); /* 1..16 row-major */
+  Tensor *x = iota_from(shape_of(4, 1, 1, 4, 4), 1); /* 1..16 row-major */
   Op o;
   op_init(&o, OP_MAXPOOL, 1);
   op_ints(&o, "kernel", (int64_t[]){2, 2}, 2);
@@ -260,7 +170,7 @@ static void test_by_hand(void) {
   /* 5x5, 2x2 s2 ceil: the last row and column of windows overhang the
    * input by one and there is no padding to count, so they divide by 2 (or
    * 1 at the corner) even with count_include_pad. */
-  x = iota(shape_of(4, 1, 1, 5, 5));
+  x = iota_from(shape_of(4, 1, 1, 5, 5), 1);
   op_init(&o, OP_AVGPOOL, 1);
   op_ints(&o, "kernel", (int64_t[]){2, 2}, 2);
   op_ints(&o, "stride", (int64_t[]){2, 2}, 2);
@@ -315,12 +225,13 @@ static void test_const_pool_identity(void) {
     op_ints(&avg, "pads", (int64_t[]){k[4], k[5], k[6], k[7]}, 4);
     op_int(&avg, "count_include_pad", 1);
     for (int modp = 0; modp < 2; modp++) {
-      Tensor *xf = modp ? rand_small(shape_of(4, 2, c, 9, 8), 30 + i) : rand_f32(shape_of(4, 2, c, 9, 8), 40 + i);
-      Tensor *x = modp ? to_modp(xf) : tensor_ref(xf);
+      Tensor *xf = modp ? random_ints(shape_of(4, 2, c, 9, 8), 3, 30 + i)
+                        : random_f32(shape_of(4, 2, c, 9, 8), 40 + i);
+      Tensor *x = modp ? f32_to_modp(xf) : tensor_ref(xf);
       Tensor *w = op_run(&cp, NULL, modp, &d);
       Tensor *a = op_run(&conv, (Tensor *[]){x, w}, modp, &d), *b = op_run(&avg, &x, modp, &d);
-      if (modp) CHECK_MSG(same_data(a, b), "const_pool identity %zu in Z_p", i);
-      else CHECK_MSG(rel_err(a, b) < 1e-6, "const_pool identity %zu: %g", i, rel_err(a, b));
+      if (modp) CHECK_MSG(tensors_identical(a, b), "const_pool identity %zu in Z_p", i);
+      else CHECK_MSG(max_rel_err(a, b) < 1e-6, "const_pool identity %zu: %g", i, max_rel_err(a, b));
       unref_all((Tensor *[]){xf, x, w, a, b}, 5);
     }
   }
@@ -337,8 +248,9 @@ static void test_global(void) {
     for (int is_max = 0; is_max < 2; is_max++) {
       Op o;
       op_init(&o, is_max ? OP_GLOBAL_MAXPOOL : OP_GLOBAL_AVGPOOL, 1);
-      Tensor *x = rand_f32(shapes[s], 50 + s), *y = op_run(&o, &x, false, &d);
-      Tensor *xs = rand_small(shapes[s], 60 + s), *xm = to_modp(xs), *ym = op_run(&o, &xm, true, &d);
+      Tensor *x = random_f32(shapes[s], 50 + s), *y = op_run(&o, &x, false, &d);
+      Tensor *xs = random_ints(shapes[s], 3, 60 + s), *xm = f32_to_modp(xs),
+             *ym = op_run(&o, &xm, true, &d);
       int64_t planes = shapes[s].d[0] * shapes[s].d[1], size = tensor_numel(x) / planes;
       bool ok = y && ym && y->shape.ndim == shapes[s].ndim && y->shape.d[1] == shapes[s].d[1] &&
                 tensor_numel(y) == planes;
@@ -363,34 +275,26 @@ static void test_global(void) {
 
 /* ---- errors and rows ---- */
 
-static void expect_error(Op *o, Shape s, const char *want) {
-  Diag d;
-  diag_init(&d);
-  Tensor *x = tensor_new(DT_F32, &s);
-  int rc = op_infer(o, &x, &d);
-  CHECK_MSG(rc == TEQ_ERR_INPUT && strstr(diag_last(&d), want),
-            "expected an error with \"%s\", got rc %d: %s", want, rc, diag_last(&d));
-  tensor_unref(x);
-  diag_fini(&d);
-}
-
 static void test_errors(void) {
   Op o;
   op_init(&o, OP_MAXPOOL, 1);
   op_ints(&o, "kernel", (int64_t[]){3, 3}, 2);
   op_ints(&o, "pads", (int64_t[]){3, 0, 0, 0}, 4);
-  expect_error(&o, shape_of(4, 1, 2, 8, 8),
-               "maxpool: pads=(3 0 0 0): each must be >= 0 and smaller than the kernel extent 3x3");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 2, 8, 8)},
+                 "maxpool: pads=(3 0 0 0): each must be >= 0 and smaller than the kernel "
+                 "extent 3x3");
   op_ints(&o, "pads", (int64_t[]){0, 0, 0, 0}, 4);
-  expect_error(&o, shape_of(4, 1, 2, 2, 8), "kernel=(3 3): larger than the padded input 2x8");
-  expect_error(&o, shape_of(3, 1, 2, 8), "input X [1, 2, 8]: expected [N, C, H, W]");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 2, 2, 8)},
+                 "kernel=(3 3): larger than the padded input 2x8");
+  op_check_error(&o, (Shape[]){shape_of(3, 1, 2, 8)}, "input X [1, 2, 8]: expected [N, C, H, W]");
   op_ints(&o, "dilation", (int64_t[]){4, 1}, 2);
-  expect_error(&o, shape_of(4, 1, 2, 8, 8), "larger than the padded input");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 2, 8, 8)}, "larger than the padded input");
   op_init(&o, OP_AVGPOOL, 1);
   op_ints(&o, "kernel", (int64_t[]){0, 2}, 2);
-  expect_error(&o, shape_of(4, 1, 2, 8, 8), "avgpool: kernel=0");
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 2, 8, 8)}, "avgpool: kernel=0");
   op_init(&o, OP_GLOBAL_AVGPOOL, 1);
-  expect_error(&o, shape_of(2, 3, 4), "global_avgpool: input X [3, 4]: expected [N, C, spatial...]");
+  op_check_error(&o, (Shape[]){shape_of(2, 3, 4)},
+                 "global_avgpool: input X [3, 4]: expected [N, C, spatial...]");
 }
 
 /* ---- ONNX export and import ---- */
@@ -414,7 +318,7 @@ static int add_pool(Graph *g, OpKind kind, int in, const int64_t *kernel, const 
 static void test_onnx_round_trip(void) {
   Diag d;
   diag_init(&d);
-  Graph *g = graph_new(), *h = NULL;
+  Graph *g = graph_new();
   Shape sx = shape_of(4, 2, 3, 13, 12);
   int x = graph_add_input(g, "x", &sx, DT_F32, &d);
   int mp = add_pool(g, OP_MAXPOOL, x, (int64_t[]){3, 2}, (int64_t[]){2, 1},
@@ -427,21 +331,10 @@ static void test_onnx_round_trip(void) {
   graph_add_output(g, (TensorRef){ga, 0}, "mean", &d);
   graph_add_output(g, (TensorRef){gm, 0}, "max", &d);
   CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
-  char path[] = "/tmp/teq_test_pool_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  if (fd >= 0) close(fd);
-  Tensor *xv = rand_f32(sx, 70), *a[3] = {0}, *b[3] = {0};
-  int rc = onnx_export_file(g, path, &d);
-  if (rc == TEQ_OK) rc = onnx_import_file(path, NULL, &h, NULL, &d);
-  if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, &xv, a, &d);
-  if (rc == TEQ_OK) rc = exec_run(h, EXEC_F32, &xv, b, &d);
-  CHECK_MSG(rc == TEQ_OK, "round trip: %s", d.text ? d.text : "");
-  for (int i = 0; rc == TEQ_OK && i < 3; i++) CHECK_MSG(same_data(a[i], b[i]), "output %d", i);
-  unlink(path);
-  unref_all((Tensor *[]){xv, a[0], a[1], a[2], b[0], b[1], b[2]}, 7);
+  Tensor *xv = random_f32(sx, 70);
+  CHECK_EQ_INT(check_graph_round_trip(g, NULL, &xv, "pools", NULL, &d), TEQ_OK);
+  tensor_unref(xv);
   graph_free(g);
-  graph_free(h);
   diag_fini(&d);
 }
 
