@@ -30,18 +30,10 @@ RUN_MODEL=$BUILD/tools/run-model
 ORT_DIR=$ROOT/tools/ort
 
 # --- prerequisites: skip (77) when an oracle is missing, fail when Teq is.
-if ! "$PY" -c 'import onnx, numpy' 2>/dev/null; then
-  echo "SKIP: $PY lacks onnx/numpy (Debian: apt-get install python3-onnx)"
-  exit 77
-fi
-if ! command -v node >/dev/null 2>&1; then
-  echo "SKIP: node is not installed"
-  exit 77
-fi
-if ! (cd "$ORT_DIR" && node -e "require('onnxruntime-node')") >/dev/null 2>&1; then
-  echo "SKIP: onnxruntime-node is missing; run: (cd tools/ort && ONNXRUNTIME_NODE_INSTALL=skip npm ci)"
-  exit 77
-fi
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
+require_python "$PY" onnx numpy
+require_ort "$ORT_DIR"
 for tool in "$BUILD_MODEL" "$RUN_MODEL"; do
   if [[ ! -x $tool ]]; then
     echo "FAIL: $tool not built (set TEQ_BUILD to the build directory)"

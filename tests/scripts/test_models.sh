@@ -31,18 +31,10 @@ ORT_DIR=$ROOT/tools/ort
 INPUT_NAME=input   # export_torchvision.py names every model's input "input"
 
 # --- prerequisites: skip (77) when an oracle is missing, fail when Teq is.
-if ! "$PY" -c 'import torch, torchvision, onnx, numpy' 2>/dev/null; then
-  echo "SKIP: $PY lacks torch/torchvision/onnx/numpy (Debian: apt-get install python3-torch python3-torchvision python3-onnx)"
-  exit 77
-fi
-if ! command -v node >/dev/null 2>&1; then
-  echo "SKIP: node is not installed"
-  exit 77
-fi
-if ! (cd "$ORT_DIR" && node -e "require('onnxruntime-node')") >/dev/null 2>&1; then
-  echo "SKIP: onnxruntime-node is missing; run: (cd tools/ort && ONNXRUNTIME_NODE_INSTALL=skip npm ci)"
-  exit 77
-fi
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
+require_python "$PY" torch torchvision onnx numpy
+require_ort "$ORT_DIR"
 if [[ ! -x $RUN_MODEL ]]; then
   echo "FAIL: $RUN_MODEL not built (set TEQ_BUILD to the build directory)"
   exit 1
