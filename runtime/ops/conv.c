@@ -1,7 +1,7 @@
 /* conv.c: 2-D convolution (grouped, strided, padded, dilated, with a bias
  * and TASO's fused activation), enlarge (a kernel zero-padded to a larger
  * size, centred, so a 1x1 and a 3x3 conv can be merged) and inference
- * batch normalization.
+ * batch normalization, and conv_transpose (ONNX ConvTranspose, 2-D).
  *
  * Float32 conv is im2col + a BLAS GEMM per (image, group): the column
  * matrix has one row per (input channel, kernel tap) and one column per
@@ -549,6 +549,272 @@ const OpDef op_def_conv2d = {
   .infer_shape = conv_infer,
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write,
+};
+
+/* ---- conv_transpose: ONNX ConvTranspose, 2-D ---- */
+
+/* The adjoint of conv2d: each input pixel (iy, ix) of channel c scatters
+ * x * W[c, m, i, j] to output (iy*sh - pt + i*dh, ix*sw - pl + j*dw). W is
+ * [C, M/groups, kh, kw]. The full output has extent s*(in-1) + (k-1)*dl + 1
+ * + output_padding; pads crop it at both ends. Float32 is a GEMM per
+ * (image, group), W_g^T (M/g*kh*kw x C/g) times X_g (C/g x H*W), then
+ * col2im: a scatter-add of those columns into the cleared output. Z_p is
+ * the same scatter, exact. As conv2d, OPF_MULTILINEAR is the form without
+ * a bias input. */
+
+enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };
+
+/* conv_transpose geometry, in ConvGeom's fields: (n, c, h, w) the input,
+ * m the output channels, (oh, ow) the output; cg, mg per group. */
+static int ct_geom(const Node *n, const Shape *in, ConvGeom *g, int64_t op[2], Diag *d) {
+  const Params *p = &n->params;
+  char sx[SHAPE_STR_MAX], sw[SHAPE_STR_MAX];
+  int rc = conv_params(n, g, d);
+  if (rc) return rc;
+  op[0] = p->v[CT_OUTPAD].i[0], op[1] = p->v[CT_OUTPAD].i[1];
+  if (op[0] < 0 || op[1] < 0)
+    return op_error(n, d, "output_padding=(%lld %lld): must be >= 0", (long long)op[0],
+                    (long long)op[1]);
+  const Shape *x = &in[0], *w = &in[1];
+  if (x->ndim != 4)
+    return op_error(n, d, "input X %s: expected [N, C, H, W]", shape_format(x, sx, sizeof sx));
+  if (w->ndim != 4)
+    return op_error(n, d, "weight W %s: expected [C, M/groups, kh, kw]",
+                    shape_format(w, sw, sizeof sw));
+  for (int i = 0; i < 4; i++)
+    if (x->d[i] < 1 || w->d[i] < 1)
+      return op_error(n, d, "input X %s, weight W %s: empty dimension",
+                      shape_format(x, sx, sizeof sx), shape_format(w, sw, sizeof sw));
+  g->n = x->d[0], g->c = x->d[1], g->h = x->d[2], g->w = x->d[3];
+  g->kh = w->d[2], g->kw = w->d[3];
+  if (w->d[0] != g->c)
+    return op_error(n, d, "weight W %s: dimension 0 must equal input channels %lld of X %s",
+                    shape_format(w, sw, sizeof sw), (long long)g->c,
+                    shape_format(x, sx, sizeof sx));
+  if (g->c % g->groups)
+    return op_error(n, d, "groups=%lld: input channels %lld not divisible by groups",
+                    (long long)g->groups, (long long)g->c);
+  g->cg = g->c / g->groups, g->mg = w->d[1], g->m = g->mg * g->groups;
+  if (n->n_in > 2 && (in[2].ndim != 1 || in[2].d[0] != g->m))
+    return op_error(n, d, "bias B %s: expected [%lld], one per output channel",
+                    shape_format(&in[2], sx, sizeof sx), (long long)g->m);
+  g->oh = g->sh * (g->h - 1) + (g->kh - 1) * g->dh + 1 + op[0] - g->pt - g->pb;
+  g->ow = g->sw * (g->w - 1) + (g->kw - 1) * g->dw + 1 + op[1] - g->pl - g->pr;
+  if (g->oh < 1 || g->ow < 1)
+    return op_error(n, d, "pads=(%lld %lld %lld %lld): crop the whole %lldx%lld output",
+                    (long long)g->pt, (long long)g->pl, (long long)g->pb, (long long)g->pr,
+                    (long long)(g->oh + g->pt + g->pb), (long long)(g->ow + g->pl + g->pr));
+  if (g->oh > SPATIAL_MAX || g->ow > SPATIAL_MAX)
+    return op_error(n, d, "output %lldx%lld: larger than %lld", (long long)g->oh,
+                    (long long)g->ow, (long long)SPATIAL_MAX);
+  return TEQ_OK;
+}
+
+static int ct_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  ConvGeom g;
+  int64_t op[2];
+  int rc = ct_geom(n, in, &g, op, d);
+  if (rc) return rc;
+  out[0] = shape_make(4, (int64_t[]){g.n, g.m, g.oh, g.ow});
+  return TEQ_OK;
+}
+
+static int ct_geom_of(const Node *n, Tensor *const *in, ConvGeom *g, Diag *d) {
+  Shape s[3];
+  int64_t op[2];
+  for (int i = 0; i < n->n_in && i < 3; i++) s[i] = in[i]->shape;
+  return ct_geom(n, s, g, op, d);
+}
+
+/* Scatter-adds column matrix rows (m, i, j) of one group, each H*W input
+ * pixels, into the output planes yg (mg of them). */
+static void col2im(const ConvGeom *g, const float *col, float *yg) {
+  int64_t hw = g->h * g->w;
+  for (int64_t m = 0; m < g->mg; m++)
+    for (int64_t i = 0; i < g->kh; i++)
+      for (int64_t j = 0; j < g->kw; j++) {
+        const float *cr = col + ((m * g->kh + i) * g->kw + j) * hw;
+        float *yp = yg + m * g->oh * g->ow;
+        int64_t xoff = j * g->dw - g->pl;
+        for (int64_t iy = 0; iy < g->h; iy++) {
+          int64_t oy = iy * g->sh - g->pt + i * g->dh;
+          if (oy < 0 || oy >= g->oh) continue;
+          float *yr = yp + oy * g->ow;
+          const float *cx = cr + iy * g->w;
+          for (int64_t ix = 0; ix < g->w; ix++) {
+            int64_t ox = ix * g->sw + xoff;
+            if (ox >= 0 && ox < g->ow) yr[ox] += cx[ix];
+          }
+        }
+      }
+}
+
+static int ct_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  ConvGeom g;
+  int rc = ct_geom_of(n, in, &g, d);
+  if (rc) return rc;
+  const float *x = in[0]->data, *w = in[1]->data, *b = n->n_in > 2 ? in[2]->data : NULL;
+  float *y = out[0]->data;
+  int64_t rows = g.mg * g.kh * g.kw, hw = g.h * g.w, plane = g.oh * g.ow;
+  if (rows > INT_MAX || hw > INT_MAX || g.cg > INT_MAX || rows * hw > (INT64_C(1) << 31))
+    return op_error(n, d, "GEMM of [%lld, %lld] by [%lld, %lld] is too large for the BLAS",
+                    (long long)rows, (long long)g.cg, (long long)g.cg, (long long)hw);
+  float *col = malloc((size_t)(rows * hw) * sizeof *col);
+  if (!col) {
+    op_error(n, d, "out of memory for a [%lld, %lld] column matrix", (long long)rows,
+             (long long)hw);
+    return TEQ_ERR_NOMEM;
+  }
+  memset(y, 0, tensor_bytes(out[0])); /* col2im adds; every element is written */
+  for (int64_t img = 0; img < g.n; img++)
+    for (int64_t grp = 0; grp < g.groups; grp++) {
+      const float *xg = x + (img * g.c + grp * g.cg) * hw;
+      const float *wg = w + grp * g.cg * rows;
+      blas_sgemm(true, false, rows, hw, g.cg, 1.0f, wg, rows, xg, hw, 0.0f, col, hw);
+      col2im(&g, col, y + (img * g.m + grp * g.mg) * plane);
+    }
+  free(col);
+  for (int64_t img = 0; b && img < g.n; img++)
+    for (int64_t m = 0; m < g.m; m++) {
+      float *yp = y + (img * g.m + m) * plane;
+      for (int64_t q = 0; q < plane; q++) yp[q] += b[m];
+    }
+  return TEQ_OK;
+}
+
+static int ct_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  ConvGeom g;
+  int rc = ct_geom_of(n, in, &g, d);
+  if (rc) return rc;
+  const uint32_t *x = in[0]->data, *w = in[1]->data;
+  const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
+  uint32_t *y = out[0]->data;
+  int64_t plane = g.oh * g.ow;
+  memset(y, 0, tensor_bytes(out[0]));
+  for (int64_t img = 0; img < g.n; img++)
+    for (int64_t c = 0; c < g.c; c++) {
+      const uint32_t *xp = x + (img * g.c + c) * g.h * g.w;
+      int64_t grp = c / g.cg;
+      for (int64_t mi = 0; mi < g.mg; mi++) {
+        const uint32_t *wk = w + (c * g.mg + mi) * g.kh * g.kw;
+        uint32_t *yp = y + (img * g.m + grp * g.mg + mi) * plane;
+        for (int64_t iy = 0; iy < g.h; iy++)
+          for (int64_t ix = 0; ix < g.w; ix++) {
+            uint32_t xv = xp[iy * g.w + ix];
+            for (int64_t i = 0; i < g.kh; i++) {
+              int64_t oy = iy * g.sh - g.pt + i * g.dh;
+              if (oy < 0 || oy >= g.oh) continue;
+              for (int64_t j = 0; j < g.kw; j++) {
+                int64_t ox = ix * g.sw - g.pl + j * g.dw;
+                if (ox < 0 || ox >= g.ow) continue;
+                uint32_t *o = &yp[oy * g.ow + ox];
+                *o = modp_add(*o, modp_mul(xv, wk[i * g.kw + j]));
+              }
+            }
+          }
+      }
+    }
+  for (int64_t img = 0; b && img < g.n; img++)
+    for (int64_t m = 0; m < g.m; m++) {
+      uint32_t *yp = y + (img * g.m + m) * plane;
+      for (int64_t q = 0; q < plane; q++) yp[q] = modp_add(yp[q], b[m]);
+    }
+  return TEQ_OK;
+}
+
+/* The ONNX spec's pads from a wanted output extent: total = s*(in-1) +
+ * output_padding + (k-1)*dl + 1 - want, split with the extra pixel at the
+ * end for SAME_UPPER and at the beginning otherwise. A negative end pad
+ * (an output longer than the scatter reaches) becomes output_padding. */
+static int ct_pads_for(OnnxNodeIn *v, bool upper, int i, int64_t in, int64_t k, int64_t s,
+                       int64_t dl, int64_t want, int64_t pads[4], int64_t op[2], Diag *d) {
+  int64_t total = s * (in - 1) + op[i] + (k - 1) * dl + 1 - want;
+  int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor, as the spec's // */
+  int64_t p0 = upper ? half : total - half, p1 = total - p0;
+  if (p0 < 0)
+    return onnx_in_unsupported(v, d, "ConvTranspose output extent %lld needs a negative "
+                               "begin pad %lld", (long long)want, (long long)p0);
+  if (p1 < 0) op[i] -= p1, p1 = 0;
+  pads[i] = p0, pads[i + 2] = p1;
+  return TEQ_OK;
+}
+
+/* 2-D only; kernel_shape must agree with W; output_shape and auto_pad
+ * become explicit pads (and output_padding for an output past the scatter). */
+static int ct_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
+  const Shape *known = w && w->ndim >= 0 ? w : x && x->ndim >= 0 ? x : NULL;
+  if (known && known->ndim != 4)
+    return onnx_in_unsupported(v, d, "ConvTranspose with %d spatial dimensions: only 2-D is "
+                               "supported", known->ndim - 2);
+  int64_t ks[TEQ_MAX_PARAM_LEN], os[TEQ_MAX_PARAM_LEN];
+  int nk = 0, no = 0;
+  bool has_ks = onnx_in_attr_ints(v, "kernel_shape", ks, TEQ_MAX_PARAM_LEN, &nk);
+  bool has_os = onnx_in_attr_ints(v, "output_shape", os, TEQ_MAX_PARAM_LEN, &no);
+  const ParamValue *pv = p->v;
+  if ((has_ks && nk != 2) || pv[CT_STRIDE].n != 2 || pv[CT_DILATION].n != 2 ||
+      pv[CT_OUTPAD].n != 2 || pv[CT_PADS].n != 4)
+    return onnx_in_unsupported(v, d, "ConvTranspose with kernel_shape, strides, dilations, "
+                               "output_padding or pads not of a 2-D form");
+  bool w_known = w && w->ndim == 4;
+  if (has_ks && w_known && (ks[0] != w->d[2] || ks[1] != w->d[3])) {
+    char sw[SHAPE_STR_MAX];
+    return onnx_in_error(v, d, "attribute kernel_shape=(%lld %lld) does not match weight W %s",
+                         (long long)ks[0], (long long)ks[1], shape_format(w, sw, sizeof sw));
+  }
+  if (!has_ks && w_known) ks[0] = w->d[2], ks[1] = w->d[3];
+  const char *mode = "NOTSET";
+  onnx_in_attr_string(v, "auto_pad", &mode);
+  bool same = strcmp(mode, "SAME_UPPER") == 0 || strcmp(mode, "SAME_LOWER") == 0;
+  if (!same && strcmp(mode, "NOTSET") != 0 && strcmp(mode, "VALID") != 0)
+    return onnx_in_error(v, d, "attribute auto_pad=%s: expected NOTSET, VALID, SAME_UPPER or "
+                         "SAME_LOWER", mode);
+  int64_t pads[4], op[2] = {pv[CT_OUTPAD].i[0], pv[CT_OUTPAD].i[1]};
+  memcpy(pads, pv[CT_PADS].i, sizeof pads);
+  if (strcmp(mode, "VALID") == 0) memset(pads, 0, sizeof pads);
+  if (has_os && no == 4) { /* [N, C, H, W] written out: the spatial part is all */
+    os[0] = os[2], os[1] = os[3];
+    no = 2;
+  }
+  if (has_os && no != 2)
+    return onnx_in_unsupported(v, d, "ConvTranspose output_shape of length %d: only 2-D", no);
+  if (has_os || same) {
+    if (!x || x->ndim != 4 || (!has_ks && !w_known))
+      return onnx_in_unsupported(v, d, "ConvTranspose %s needs the input's and kernel's "
+                                 "shapes", has_os ? "output_shape" : "auto_pad");
+    for (int i = 0; i < 2; i++) {
+      int64_t want = has_os ? os[i] : x->d[2 + i] * pv[CT_STRIDE].i[i];
+      int rc = ct_pads_for(v, strcmp(mode, "SAME_UPPER") == 0, i, x->d[2 + i], ks[i],
+                           pv[CT_STRIDE].i[i], pv[CT_DILATION].i[i], want, pads, op, d);
+      if (rc) return rc;
+    }
+  }
+  param_set_ints(p, CT_PADS, pads, 4);
+  param_set_ints(p, CT_OUTPAD, op, 2);
+  return TEQ_OK;
+}
+
+static const OpParam ct_params_rows[] = {
+  [CT_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
+                 .hi = SPATIAL_MAX, .onnx_attr = "strides"},
+  [CT_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0,
+               .hi = SPATIAL_MAX, .onnx_attr = "pads"},
+  [CT_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
+                   .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
+  [CT_GROUPS] = {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1,
+                 .hi = INT64_C(1) << 24, .onnx_attr = "group"},
+  [CT_OUTPAD] = {.name = "output_padding", .type = PARAM_INTS, .len = 2, .def = 0, .lo = 0,
+                 .hi = SPATIAL_MAX, .onnx_attr = "output_padding"},
+};
+
+const OpDef op_def_conv_transpose = {
+  .kind = OP_CONV_TRANSPOSE, .name = "conv_transpose", .onnx_op = "ConvTranspose",
+  .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
+  .params = ct_params_rows, .n_params = 5,
+  .flags = OPF_MULTILINEAR,
+  .infer_shape = ct_infer,
+  .eval_f32 = ct_eval_f32, .eval_modp = ct_eval_modp,
+  .onnx_read = ct_onnx_read,
 };
 
 /* ---- enlarge(kh, kw): kernel [M, C, h, w] zero-padded to [M, C, kh, kw] ---- */

@@ -21,7 +21,7 @@
 #include "tests/check.h"
 
 /* Raise this when more node tests pass; never lower it. */
-#define PASS_FLOOR 286
+#define PASS_FLOOR 294
 
 enum { RAN_PASS, RAN_FAIL, SKIPPED };
 

@@ -1,4 +1,4 @@
-/* test_linear.c: conv2d, matmul, gemm, enlarge, batchnorm and TASO's
+/* test_linear.c: conv2d, conv_transpose, matmul, gemm, enlarge, batchnorm and TASO's
  * constant tensors. Every float32 kernel is checked against a naive double
  * loop written here, on random inputs over many configurations; every Z_p
  * kernel against the float32 kernel on small integers (exact in float);
@@ -725,9 +725,152 @@ static void test_onnx_round_trip_enlarge(void) {
   diag_fini(&d);
 }
 
+/* ---- conv_transpose ---- */
+
+typedef struct CtCase {
+  int n, c, h, w, m, kh, kw; /* m: output channels in all */
+  int sh, sw, pt, pl, pb, pr, dh, dw, groups, oph, opw, bias;
+} CtCase;
+
+static const CtCase ct_cases[] = {
+  /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g oph opw b */
+  {1, 1, 3, 3, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0},  /* ONNX's first example */
+  {2, 3, 4, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* stride 2, output_padding */
+  {1, 4, 5, 4, 6, 2, 3, 3, 2, 0, 1, 2, 0, 1, 1, 2, 2, 1, 1},  /* groups 2, odd pads */
+  {1, 2, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2, 2, 1, 0, 0, 0},  /* dilation 2 */
+  {2, 6, 3, 4, 6, 3, 2, 2, 3, 0, 0, 0, 0, 2, 1, 6, 1, 0, 1},  /* depthwise, mixed */
+  {1, 8, 6, 6, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4, 0, 0, 1},  /* 1x1 grouped */
+  {1, 3, 7, 2, 5, 4, 4, 2, 1, 3, 2, 1, 0, 1, 2, 1, 1, 0, 0},  /* kernel > input width */
+};
+
+static void ct_setup(Op *o, const CtCase *k) {
+  op_init(o, OP_CONV_TRANSPOSE, k->bias ? 3 : 2);
+  op_ints(o, "stride", (int64_t[]){k->sh, k->sw}, 2);
+  op_ints(o, "pads", (int64_t[]){k->pt, k->pl, k->pb, k->pr}, 4);
+  op_ints(o, "dilation", (int64_t[]){k->dh, k->dw}, 2);
+  op_int(o, "groups", k->groups);
+  op_ints(o, "output_padding", (int64_t[]){k->oph, k->opw}, 2);
+}
+
+/* The definition: every input pixel scatters x * w over the full output,
+ * which the pads then crop; in double. */
+static Tensor *ct_ref(const CtCase *k, Tensor *const *in) {
+  int fh = k->sh * (k->h - 1) + k->dh * (k->kh - 1) + 1 + k->oph;
+  int fw = k->sw * (k->w - 1) + k->dw * (k->kw - 1) + 1 + k->opw;
+  int oh = fh - k->pt - k->pb, ow = fw - k->pl - k->pr;
+  int cg = k->c / k->groups, mg = k->m / k->groups;
+  double *full = calloc((size_t)(k->n * k->m * fh * fw), sizeof *full);
+  const float *x = in[0]->data, *w = in[1]->data, *b = k->bias ? in[2]->data : NULL;
+  for (int n = 0; n < k->n; n++)
+    for (int c = 0; c < k->c; c++)
+      for (int mi = 0; mi < mg; mi++) {
+        int m = (c / cg) * mg + mi;
+        for (int iy = 0; iy < k->h; iy++)
+          for (int ix = 0; ix < k->w; ix++)
+            for (int i = 0; i < k->kh; i++)
+              for (int j = 0; j < k->kw; j++)
+                full[((n * k->m + m) * fh + iy * k->sh + i * k->dh) * fw + ix * k->sw + j * k->dw] +=
+                    (double)x[((n * k->c + c) * k->h + iy) * k->w + ix] *
+                    w[((c * mg + mi) * k->kh + i) * k->kw + j];
+      }
+  Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, oh, ow}});
+  float *out = y->data;
+  for (int n = 0; n < k->n; n++)
+    for (int m = 0; m < k->m; m++)
+      for (int oy = 0; oy < oh; oy++)
+        for (int ox = 0; ox < ow; ox++)
+          *out++ = (float)(full[((n * k->m + m) * fh + oy + k->pt) * fw + ox + k->pl] +
+                           (b ? b[m] : 0));
+  free(full);
+  return y;
+}
+
+static void ct_inputs(const CtCase *k, Tensor **in, bool small, uint64_t seed) {
+  Shape s[3] = {shape_of(4, k->n, k->c, k->h, k->w),
+                shape_of(4, k->c, k->m / k->groups, k->kh, k->kw), shape_of(1, k->m)};
+  in[2] = NULL;
+  for (int i = 0; i < (k->bias ? 3 : 2); i++)
+    in[i] = small ? random_ints(s[i], 3, seed + (uint64_t)i)
+                  : random_f32(s[i], seed + (uint64_t)i);
+}
+
+/* Float32 against the scatter definition; Z_p against float32 on small
+ * integers. */
+static void test_conv_transpose(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof ct_cases / sizeof *ct_cases; ci++) {
+    const CtCase *k = &ct_cases[ci];
+    int n_in = k->bias ? 3 : 2;
+    Tensor *in[3], *si[3], *sm[3];
+    ct_inputs(k, in, false, 1500 + ci);
+    Op o;
+    ct_setup(&o, k);
+    Tensor *y = op_run(&o, in, false, &d), *r = ct_ref(k, in);
+    double e = y ? max_rel_err(y, r) : INFINITY;
+    CHECK_MSG(y && e < 1e-5, "conv_transpose case %zu: error %g %s", ci, e, diag_last(&d));
+    ct_inputs(k, si, true, 1600 + ci);
+    for (int i = 0; i < n_in; i++) sm[i] = f32_to_modp(si[i]);
+    Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, sm, true, &d);
+    Tensor *want = yf ? f32_to_modp(yf) : NULL;
+    CHECK_MSG(want && tensors_identical(ym, want), "conv_transpose case %zu: Z_p differs", ci);
+    unref_all((Tensor *[]){y, r, yf, ym, want}, 5);
+    unref_all(in, n_in);
+    unref_all(si, n_in);
+    unref_all(sm, n_in);
+  }
+  diag_fini(&d);
+}
+
+static void test_conv_transpose_errors(void) {
+  Op o;
+  op_init(&o, OP_CONV_TRANSPOSE, 2);
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 5, 5), shape_of(4, 3, 2, 3, 3)},
+                 "conv_transpose: weight W [3, 2, 3, 3]: dimension 0 must equal input channels 4");
+  op_int(&o, "groups", 3);
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 5, 5), shape_of(4, 4, 2, 3, 3)},
+                 "groups=3: input channels 4 not divisible by groups");
+  op_int(&o, "groups", 1);
+  op_ints(&o, "pads", (int64_t[]){4, 0, 3, 0}, 4);
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 2, 2), shape_of(4, 4, 2, 3, 3)},
+                 "crop the whole 4x4 output");
+  op_init(&o, OP_CONV_TRANSPOSE, 3);
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 5, 5), shape_of(4, 4, 2, 3, 3), shape_of(1, 4)},
+                 "bias B [4]: expected [2]");
+  op_check_error(&o, (Shape[]){shape_of(3, 4, 5, 5), shape_of(4, 4, 2, 3, 3), shape_of(1, 2)},
+                 "input X [4, 5, 5]: expected [N, C, H, W]");
+}
+
+/* Every attribute set, groups and a bias, exported and imported back. */
+static void test_onnx_round_trip_conv_transpose(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 1, 4, 5, 6);
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  int w = graph_add_const(g, "w", random_f32(shape_of(4, 4, 3, 3, 2), 1700), &d);
+  int b = graph_add_const(g, "b", random_f32(shape_of(1, 6), 1701), &d);
+  Params p;
+  params_default(OP_CONV_TRANSPOSE, &p);
+  param_set_int(&p, param_index(OP_CONV_TRANSPOSE, "groups"), 2);
+  param_set_ints(&p, param_index(OP_CONV_TRANSPOSE, "stride"), (int64_t[]){2, 3}, 2);
+  param_set_ints(&p, param_index(OP_CONV_TRANSPOSE, "pads"), (int64_t[]){1, 0, 2, 1}, 4);
+  param_set_ints(&p, param_index(OP_CONV_TRANSPOSE, "dilation"), (int64_t[]){2, 1}, 2);
+  param_set_ints(&p, param_index(OP_CONV_TRANSPOSE, "output_padding"), (int64_t[]){1, 2}, 2);
+  int c = add_op(g, OP_CONV_TRANSPOSE, (TensorRef[]){{x, 0}, {w, 0}, {b, 0}}, 3, &p, &d);
+  graph_add_output(g, (TensorRef){c, 0}, "y", &d);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text ? d.text : "");
+  Tensor *xv = random_f32(sx, 1702);
+  check_round_trip(g, xv, "conv_transpose");
+  tensor_unref(xv);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 static void test_rows(void) {
   static const OpKind mine[] = {OP_CONST_POOL, OP_CONST_ICONV, OP_CONST_IMM, OP_CONST_ONE,
-                                OP_MATMUL, OP_GEMM, OP_CONV2D, OP_ENLARGE, OP_BATCHNORM};
+                                OP_MATMUL, OP_GEMM, OP_CONV2D, OP_ENLARGE, OP_BATCHNORM,
+                                OP_CONV_TRANSPOSE};
   for (size_t i = 0; i < sizeof mine / sizeof *mine; i++) {
     const OpDef *r = op_def(mine[i]);
     CHECK_MSG(r->kind == mine[i] && r->infer_shape && r->eval_f32 && r->eval_modp &&
@@ -735,6 +878,8 @@ static void test_rows(void) {
   }
   CHECK(op_def(OP_CONV2D)->flags & OPF_MULTILINEAR);
   CHECK(op_def(OP_MATMUL)->flags & OPF_MULTILINEAR);
+  CHECK(op_def(OP_CONV_TRANSPOSE)->flags & OPF_MULTILINEAR);
+  CHECK_EQ_INT(op_by_onnx("ConvTranspose"), OP_CONV_TRANSPOSE);
   CHECK(op_def(OP_CONST_POOL)->flags & OPF_SOURCE);
   CHECK_EQ_INT(op_by_onnx("Conv"), OP_CONV2D);
   CHECK_EQ_INT(op_by_onnx("Gemm"), OP_GEMM);
@@ -766,5 +911,8 @@ int main(void) {
   test_onnx_round_trip();
   test_onnx_round_trip_gemm();
   test_onnx_round_trip_enlarge();
+  test_conv_transpose();
+  test_conv_transpose_errors();
+  test_onnx_round_trip_conv_transpose();
   return check_exit();
 }
