@@ -220,6 +220,7 @@ static int infer_node(Graph *g, int id, Diag *d) {
  * input's elements (an int64 shape tensor stays int64); the rest compute
  * in float. */
 static DType computed_dtype(const Graph *g, const Node *n) {
+  if (op_def(n->kind)->flags & OPF_INT64_OUT) return DT_I64;
   if ((op_def(n->kind)->flags & OPF_LAYOUT_ONLY) && n->n_in > 0)
     return g->nodes[n->in[0].node].dtype;
   return DT_F32;

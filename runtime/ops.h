@@ -39,6 +39,7 @@ enum {
   OPF_NOOP = 1u << 7,         /* output equals input 0; removed at import */
   OPF_OPAQUE = 1u << 8,       /* carried through untouched; no kernels */
   OPF_WEIGHT_ONLY = 1u << 9,  /* meant to be applied to weights (enlarge) */
+  OPF_INT64_OUT = 1u << 10,   /* every output holds int64 (indices: argmax, argmin) */
 };
 
 /* ---- parameters ---- */

@@ -422,9 +422,11 @@ static int export_op(Exporter *x, int32_t id) {
     return rc;
   }
   add_node(x, np);
-  /* An int64 result moved input 0's elements (graph.c keeps int64 only
-   * for layout operators), so it has their ONNX type, bool included. */
-  for (int32_t k = 0; n->dtype == DT_I64 && n->n_in > 0 && k < n->n_out; k++)
+  /* An int64 result of a layout operator moved input 0's elements (graph.c
+   * keeps int64 only for those), so it has their ONNX type, bool included;
+   * an OPF_INT64_OUT row's outputs are indices, ONNX INT64 (elem left 0). */
+  bool moved = !(o->flags & OPF_INT64_OUT);
+  for (int32_t k = 0; moved && n->dtype == DT_I64 && n->n_in > 0 && k < n->n_out; k++)
     x->elem[x->offset[id] + k] = exported_elem(x, n->in[0]);
   return w.n_unary ? write_unary_chain(x, &w) : TEQ_OK;
 }

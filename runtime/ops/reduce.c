@@ -1,6 +1,7 @@
 /* reduce.c: operators that combine elements along axes: softmax and
  * log_softmax, and the reductions reduce_{sum, mean, max, min, prod,
- * sum_square, l1, l2, log_sum, log_sum_exp}.
+ * sum_square, l1, l2, log_sum, log_sum_exp}, and argmax and argmin (int64
+ * indices along one axis).
  * The reductions share one walk over the input in memory order. After
  * neighbouring dimensions are merged, the innermost run is either folded
  * into one accumulator (reducing the last axes) or folded element by element
@@ -653,4 +654,134 @@ const OpDef op_def_softmax = {
 const OpDef op_def_log_softmax = {
   .kind = OP_LOG_SOFTMAX, .name = "log_softmax", .onnx_op = "LogSoftmax",
   SOFTMAX_ROW_COMMON, .modp_standin = standin_log_softmax, .family = &fam_log_softmax,
+};
+
+/* ---- argmax and argmin ---- */
+
+/* ONNX ArgMax/ArgMin: the int64 index along axis of the largest (smallest)
+ * element, the first of equal ones, or the last with select_last_index.
+ * NaN is as numpy has it, and as reduce_max/reduce_min (which return NaN
+ * when any element is): a NaN beats every number, so the index is that of
+ * the first (last) NaN. ONNX Runtime leaves NaN unspecified (Eigen's
+ * maxCoeff keeps a leading NaN and skips later ones). Z_p compares residues
+ * as the integers 0..p-1, a fixed function like reduce_max's. */
+
+enum { ARG_AXIS, ARG_KEEPDIMS, ARG_LAST };
+
+static const OpParam arg_params[] = {
+  [ARG_AXIS] = {.name = "axis", .type = PARAM_INT, .def = 0, .lo = 0, .hi = TEQ_MAX_DIMS - 1},
+  [ARG_KEEPDIMS] = {.name = "keepdims", .type = PARAM_INT, .def = 1, .lo = 0, .hi = 1,
+                    .onnx_attr = "keepdims"},
+  [ARG_LAST] = {.name = "select_last_index", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
+                .onnx_attr = "select_last_index"},
+};
+
+static int arg_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  int64_t axis = param_int(&n->params, ARG_AXIS);
+  char s[SHAPE_STR_MAX];
+  if (axis >= in[0].ndim)
+    return op_error(n, d, "axis=%lld: input 0 has shape %s (rank %d)", (long long)axis,
+                    shape_format(&in[0], s, sizeof s), in[0].ndim);
+  if (in[0].d[axis] == 0)
+    return op_error(n, d, "axis=%lld: input 0 has shape %s, no element to select",
+                    (long long)axis, shape_format(&in[0], s, sizeof s));
+  bool keep = param_int(&n->params, ARG_KEEPDIMS);
+  int64_t dims[TEQ_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < in[0].ndim; i++)
+    if (i != axis) dims[k++] = in[0].d[i];
+    else if (keep) dims[k++] = 1;
+  out[0] = shape_make(k, dims);
+  return TEQ_OK;
+}
+
+/* Whether v replaces the best b so far: v beats b (NaN beats every number),
+ * or, with last, equals it (NaN equals NaN). sign -1 turns max into min. */
+static inline bool arg_take_f32(float v, float b, int sign, bool last) {
+  if (b != b) return last && v != v;
+  if (v != v) return true;
+  return sign > 0 ? (v > b || (last && v == b)) : (v < b || (last && v == b));
+}
+
+static inline bool arg_take_u32(uint32_t v, uint32_t b, int sign, bool last) {
+  return sign > 0 ? (v > b || (last && v == b)) : (v < b || (last && v == b));
+}
+
+/* argmax is sign +1, argmin -1, in .family. */
+static const int fam_argmax = 1, fam_argmin = -1;
+
+static int arg_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d, bool modp) {
+  DType want = modp ? DT_MODP : DT_F32;
+  if (in[0]->dtype != want || out[0]->dtype != DT_I64)
+    return op_error(n, d, "input is %s and output %s, expected %s and int64",
+                    dtype_name(in[0]->dtype), dtype_name(out[0]->dtype), dtype_name(want));
+  int sign = *(const int *)op_def(n->kind)->family;
+  bool last = param_int(&n->params, ARG_LAST);
+  const Shape *x = &in[0]->shape;
+  int axis = (int)param_int(&n->params, ARG_AXIS);
+  int64_t outer = prod_dims(x, 0, axis), len = x->d[axis], inner = prod_dims(x, axis + 1, x->ndim);
+  int64_t *y = out[0]->data;
+  /* Row by row along axis, so the inner dimensions are read contiguously. */
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t *yo = y + o * inner;
+    for (int64_t i = 0; i < inner; i++) yo[i] = 0;
+    if (modp) {
+      const uint32_t *xo = (const uint32_t *)in[0]->data + o * len * inner;
+      for (int64_t k = 1; k < len; k++)
+        for (int64_t i = 0; i < inner; i++)
+          if (arg_take_u32(xo[k * inner + i], xo[yo[i] * inner + i], sign, last)) yo[i] = k;
+    } else {
+      const float *xo = (const float *)in[0]->data + o * len * inner;
+      for (int64_t k = 1; k < len; k++)
+        for (int64_t i = 0; i < inner; i++)
+          if (arg_take_f32(xo[k * inner + i], xo[yo[i] * inner + i], sign, last)) yo[i] = k;
+    }
+  }
+  return TEQ_OK;
+}
+
+static int arg_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return arg_eval(n, in, out, d, false);
+}
+
+static int arg_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return arg_eval(n, in, out, d, true);
+}
+
+/* axis defaults to 0 and may be negative; keepdims and select_last_index
+ * (opset 12 on; absent before, so 0) are read generically. */
+static int arg_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  const Shape *x = NULL;
+  int rc = onnx_input_rank(v, &x, d);
+  if (rc) return rc;
+  int64_t axis = 0;
+  onnx_in_attr_int(v, "axis", &axis);
+  if (axis < -x->ndim || axis >= x->ndim)
+    return onnx_in_error(v, d, "attribute axis=%lld: must be in [%d, %d)", (long long)axis,
+                         -x->ndim, x->ndim);
+  if (axis < 0) axis += x->ndim;
+  param_set_int(p, ARG_AXIS, axis);
+  return TEQ_OK;
+}
+
+static int arg_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  onnx_out_attr_int(w, "axis", param_int(&n->params, ARG_AXIS));
+  return TEQ_OK;
+}
+
+#define ARG_ROW_COMMON                                                                     \
+  .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,                            \
+  .params = arg_params, .n_params = 3, .flags = OPF_INT64_OUT, .infer_shape = arg_infer,   \
+  .eval_f32 = arg_eval_f32, .eval_modp = arg_eval_modp, .onnx_read = arg_onnx_read,        \
+  .onnx_write = arg_onnx_write
+
+const OpDef op_def_argmax = {
+  .kind = OP_ARGMAX, .name = "argmax", .onnx_op = "ArgMax", ARG_ROW_COMMON,
+  .family = &fam_argmax,
+};
+
+const OpDef op_def_argmin = {
+  .kind = OP_ARGMIN, .name = "argmin", .onnx_op = "ArgMin", ARG_ROW_COMMON,
+  .family = &fam_argmin,
 };

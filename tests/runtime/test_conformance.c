@@ -21,7 +21,7 @@
 #include "tests/check.h"
 
 /* Raise this when more node tests pass; never lower it. */
-#define PASS_FLOOR 294
+#define PASS_FLOOR 326
 
 enum { RAN_PASS, RAN_FAIL, SKIPPED };
 

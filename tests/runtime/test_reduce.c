@@ -7,7 +7,9 @@
  * residues, and l1, l2, log_sum and log_sum_exp through their stand-ins;
  * softmax and log_softmax against double, and in Z_p as s(x_i) * inv(sum
  * s(x_j)) and x_i - s(sum s(x_j)); an ONNX export and import round trip;
- * and the messages of shape inference. */
+ * the messages of shape inference; and argmax and argmin: ties both ways
+ * on every axis, NaN, Z_p against float32, int64 through graph and
+ * executor, and the ONNX round trip. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,6 +533,185 @@ static void test_flags(void) {
   CHECK_EQ_INT(p.v[param_index(OP_REDUCE_MEAN, "axes")].n, 0);
 }
 
+/* ---- argmax and argmin ---- */
+
+static Params arg_params(OpKind k, int64_t axis, int keepdims, int last) {
+  Params p;
+  params_default(k, &p);
+  param_set_int(&p, param_index(k, "axis"), axis);
+  param_set_int(&p, param_index(k, "keepdims"), keepdims);
+  param_set_int(&p, param_index(k, "select_last_index"), last);
+  return p;
+}
+
+static int64_t elem_i64(const Tensor *t, int64_t i) { return ((const int64_t *)t->data)[i]; }
+
+/* Runs kind on x (float32 or Z_p) and checks the int64 result against want. */
+static void check_arg(OpKind kind, const Tensor *x, int64_t axis, int keep, int last,
+                      const int64_t *want, int n) {
+  Diag d;
+  diag_init(&d);
+  Params p = arg_params(kind, axis, keep, last);
+  Op o;
+  op_init(&o, kind, 1);
+  o.node.params = p;
+  Tensor *y = NULL, *in = (Tensor *)x;
+  CHECK_EQ_INT(op_infer(&o, &in, &d), TEQ_OK);
+  CHECK_EQ_INT(op_eval(&o, &in, x->dtype == DT_MODP, DT_I64, &y, &d), TEQ_OK);
+  CHECK(y && tensor_numel(y) == n);
+  for (int i = 0; y && i < n; i++)
+    CHECK_MSG(elem_i64(y, i) == want[i], "%s axis %lld last %d: [%d] = %lld, expected %lld",
+              op_def(kind)->name, (long long)axis, last, i, (long long)elem_i64(y, i),
+              (long long)want[i]);
+  tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_arg_hand(void) {
+  float v[] = {1, 3, 3, 0, 2, 0}; /* [[1 3 3] [0 2 0]]: ties along both axes */
+  Tensor *x = f32_tensor(shape_of(2, 2, 3), v), *m = f32_to_modp(x);
+  for (int z = 0; z < 2; z++) {
+    const Tensor *t = z ? m : x;
+    check_arg(OP_ARGMAX, t, 1, 1, 0, (int64_t[]){1, 1}, 2);
+    check_arg(OP_ARGMAX, t, 1, 0, 1, (int64_t[]){2, 1}, 2);
+    check_arg(OP_ARGMIN, t, 1, 1, 0, (int64_t[]){0, 0}, 2);
+    check_arg(OP_ARGMIN, t, 1, 0, 1, (int64_t[]){0, 2}, 2);
+    check_arg(OP_ARGMAX, t, 0, 1, 0, (int64_t[]){0, 0, 0}, 3);
+    check_arg(OP_ARGMIN, t, 0, 0, 0, (int64_t[]){1, 1, 1}, 3);
+  }
+  /* A tie down axis 0: [[2 1] [2 5]]. */
+  float w[] = {2, 1, 2, 5};
+  Tensor *xw = f32_tensor(shape_of(2, 2, 2), w);
+  check_arg(OP_ARGMAX, xw, 0, 1, 0, (int64_t[]){0, 1}, 2);
+  check_arg(OP_ARGMAX, xw, 0, 1, 1, (int64_t[]){1, 1}, 2);
+  check_arg(OP_ARGMIN, xw, 0, 1, 0, (int64_t[]){0, 0}, 2);
+  check_arg(OP_ARGMIN, xw, 0, 1, 1, (int64_t[]){1, 0}, 2);
+  /* NaN beats every number, as in numpy: the first (last) NaN. */
+  float nv[] = {1, NAN, 5, NAN, -INFINITY};
+  Tensor *xn = f32_tensor(shape_of(1, 5), nv);
+  check_arg(OP_ARGMAX, xn, 0, 1, 0, (int64_t[]){1}, 1);
+  check_arg(OP_ARGMAX, xn, 0, 1, 1, (int64_t[]){3}, 1);
+  check_arg(OP_ARGMIN, xn, 0, 0, 0, (int64_t[]){1}, 1);
+  float iv[] = {-INFINITY, 2, INFINITY, -INFINITY};
+  Tensor *xi = f32_tensor(shape_of(1, 4), iv);
+  check_arg(OP_ARGMAX, xi, 0, 1, 0, (int64_t[]){2}, 1);
+  check_arg(OP_ARGMIN, xi, 0, 1, 1, (int64_t[]){3}, 1);
+  /* Shapes: keepdims keeps a 1, 0 drops the axis. */
+  Shape in = shape_of(3, 2, 3, 4), out;
+  Params p = arg_params(OP_ARGMAX, 1, 1, 0);
+  Diag d;
+  diag_init(&d);
+  CHECK_EQ_INT(infer_op(OP_ARGMAX, &p, &in, 1, 1, &out, &d), TEQ_OK);
+  CHECK(out.ndim == 3 && out.d[0] == 2 && out.d[1] == 1 && out.d[2] == 4);
+  p = arg_params(OP_ARGMIN, 2, 0, 0);
+  CHECK_EQ_INT(infer_op(OP_ARGMIN, &p, &in, 1, 1, &out, &d), TEQ_OK);
+  CHECK(out.ndim == 2 && out.d[0] == 2 && out.d[1] == 3);
+  diag_fini(&d);
+  tensor_unref(x);
+  tensor_unref(m);
+  tensor_unref(xw);
+  tensor_unref(xn);
+  tensor_unref(xi);
+}
+
+/* Every axis, keepdims and select_last_index of both rows against a
+ * reference loop, on small integers (many ties); Z_p on the same
+ * non-negative integers gives the same indices. */
+static void test_arg_reference(void) {
+  Shape s = shape_of(3, 3, 4, 5);
+  Tensor *x = random_ints(s, 3, 41);
+  for (int64_t i = 0; i < tensor_numel(x); i++) ((float *)x->data)[i] = fabsf(elem_f32(x, i));
+  Tensor *m = f32_to_modp(x);
+  int64_t want[64];
+  for (int kind = 0; kind < 2; kind++)
+    for (int axis = 0; axis < 3; axis++)
+      for (int last = 0; last < 2; last++) {
+        int64_t outer = 1, inner = 1, len = s.d[axis];
+        for (int i = 0; i < axis; i++) outer *= s.d[i];
+        for (int i = axis + 1; i < 3; i++) inner *= s.d[i];
+        for (int64_t o = 0; o < outer; o++)
+          for (int64_t i = 0; i < inner; i++) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < len; k++) {
+              float v = elem_f32(x, (o * len + k) * inner + i);
+              float b = elem_f32(x, (o * len + best) * inner + i);
+              bool better = kind == 0 ? v > b : v < b;
+              if (better || (last && v == b)) best = k;
+            }
+            want[o * inner + i] = best;
+          }
+        OpKind k = kind == 0 ? OP_ARGMAX : OP_ARGMIN;
+        check_arg(k, x, axis, last, last, want, (int)(outer * inner));
+        check_arg(k, m, axis, !last, last, want, (int)(outer * inner));
+      }
+  tensor_unref(x);
+  tensor_unref(m);
+}
+
+/* graph_add_node types the output int64 (the float input is no int64
+ * arithmetic), exec_run returns int64 in both modes, and the node survives
+ * an ONNX export and import with its parameters. */
+static void test_arg_graph(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape s = shape_of(2, 3, 4);
+  int x = graph_add_input(g, "x", &s, DT_F32, &d);
+  Params p = arg_params(OP_ARGMAX, 1, 0, 0);
+  int id = graph_add_node(g, OP_ARGMAX, &(TensorRef){x, 0}, 1, 1, &p, "am", &d);
+  CHECK(id >= 0);
+  CHECK(id >= 0 && g->nodes[id].dtype == DT_I64);
+  CHECK(id >= 0 && graph_add_output(g, (TensorRef){id, 0}, "y", &d) >= 0);
+  /* Its int64 output cannot feed arithmetic. */
+  CHECK_EQ_INT(graph_add_node(g, OP_RELU, &(TensorRef){id, 0}, 1, 1, NULL, "r", &d),
+               TEQ_ERR_UNSUPPORTED);
+  Tensor *in = iota_from(s, 0), *y = NULL;
+  CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, &y, &d), TEQ_OK);
+  CHECK(y && y->dtype == DT_I64 && y->shape.ndim == 1 && y->shape.d[0] == 3);
+  for (int i = 0; y && i < 3; i++) CHECK(elem_i64(y, i) == 3);
+  tensor_unref(y);
+  y = NULL;
+  Tensor *m = f32_to_modp(in);
+  CHECK_EQ_INT(exec_run(g, EXEC_MODP, &m, &y, &d), TEQ_OK);
+  CHECK(y && y->dtype == DT_I64 && elem_i64(y, 0) == 3);
+  tensor_unref(y);
+  tensor_unref(m);
+  tensor_unref(in);
+  graph_free(g);
+  Tensor *r = random_ints(shape_of(3, 2, 3, 4), 2, 9); /* ties */
+  for (int kind = 0; kind < 2; kind++)
+    for (int axis = 0; axis < 3; axis++) {
+      OpKind k = kind ? OP_ARGMIN : OP_ARGMAX;
+      p = arg_params(k, axis, axis % 2, (axis + kind) % 2);
+      CHECK_EQ_INT(check_node_round_trip(k, &p, &r, 1, true, &d), TEQ_OK);
+    }
+  CHECK_EQ_INT(check_node_round_trip(OP_ARGMIN, NULL, &r, 1, true, &d), TEQ_OK);
+  tensor_unref(r);
+  diag_fini(&d);
+}
+
+static void test_arg_errors(void) {
+  Diag d;
+  diag_init(&d);
+  Shape in = shape_of(2, 2, 3), out;
+  Params p = arg_params(OP_ARGMAX, 2, 1, 0);
+  CHECK_EQ_INT(infer_op(OP_ARGMAX, &p, &in, 1, 1, &out, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "argmax: axis=2: input 0 has shape [2, 3] (rank 2)"), "%s",
+            diag_last(&d));
+  Shape empty = shape_of(2, 0, 3);
+  p = arg_params(OP_ARGMIN, 0, 1, 0);
+  CHECK_EQ_INT(infer_op(OP_ARGMIN, &p, &empty, 1, 1, &out, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "no element to select"), "%s", diag_last(&d));
+  p = arg_params(OP_ARGMIN, 1, 0, 0); /* the empty axis is kept: fine */
+  CHECK_EQ_INT(infer_op(OP_ARGMIN, &p, &empty, 1, 1, &out, &d), TEQ_OK);
+  CHECK(out.ndim == 1 && out.d[0] == 0);
+  diag_fini(&d);
+  CHECK_EQ_INT(op_def(OP_ARGMAX)->flags, OPF_INT64_OUT);
+  CHECK_EQ_INT(op_def(OP_ARGMIN)->flags, OPF_INT64_OUT);
+  CHECK_EQ_INT(op_by_onnx("ArgMax"), OP_ARGMAX);
+  CHECK_EQ_INT(op_by_onnx("ArgMin"), OP_ARGMIN);
+}
+
 int main(void) {
   test_hand();
   test_hand_softmax();
@@ -547,5 +728,9 @@ int main(void) {
   test_onnx_round_trip();
   test_errors();
   test_flags();
+  test_arg_hand();
+  test_arg_reference();
+  test_arg_graph();
+  test_arg_errors();
   return check_exit();
 }
