@@ -392,18 +392,18 @@ static bool in_list(const char *op, const char *const *list) {
   return false;
 }
 
-/* ONNX operators Teq has no row for whose one output has the numpy
+/* ONNX operators Teq has no registry row for (an operator with a row is
+ * never opaque, so it must not be listed) whose one output has the numpy
  * broadcast of their input shapes (the input's shape, for one input):
  * enough to keep shapes known past the masks and comparisons models are
  * full of when nothing declares them. Comparisons make bool; Cast makes
  * its `to`; Where picks from inputs 1 and 2; the rest keep input 0's type. */
 static const char *const elementwise_ops[] = {
-    "Abs", "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
-    "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "Ceil", "Celu", "Cos", "Cosh", "Equal",
-    "Floor", "Greater", "GreaterOrEqual", "Hardmax", "HardSwish", "IsInf", "IsNaN", "Less",
-    "LessOrEqual", "LogSoftmax", "Mean", "Mish", "Mod", "Not", "Or", "PRelu", "Round", "Selu",
-    "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Sum", "Tan", "ThresholdedRelu", "Where", "Xor",
-    NULL};
+    "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
+    "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "Ceil", "Cos", "Cosh", "Equal", "Floor",
+    "Greater", "GreaterOrEqual", "Hardmax", "IsInf", "IsNaN", "Less", "LessOrEqual", "Mod",
+    "Not", "Or", "PRelu", "Round", "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Tan", "Where",
+    "Xor", NULL};
 static const char *const comparison_ops[] = {"Equal", "Greater", "GreaterOrEqual", "IsInf", "IsNaN",
                                             "Less", "LessOrEqual", NULL};
 

@@ -27,7 +27,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-#define SPATIAL_MAX (INT64_C(1) << 16)
 
 /* ONNX op_type of the node that follows a conv with a fused act. */
 static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
@@ -529,14 +528,10 @@ static int conv_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 static const OpParam conv_params_rows[] = {
-  [CONV_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
-                   .hi = SPATIAL_MAX, .onnx_attr = "strides"},
-  [CONV_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0,
-                 .hi = SPATIAL_MAX, .onnx_attr = "pads"},
-  [CONV_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
-                     .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
-  [CONV_GROUPS] = {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1,
-                   .hi = INT64_C(1) << 24, .onnx_attr = "group"},
+  [CONV_STRIDE] = WINDOW_PARAM_STRIDE,
+  [CONV_PADS] = WINDOW_PARAM_PADS,
+  [CONV_DILATION] = WINDOW_PARAM_DILATION,
+  [CONV_GROUPS] = WINDOW_PARAM_GROUPS,
   [CONV_ACT] = {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE,
                 .hi = ACT_TANH, .symbols = act_symbols},
 };
@@ -795,14 +790,10 @@ static int ct_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 }
 
 static const OpParam ct_params_rows[] = {
-  [CT_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
-                 .hi = SPATIAL_MAX, .onnx_attr = "strides"},
-  [CT_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0,
-               .hi = SPATIAL_MAX, .onnx_attr = "pads"},
-  [CT_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
-                   .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
-  [CT_GROUPS] = {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1,
-                 .hi = INT64_C(1) << 24, .onnx_attr = "group"},
+  [CT_STRIDE] = WINDOW_PARAM_STRIDE,
+  [CT_PADS] = WINDOW_PARAM_PADS,
+  [CT_DILATION] = WINDOW_PARAM_DILATION,
+  [CT_GROUPS] = WINDOW_PARAM_GROUPS,
   [CT_OUTPAD] = {.name = "output_padding", .type = PARAM_INTS, .len = 2, .def = 0, .lo = 0,
                  .hi = SPATIAL_MAX, .onnx_attr = "output_padding"},
 };

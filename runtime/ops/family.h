@@ -19,6 +19,29 @@ int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d);
  * "conv2d: groups=3: input channels 64 not divisible by groups". */
 int op_error(const Node *n, Diag *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The largest spatial extent, stride, pad or dilation a 2-D window operator
+ * accepts: far beyond any real model, small enough that products of two
+ * stay far from overflow. */
+#define SPATIAL_MAX (INT64_C(1) << 16)
+
+/* OpParam rows of a 2-D window (conv, conv_transpose, pools), one meaning
+ * and one ONNX attribute each; used as `[IDX] = WINDOW_PARAM_STRIDE`. */
+#define WINDOW_PARAM_KERNEL                                                       \
+  {.name = "kernel", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
+   .onnx_attr = "kernel_shape"}
+#define WINDOW_PARAM_STRIDE                                                       \
+  {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
+   .onnx_attr = "strides"}
+#define WINDOW_PARAM_PADS                                                         \
+  {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0, .hi = SPATIAL_MAX,   \
+   .onnx_attr = "pads"}
+#define WINDOW_PARAM_DILATION                                                     \
+  {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
+   .onnx_attr = "dilations"}
+#define WINDOW_PARAM_GROUPS                                                       \
+  {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1, .hi = INT64_C(1) << 24,       \
+   .onnx_attr = "group"}
+
 /* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
  * bottom, right]; x is the input shape (NULL if unknown), k the kernel, s the
  * strides, dl the dilations. Leaves pads as they are for NOTSET. In conv.c. */

@@ -23,7 +23,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-#define SPATIAL_MAX (INT64_C(1) << 16)
 
 /* Parameter rows: maxpool uses all five names below, avgpool has
  * count_include_pad where maxpool has dilation. */
@@ -301,24 +300,19 @@ static int avgpool_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 
 /* ---- rows ---- */
 
-#define WINDOW_PARAMS                                                                         \
-  [POOL_KERNEL] = {.name = "kernel", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,          \
-                   .hi = SPATIAL_MAX, .onnx_attr = "kernel_shape"},                           \
-  [POOL_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,          \
-                   .hi = SPATIAL_MAX, .onnx_attr = "strides"},                                \
-  [POOL_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0,              \
-                 .hi = SPATIAL_MAX, .onnx_attr = "pads"},                                     \
-  [POOL_CEIL] = {.name = "ceil_mode", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,           \
+#define POOL_WINDOW_PARAMS                                                     \
+  [POOL_KERNEL] = WINDOW_PARAM_KERNEL, [POOL_STRIDE] = WINDOW_PARAM_STRIDE,      \
+  [POOL_PADS] = WINDOW_PARAM_PADS,                                              \
+  [POOL_CEIL] = {.name = "ceil_mode", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1, \
                  .onnx_attr = "ceil_mode"}
 
 static const OpParam maxpool_params[] = {
-  WINDOW_PARAMS,
-  [POOL_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1,
-                     .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
+  POOL_WINDOW_PARAMS,
+  [POOL_DILATION] = WINDOW_PARAM_DILATION,
 };
 
 static const OpParam avgpool_params[] = {
-  WINDOW_PARAMS,
+  POOL_WINDOW_PARAMS,
   [AVG_COUNT_PAD] = {.name = "count_include_pad", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
                      .onnx_attr = "count_include_pad"},
 };

@@ -23,7 +23,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-#define SPATIAL_MAX (INT64_C(1) << 16)
 
 enum { RS_MODE, RS_COORD, RS_NEAREST, RS_SIZES, RS_SCALE_H, RS_SCALE_W };
 enum { MODE_NEAREST, MODE_LINEAR };
