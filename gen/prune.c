@@ -1,0 +1,567 @@
+/* prune.c: from confirmed pairs to the rules worth storing (TASO §4).
+ *
+ * 1. Input renaming. Each pair is put in a canonical form: its variables
+ *    renamed, class by class, onto the first ones in the way that gives
+ *    the smallest key, and both sides' operators in canonical order. Pairs
+ *    with equal keys are one rule. A rule that is another with variables
+ *    merged (x2 renamed to x1) is less general and dropped.
+ * 2. Common subgraph, both forms. (a) An operation computed identically in
+ *    both sides is replaced by a fresh random tensor; if the sides still
+ *    agree (at both shape assignments), the more general rule holds and
+ *    this one is dropped. (b) Both sides end in the same operator and its
+ *    inputs already agree: the rule is that smaller rule with an operator
+ *    on top, and is dropped.
+ * 3. Disjoint unions: a rule whose outputs fall into groups that share no
+ *    operator on either side is two smaller rules side by side (TASO's
+ *    rule 63), and is dropped.
+ * The key is readable text, so the database's UNIQUE key is also what a
+ * person sees when two runs disagree. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen/gen_int.h"
+
+#define KEY_MAX 1024
+
+/* ---- canonical form of one side ---- */
+
+typedef struct Canon {
+  GenGraph g;
+  uint64_t sh[GEN_MAX_DEPTH];          /* structural hash of each canonical op */
+  uint8_t slot_map[GEN_MAX_SLOTS];     /* old slot -> new slot */
+} Canon;
+
+static uint64_t var_sh(int var) { return hash_mix(0x766172, (uint64_t)var); }
+
+/* The same hash gen_op_sh gives, from input hashes. */
+static uint64_t op_sh(const GenTemplate *t, int ti, uint64_t a, uint64_t b) {
+  if ((t->flags & T_COMMUTATIVE) && b < a) {
+    uint64_t x = a;
+    a = b, b = x;
+  }
+  return hash_mix(hash_mix(hash_mix(0x6f70, (uint64_t)ti + 1), a), b);
+}
+
+static int n_inputs(const GenTemplate *t) { return (t->flags & T_IDENT) ? 1 : t->n_in; }
+static int n_outputs(const GenTemplate *t) { return (t->flags & T_IDENT) ? 1 : t->n_out; }
+
+/* Renames variables by var_map, merges operators that became identical,
+ * and orders operators canonically (smallest available hash first). */
+static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *var_map, Canon *c) {
+  int nv = v->n_vars;
+  uint64_t slot_sh[GEN_MAX_SLOTS];
+  int slot_of[GEN_MAX_SLOTS];       /* old slot -> representative old slot */
+  int slot_op[GEN_MAX_SLOTS];       /* old slot -> producing kept op (-1 var) */
+  int slot_out[GEN_MAX_SLOTS];
+  for (int i = 0; i < nv; i++) slot_sh[i] = var_sh(var_map[i]), slot_of[i] = i, slot_op[i] = -1;
+  uint64_t sh[GEN_MAX_DEPTH];
+  int keep[GEN_MAX_DEPTH], n_keep = 0;
+  int first_slot[GEN_MAX_DEPTH];
+  int slot = nv;
+  for (int k = 0; k < in->n_ops; k++) {
+    const GenTemplate *t = &v->t[in->op[k].t];
+    uint64_t a = 0, b = 0;
+    if (n_inputs(t) > 0) a = slot_sh[slot_of[in->op[k].in[0]]];
+    if (n_inputs(t) > 1) b = slot_sh[slot_of[in->op[k].in[1]]];
+    uint64_t h = op_sh(t, in->op[k].t, a, b);
+    int dup = -1;
+    for (int j = 0; j < n_keep; j++)
+      if (sh[keep[j]] == h) dup = keep[j];
+    sh[k] = h;
+    first_slot[k] = slot;
+    for (int o = 0; o < n_outputs(t); o++, slot++) {
+      slot_sh[slot] = hash_mix(h, (uint64_t)o);
+      slot_of[slot] = dup >= 0 ? first_slot[dup] + o : slot;
+      slot_op[slot] = dup >= 0 ? dup : k;
+      slot_out[slot] = o;
+    }
+    if (dup < 0) keep[n_keep++] = k;
+  }
+  /* Greedy topological order by hash. */
+  bool placed[GEN_MAX_DEPTH] = {false};
+  int order[GEN_MAX_DEPTH];
+  for (int step = 0; step < n_keep; step++) {
+    int best = -1;
+    for (int j = 0; j < n_keep; j++) {
+      int k = keep[j];
+      if (placed[k]) continue;
+      const GenTemplate *t = &v->t[in->op[k].t];
+      bool ready = true;
+      for (int i = 0; i < n_inputs(t); i++) {
+        int p = slot_op[slot_of[in->op[k].in[i]]];
+        if (p >= 0 && !placed[p]) ready = false;
+      }
+      if (ready && (best < 0 || sh[k] < sh[best])) best = k;
+    }
+    placed[best] = true;
+    order[step] = best;
+  }
+  /* New slots. */
+  memset(c, 0, sizeof *c);
+  int new_first[GEN_MAX_DEPTH];
+  int next = nv;
+  for (int step = 0; step < n_keep; step++) {
+    new_first[order[step]] = next;
+    next += n_outputs(&v->t[in->op[order[step]].t]);
+  }
+  for (int i = 0; i < nv; i++) c->slot_map[i] = var_map[i];
+  for (int s = nv; s < slot; s++)
+    c->slot_map[s] = (uint8_t)(new_first[slot_op[s]] + slot_out[s]);
+  c->g.n_ops = (uint8_t)n_keep;
+  for (int step = 0; step < n_keep; step++) {
+    int k = order[step];
+    const GenTemplate *t = &v->t[in->op[k].t];
+    GenOp op = {.t = in->op[k].t};
+    for (int i = 0; i < n_inputs(t); i++) op.in[i] = c->slot_map[in->op[k].in[i]];
+    /* Commutative operands in the order of their hashes under the new
+     * names, so that renamed copies print alike. */
+    if (t->flags & T_COMMUTATIVE) {
+      uint64_t ha = slot_sh[slot_of[in->op[k].in[0]]], hb = slot_sh[slot_of[in->op[k].in[1]]];
+      if (hb < ha) {
+        uint8_t x = op.in[0];
+        op.in[0] = op.in[1], op.in[1] = x;
+      }
+    }
+    c->g.op[step] = op;
+    c->sh[step] = sh[k];
+  }
+}
+
+/* ---- keys ---- */
+
+/* One side's text, its outputs given as new slots in pairing order. */
+static int side_text(const GenVocab *v, const GenGraph *g, char *buf, size_t size) {
+  return gen_graph_format(v, g, buf, size);
+}
+
+typedef struct CanonPair {
+  Canon src, dst;
+  GenPair p;   /* the canonical pair */
+  char key[KEY_MAX];
+} CanonPair;
+
+static int cmp_u8pair(const void *a, const void *b) {
+  const uint8_t *x = a, *y = b;
+  return x[0] != y[0] ? x[0] - y[0] : x[1] - y[1];
+}
+
+static int real_ops(const GenVocab *v, const GenGraph *g) {
+  int n = 0;
+  for (int i = 0; i < g->n_ops; i++) n += !(v->t[g->op[i].t].flags & T_IDENT);
+  return n;
+}
+
+/* Canonical pair under one variable map, oriented larger side first (on a
+ * tie, the orientation with the smaller key). */
+static void canon_pair(const GenVocab *v, const GenPair *p, const uint8_t *var_map,
+                       CanonPair *out) {
+  Canon a, b;
+  canon_graph(v, &p->src, var_map, &a);
+  canon_graph(v, &p->dst, var_map, &b);
+  uint8_t outs[2 * GEN_MAX_DEPTH][2];
+  char ta[KEY_MAX / 2], tb[KEY_MAX / 2];
+  side_text(v, &a.g, ta, sizeof ta);
+  side_text(v, &b.g, tb, sizeof tb);
+  int ra = real_ops(v, &a.g), rb = real_ops(v, &b.g);
+  bool swap = rb > ra || (ra == rb && strcmp(tb, ta) > 0);
+  const Canon *s = swap ? &b : &a, *d = swap ? &a : &b;
+  const uint8_t *so = swap ? p->dst_out : p->src_out, *dout = swap ? p->src_out : p->dst_out;
+  for (int i = 0; i < p->n_out; i++) outs[i][0] = s->slot_map[so[i]], outs[i][1] = d->slot_map[dout[i]];
+  qsort(outs, p->n_out, sizeof outs[0], cmp_u8pair);
+  out->src = *s;
+  out->dst = *d;
+  memset(&out->p, 0, sizeof out->p);
+  out->p.src = s->g;
+  out->p.dst = d->g;
+  out->p.n_out = p->n_out;
+  for (int i = 0; i < p->n_out; i++) out->p.src_out[i] = outs[i][0], out->p.dst_out[i] = outs[i][1];
+  int len = snprintf(out->key, sizeof out->key, "%s => %s @", swap ? tb : ta, swap ? ta : tb);
+  for (int i = 0; i < p->n_out && len > 0 && (size_t)len < sizeof out->key; i++)
+    len += snprintf(out->key + len, sizeof out->key - (size_t)len, " %%%d=%%%d",
+                    outs[i][0] - v->n_vars, outs[i][1] - v->n_vars);
+}
+
+/* Variables either side uses. */
+static void used_vars(const GenVocab *v, const GenPair *p, bool *used) {
+  memset(used, 0, GEN_MAX_VARS * sizeof *used);
+  const GenGraph *g[2] = {&p->src, &p->dst};
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < g[s]->n_ops; k++) {
+      const GenTemplate *t = &v->t[g[s]->op[k].t];
+      for (int i = 0; i < n_inputs(t); i++)
+        if (g[s]->op[k].in[i] < v->n_vars) used[g[s]->op[k].in[i]] = true;
+    }
+}
+
+/* Smallest key over every renaming of the used variables onto the first
+ * ones of their class: a DFS over classes and permutations. */
+typedef struct RenameSearch {
+  const GenVocab *v;
+  const GenPair *p;
+  int used_in[GEN_MAX_CLASSES][GEN_MAX_VARS];
+  int n_used[GEN_MAX_CLASSES];
+  uint8_t map[GEN_MAX_VARS];
+  CanonPair best, cur;
+  bool have;
+} RenameSearch;
+
+static void rename_dfs(RenameSearch *r, int cls, int pos, unsigned taken) {
+  const GenVocab *v = r->v;
+  if (cls == v->n_classes) {
+    canon_pair(v, r->p, r->map, &r->cur);
+    if (!r->have || strcmp(r->cur.key, r->best.key) < 0) r->best = r->cur, r->have = true;
+    return;
+  }
+  if (pos == r->n_used[cls]) {
+    rename_dfs(r, cls + 1, 0, 0);
+    return;
+  }
+  for (int target = 0; target < r->n_used[cls]; target++) {
+    if (taken & (1u << target)) continue;
+    r->map[r->used_in[cls][pos]] = (uint8_t)(v->classes[cls].first + target);
+    rename_dfs(r, cls, pos + 1, taken | (1u << target));
+  }
+}
+
+static void canon_renamed(const GenVocab *v, const GenPair *p, CanonPair *out) {
+  RenameSearch *r = calloc(1, sizeof *r);
+  if (!r) abort(); /* a few KB; nothing sensible to do without it */
+  r->v = v;
+  r->p = p;
+  bool used[GEN_MAX_VARS];
+  used_vars(v, p, used);
+  for (int i = 0; i < v->n_vars; i++) {
+    r->map[i] = (uint8_t)i;
+    if (used[i]) {
+      int c = v->vars[i].cls;
+      r->used_in[c][r->n_used[c]++] = i;
+    }
+  }
+  rename_dfs(r, 0, 0, 0);
+  *out = r->best;
+  free(r);
+}
+
+/* ---- a set of keys ---- */
+
+typedef struct KeySet {
+  const char **key;
+  size_t *idx;
+  size_t cap;
+} KeySet;
+
+static uint64_t str_hash(const char *s) { return hash_bytes(0, s, strlen(s)); }
+
+static int keyset_init(KeySet *k, size_t n) {
+  k->cap = 16;
+  while (k->cap < 2 * n + 16) k->cap *= 2;
+  k->key = calloc(k->cap, sizeof *k->key);
+  k->idx = calloc(k->cap, sizeof *k->idx);
+  return k->key && k->idx ? TEQ_OK : TEQ_ERR_NOMEM;
+}
+
+static void keyset_fini(KeySet *k) {
+  free(k->key);
+  free(k->idx);
+}
+
+/* The index stored with key s, or SIZE_MAX. */
+static size_t keyset_find(const KeySet *k, const char *s) {
+  for (size_t i = str_hash(s) & (k->cap - 1); k->key[i]; i = (i + 1) & (k->cap - 1))
+    if (!strcmp(k->key[i], s)) return k->idx[i];
+  return SIZE_MAX;
+}
+
+static void keyset_add(KeySet *k, const char *s, size_t idx) {
+  size_t i = str_hash(s) & (k->cap - 1);
+  while (k->key[i]) i = (i + 1) & (k->cap - 1);
+  k->key[i] = s;
+  k->idx[i] = idx;
+}
+
+/* ---- the checks that need values ---- */
+
+typedef struct Checker {
+  const GenVocab *v;
+  GenState st[2];   /* A and B, with inputs of their own */
+  Diag *d;
+} Checker;
+
+/* Evaluates both sides at each assignment and tells whether every aligned
+ * output pair is equal; fresh_sh (0: none) becomes a fresh variable. */
+static int sides_agree(Checker *c, const GenPair *p, uint64_t fresh_sh, bool *agree) {
+  *agree = true;
+  for (int e = 0; e < 2 && *agree; e++) {
+    GenState *s = &c->st[e];
+    Tensor *outs[2 * GEN_MAX_DEPTH] = {NULL};
+    gen_state_set_fresh(s, fresh_sh, hash_mix(fresh_sh, 0x6672657368));
+    int rc = gen_push_graph(s, &p->src, c->d);
+    if (rc == 1)
+      for (int i = 0; i < p->n_out; i++) outs[i] = tensor_ref(s->slot[p->src_out[i]].t);
+    gen_pop_all(s);
+    if (rc == 1) rc = gen_push_graph(s, &p->dst, c->d);
+    if (rc == 1)
+      for (int i = 0; i < p->n_out; i++) {
+        const Tensor *x = outs[i], *y = s->slot[p->dst_out[i]].t;
+        if (!shape_equal(&x->shape, &y->shape) || memcmp(x->data, y->data, tensor_bytes(x)))
+          *agree = false;
+      }
+    gen_pop_all(s);
+    gen_state_set_fresh(s, 0, 0);
+    for (int i = 0; i < p->n_out; i++) tensor_unref(outs[i]);
+    if (rc < 0) return rc;
+    if (rc == 0) *agree = false;
+  }
+  return TEQ_OK;
+}
+
+/* Form (a): an operation both sides compute the same way. */
+static int common_operation(Checker *c, const CanonPair *cp, bool *redundant) {
+  *redundant = false;
+  for (int i = 0; i < cp->src.g.n_ops && !*redundant; i++) {
+    if (c->v->t[cp->src.g.op[i].t].flags & T_IDENT) continue;
+    for (int j = 0; j < cp->dst.g.n_ops; j++)
+      if (cp->src.sh[i] == cp->dst.sh[j]) {
+        int rc = sides_agree(c, &cp->p, cp->src.sh[i], redundant);
+        if (rc) return rc;
+        break;
+      }
+  }
+  return TEQ_OK;
+}
+
+/* The operator producing every output of g, or -1 if there are several. */
+static int top_op(const GenVocab *v, const GenGraph *g, const uint8_t *outs, int n_out) {
+  int top = -1;
+  for (int i = 0; i < n_out; i++) {
+    int slot = v->n_vars, k = 0;
+    for (; k < g->n_ops; k++) {
+      int n = n_outputs(&v->t[g->op[k].t]);
+      if (outs[i] < slot + n) break;
+      slot += n;
+    }
+    if (k == g->n_ops || (top >= 0 && top != k)) return -1;
+    top = k;
+  }
+  return top;
+}
+
+/* Form (b): the same operator on top of both sides, its inputs equal. */
+static int common_top(Checker *c, const CanonPair *cp, bool *redundant) {
+  *redundant = false;
+  const GenVocab *v = c->v;
+  const GenPair *p = &cp->p;
+  int ts = top_op(v, &p->src, p->src_out, p->n_out), td = top_op(v, &p->dst, p->dst_out, p->n_out);
+  if (ts < 0 || td < 0 || p->src.op[ts].t != p->dst.op[td].t) return TEQ_OK;
+  const GenTemplate *t = &v->t[p->src.op[ts].t];
+  if ((t->flags & T_IDENT) || t->n_in == 0) return TEQ_OK;
+  /* A pair whose outputs are the top operator's inputs. */
+  GenPair q = *p;
+  q.src.n_ops = p->src.n_ops, q.dst.n_ops = p->dst.n_ops;
+  for (int order = 0; order < ((t->flags & T_COMMUTATIVE) ? 2 : 1) && !*redundant; order++) {
+    q.n_out = (uint8_t)t->n_in;
+    for (int i = 0; i < t->n_in; i++) {
+      q.src_out[i] = p->src.op[ts].in[i];
+      q.dst_out[i] = p->dst.op[td].in[order ? 1 - i : i];
+    }
+    int rc = sides_agree(c, &q, 0, redundant);
+    if (rc) return rc;
+  }
+  return TEQ_OK;
+}
+
+/* Bit mask of the operators output slot `out` depends on. */
+static unsigned cone(const GenVocab *v, const GenGraph *g, int out) {
+  int first[GEN_MAX_DEPTH], slot = v->n_vars;
+  for (int k = 0; k < g->n_ops; k++) first[k] = slot, slot += n_outputs(&v->t[g->op[k].t]);
+  unsigned mask = 0;
+  for (int k = g->n_ops - 1; k >= 0; k--) {
+    int n = n_outputs(&v->t[g->op[k].t]);
+    bool needed = out >= first[k] && out < first[k] + n;
+    for (int j = k + 1; j < g->n_ops && !needed; j++)
+      if (mask & (1u << j)) {
+        const GenTemplate *t = &v->t[g->op[j].t];
+        for (int i = 0; i < n_inputs(t); i++)
+          if (g->op[j].in[i] >= first[k] && g->op[j].in[i] < first[k] + n) needed = true;
+      }
+    if (needed) mask |= 1u << k;
+  }
+  return mask;
+}
+
+static bool disjoint_union(const GenVocab *v, const GenPair *p) {
+  if (p->n_out < 2) return false;
+  unsigned ms[2 * GEN_MAX_DEPTH], md[2 * GEN_MAX_DEPTH];
+  int group[2 * GEN_MAX_DEPTH];
+  for (int i = 0; i < p->n_out; i++) {
+    ms[i] = cone(v, &p->src, p->src_out[i]);
+    md[i] = cone(v, &p->dst, p->dst_out[i]);
+    group[i] = i;
+  }
+  /* Union-find by repeated relabelling: at most 10 outputs. */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < p->n_out; i++)
+      for (int j = 0; j < p->n_out; j++)
+        if (group[i] != group[j] && ((ms[i] & ms[j]) || (md[i] & md[j]))) {
+          int lo = group[i] < group[j] ? group[i] : group[j];
+          group[i] = group[j] = lo;
+          changed = true;
+        }
+  }
+  for (int i = 1; i < p->n_out; i++)
+    if (group[i] != group[0]) return true;
+  return false;
+}
+
+/* ---- the pipeline ---- */
+
+/* Every map of a rule's used variables into themselves, class by class,
+ * that merges at least two: each gives a rule that is an instance of this
+ * one (x2 renamed to x1); an instance found among the kept rules is less
+ * general and is dropped. */
+typedef struct MergeSearch {
+  const GenVocab *v;
+  int used_in[GEN_MAX_CLASSES][GEN_MAX_VARS];
+  int n_used[GEN_MAX_CLASSES];
+  uint8_t map[GEN_MAX_VARS];
+  const GenPair *p;
+  const KeySet *keys;
+  size_t self;
+  bool *drop;
+  CanonPair scratch;
+  int64_t dropped;
+} MergeSearch;
+
+static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
+  const GenVocab *v = m->v;
+  if (cls == v->n_classes) {
+    if (!merged) return;
+    GenPair q = *m->p;
+    for (int s = 0; s < 2; s++) {
+      GenGraph *g = s ? &q.dst : &q.src;
+      for (int k = 0; k < g->n_ops; k++)
+        for (int i = 0; i < n_inputs(&v->t[g->op[k].t]); i++)
+          if (g->op[k].in[i] < v->n_vars) g->op[k].in[i] = m->map[g->op[k].in[i]];
+    }
+    canon_renamed(v, &q, &m->scratch);
+    /* Only when no two operators became one: a matcher maps operators
+     * one to one, so a collapsed instance is not covered by this rule. */
+    if (m->scratch.p.src.n_ops + m->scratch.p.dst.n_ops != m->p->src.n_ops + m->p->dst.n_ops)
+      return;
+    size_t j = keyset_find(m->keys, m->scratch.key);
+    if (j != SIZE_MAX && j != m->self && !m->drop[j]) m->drop[j] = true, m->dropped++;
+    return;
+  }
+  if (pos == m->n_used[cls]) {
+    merge_dfs(m, cls + 1, 0, merged);
+    return;
+  }
+  int var = m->used_in[cls][pos];
+  for (int j = 0; j < m->n_used[cls]; j++) {
+    int target = m->used_in[cls][j];
+    bool dup = false;
+    for (int q = 0; q < pos; q++) dup |= m->map[m->used_in[cls][q]] == target;
+    m->map[var] = (uint8_t)target;
+    merge_dfs(m, cls, pos + 1, merged || dup);
+  }
+  m->map[var] = (uint8_t)var;
+}
+
+static int64_t drop_instances(const GenVocab *v, const CanonPair *cp, size_t self,
+                              const KeySet *keys, bool *drop) {
+  MergeSearch *m = calloc(1, sizeof *m);
+  if (!m) return -1;
+  m->v = v;
+  m->p = &cp->p;
+  m->keys = keys;
+  m->self = self;
+  m->drop = drop;
+  bool used[GEN_MAX_VARS];
+  used_vars(v, &cp->p, used);
+  for (int i = 0; i < v->n_vars; i++) {
+    m->map[i] = (uint8_t)i;
+    if (used[i]) {
+      int c = v->vars[i].cls;
+      m->used_in[c][m->n_used[c]++] = i;
+    }
+  }
+  merge_dfs(m, 0, 0, false);
+  int64_t n = m->dropped;
+  free(m);
+  return n;
+}
+
+void gen_rules_free(GenRule *rules, size_t n) {
+  for (size_t i = 0; rules && i < n; i++) free(rules[i].key);
+  free(rules);
+}
+
+int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
+              size_t *n_rules, GenPruneStats *st, Diag *d) {
+  st->initial = (int64_t)n;
+  CanonPair *cp = malloc((n ? n : 1) * sizeof *cp);
+  bool *drop = calloc(n ? n : 1, sizeof *drop);
+  KeySet keys = {0};
+  Checker *c = calloc(1, sizeof *c);
+  int rc = cp && drop && c ? keyset_init(&keys, n) : TEQ_ERR_NOMEM;
+  if (!rc) {
+    c->v = v;
+    c->d = d;
+    rc = gen_state_init(&c->st[0], v, SHAPE_A, gen_seed(seed, 3));
+    if (!rc) rc = gen_state_init(&c->st[1], v, SHAPE_B, gen_seed(seed, 4));
+  }
+  /* 1. Renaming: one canonical copy of each rule, and none that is
+   * another with variables merged. */
+  for (size_t i = 0; !rc && i < n; i++) {
+    canon_renamed(v, &pairs[i], &cp[i]);
+    if (keyset_find(&keys, cp[i].key) != SIZE_MAX) drop[i] = true;
+    else keyset_add(&keys, cp[i].key, i);
+  }
+  for (size_t i = 0; !rc && i < n; i++)
+    if (!drop[i] && drop_instances(v, &cp[i], i, &keys, drop) < 0) rc = TEQ_ERR_NOMEM;
+  int64_t kept = 0;
+  for (size_t i = 0; i < n; i++) kept += !drop[i];
+  st->after_renaming = kept;
+
+  /* 2. Common subgraphs. */
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (drop[i]) continue;
+    bool red = false;
+    rc = common_operation(c, &cp[i], &red);
+    if (!rc && !red) rc = common_top(c, &cp[i], &red);
+    if (red) drop[i] = true, kept--;
+  }
+  st->after_common = kept;
+
+  /* 3. Disjoint unions. */
+  for (size_t i = 0; !rc && i < n; i++)
+    if (!drop[i] && disjoint_union(v, &cp[i].p)) drop[i] = true, kept--;
+  st->after_disjoint = kept;
+
+  GenRule *out = NULL;
+  size_t m = 0;
+  if (!rc && !(out = calloc(kept ? (size_t)kept : 1, sizeof *out))) rc = TEQ_ERR_NOMEM;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (drop[i]) continue;
+    out[m].p = cp[i].p;
+    if (!(out[m].key = strdup(cp[i].key))) rc = TEQ_ERR_NOMEM;
+    m++;
+  }
+  if (c) {
+    gen_state_fini(&c->st[0]);
+    gen_state_fini(&c->st[1]);
+  }
+  free(c);
+  keyset_fini(&keys);
+  free(cp);
+  free(drop);
+  if (rc) {
+    gen_rules_free(out, m);
+    return rc;
+  }
+  *rules = out;
+  *n_rules = m;
+  return TEQ_OK;
+}
