@@ -266,6 +266,8 @@ typedef struct GenRule {
 int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
               size_t *n_rules, GenPruneStats *st, Diag *d);
 void gen_rules_free(GenRule *rules, size_t n);
+/* The canonical key of a pair (the one gen_prune gives its rule). */
+void gen_pair_key(const GenVocab *v, const GenPair *p, char *key, size_t size);
 
 /* ---- storing (rules.c) ---- */
 

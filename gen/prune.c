@@ -138,7 +138,9 @@ static int side_text(const GenVocab *v, const GenGraph *g, char *buf, size_t siz
 typedef struct CanonPair {
   Canon src, dst;
   GenPair p;   /* the canonical pair */
-  char key[KEY_MAX];
+  uint8_t sig[64]; /* its bytes: what renamings are compared by */
+  int sig_len;
+  char key[KEY_MAX]; /* its text, filled for the chosen renaming only */
 } CanonPair;
 
 static int cmp_u8pair(const void *a, const void *b) {
@@ -152,19 +154,28 @@ static int real_ops(const GenVocab *v, const GenGraph *g) {
   return n;
 }
 
+static int graph_bytes(const GenGraph *g, uint8_t *b) {
+  b[0] = g->n_ops;
+  memcpy(b + 1, g->op, (size_t)g->n_ops * sizeof g->op[0]);
+  return 1 + g->n_ops * (int)sizeof g->op[0];
+}
+
+static int cmp_graph_bytes(const GenGraph *a, const GenGraph *b) {
+  uint8_t x[32], y[32];
+  int nx = graph_bytes(a, x), ny = graph_bytes(b, y);
+  return nx != ny ? nx - ny : memcmp(x, y, (size_t)nx);
+}
+
 /* Canonical pair under one variable map, oriented larger side first (on a
- * tie, the orientation with the smaller key). */
+ * tie, the orientation with the smaller bytes). */
 static void canon_pair(const GenVocab *v, const GenPair *p, const uint8_t *var_map,
                        CanonPair *out) {
   Canon a, b;
   canon_graph(v, &p->src, var_map, &a);
   canon_graph(v, &p->dst, var_map, &b);
   uint8_t outs[2 * GEN_MAX_DEPTH][2];
-  char ta[KEY_MAX / 2], tb[KEY_MAX / 2];
-  side_text(v, &a.g, ta, sizeof ta);
-  side_text(v, &b.g, tb, sizeof tb);
   int ra = real_ops(v, &a.g), rb = real_ops(v, &b.g);
-  bool swap = rb > ra || (ra == rb && strcmp(tb, ta) > 0);
+  bool swap = rb > ra || (ra == rb && cmp_graph_bytes(&b.g, &a.g) < 0);
   const Canon *s = swap ? &b : &a, *d = swap ? &a : &b;
   const uint8_t *so = swap ? p->dst_out : p->src_out, *dout = swap ? p->src_out : p->dst_out;
   for (int i = 0; i < p->n_out; i++) outs[i][0] = s->slot_map[so[i]], outs[i][1] = d->slot_map[dout[i]];
@@ -176,10 +187,23 @@ static void canon_pair(const GenVocab *v, const GenPair *p, const uint8_t *var_m
   out->p.dst = d->g;
   out->p.n_out = p->n_out;
   for (int i = 0; i < p->n_out; i++) out->p.src_out[i] = outs[i][0], out->p.dst_out[i] = outs[i][1];
-  int len = snprintf(out->key, sizeof out->key, "%s => %s @", swap ? tb : ta, swap ? ta : tb);
-  for (int i = 0; i < p->n_out && len > 0 && (size_t)len < sizeof out->key; i++)
-    len += snprintf(out->key + len, sizeof out->key - (size_t)len, " %%%d=%%%d",
-                    outs[i][0] - v->n_vars, outs[i][1] - v->n_vars);
+  int n = graph_bytes(&s->g, out->sig);
+  n += graph_bytes(&d->g, out->sig + n);
+  out->sig[n++] = p->n_out;
+  memcpy(out->sig + n, outs, (size_t)p->n_out * 2);
+  out->sig_len = n + 2 * p->n_out;
+  out->key[0] = 0;
+}
+
+/* The readable key of a canonical pair. */
+static void key_text(const GenVocab *v, const GenPair *p, char *key, size_t size) {
+  char ta[KEY_MAX / 2], tb[KEY_MAX / 2];
+  side_text(v, &p->src, ta, sizeof ta);
+  side_text(v, &p->dst, tb, sizeof tb);
+  int len = snprintf(key, size, "%s => %s @", ta, tb);
+  for (int i = 0; i < p->n_out && len > 0 && (size_t)len < size; i++)
+    len += snprintf(key + len, size - (size_t)len, " %%%d=%%%d", p->src_out[i] - v->n_vars,
+                    p->dst_out[i] - v->n_vars);
 }
 
 /* Variables either side uses. */
@@ -210,7 +234,10 @@ static void rename_dfs(RenameSearch *r, int cls, int pos, unsigned taken) {
   const GenVocab *v = r->v;
   if (cls == v->n_classes) {
     canon_pair(v, r->p, r->map, &r->cur);
-    if (!r->have || strcmp(r->cur.key, r->best.key) < 0) r->best = r->cur, r->have = true;
+    if (!r->have || r->cur.sig_len < r->best.sig_len ||
+        (r->cur.sig_len == r->best.sig_len &&
+         memcmp(r->cur.sig, r->best.sig, (size_t)r->cur.sig_len) < 0))
+      r->best = r->cur, r->have = true;
     return;
   }
   if (pos == r->n_used[cls]) {
@@ -241,6 +268,18 @@ static void canon_renamed(const GenVocab *v, const GenPair *p, CanonPair *out) {
   rename_dfs(r, 0, 0, 0);
   *out = r->best;
   free(r);
+  key_text(v, &out->p, out->key, sizeof out->key);
+}
+
+void gen_pair_key(const GenVocab *v, const GenPair *p, char *key, size_t size) {
+  CanonPair *cp = malloc(sizeof *cp);
+  if (!cp) {
+    snprintf(key, size, "?");
+    return;
+  }
+  canon_renamed(v, p, cp);
+  snprintf(key, size, "%s", cp->key);
+  free(cp);
 }
 
 /* ---- a set of keys ---- */
@@ -317,13 +356,18 @@ static int sides_agree(Checker *c, const GenPair *p, uint64_t fresh_sh, bool *ag
 }
 
 /* Form (a): an operation both sides compute the same way. */
-static int common_operation(Checker *c, const CanonPair *cp, bool *redundant) {
+static int common_operation(Checker *c, const GenPair *p, bool *redundant) {
   *redundant = false;
-  for (int i = 0; i < cp->src.g.n_ops && !*redundant; i++) {
-    if (c->v->t[cp->src.g.op[i].t].flags & T_IDENT) continue;
-    for (int j = 0; j < cp->dst.g.n_ops; j++)
-      if (cp->src.sh[i] == cp->dst.sh[j]) {
-        int rc = sides_agree(c, &cp->p, cp->src.sh[i], redundant);
+  uint8_t same[GEN_MAX_VARS];
+  for (int i = 0; i < GEN_MAX_VARS; i++) same[i] = (uint8_t)i;
+  Canon a, b; /* canonical already: only their hashes are wanted */
+  canon_graph(c->v, &p->src, same, &a);
+  canon_graph(c->v, &p->dst, same, &b);
+  for (int i = 0; i < a.g.n_ops && !*redundant; i++) {
+    if (c->v->t[a.g.op[i].t].flags & T_IDENT) continue;
+    for (int j = 0; j < b.g.n_ops; j++)
+      if (a.sh[i] == b.sh[j]) {
+        int rc = sides_agree(c, p, a.sh[i], redundant);
         if (rc) return rc;
         break;
       }
@@ -348,10 +392,9 @@ static int top_op(const GenVocab *v, const GenGraph *g, const uint8_t *outs, int
 }
 
 /* Form (b): the same operator on top of both sides, its inputs equal. */
-static int common_top(Checker *c, const CanonPair *cp, bool *redundant) {
+static int common_top(Checker *c, const GenPair *p, bool *redundant) {
   *redundant = false;
   const GenVocab *v = c->v;
-  const GenPair *p = &cp->p;
   int ts = top_op(v, &p->src, p->src_out, p->n_out), td = top_op(v, &p->dst, p->dst_out, p->n_out);
   if (ts < 0 || td < 0 || p->src.op[ts].t != p->dst.op[td].t) return TEQ_OK;
   const GenTemplate *t = &v->t[p->src.op[ts].t];
@@ -469,17 +512,17 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
   m->map[var] = (uint8_t)var;
 }
 
-static int64_t drop_instances(const GenVocab *v, const CanonPair *cp, size_t self,
+static int64_t drop_instances(const GenVocab *v, const GenPair *p, size_t self,
                               const KeySet *keys, bool *drop) {
   MergeSearch *m = calloc(1, sizeof *m);
   if (!m) return -1;
   m->v = v;
-  m->p = &cp->p;
+  m->p = p;
   m->keys = keys;
   m->self = self;
   m->drop = drop;
   bool used[GEN_MAX_VARS];
-  used_vars(v, &cp->p, used);
+  used_vars(v, p, used);
   for (int i = 0; i < v->n_vars; i++) {
     m->map[i] = (uint8_t)i;
     if (used[i]) {
@@ -501,11 +544,15 @@ void gen_rules_free(GenRule *rules, size_t n) {
 int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
               size_t *n_rules, GenPruneStats *st, Diag *d) {
   st->initial = (int64_t)n;
-  CanonPair *cp = malloc((n ? n : 1) * sizeof *cp);
+  /* Only distinct canonical rules are kept in memory: depth 4 has
+   * millions of pairs, most of them renamed copies. */
+  GenRule *kept_rules = malloc((n ? n : 1) * sizeof *kept_rules);
   bool *drop = calloc(n ? n : 1, sizeof *drop);
+  CanonPair *tmp = malloc(sizeof *tmp);
   KeySet keys = {0};
   Checker *c = calloc(1, sizeof *c);
-  int rc = cp && drop && c ? keyset_init(&keys, n) : TEQ_ERR_NOMEM;
+  size_t m = 0;
+  int rc = kept_rules && drop && tmp && c ? keyset_init(&keys, n) : TEQ_ERR_NOMEM;
   if (!rc) {
     c->v = v;
     c->d = d;
@@ -515,39 +562,45 @@ int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, 
   /* 1. Renaming: one canonical copy of each rule, and none that is
    * another with variables merged. */
   for (size_t i = 0; !rc && i < n; i++) {
-    canon_renamed(v, &pairs[i], &cp[i]);
-    if (keyset_find(&keys, cp[i].key) != SIZE_MAX) drop[i] = true;
-    else keyset_add(&keys, cp[i].key, i);
+    canon_renamed(v, &pairs[i], tmp);
+    if (keyset_find(&keys, tmp->key) != SIZE_MAX) continue;
+    kept_rules[m].p = tmp->p;
+    if (!(kept_rules[m].key = strdup(tmp->key))) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    keyset_add(&keys, kept_rules[m].key, m);
+    m++;
   }
-  for (size_t i = 0; !rc && i < n; i++)
-    if (!drop[i] && drop_instances(v, &cp[i], i, &keys, drop) < 0) rc = TEQ_ERR_NOMEM;
+  for (size_t i = 0; !rc && i < m; i++)
+    if (!drop[i] && drop_instances(v, &kept_rules[i].p, i, &keys, drop) < 0) rc = TEQ_ERR_NOMEM;
   int64_t kept = 0;
-  for (size_t i = 0; i < n; i++) kept += !drop[i];
+  for (size_t i = 0; i < m; i++) kept += !drop[i];
   st->after_renaming = kept;
 
   /* 2. Common subgraphs. */
-  for (size_t i = 0; !rc && i < n; i++) {
+  for (size_t i = 0; !rc && i < m; i++) {
     if (drop[i]) continue;
     bool red = false;
-    rc = common_operation(c, &cp[i], &red);
-    if (!rc && !red) rc = common_top(c, &cp[i], &red);
+    rc = common_operation(c, &kept_rules[i].p, &red);
+    if (!rc && !red) rc = common_top(c, &kept_rules[i].p, &red);
     if (red) drop[i] = true, kept--;
   }
   st->after_common = kept;
 
   /* 3. Disjoint unions. */
-  for (size_t i = 0; !rc && i < n; i++)
-    if (!drop[i] && disjoint_union(v, &cp[i].p)) drop[i] = true, kept--;
+  for (size_t i = 0; !rc && i < m; i++)
+    if (!drop[i] && disjoint_union(v, &kept_rules[i].p)) drop[i] = true, kept--;
   st->after_disjoint = kept;
 
-  GenRule *out = NULL;
-  size_t m = 0;
-  if (!rc && !(out = calloc(kept ? (size_t)kept : 1, sizeof *out))) rc = TEQ_ERR_NOMEM;
-  for (size_t i = 0; !rc && i < n; i++) {
-    if (drop[i]) continue;
-    out[m].p = cp[i].p;
-    if (!(out[m].key = strdup(cp[i].key))) rc = TEQ_ERR_NOMEM;
-    m++;
+  /* Survivors, in place. */
+  size_t out = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (drop[i] || rc) {
+      free(kept_rules[i].key);
+      continue;
+    }
+    kept_rules[out++] = kept_rules[i];
   }
   if (c) {
     gen_state_fini(&c->st[0]);
@@ -555,13 +608,13 @@ int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, 
   }
   free(c);
   keyset_fini(&keys);
-  free(cp);
+  free(tmp);
   free(drop);
   if (rc) {
-    gen_rules_free(out, m);
+    free(kept_rules);
     return rc;
   }
-  *rules = out;
-  *n_rules = m;
+  *rules = kept_rules;
+  *n_rules = out;
   return TEQ_OK;
 }

@@ -94,6 +94,7 @@ static void iconv_fill(const Node *n, void *data, size_t elem, const void *one) 
 static int iconv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   (void)in; (void)d;
   float one = 1.0f;
+  memset(out[0]->data, 0, tensor_bytes(out[0])); /* float outputs come uninitialized */
   iconv_fill(n, out[0]->data, sizeof one, &one);
   return TEQ_OK;
 }
@@ -131,6 +132,7 @@ static int imm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Di
   (void)in; (void)d;
   int64_t k = param_int(&n->params, 0);
   float *y = out[0]->data;
+  memset(y, 0, tensor_bytes(out[0])); /* float outputs come uninitialized */
   for (int64_t i = 0; i < k; i++) y[i * k + i] = 1.0f;
   return TEQ_OK;
 }
