@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_includes.sh: each directory's public headers are its only door. Code
 # outside runtime/ may include only the public runtime headers; internal
-# headers (runtime/ops/family.h, runtime/onnx/*.h) stay inside runtime/.
+# headers (runtime/ops/family.h, runtime/onnx/*.h) stay inside runtime/, and
+# gen/gen_int.h inside gen/ (and its tests).
 # And the registry is the only place that knows what an operator is: no
 # `case OP_...:` switch over operator kinds outside runtime/ops/.
 set -euo pipefail
@@ -16,6 +17,12 @@ while IFS= read -r line; do
   bad=1
 done < <(grep -rn --include='*.c' --include='*.h' '#include "runtime/' . \
            | grep -v '^\./runtime/' | grep -v '^\./build' || true)
+# gen/gen_int.h is gen's own: only gen/ and its tests use it.
+for f in $(grep -rl --include='*.c' --include='*.h' '#include "gen/gen_int.h"' . \
+             | grep -v '^\./gen/' | grep -v '^\./tests/gen/' | grep -v '^\./build' || true); do
+  echo "FAIL: $f includes gen/gen_int.h; use gen/gen.h"
+  bad=1
+done
 switches=$(grep -rln --include='*.c' --include='*.h' 'case OP_[A-Z0-9_]*:' . \
              | grep -v '^\./runtime/ops/' | grep -v '^\./build' || true)
 for f in $switches; do
