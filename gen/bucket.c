@@ -81,9 +81,7 @@ static int cmp_record(const void *pa, const void *pb) {
 
 /* Smaller graph first: fewer operators, then encoding order. */
 static int cmp_graph(const GenGraph *a, const GenGraph *b, const GenVocab *v) {
-  int ra = 0, rb = 0;
-  for (int i = 0; i < a->n_ops; i++) ra += !(v->t[a->op[i].t].flags & T_IDENT);
-  for (int i = 0; i < b->n_ops; i++) rb += !(v->t[b->op[i].t].flags & T_IDENT);
+  int ra = gen_graph_real_ops(v, a), rb = gen_graph_real_ops(v, b);
   if (ra != rb) return ra < rb ? -1 : 1;
   return memcmp(a, b, sizeof *a);
 }

@@ -39,7 +39,7 @@ int gen_state_init(GenState *s, const GenVocab *v, int shape, uint64_t seed) {
     GenSlot *sl = &s->slot[s->n_slots++];
     sl->t = t;
     sl->vh = value_hash(t);
-    sl->sh = hash_mix(0x766172, (uint64_t)i);
+    sl->sh = gen_hash_var(i);
     sl->weight = v->vars[i].weight;
     sl->op = -1;
   }
@@ -59,21 +59,27 @@ void gen_state_fini(GenState *s) {
 
 /* ---- structural hashes and the canonical order ---- */
 
+uint64_t gen_hash_var(int var) { return hash_mix(0x766172, (uint64_t)var); }
+
+uint64_t gen_hash_op(const GenVocab *v, int ti, uint64_t a, uint64_t b) {
+  if ((v->t[ti].flags & T_COMMUTATIVE) && b < a) {
+    uint64_t x = a;
+    a = b, b = x;
+  }
+  return hash_mix(hash_mix(hash_mix(0x6f70, (uint64_t)ti + 1), a), b);
+}
+
 uint64_t gen_op_sh(const GenState *s, GenOp op, int *after) {
   const GenTemplate *t = &s->v->t[op.t];
   uint64_t a = t->n_in > 0 ? s->slot[op.in[0]].sh : 0;
   uint64_t b = t->n_in > 1 ? s->slot[op.in[1]].sh : 0;
-  if ((t->flags & T_COMMUTATIVE) && b < a) {
-    uint64_t x = a;
-    a = b, b = x;
-  }
   int last = 0;
   for (int i = 0; i < t->n_in; i++) {
     int p = s->slot[op.in[i]].op;
     if (p + 1 > last) last = p + 1;
   }
   if (after) *after = last;
-  return hash_mix(hash_mix(hash_mix(0x6f70, (uint64_t)op.t + 1), a), b);
+  return gen_hash_op(s->v, op.t, a, b);
 }
 
 /* ---- template checks and parameters ---- */
@@ -328,8 +334,7 @@ void gen_pop(GenState *s) {
   int k = --s->n_ops;
   GenOp op = s->op[k];
   const GenTemplate *t = &s->v->t[op.t];
-  int n_out = (t->flags & T_IDENT) ? 1 : t->n_out;
-  for (int o = n_out - 1; o >= 0; o--) {
+  for (int o = t->n_out - 1; o >= 0; o--) {
     int slot = --s->n_slots;
     remove_output(s, slot);
     tensor_unref(s->slot[slot].t);
@@ -387,26 +392,19 @@ void gen_graph_of(const GenState *s, GenGraph *g) {
   memcpy(g->op, s->op, (size_t)s->n_ops * sizeof s->op[0]);
 }
 
-static bool tensors_equal(const Tensor *a, const Tensor *b) {
-  return shape_equal(&a->shape, &b->shape) && !memcmp(a->data, b->data, tensor_bytes(a));
+int gen_graph_real_ops(const GenVocab *v, const GenGraph *g) {
+  int n = 0;
+  for (int i = 0; i < g->n_ops; i++) n += !(v->t[g->op[i].t].flags & T_IDENT);
+  return n;
 }
 
-bool gen_outputs_equal(const GenState *a, const GenState *b, int *perm) {
-  int oa[GEN_MAX_SLOTS], ob[GEN_MAX_SLOTS];
-  int na = gen_outputs(a, oa), nb = gen_outputs(b, ob);
-  if (na != nb) return false;
-  bool taken[GEN_MAX_SLOTS] = {false};
-  for (int i = 0; i < na; i++) {
-    int found = -1;
-    for (int j = 0; j < nb && found < 0; j++)
-      if (!taken[j] && a->slot[oa[i]].vh == b->slot[ob[j]].vh &&
-          tensors_equal(a->slot[oa[i]].t, b->slot[ob[j]].t))
-        found = j;
-    if (found < 0) return false;
-    taken[found] = true;
-    if (perm) perm[i] = found;
-  }
-  return true;
+void gen_pair_used_vars(const GenVocab *v, const GenPair *p, bool *used) {
+  memset(used, 0, GEN_MAX_VARS * sizeof *used);
+  const GenGraph *g[2] = {&p->src, &p->dst};
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < g[s]->n_ops; k++)
+      for (int i = 0; i < v->t[g[s]->op[k].t].n_in; i++)
+        if (g[s]->op[k].in[i] < v->n_vars) used[g[s]->op[k].in[i]] = true;
 }
 
 int gen_graph_format(const GenVocab *v, const GenGraph *g, char *buf, size_t size) {
@@ -417,16 +415,14 @@ int gen_graph_format(const GenVocab *v, const GenGraph *g, char *buf, size_t siz
   buf[0] = 0;
   for (int k = 0; k < g->n_ops; k++) {
     const GenTemplate *t = &v->t[g->op[k].t];
-    int n_out = (t->flags & T_IDENT) ? 1 : t->n_out;
     char outs[32] = "";
-    for (int o = 0; o < n_out && slot < GEN_MAX_SLOTS; o++, slot++) {
+    for (int o = 0; o < t->n_out && slot < GEN_MAX_SLOTS; o++, slot++) {
       snprintf(names[slot], sizeof names[slot], "%%%d", slot - v->n_vars);
       size_t l = strlen(outs);
       snprintf(outs + l, sizeof outs - l, "%s%s", o ? "," : "", names[slot]);
     }
     char args[40] = "";
-    int n_in = (t->flags & T_IDENT) ? 1 : t->n_in;
-    for (int i = 0; i < n_in; i++) {
+    for (int i = 0; i < t->n_in; i++) {
       size_t l = strlen(args);
       int in = g->op[k].in[i];
       snprintf(args + l, sizeof args - l, "%s%s", i ? ", " : "", in < slot ? names[in] : "?");

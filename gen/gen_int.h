@@ -173,6 +173,12 @@ typedef struct GenState {
 int gen_state_init(GenState *s, const GenVocab *v, int shape, uint64_t seed);
 void gen_state_fini(GenState *s);
 
+/* Structural hashes: of a variable, and of template ti applied to inputs
+ * with hashes a and b (ordered if the template is commutative). The
+ * canonical order and the pruning's canonical forms both use these. */
+uint64_t gen_hash_var(int var);
+uint64_t gen_hash_op(const GenVocab *v, int ti, uint64_t a, uint64_t b);
+
 /* The structural hash op would have, and the first position from which the
  * canonical order requires it to be larger than every operator (just after
  * its last producing operator). */
@@ -197,9 +203,6 @@ bool gen_vars_canonical(const GenState *s);
 int gen_var_gaps(const GenState *s);
 /* The current graph's encoding. */
 void gen_graph_of(const GenState *s, GenGraph *g);
-/* Exact comparison of two evaluated graphs' outputs as multisets: perm[i]
- * receives the output of b equal to output i of a. */
-bool gen_outputs_equal(const GenState *a, const GenState *b, int *perm);
 
 /* When a pushed operator's structural hash equals fresh_sh, its outputs
  * are replaced by random values from fresh_seed: the common-subgraph test
@@ -247,8 +250,6 @@ uint64_t gen_seed(uint64_t seed, int which);
  * confirmed pairs (malloc'd). */
 int gen_bucket_pairs(const GenVocab *v, uint64_t seed, GenRecord *recs, size_t n,
                      GenPair **pairs, size_t *n_pairs, GenBucketStats *st, Diag *d);
-/* Evaluates g at a state and aligns its outputs with other's evaluated
- * outputs. */
 
 /* ---- pruning (prune.c) ---- */
 
@@ -277,6 +278,11 @@ int gen_rule_to_ruledb(const GenVocab *v, const GenRule *g, Rule *r, Diag *d);
  * their aligned outputs (for tests: evaluate both and compare). */
 int gen_pair_graphs(const GenVocab *v, const GenPair *p, int shape, Graph **src,
                     Graph **dst, Diag *d);
+
+/* Operators of g that compute (identity markers aside). */
+int gen_graph_real_ops(const GenVocab *v, const GenGraph *g);
+/* used[var] for every variable either side of p reads. */
+void gen_pair_used_vars(const GenVocab *v, const GenPair *p, bool *used);
 
 /* Text of a graph for messages and tests: "matmul(matmul(x1, w1), w2)". */
 int gen_graph_format(const GenVocab *v, const GenGraph *g, char *buf, size_t size);

@@ -32,19 +32,6 @@ typedef struct Canon {
   uint8_t slot_map[GEN_MAX_SLOTS];     /* old slot -> new slot */
 } Canon;
 
-static uint64_t var_sh(int var) { return hash_mix(0x766172, (uint64_t)var); }
-
-/* The same hash gen_op_sh gives, from input hashes. */
-static uint64_t op_sh(const GenTemplate *t, int ti, uint64_t a, uint64_t b) {
-  if ((t->flags & T_COMMUTATIVE) && b < a) {
-    uint64_t x = a;
-    a = b, b = x;
-  }
-  return hash_mix(hash_mix(hash_mix(0x6f70, (uint64_t)ti + 1), a), b);
-}
-
-static int n_inputs(const GenTemplate *t) { return (t->flags & T_IDENT) ? 1 : t->n_in; }
-static int n_outputs(const GenTemplate *t) { return (t->flags & T_IDENT) ? 1 : t->n_out; }
 
 /* Renames variables by var_map, merges operators that became identical,
  * and orders operators canonically (smallest available hash first). */
@@ -54,7 +41,7 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
   int slot_of[GEN_MAX_SLOTS];       /* old slot -> representative old slot */
   int slot_op[GEN_MAX_SLOTS];       /* old slot -> producing kept op (-1 var) */
   int slot_out[GEN_MAX_SLOTS];
-  for (int i = 0; i < nv; i++) slot_sh[i] = var_sh(var_map[i]), slot_of[i] = i, slot_op[i] = -1;
+  for (int i = 0; i < nv; i++) slot_sh[i] = gen_hash_var(var_map[i]), slot_of[i] = i, slot_op[i] = -1;
   uint64_t sh[GEN_MAX_DEPTH];
   int keep[GEN_MAX_DEPTH], n_keep = 0;
   int first_slot[GEN_MAX_DEPTH];
@@ -62,15 +49,15 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
   for (int k = 0; k < in->n_ops; k++) {
     const GenTemplate *t = &v->t[in->op[k].t];
     uint64_t a = 0, b = 0;
-    if (n_inputs(t) > 0) a = slot_sh[slot_of[in->op[k].in[0]]];
-    if (n_inputs(t) > 1) b = slot_sh[slot_of[in->op[k].in[1]]];
-    uint64_t h = op_sh(t, in->op[k].t, a, b);
+    if (t->n_in > 0) a = slot_sh[slot_of[in->op[k].in[0]]];
+    if (t->n_in > 1) b = slot_sh[slot_of[in->op[k].in[1]]];
+    uint64_t h = gen_hash_op(v, in->op[k].t, a, b);
     int dup = -1;
     for (int j = 0; j < n_keep; j++)
       if (sh[keep[j]] == h) dup = keep[j];
     sh[k] = h;
     first_slot[k] = slot;
-    for (int o = 0; o < n_outputs(t); o++, slot++) {
+    for (int o = 0; o < t->n_out; o++, slot++) {
       slot_sh[slot] = hash_mix(h, (uint64_t)o);
       slot_of[slot] = dup >= 0 ? first_slot[dup] + o : slot;
       slot_op[slot] = dup >= 0 ? dup : k;
@@ -88,7 +75,7 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
       if (placed[k]) continue;
       const GenTemplate *t = &v->t[in->op[k].t];
       bool ready = true;
-      for (int i = 0; i < n_inputs(t); i++) {
+      for (int i = 0; i < t->n_in; i++) {
         int p = slot_op[slot_of[in->op[k].in[i]]];
         if (p >= 0 && !placed[p]) ready = false;
       }
@@ -103,7 +90,7 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
   int next = nv;
   for (int step = 0; step < n_keep; step++) {
     new_first[order[step]] = next;
-    next += n_outputs(&v->t[in->op[order[step]].t]);
+    next += v->t[in->op[order[step]].t].n_out;
   }
   for (int i = 0; i < nv; i++) c->slot_map[i] = var_map[i];
   for (int s = nv; s < slot; s++)
@@ -113,7 +100,7 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
     int k = order[step];
     const GenTemplate *t = &v->t[in->op[k].t];
     GenOp op = {.t = in->op[k].t};
-    for (int i = 0; i < n_inputs(t); i++) op.in[i] = c->slot_map[in->op[k].in[i]];
+    for (int i = 0; i < t->n_in; i++) op.in[i] = c->slot_map[in->op[k].in[i]];
     /* Commutative operands in the order of their hashes under the new
      * names, so that renamed copies print alike. */
     if (t->flags & T_COMMUTATIVE) {
@@ -130,11 +117,6 @@ static void canon_graph(const GenVocab *v, const GenGraph *in, const uint8_t *va
 
 /* ---- keys ---- */
 
-/* One side's text, its outputs given as new slots in pairing order. */
-static int side_text(const GenVocab *v, const GenGraph *g, char *buf, size_t size) {
-  return gen_graph_format(v, g, buf, size);
-}
-
 typedef struct CanonPair {
   Canon src, dst;
   GenPair p;   /* the canonical pair */
@@ -146,12 +128,6 @@ typedef struct CanonPair {
 static int cmp_u8pair(const void *a, const void *b) {
   const uint8_t *x = a, *y = b;
   return x[0] != y[0] ? x[0] - y[0] : x[1] - y[1];
-}
-
-static int real_ops(const GenVocab *v, const GenGraph *g) {
-  int n = 0;
-  for (int i = 0; i < g->n_ops; i++) n += !(v->t[g->op[i].t].flags & T_IDENT);
-  return n;
 }
 
 static int graph_bytes(const GenGraph *g, uint8_t *b) {
@@ -174,7 +150,7 @@ static void canon_pair(const GenVocab *v, const GenPair *p, const uint8_t *var_m
   canon_graph(v, &p->src, var_map, &a);
   canon_graph(v, &p->dst, var_map, &b);
   uint8_t outs[2 * GEN_MAX_DEPTH][2];
-  int ra = real_ops(v, &a.g), rb = real_ops(v, &b.g);
+  int ra = gen_graph_real_ops(v, &a.g), rb = gen_graph_real_ops(v, &b.g);
   bool swap = rb > ra || (ra == rb && cmp_graph_bytes(&b.g, &a.g) < 0);
   const Canon *s = swap ? &b : &a, *d = swap ? &a : &b;
   const uint8_t *so = swap ? p->dst_out : p->src_out, *dout = swap ? p->src_out : p->dst_out;
@@ -198,24 +174,32 @@ static void canon_pair(const GenVocab *v, const GenPair *p, const uint8_t *var_m
 /* The readable key of a canonical pair. */
 static void key_text(const GenVocab *v, const GenPair *p, char *key, size_t size) {
   char ta[KEY_MAX / 2], tb[KEY_MAX / 2];
-  side_text(v, &p->src, ta, sizeof ta);
-  side_text(v, &p->dst, tb, sizeof tb);
+  gen_graph_format(v, &p->src, ta, sizeof ta);
+  gen_graph_format(v, &p->dst, tb, sizeof tb);
   int len = snprintf(key, size, "%s => %s @", ta, tb);
   for (int i = 0; i < p->n_out && len > 0 && (size_t)len < size; i++)
     len += snprintf(key + len, size - (size_t)len, " %%%d=%%%d", p->src_out[i] - v->n_vars,
                     p->dst_out[i] - v->n_vars);
 }
 
-/* Variables either side uses. */
-static void used_vars(const GenVocab *v, const GenPair *p, bool *used) {
-  memset(used, 0, GEN_MAX_VARS * sizeof *used);
-  const GenGraph *g[2] = {&p->src, &p->dst};
-  for (int s = 0; s < 2; s++)
-    for (int k = 0; k < g[s]->n_ops; k++) {
-      const GenTemplate *t = &v->t[g[s]->op[k].t];
-      for (int i = 0; i < n_inputs(t); i++)
-        if (g[s]->op[k].in[i] < v->n_vars) used[g[s]->op[k].in[i]] = true;
+/* The variables a pair uses, grouped by class; both searches below map
+ * these. map receives the identity. */
+typedef struct UsedVars {
+  int var[GEN_MAX_CLASSES][GEN_MAX_VARS];
+  int n[GEN_MAX_CLASSES];
+} UsedVars;
+
+static void used_by_class(const GenVocab *v, const GenPair *p, UsedVars *u, uint8_t *map) {
+  bool used[GEN_MAX_VARS];
+  gen_pair_used_vars(v, p, used);
+  memset(u->n, 0, sizeof u->n);
+  for (int i = 0; i < v->n_vars; i++) {
+    map[i] = (uint8_t)i;
+    if (used[i]) {
+      int c = v->vars[i].cls;
+      u->var[c][u->n[c]++] = i;
     }
+  }
 }
 
 /* Smallest key over every renaming of the used variables onto the first
@@ -223,8 +207,7 @@ static void used_vars(const GenVocab *v, const GenPair *p, bool *used) {
 typedef struct RenameSearch {
   const GenVocab *v;
   const GenPair *p;
-  int used_in[GEN_MAX_CLASSES][GEN_MAX_VARS];
-  int n_used[GEN_MAX_CLASSES];
+  UsedVars used;
   uint8_t map[GEN_MAX_VARS];
   CanonPair best, cur;
   bool have;
@@ -240,34 +223,22 @@ static void rename_dfs(RenameSearch *r, int cls, int pos, unsigned taken) {
       r->best = r->cur, r->have = true;
     return;
   }
-  if (pos == r->n_used[cls]) {
+  if (pos == r->used.n[cls]) {
     rename_dfs(r, cls + 1, 0, 0);
     return;
   }
-  for (int target = 0; target < r->n_used[cls]; target++) {
+  for (int target = 0; target < r->used.n[cls]; target++) {
     if (taken & (1u << target)) continue;
-    r->map[r->used_in[cls][pos]] = (uint8_t)(v->classes[cls].first + target);
+    r->map[r->used.var[cls][pos]] = (uint8_t)(v->classes[cls].first + target);
     rename_dfs(r, cls, pos + 1, taken | (1u << target));
   }
 }
 
 static void canon_renamed(const GenVocab *v, const GenPair *p, CanonPair *out) {
-  RenameSearch *r = calloc(1, sizeof *r);
-  if (!r) abort(); /* a few KB; nothing sensible to do without it */
-  r->v = v;
-  r->p = p;
-  bool used[GEN_MAX_VARS];
-  used_vars(v, p, used);
-  for (int i = 0; i < v->n_vars; i++) {
-    r->map[i] = (uint8_t)i;
-    if (used[i]) {
-      int c = v->vars[i].cls;
-      r->used_in[c][r->n_used[c]++] = i;
-    }
-  }
-  rename_dfs(r, 0, 0, 0);
-  *out = r->best;
-  free(r);
+  RenameSearch r = {.v = v, .p = p};
+  used_by_class(v, p, &r.used, r.map);
+  rename_dfs(&r, 0, 0, 0);
+  *out = r.best;
   key_text(v, &out->p, out->key, sizeof out->key);
 }
 
@@ -381,7 +352,7 @@ static int top_op(const GenVocab *v, const GenGraph *g, const uint8_t *outs, int
   for (int i = 0; i < n_out; i++) {
     int slot = v->n_vars, k = 0;
     for (; k < g->n_ops; k++) {
-      int n = n_outputs(&v->t[g->op[k].t]);
+      int n = v->t[g->op[k].t].n_out;
       if (outs[i] < slot + n) break;
       slot += n;
     }
@@ -417,15 +388,15 @@ static int common_top(Checker *c, const GenPair *p, bool *redundant) {
 /* Bit mask of the operators output slot `out` depends on. */
 static unsigned cone(const GenVocab *v, const GenGraph *g, int out) {
   int first[GEN_MAX_DEPTH], slot = v->n_vars;
-  for (int k = 0; k < g->n_ops; k++) first[k] = slot, slot += n_outputs(&v->t[g->op[k].t]);
+  for (int k = 0; k < g->n_ops; k++) first[k] = slot, slot += v->t[g->op[k].t].n_out;
   unsigned mask = 0;
   for (int k = g->n_ops - 1; k >= 0; k--) {
-    int n = n_outputs(&v->t[g->op[k].t]);
+    int n = v->t[g->op[k].t].n_out;
     bool needed = out >= first[k] && out < first[k] + n;
     for (int j = k + 1; j < g->n_ops && !needed; j++)
       if (mask & (1u << j)) {
         const GenTemplate *t = &v->t[g->op[j].t];
-        for (int i = 0; i < n_inputs(t); i++)
+        for (int i = 0; i < t->n_in; i++)
           if (g->op[j].in[i] >= first[k] && g->op[j].in[i] < first[k] + n) needed = true;
       }
     if (needed) mask |= 1u << k;
@@ -466,8 +437,7 @@ static bool disjoint_union(const GenVocab *v, const GenPair *p) {
  * general and is dropped. */
 typedef struct MergeSearch {
   const GenVocab *v;
-  int used_in[GEN_MAX_CLASSES][GEN_MAX_VARS];
-  int n_used[GEN_MAX_CLASSES];
+  UsedVars used;
   uint8_t map[GEN_MAX_VARS];
   const GenPair *p;
   const KeySet *keys;
@@ -485,7 +455,7 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
     for (int s = 0; s < 2; s++) {
       GenGraph *g = s ? &q.dst : &q.src;
       for (int k = 0; k < g->n_ops; k++)
-        for (int i = 0; i < n_inputs(&v->t[g->op[k].t]); i++)
+        for (int i = 0; i < v->t[g->op[k].t].n_in; i++)
           if (g->op[k].in[i] < v->n_vars) g->op[k].in[i] = m->map[g->op[k].in[i]];
     }
     canon_renamed(v, &q, &m->scratch);
@@ -497,15 +467,15 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
     if (j != SIZE_MAX && j != m->self && !m->drop[j]) m->drop[j] = true, m->dropped++;
     return;
   }
-  if (pos == m->n_used[cls]) {
+  if (pos == m->used.n[cls]) {
     merge_dfs(m, cls + 1, 0, merged);
     return;
   }
-  int var = m->used_in[cls][pos];
-  for (int j = 0; j < m->n_used[cls]; j++) {
-    int target = m->used_in[cls][j];
+  int var = m->used.var[cls][pos];
+  for (int j = 0; j < m->used.n[cls]; j++) {
+    int target = m->used.var[cls][j];
     bool dup = false;
-    for (int q = 0; q < pos; q++) dup |= m->map[m->used_in[cls][q]] == target;
+    for (int q = 0; q < pos; q++) dup |= m->map[m->used.var[cls][q]] == target;
     m->map[var] = (uint8_t)target;
     merge_dfs(m, cls, pos + 1, merged || dup);
   }
@@ -521,15 +491,7 @@ static int64_t drop_instances(const GenVocab *v, const GenPair *p, size_t self,
   m->keys = keys;
   m->self = self;
   m->drop = drop;
-  bool used[GEN_MAX_VARS];
-  used_vars(v, p, used);
-  for (int i = 0; i < v->n_vars; i++) {
-    m->map[i] = (uint8_t)i;
-    if (used[i]) {
-      int c = v->vars[i].cls;
-      m->used_in[c][m->n_used[c]++] = i;
-    }
-  }
+  used_by_class(v, p, &m->used, m->map);
   merge_dfs(m, 0, 0, false);
   int64_t n = m->dropped;
   free(m);

@@ -61,15 +61,8 @@ static int side_graph(const GenVocab *v, const GenGraph *g, const bool *used, in
 
 int gen_pair_graphs(const GenVocab *v, const GenPair *p, int shape, Graph **src, Graph **dst,
                     Diag *d) {
-  bool used[GEN_MAX_VARS] = {false};
-  const GenGraph *g[2] = {&p->src, &p->dst};
-  for (int s = 0; s < 2; s++)
-    for (int k = 0; k < g[s]->n_ops; k++) {
-      const GenTemplate *t = &v->t[g[s]->op[k].t];
-      int n_in = (t->flags & T_IDENT) ? 1 : t->n_in;
-      for (int i = 0; i < n_in; i++)
-        if (g[s]->op[k].in[i] < v->n_vars) used[g[s]->op[k].in[i]] = true;
-    }
+  bool used[GEN_MAX_VARS];
+  gen_pair_used_vars(v, p, used);
   int rc = side_graph(v, &p->src, used, shape, p->src_out, p->n_out, src, d);
   if (rc) return rc;
   rc = side_graph(v, &p->dst, used, shape, p->dst_out, p->n_out, dst, d);
