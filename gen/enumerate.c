@@ -123,14 +123,7 @@ static int try_op(Worker *w, GenOp op, int depth_left) {
     if (s->op_sh[i] >= sh) return TEQ_OK;
   /* Variables still missing after this operator must be within reach of
    * the operators left; checked before anything is evaluated. */
-  const GenTemplate *t = &s->v->t[op.t];
-  int nv = s->v->n_vars;
-  for (int i = 0; i < t->n_in; i++)
-    if (op.in[i] < nv) s->var_uses[op.in[i]]++;
-  int gaps_after = gen_var_gaps(s);
-  for (int i = 0; i < t->n_in; i++)
-    if (op.in[i] < nv) s->var_uses[op.in[i]]--;
-  if (gaps_after > 2 * (depth_left - 1)) return TEQ_OK;
+  if (gen_var_gaps_after(s, op) > 2 * (depth_left - 1)) return TEQ_OK;
   int rc = gen_push(s, op, &w->diag);
   if (rc <= 0) return rc;
   rc = TEQ_OK;

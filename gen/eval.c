@@ -24,6 +24,8 @@ static uint64_t value_hash(const Tensor *t) {
   return hash_bytes(h, t->data, tensor_bytes(t));
 }
 
+static void count_var_gaps(GenState *s);
+
 int gen_state_init(GenState *s, const GenVocab *v, int shape, uint64_t seed) {
   memset(s, 0, sizeof *s);
   s->v = v;
@@ -43,6 +45,7 @@ int gen_state_init(GenState *s, const GenVocab *v, int shape, uint64_t seed) {
     sl->weight = v->vars[i].weight;
     sl->op = -1;
   }
+  count_var_gaps(s);
   return TEQ_OK;
 }
 
@@ -66,7 +69,7 @@ uint64_t gen_hash_op(const GenVocab *v, int ti, uint64_t a, uint64_t b) {
     uint64_t x = a;
     a = b, b = x;
   }
-  return hash_mix(hash_mix(hash_mix(0x6f70, (uint64_t)ti + 1), a), b);
+  return hash_mix(hash_mix(v->op_seed[ti], a), b);
 }
 
 uint64_t gen_op_sh(const GenState *s, GenOp op, int *after) {
@@ -225,18 +228,26 @@ static void remove_output(GenState *s, int slot) {
   s->n_outputs--;
 }
 
+/* A variable's use count; the gap count changes only when a variable
+ * starts or stops being used, so only then is it recounted. */
+static void var_use(GenState *s, int var, int delta) {
+  bool was = s->var_uses[var] > 0;
+  s->var_uses[var] += delta;
+  if (was != (s->var_uses[var] > 0)) count_var_gaps(s);
+}
+
 static void use_input(GenState *s, int slot) {
   GenSlot *x = &s->slot[slot];
   if (x->op >= 0 && x->uses == 0) remove_output(s, slot);
   x->uses++;
-  if (x->op < 0) s->var_uses[slot]++;
+  if (x->op < 0) var_use(s, slot, 1);
 }
 
 static void unuse_input(GenState *s, int slot) {
   GenSlot *x = &s->slot[slot];
   x->uses--;
   if (x->op >= 0 && x->uses == 0) add_output(s, slot);
-  if (x->op < 0) s->var_uses[slot]--;
+  if (x->op < 0) var_use(s, slot, -1);
 }
 
 static int push_ident(GenState *s, GenOp op) {
@@ -248,7 +259,7 @@ static int push_ident(GenState *s, GenOp op) {
   o->op = (int8_t)s->n_ops;
   o->uses = 0;
   o->sh = gen_op_sh(s, op, NULL);
-  s->var_uses[op.in[0]]++;
+  var_use(s, op.in[0], 1);
   s->op[s->n_ops] = op;
   s->op_first[s->n_ops] = (uint8_t)s->n_slots;
   s->op_sh[s->n_ops] = o->sh;
@@ -341,7 +352,7 @@ void gen_pop(GenState *s) {
     s->slot[slot].t = NULL;
   }
   if (t->flags & T_IDENT) {
-    s->var_uses[op.in[0]]--;
+    var_use(s, op.in[0], -1);
     return;
   }
   for (int i = t->n_in - 1; i >= 0; i--) unuse_input(s, op.in[i]);
@@ -371,15 +382,38 @@ int gen_outputs(const GenState *s, int *slots) {
 
 uint64_t gen_fingerprint(const GenState *s) { return hash_mix(s->out_sum, (uint64_t)s->n_outputs); }
 
-int gen_var_gaps(const GenState *s) {
+/* Recounts the gaps, and each class's highest used variable. */
+static void count_var_gaps(GenState *s) {
   int gaps = 0;
   for (int c = 0; c < s->v->n_classes; c++) {
     const GenClass *cl = &s->v->classes[c];
     int highest = -1;
     for (int i = 0; i < cl->count; i++)
       if (s->var_uses[cl->first + i]) highest = i;
-    for (int i = 0; i < highest; i++)
-      if (!s->var_uses[cl->first + i]) gaps++;
+    for (int i = 0; i < highest; i++) gaps += !s->var_uses[cl->first + i];
+    s->var_highest[c] = (int8_t)highest;
+  }
+  s->var_gaps = gaps;
+}
+
+int gen_var_gaps(const GenState *s) { return s->var_gaps; }
+
+/* O(1): the DFS asks this for every operator it considers. A new variable
+ * above its class's highest adds the unused ones between as gaps; one
+ * below fills a gap. */
+int gen_var_gaps_after(const GenState *s, GenOp op) {
+  const GenVocab *v = s->v;
+  const GenTemplate *t = &v->t[op.t];
+  int gaps = s->var_gaps, seen = -1, hi_cls = -1, hi = 0;
+  for (int i = 0; i < t->n_in; i++) {
+    int var = op.in[i];
+    if (var >= v->n_vars || s->var_uses[var] || var == seen) continue;
+    seen = var;
+    int c = v->vars[var].cls, idx = var - v->classes[c].first;
+    int highest = c == hi_cls ? hi : s->var_highest[c];
+    if (idx > highest) gaps += idx - highest - 1, highest = idx;
+    else gaps--;
+    hi_cls = c, hi = highest;
   }
   return gaps;
 }

@@ -113,6 +113,7 @@ typedef struct GenVocab {
   int n_classes;
   GenTemplate t[GEN_MAX_TEMPLATES];
   int n_templates;
+  uint64_t op_seed[GEN_MAX_TEMPLATES]; /* each template's structural-hash seed */
   int64_t dims[GEN_N_SHAPES][SYM__COUNT];
 } GenVocab;
 
@@ -165,6 +166,8 @@ typedef struct GenState {
   uint64_t out_sum;                /* sum of output slots' mixed value hashes */
   int n_outputs;
   int var_uses[GEN_MAX_VARS];
+  int var_gaps;                    /* gen_var_gaps, kept current by push and pop */
+  int8_t var_highest[GEN_MAX_CLASSES]; /* per class, highest used variable (-1 none) */
   uint64_t fresh_sh, fresh_seed;   /* see gen_state_set_fresh */
 } GenState;
 
@@ -199,8 +202,10 @@ int gen_outputs(const GenState *s, int *slots);
 uint64_t gen_fingerprint(const GenState *s);
 /* Whether the variables used are, in each class, the first ones. */
 bool gen_vars_canonical(const GenState *s);
-/* How many variables are missing for gen_vars_canonical to hold. */
+/* How many variables are missing for gen_vars_canonical to hold: now, and
+ * if op were pushed (checked before anything is evaluated). */
 int gen_var_gaps(const GenState *s);
+int gen_var_gaps_after(const GenState *s, GenOp op);
 /* The current graph's encoding. */
 void gen_graph_of(const GenState *s, GenGraph *g);
 
@@ -263,7 +268,32 @@ typedef struct GenRule {
   char *key;
 } GenRule;
 
-/* Prunes pairs (in place order kept) into rules (malloc'd). */
+/* A pair in canonical form (variables renamed, operators in canonical
+ * order), with what the checks that need only the pair found. */
+enum { CAND_COMMON = 1, CAND_DISJOINT = 2 };
+typedef struct GenCand {
+  GenPair p;
+  uint8_t flags;  /* CAND_* */
+} GenCand;
+
+/* Pruning is two stages, so that the costly part runs beside the bucket
+ * work, in each worker thread:
+ *   gen_prune_bucket  each pair's canonical form, each distinct one once,
+ *                     with the common-subgraph and disjoint-union checks
+ *                     done (they need only the pair);
+ *   gen_prune_merge   all buckets' candidates: one copy of each, instances
+ *                     of others dropped, then the checks' verdicts, giving
+ *                     the counts of TASO's Table 3.
+ * A GenPruner holds one thread's evaluation state. */
+typedef struct GenPruner GenPruner;
+int gen_pruner_new(const GenVocab *v, uint64_t seed, GenPruner **pr);
+void gen_pruner_free(GenPruner *pr);
+int gen_prune_bucket(GenPruner *pr, const GenPair *pairs, size_t n, GenCand **cands,
+                     size_t *n_cands, Diag *d);
+/* Reorders cands. initial: the pairs the candidates came from. */
+int gen_prune_merge(const GenVocab *v, GenCand *cands, size_t n, int64_t initial,
+                    GenRule **rules, size_t *n_rules, GenPruneStats *st, Diag *d);
+/* Both stages over one list of pairs. */
 int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
               size_t *n_rules, GenPruneStats *st, Diag *d);
 void gen_rules_free(GenRule *rules, size_t n);

@@ -234,12 +234,13 @@ static void rename_dfs(RenameSearch *r, int cls, int pos, unsigned taken) {
   }
 }
 
-static void canon_renamed(const GenVocab *v, const GenPair *p, CanonPair *out) {
+/* The canonical pair in out->p; its readable key too if with_key. */
+static void canon_renamed(const GenVocab *v, const GenPair *p, CanonPair *out, bool with_key) {
   RenameSearch r = {.v = v, .p = p};
   used_by_class(v, p, &r.used, r.map);
   rename_dfs(&r, 0, 0, 0);
   *out = r.best;
-  key_text(v, &out->p, out->key, sizeof out->key);
+  if (with_key) key_text(v, &out->p, out->key, sizeof out->key);
 }
 
 void gen_pair_key(const GenVocab *v, const GenPair *p, char *key, size_t size) {
@@ -248,46 +249,44 @@ void gen_pair_key(const GenVocab *v, const GenPair *p, char *key, size_t size) {
     snprintf(key, size, "?");
     return;
   }
-  canon_renamed(v, p, cp);
+  canon_renamed(v, p, cp, true);
   snprintf(key, size, "%s", cp->key);
   free(cp);
 }
 
-/* ---- a set of keys ---- */
+/* ---- a set of canonical pairs ----
+ * Canonical pairs are compared as bytes: canon_pair zeroes what it does not
+ * fill, so two renamed copies of one rule are equal byte for byte. */
 
-typedef struct KeySet {
-  const char **key;
-  size_t *idx;
+typedef struct PairSet {
+  const GenCand *c;   /* the candidates the indices refer to */
+  size_t *slot;       /* index + 1; 0 empty */
   size_t cap;
-} KeySet;
+} PairSet;
 
-static uint64_t str_hash(const char *s) { return hash_bytes(0, s, strlen(s)); }
+static uint64_t pair_hash(const GenPair *p) { return hash_bytes(0x70616972, p, sizeof *p); }
 
-static int keyset_init(KeySet *k, size_t n) {
+static int pairset_init(PairSet *k, const GenCand *c, size_t n) {
+  k->c = c;
   k->cap = 16;
   while (k->cap < 2 * n + 16) k->cap *= 2;
-  k->key = calloc(k->cap, sizeof *k->key);
-  k->idx = calloc(k->cap, sizeof *k->idx);
-  return k->key && k->idx ? TEQ_OK : TEQ_ERR_NOMEM;
+  k->slot = calloc(k->cap, sizeof *k->slot);
+  return k->slot ? TEQ_OK : TEQ_ERR_NOMEM;
 }
 
-static void keyset_fini(KeySet *k) {
-  free(k->key);
-  free(k->idx);
-}
+static void pairset_fini(PairSet *k) { free(k->slot); }
 
-/* The index stored with key s, or SIZE_MAX. */
-static size_t keyset_find(const KeySet *k, const char *s) {
-  for (size_t i = str_hash(s) & (k->cap - 1); k->key[i]; i = (i + 1) & (k->cap - 1))
-    if (!strcmp(k->key[i], s)) return k->idx[i];
+/* The index of the candidate equal to p, or SIZE_MAX. */
+static size_t pairset_find(const PairSet *k, const GenPair *p) {
+  for (size_t i = pair_hash(p) & (k->cap - 1); k->slot[i]; i = (i + 1) & (k->cap - 1))
+    if (!memcmp(&k->c[k->slot[i] - 1].p, p, sizeof *p)) return k->slot[i] - 1;
   return SIZE_MAX;
 }
 
-static void keyset_add(KeySet *k, const char *s, size_t idx) {
-  size_t i = str_hash(s) & (k->cap - 1);
-  while (k->key[i]) i = (i + 1) & (k->cap - 1);
-  k->key[i] = s;
-  k->idx[i] = idx;
+static void pairset_add(PairSet *k, size_t idx) {
+  size_t i = pair_hash(&k->c[idx].p) & (k->cap - 1);
+  while (k->slot[i]) i = (i + 1) & (k->cap - 1);
+  k->slot[i] = idx + 1;
 }
 
 /* ---- the checks that need values ---- */
@@ -434,17 +433,17 @@ static bool disjoint_union(const GenVocab *v, const GenPair *p) {
 /* Every map of a rule's used variables into themselves, class by class,
  * that merges at least two: each gives a rule that is an instance of this
  * one (x2 renamed to x1); an instance found among the kept rules is less
- * general and is dropped. */
+ * general and is dropped. Instances of instances are instances, so the
+ * result does not depend on the order rules are visited in. */
 typedef struct MergeSearch {
   const GenVocab *v;
   UsedVars used;
   uint8_t map[GEN_MAX_VARS];
   const GenPair *p;
-  const KeySet *keys;
+  const PairSet *set;
   size_t self;
   bool *drop;
   CanonPair scratch;
-  int64_t dropped;
 } MergeSearch;
 
 static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
@@ -458,13 +457,13 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
         for (int i = 0; i < v->t[g->op[k].t].n_in; i++)
           if (g->op[k].in[i] < v->n_vars) g->op[k].in[i] = m->map[g->op[k].in[i]];
     }
-    canon_renamed(v, &q, &m->scratch);
+    canon_renamed(v, &q, &m->scratch, false);
     /* Only when no two operators became one: a matcher maps operators
      * one to one, so a collapsed instance is not covered by this rule. */
     if (m->scratch.p.src.n_ops + m->scratch.p.dst.n_ops != m->p->src.n_ops + m->p->dst.n_ops)
       return;
-    size_t j = keyset_find(m->keys, m->scratch.key);
-    if (j != SIZE_MAX && j != m->self && !m->drop[j]) m->drop[j] = true, m->dropped++;
+    size_t j = pairset_find(m->set, &m->scratch.p);
+    if (j != SIZE_MAX && j != m->self) m->drop[j] = true;
     return;
   }
   if (pos == m->used.n[cls]) {
@@ -482,20 +481,19 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
   m->map[var] = (uint8_t)var;
 }
 
-static int64_t drop_instances(const GenVocab *v, const GenPair *p, size_t self,
-                              const KeySet *keys, bool *drop) {
+static int drop_instances(const GenVocab *v, const GenPair *p, size_t self, const PairSet *set,
+                          bool *drop) {
   MergeSearch *m = calloc(1, sizeof *m);
-  if (!m) return -1;
+  if (!m) return TEQ_ERR_NOMEM;
   m->v = v;
   m->p = p;
-  m->keys = keys;
+  m->set = set;
   m->self = self;
   m->drop = drop;
   used_by_class(v, p, &m->used, m->map);
   merge_dfs(m, 0, 0, false);
-  int64_t n = m->dropped;
   free(m);
-  return n;
+  return TEQ_OK;
 }
 
 void gen_rules_free(GenRule *rules, size_t n) {
@@ -503,80 +501,126 @@ void gen_rules_free(GenRule *rules, size_t n) {
   free(rules);
 }
 
-int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
-              size_t *n_rules, GenPruneStats *st, Diag *d) {
-  st->initial = (int64_t)n;
-  /* Only distinct canonical rules are kept in memory: depth 4 has
-   * millions of pairs, most of them renamed copies. */
-  GenRule *kept_rules = malloc((n ? n : 1) * sizeof *kept_rules);
-  bool *drop = calloc(n ? n : 1, sizeof *drop);
-  CanonPair *tmp = malloc(sizeof *tmp);
-  KeySet keys = {0};
-  Checker *c = calloc(1, sizeof *c);
-  size_t m = 0;
-  int rc = kept_rules && drop && tmp && c ? keyset_init(&keys, n) : TEQ_ERR_NOMEM;
-  if (!rc) {
-    c->v = v;
-    c->d = d;
-    rc = gen_state_init(&c->st[0], v, SHAPE_A, gen_seed(seed, 3));
-    if (!rc) rc = gen_state_init(&c->st[1], v, SHAPE_B, gen_seed(seed, 4));
-  }
-  /* 1. Renaming: one canonical copy of each rule, and none that is
-   * another with variables merged. */
-  for (size_t i = 0; !rc && i < n; i++) {
-    canon_renamed(v, &pairs[i], tmp);
-    if (keyset_find(&keys, tmp->key) != SIZE_MAX) continue;
-    kept_rules[m].p = tmp->p;
-    if (!(kept_rules[m].key = strdup(tmp->key))) {
-      rc = TEQ_ERR_NOMEM;
-      break;
-    }
-    keyset_add(&keys, kept_rules[m].key, m);
-    m++;
-  }
-  for (size_t i = 0; !rc && i < m; i++)
-    if (!drop[i] && drop_instances(v, &kept_rules[i].p, i, &keys, drop) < 0) rc = TEQ_ERR_NOMEM;
-  int64_t kept = 0;
-  for (size_t i = 0; i < m; i++) kept += !drop[i];
-  st->after_renaming = kept;
+struct GenPruner {
+  const GenVocab *v;
+  Checker check;
+  CanonPair tmp;
+};
 
-  /* 2. Common subgraphs. */
-  for (size_t i = 0; !rc && i < m; i++) {
-    if (drop[i]) continue;
-    bool red = false;
-    rc = common_operation(c, &kept_rules[i].p, &red);
-    if (!rc && !red) rc = common_top(c, &kept_rules[i].p, &red);
-    if (red) drop[i] = true, kept--;
-  }
-  st->after_common = kept;
-
-  /* 3. Disjoint unions. */
-  for (size_t i = 0; !rc && i < m; i++)
-    if (!drop[i] && disjoint_union(v, &kept_rules[i].p)) drop[i] = true, kept--;
-  st->after_disjoint = kept;
-
-  /* Survivors, in place. */
-  size_t out = 0;
-  for (size_t i = 0; i < m; i++) {
-    if (drop[i] || rc) {
-      free(kept_rules[i].key);
-      continue;
-    }
-    kept_rules[out++] = kept_rules[i];
-  }
-  if (c) {
-    gen_state_fini(&c->st[0]);
-    gen_state_fini(&c->st[1]);
-  }
-  free(c);
-  keyset_fini(&keys);
-  free(tmp);
-  free(drop);
+int gen_pruner_new(const GenVocab *v, uint64_t seed, GenPruner **out) {
+  GenPruner *pr = calloc(1, sizeof *pr);
+  if (!pr) return TEQ_ERR_NOMEM;
+  pr->v = pr->check.v = v;
+  int rc = gen_state_init(&pr->check.st[0], v, SHAPE_A, gen_seed(seed, 3));
+  if (!rc) rc = gen_state_init(&pr->check.st[1], v, SHAPE_B, gen_seed(seed, 4));
   if (rc) {
-    free(kept_rules);
+    gen_pruner_free(pr);
     return rc;
   }
-  *rules = kept_rules;
-  *n_rules = out;
+  *out = pr;
   return TEQ_OK;
+}
+
+void gen_pruner_free(GenPruner *pr) {
+  if (!pr) return;
+  gen_state_fini(&pr->check.st[0]);
+  gen_state_fini(&pr->check.st[1]);
+  free(pr);
+}
+
+int gen_prune_bucket(GenPruner *pr, const GenPair *pairs, size_t n, GenCand **out, size_t *n_out,
+                     Diag *d) {
+  GenCand *c = malloc((n ? n : 1) * sizeof *c);
+  if (!c) return TEQ_ERR_NOMEM;
+  PairSet set;
+  int rc = pairset_init(&set, c, n);
+  size_t m = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    canon_renamed(pr->v, &pairs[i], &pr->tmp, false);
+    if (pairset_find(&set, &pr->tmp.p) != SIZE_MAX) continue;
+    c[m].p = pr->tmp.p;
+    c[m].flags = 0;
+    pairset_add(&set, m++);
+  }
+  pairset_fini(&set);
+  pr->check.d = d;
+  for (size_t i = 0; !rc && i < m; i++) {
+    bool red = false;
+    rc = common_operation(&pr->check, &c[i].p, &red);
+    if (!rc && !red) rc = common_top(&pr->check, &c[i].p, &red);
+    if (red) c[i].flags |= CAND_COMMON;
+    if (disjoint_union(pr->v, &c[i].p)) c[i].flags |= CAND_DISJOINT;
+  }
+  if (rc) {
+    free(c);
+    return rc;
+  }
+  *out = c;
+  *n_out = m;
+  return TEQ_OK;
+}
+
+int gen_prune_merge(const GenVocab *v, GenCand *c, size_t n, int64_t initial, GenRule **rules,
+                    size_t *n_rules, GenPruneStats *st, Diag *d) {
+  (void)d;
+  st->initial = initial;
+  /* 1. Renaming: one copy of each canonical rule (buckets removed their
+   * own copies already), and none that is another with variables merged. */
+  PairSet set;
+  int rc = pairset_init(&set, c, n);
+  size_t m = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (pairset_find(&set, &c[i].p) != SIZE_MAX) continue;
+    c[m] = c[i];
+    pairset_add(&set, m++);
+  }
+  bool *drop = rc ? NULL : calloc(m ? m : 1, sizeof *drop);
+  if (!rc && !drop) rc = TEQ_ERR_NOMEM;
+  for (size_t i = 0; !rc && i < m; i++) rc = drop_instances(v, &c[i].p, i, &set, drop);
+  pairset_fini(&set);
+  int64_t kept = 0;
+  for (size_t i = 0; !rc && i < m; i++) kept += !drop[i];
+  st->after_renaming = kept;
+
+  /* 2. Common subgraphs and 3. disjoint unions, as the buckets found. */
+  for (size_t i = 0; !rc && i < m; i++)
+    if (!drop[i] && (c[i].flags & CAND_COMMON)) drop[i] = true, kept--;
+  st->after_common = kept;
+  for (size_t i = 0; !rc && i < m; i++)
+    if (!drop[i] && (c[i].flags & CAND_DISJOINT)) drop[i] = true, kept--;
+  st->after_disjoint = kept;
+
+  /* Survivors, with their keys. */
+  GenRule *out = rc ? NULL : malloc((kept ? (size_t)kept : 1) * sizeof *out);
+  if (!rc && !out) rc = TEQ_ERR_NOMEM;
+  size_t k = 0;
+  char key[KEY_MAX];
+  for (size_t i = 0; !rc && i < m; i++) {
+    if (drop[i]) continue;
+    out[k].p = c[i].p;
+    key_text(v, &c[i].p, key, sizeof key);
+    if (!(out[k].key = strdup(key))) rc = TEQ_ERR_NOMEM;
+    else k++;
+  }
+  free(drop);
+  if (rc) {
+    gen_rules_free(out, k);
+    return rc;
+  }
+  *rules = out;
+  *n_rules = k;
+  return TEQ_OK;
+}
+
+int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
+              size_t *n_rules, GenPruneStats *st, Diag *d) {
+  GenPruner *pr = NULL;
+  GenCand *c = NULL;
+  size_t nc = 0;
+  int rc = gen_pruner_new(v, seed, &pr);
+  if (!rc) rc = gen_prune_bucket(pr, pairs, n, &c, &nc, d);
+  gen_pruner_free(pr);
+  if (!rc) rc = gen_prune_merge(v, c, nc, (int64_t)n, rules, n_rules, st, d);
+  free(c);
+  return rc;
 }

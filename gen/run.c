@@ -3,14 +3,19 @@
  * Phases, each leaving the database consistent:
  *   1. enumerate into bucket files in a work directory beside the database
  *      (<db>.gen-<run>); a marker file written last says it finished;
- *   2. each bucket's pairs go into the database as one work unit, in one
- *      transaction, so a bucket is done or not;
- *   3. prune all pairs and store the rules, and mark the run done, in one
- *      transaction; then the work directory is removed.
+ *   2. worker threads turn each bucket into confirmed pairs and those into
+ *      canonical candidates (gen_prune_bucket); each bucket's candidates
+ *      go into the database as one work unit, in one transaction, so a
+ *      bucket is done or not;
+ *   3. merge all candidates (gen_prune_merge), store the rules and mark
+ *      the run done, in one transaction; then the work directory is
+ *      removed.
  * A run killed anywhere is found again by its arguments and seed, and the
  * same command goes on from the last finished phase or bucket. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,27 +136,29 @@ static bool read_marker(const char *dir, GenEnumStats *st) {
 
 /* ---- bucket results as database work units ---- */
 
+/* A bucket's unit: this header, then n_cands GenCand records. */
 typedef struct UnitHeader {
   GenBucketStats st;
-  uint64_t n_pairs;
+  uint64_t n_pairs;   /* confirmed pairs, before pruning */
+  uint64_t n_cands;
 } UnitHeader;
 
-static int store_bucket(RuleDb *db, int64_t run, int b, const GenBucketStats *st,
-                        const GenPair *pairs, size_t n, Diag *d) {
-  size_t len = sizeof(UnitHeader) + n * sizeof *pairs;
+static int store_bucket(RuleDb *db, int64_t run, int b, const UnitHeader *h, const GenCand *c,
+                        Diag *d) {
+  size_t len = sizeof *h + h->n_cands * sizeof *c;
   uint8_t *blob = malloc(len);
   if (!blob) return TEQ_ERR_NOMEM;
-  UnitHeader h = {*st, n};
-  memcpy(blob, &h, sizeof h);
-  if (n) memcpy(blob + sizeof h, pairs, n * sizeof *pairs);
+  memcpy(blob, h, sizeof *h);
+  if (h->n_cands) memcpy(blob + sizeof *h, c, h->n_cands * sizeof *c);
   int rc = ruledb_unit_store(db, run, b, blob, len, d);
   free(blob);
   return rc;
 }
 
 typedef struct Gather {
-  GenPair *pairs;
+  GenCand *c;
   size_t n, cap;
+  int64_t pairs;
   GenBucketStats st;
 } Gather;
 
@@ -161,20 +168,147 @@ static int gather_unit(int unit, const void *blob, size_t len, void *ctx) {
   UnitHeader h;
   if (len < sizeof h) return TEQ_ERR_INPUT;
   memcpy(&h, blob, sizeof h);
-  if (len != sizeof h + h.n_pairs * sizeof(GenPair)) return TEQ_ERR_INPUT;
+  if (h.n_cands > len / sizeof(GenCand) || len != sizeof h + h.n_cands * sizeof(GenCand))
+    return TEQ_ERR_INPUT;
   g->st.fp_groups += h.st.fp_groups;
   g->st.collisions += h.st.collisions;
   g->st.one_input_only += h.st.one_input_only;
   g->st.shape_specific += h.st.shape_specific;
-  if (g->n + h.n_pairs > g->cap) {
-    size_t cap = 2 * (g->n + h.n_pairs) + 64;
-    GenPair *p = realloc(g->pairs, cap * sizeof *p);
-    if (!p) return TEQ_ERR_NOMEM;
-    g->pairs = p, g->cap = cap;
+  g->pairs += (int64_t)h.n_pairs;
+  if (g->n + h.n_cands > g->cap) {
+    size_t cap = 2 * (g->n + h.n_cands) + 64;
+    GenCand *c = realloc(g->c, cap * sizeof *c);
+    if (!c) return TEQ_ERR_NOMEM;
+    g->c = c, g->cap = cap;
   }
-  if (h.n_pairs) memcpy(g->pairs + g->n, (const uint8_t *)blob + sizeof h, h.n_pairs * sizeof(GenPair));
-  g->n += h.n_pairs;
+  if (h.n_cands) memcpy(g->c + g->n, (const uint8_t *)blob + sizeof h, h.n_cands * sizeof(GenCand));
+  g->n += h.n_cands;
   return TEQ_OK;
+}
+
+/* ---- phase 2: buckets in worker threads ----
+ * Workers take buckets from a shared counter: load, pair, canonicalise and
+ * check. The main thread alone talks to the database: it stores each
+ * bucket as soon as a worker hands it over, one transaction per bucket. */
+
+typedef struct BucketJob {
+  int bucket;
+  UnitHeader h;
+  GenCand *cands;
+  int rc;
+  char *error;        /* the worker's message, if rc */
+  bool ready, stored;
+} BucketJob;
+
+typedef struct BucketWork {
+  const GenVocab *v;
+  const GenEnumOptions *eo;
+  uint64_t seed;
+  BucketJob *jobs;
+  int n_jobs;
+  atomic_int next;
+  atomic_bool stop;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} BucketWork;
+
+static int do_bucket(BucketWork *w, GenPruner *pr, BucketJob *j, Diag *d) {
+  GenRecord *recs = NULL;
+  size_t n = 0, np = 0, nc = 0;
+  GenPair *pairs = NULL;
+  int rc = gen_bucket_load(w->eo, j->bucket, &recs, &n, d);
+  if (!rc) rc = gen_bucket_pairs(w->v, w->seed, recs, n, &pairs, &np, &j->h.st, d);
+  free(recs);
+  if (!rc) rc = gen_prune_bucket(pr, pairs, np, &j->cands, &nc, d);
+  free(pairs);
+  j->h.n_pairs = np;
+  j->h.n_cands = nc;
+  return rc;
+}
+
+static void *bucket_worker(void *arg) {
+  BucketWork *w = arg;
+  GenPruner *pr = NULL;
+  int init_rc = gen_pruner_new(w->v, w->seed, &pr);
+  for (;;) {
+    int i = atomic_fetch_add(&w->next, 1);
+    if (i >= w->n_jobs) break;
+    BucketJob *j = &w->jobs[i];
+    Diag d;
+    diag_init(&d);
+    int rc = init_rc ? init_rc : atomic_load(&w->stop) ? TEQ_ERR_IO : do_bucket(w, pr, j, &d);
+    pthread_mutex_lock(&w->mu);
+    j->rc = rc;
+    if (rc && d.text && *d.text) j->error = strdup(d.text);
+    j->ready = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    diag_fini(&d);
+  }
+  gen_pruner_free(pr);
+  return NULL;
+}
+
+/* Runs every bucket a killed run left undone, in `threads` workers. */
+static int run_buckets(RuleDb *db, int64_t run, const GenVocab *v, const GenEnumOptions *eo,
+                       uint64_t seed, int threads, Progress *pr, Diag *d) {
+  BucketWork w = {.v = v, .eo = eo, .seed = seed};
+  w.jobs = calloc((size_t)eo->n_buckets, sizeof *w.jobs);
+  if (!w.jobs) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK;
+  for (int b = 0; !rc && b < eo->n_buckets; b++) {
+    bool done = false;
+    rc = ruledb_unit_done(db, run, b, &done, d);
+    if (!rc && !done) w.jobs[w.n_jobs++].bucket = b;
+  }
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  pthread_t tid[64];
+  int started = 0;
+  if (threads > w.n_jobs) threads = w.n_jobs;
+  for (int i = 0; !rc && i < threads; i++) {
+    if (pthread_create(&tid[i], NULL, bucket_worker, &w)) {
+      rc = diag_error(d, "gen-rules: cannot start a thread");
+      break;
+    }
+    started++;
+  }
+  int64_t n_pairs = 0;
+  double t0 = now_s();
+  int skipped = eo->n_buckets - w.n_jobs;
+  for (int stored = 0; stored < w.n_jobs && started;) {
+    pthread_mutex_lock(&w.mu);
+    BucketJob *j = NULL;
+    for (;;) {
+      for (int i = 0; i < w.n_jobs && !j; i++)
+        if (w.jobs[i].ready && !w.jobs[i].stored) j = &w.jobs[i];
+      if (j) break;
+      pthread_cond_wait(&w.cv, &w.mu);
+    }
+    j->stored = true;
+    pthread_mutex_unlock(&w.mu);
+    stored++;
+    if (!rc && j->rc) {
+      if (j->error) diag_error(d, "%s", j->error);
+      rc = j->rc;
+    }
+    if (!rc) rc = store_bucket(db, run, j->bucket, &j->h, j->cands, d);
+    if (rc) atomic_store(&w.stop, true);
+    free(j->cands);
+    free(j->error);
+    j->cands = NULL, j->error = NULL;
+    n_pairs += (int64_t)j->h.n_pairs;
+    double el = now_s() - t0;
+    char eta[32];
+    fmt_eta(el * (w.n_jobs - stored) / stored, eta, sizeof eta);
+    progress_line(pr, stored == w.n_jobs, "%d/%d buckets, %" PRId64 " pairs, ETA %s",
+                  skipped + stored, eo->n_buckets, n_pairs, eta);
+  }
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+  free(w.jobs);
+  return rc;
 }
 
 /* ---- the run ---- */
@@ -262,32 +396,11 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
   /* 2. Buckets, one transaction each. */
   double t2 = now_s();
   progress_begin(&pr, pf, "buckets");
-  int64_t n_pairs = 0;
-  for (int b = 0; !rc && b < eo.n_buckets; b++) {
-    bool done = false;
-    rc = ruledb_unit_done(db, run, b, &done, d);
-    if (rc || done) continue;
-    GenRecord *recs = NULL;
-    size_t n = 0;
-    rc = gen_bucket_load(&eo, b, &recs, &n, d);
-    GenPair *pairs = NULL;
-    size_t np = 0;
-    GenBucketStats bs = {0};
-    if (!rc) rc = gen_bucket_pairs(v, opt->seed, recs, n, &pairs, &np, &bs, d);
-    free(recs);
-    if (!rc) rc = store_bucket(db, run, b, &bs, pairs, np, d);
-    free(pairs);
-    n_pairs += (int64_t)np;
-    double el = now_s() - t2;
-    char eta[32];
-    fmt_eta(el * (eo.n_buckets - b - 1) / (b + 1), eta, sizeof eta);
-    progress_line(&pr, b + 1 == eo.n_buckets, "%d/%d buckets, %" PRId64 " pairs, ETA %s", b + 1,
-                  eo.n_buckets, n_pairs, eta);
-  }
+  if (!rc) rc = run_buckets(db, run, v, &eo, opt->seed, opt->threads, &pr, d);
   progress_end(&pr);
   sum->buckets_s = now_s() - t2;
 
-  /* 3. Prune and store. */
+  /* 3. Merge the buckets' candidates and store the rules. */
   double t3 = now_s();
   Gather g = {0};
   if (!rc) rc = ruledb_unit_foreach(db, run, gather_unit, &g, d);
@@ -296,7 +409,7 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
   GenRule *rules = NULL;
   size_t n_rules = 0;
   GenPruneStats ps = {0};
-  if (!rc) rc = gen_prune(v, opt->seed, g.pairs, g.n, &rules, &n_rules, &ps, d);
+  if (!rc) rc = gen_prune_merge(v, g.c, g.n, g.pairs, &rules, &n_rules, &ps, d);
   sum->fp_groups = g.st.fp_groups;
   sum->collisions = g.st.collisions;
   sum->one_input_only = g.st.one_input_only;
@@ -305,7 +418,7 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
   sum->after_renaming = ps.after_renaming;
   sum->after_common = ps.after_common;
   sum->after_disjoint = ps.after_disjoint;
-  free(g.pairs);
+  free(g.c);
   sum->prune_s = now_s() - t3;
 
   if (!rc) rc = ruledb_begin(db, d);

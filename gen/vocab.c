@@ -289,5 +289,6 @@ int gen_vocab_build(GenVocab *v, const char *ops, Diag *d) {
     }
     v->n_classes++;
   }
+  for (int i = 0; i < v->n_templates; i++) v->op_seed[i] = hash_mix(0x6f70, (uint64_t)i + 1);
   return TEQ_OK;
 }

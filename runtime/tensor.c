@@ -155,13 +155,6 @@ size_t tensor_bytes(const Tensor *t) {
   return (size_t)tensor_numel(t) * dtype_size(t->dtype);
 }
 
-uint64_t hash_mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 29);
-}
-
 uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
   /* FNV-1a over the bytes, 8 at a time where possible, then one mix. */
   const unsigned char *b = p;

@@ -74,8 +74,14 @@ TEQ_API void tensor_fill_random(Tensor *t, uint64_t seed);
 /* Sum of all F32 elements in double, for checksums. */
 TEQ_API double tensor_checksum(const Tensor *t);
 
-/* 64-bit hash mixing shared by every module that hashes structure. */
-TEQ_API uint64_t hash_mix(uint64_t h, uint64_t v);
+/* 64-bit hash mixing shared by every module that hashes structure. Inline:
+ * gen-rules calls it several times for every graph it considers. */
+static inline uint64_t hash_mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
 TEQ_API uint64_t hash_bytes(uint64_t h, const void *p, size_t n);
 /* splitmix64: the one seeded generator behind every random input. */
 TEQ_API uint64_t rng_next(uint64_t *state);

@@ -439,18 +439,22 @@ static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
 /* ---- conv2d, Z_p ---- */
 
 /* One output element: the sum over the group's channels and the kernel
- * taps that land inside the input (padding contributes 0). */
+ * taps that land inside the input (padding contributes 0). Each product is
+ * folded once (2^31 = 1 mod p) to below 2^32, so the sum has room for 2^32
+ * terms and is reduced once at the end. */
 static uint32_t conv_point_modp(const ConvGeom *g, const uint32_t *x, const uint32_t *w,
                                 int64_t oy, int64_t ox) {
-  uint64_t acc = 0; /* each term < 2^31: room for 2^33 terms */
+  int64_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl, ilo, ihi, jlo, jhi;
+  tap_range(y0, g->kh, g->dh, g->h, &ilo, &ihi);
+  tap_range(x0, g->kw, g->dw, g->w, &jlo, &jhi);
+  uint64_t acc = 0;
   for (int64_t c = 0; c < g->cg; c++)
-    for (int64_t i = 0; i < g->kh; i++) {
-      int64_t iy = oy * g->sh - g->pt + i * g->dh;
-      if (iy < 0 || iy >= g->h) continue;
-      for (int64_t j = 0; j < g->kw; j++) {
-        int64_t ix = ox * g->sw - g->pl + j * g->dw;
-        if (ix < 0 || ix >= g->w) continue;
-        acc += modp_mul(x[(c * g->h + iy) * g->w + ix], w[(c * g->kh + i) * g->kw + j]);
+    for (int64_t i = ilo; i < ihi; i++) {
+      int64_t row = (c * g->h + y0 + i * g->dh) * g->w + x0; /* x0 may be < 0 */
+      const uint32_t *wr = w + (c * g->kh + i) * g->kw;
+      for (int64_t j = jlo; j < jhi; j++) {
+        uint64_t p = (uint64_t)x[row + j * g->dw] * wr[j];
+        acc += (p & MODP_P) + (p >> 31);
       }
     }
   return modp_reduce(acc);

@@ -57,4 +57,15 @@ void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);
 
+/* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
+ * with k taps `dl` apart that fall inside [0, in): convolutions and pools
+ * loop over these instead of testing every tap. */
+static inline void tap_range(int64_t start, int64_t k, int64_t dl, int64_t in, int64_t *lo,
+                             int64_t *hi) {
+  *lo = start >= 0 ? 0 : (-start + dl - 1) / dl;
+  *hi = in - start <= 0 ? 0 : (in - start + dl - 1) / dl;
+  if (*hi > k) *hi = k;
+  if (*lo > *hi) *lo = *hi;
+}
+
 #endif

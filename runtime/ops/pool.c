@@ -101,15 +101,6 @@ static int pool_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   return TEQ_OK;
 }
 
-/* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
- * with k taps `dl` apart that fall inside [0, in). */
-static void tap_range(int64_t start, int64_t k, int64_t dl, int64_t in, int64_t *lo, int64_t *hi) {
-  *lo = start >= 0 ? 0 : (-start + dl - 1) / dl;
-  *hi = in - start <= 0 ? 0 : (in - start + dl - 1) / dl;
-  if (*hi > k) *hi = k;
-  if (*lo > *hi) *lo = *hi;
-}
-
 /* The window of output (oy, ox): its first row and column and the taps
  * that land inside the input. */
 typedef struct Window {
@@ -230,6 +221,9 @@ static int pool_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   bool is_max = is_maxpool(n), include_pad = !is_max && param_int(&n->params, AVG_COUNT_PAD);
   const uint32_t *x = in[0]->data;
   uint32_t *y = out[0]->data;
+  /* An inverse costs 60 multiplications; windows have few sizes. */
+  uint32_t inv_of[64] = {0};
+  bool have_inv[64] = {false};
   for (int64_t plane = 0; plane < g.n * g.c; plane++) {
     const uint32_t *xp = x + plane * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; oy++)
@@ -243,10 +237,20 @@ static int pool_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
             acc = is_max ? (v > acc ? v : acc) : acc + v;
           }
         }
+        if (is_max) {
+          *y++ = (uint32_t)acc;
+          continue;
+        }
         /* modp_inv(0) is 0: an empty window averages to 0, as in float. */
-        *y++ = is_max ? (uint32_t)acc
-                      : modp_mul(modp_reduce(acc),
-                                 modp_inv((uint32_t)avg_count(&g, &win, include_pad)));
+        int64_t count = avg_count(&g, &win, include_pad);
+        uint32_t inv;
+        if (count >= 0 && count < 64) {
+          if (!have_inv[count]) inv_of[count] = modp_inv((uint32_t)count), have_inv[count] = true;
+          inv = inv_of[count];
+        } else {
+          inv = modp_inv(modp_from_int(count));
+        }
+        *y++ = modp_mul(modp_reduce(acc), inv);
       }
   }
   return TEQ_OK;
