@@ -33,9 +33,25 @@ static void sig_fini(Sig *g) {
   g->n = 0;
 }
 
+/* Pushes gr onto s, keeping whatever prefix of it s holds already: the
+ * records of a group are sorted by encoding, so neighbours often share
+ * their first operators, and those are not evaluated again. Returns 1 if
+ * every operator applied (s then holds exactly gr), 0 if not. */
+static int push_shared(GenState *s, const GenGraph *gr, Diag *d) {
+  int keep = 0;
+  while (keep < s->n_ops && keep < gr->n_ops && !memcmp(&s->op[keep], &gr->op[keep], sizeof gr->op[0]))
+    keep++;
+  while (s->n_ops > keep) gen_pop(s);
+  for (int i = keep; i < gr->n_ops; i++) {
+    int rc = gen_push(s, gr->op[i], d);
+    if (rc != 1) return rc;
+  }
+  return 1;
+}
+
 static int sig_eval(GenState *s, const GenGraph *gr, Sig *g, Diag *d) {
   memset(g, 0, sizeof *g);
-  int rc = gen_push_graph(s, gr, d);
+  int rc = push_shared(s, gr, d);
   if (rc < 0) {
     gen_pop_all(s);
     return rc;
@@ -60,7 +76,6 @@ static int sig_eval(GenState *s, const GenGraph *gr, Sig *g, Diag *d) {
         g->t[j] = g->t[j - 1], g->t[j - 1] = t;
       }
   }
-  gen_pop_all(s);
   return TEQ_OK;
 }
 

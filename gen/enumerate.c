@@ -117,6 +117,7 @@ static bool repeats_value(const GenState *s) {
 
 static int try_op(Worker *w, GenOp op, int depth_left) {
   GenState *s = &w->st;
+  if (!(s->v->t[op.t].flags & T_IDENT) && !gen_op_applies(s, op)) return TEQ_OK;
   int after;
   uint64_t sh = gen_op_sh(s, op, &after);
   for (int i = after; i < s->n_ops; i++)

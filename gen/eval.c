@@ -87,7 +87,8 @@ uint64_t gen_op_sh(const GenState *s, GenOp op, int *after) {
 
 /* ---- template checks and parameters ---- */
 
-static bool template_applies(const GenState *s, const GenTemplate *t, GenOp op) {
+bool gen_op_applies(const GenState *s, GenOp op) {
+  const GenTemplate *t = &s->v->t[op.t];
   if (t->n_in > 0 && op.in[0] >= s->n_slots) return false;
   if (t->n_in > 1 && op.in[1] >= s->n_slots) return false;
   const GenSlot *x = t->n_in > 0 ? &s->slot[op.in[0]] : NULL;
@@ -272,7 +273,7 @@ int gen_push(GenState *s, GenOp op, Diag *d) {
   const GenTemplate *t = &s->v->t[op.t];
   if (s->n_ops == GEN_MAX_DEPTH || s->n_slots + t->n_out > GEN_MAX_SLOTS) return 0;
   if (t->flags & T_IDENT) return push_ident(s, op);
-  if (!template_applies(s, t, op)) return 0;
+  if (!gen_op_applies(s, op)) return 0;
 
   const GenSlot *x = t->n_in > 0 ? &s->slot[op.in[0]] : NULL;
   const GenSlot *y = t->n_in > 1 ? &s->slot[op.in[1]] : NULL;

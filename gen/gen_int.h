@@ -187,6 +187,9 @@ uint64_t gen_hash_op(const GenVocab *v, int ti, uint64_t a, uint64_t b);
  * its last producing operator). */
 uint64_t gen_op_sh(const GenState *s, GenOp op, int *after);
 
+/* The cheap tests gen_push makes before evaluating (kinds, ranks, shapes
+ * that must agree, boundaries): false means gen_push would return 0. */
+bool gen_op_applies(const GenState *s, GenOp op);
 /* Pushes op and evaluates it. 1: pushed; 0: the template does not apply
  * to these inputs (shapes, kinds, boundary); < 0: an error. */
 int gen_push(GenState *s, GenOp op, Diag *d);

@@ -22,7 +22,7 @@ static const char usage[] =
   "                TASO's set (+sigmoid,-maxpool); extras: unary element-wise\n"
   "                operators, batch_matmul, dilated_conv\n"
   "  --db FILE     rule database (default ruledb.sqlite)\n"
-  "  --threads N   enumeration threads (default: online CPUs)\n"
+  "  --threads N   worker threads for enumeration and buckets (default: online CPUs)\n"
   "  --seed S      random inputs (default 1)\n"
   "  --quiet       no progress on stderr\n";
 
@@ -59,7 +59,11 @@ int main(int argc, char **argv) {
       opt.quiet = true;
       continue;
     }
-    if (strncmp(a, "--", 2)) return bad("unexpected argument '%s'", a);
+    static const char *const with_value[] = {"--depth", "--threads", "--seed", "--ops", "--db"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+      known |= !strcmp(a, with_value[k]);
+    if (!known) return bad(strncmp(a, "-", 1) ? "unexpected argument '%s'" : "unknown option '%s'", a);
     if (!val) return bad("%s needs a value", a);
     i++;
     if (!strcmp(a, "--depth")) {
@@ -73,11 +77,9 @@ int main(int argc, char **argv) {
       opt.seed = (uint64_t)n;
     } else if (!strcmp(a, "--ops")) {
       opt.ops = val;
-    } else if (!strcmp(a, "--db")) {
+    } else {
       if (!*val) return bad("--db: empty path%s", "");
       opt.db_path = val;
-    } else {
-      return bad("unknown option '%s'", a);
     }
   }
   Diag d;

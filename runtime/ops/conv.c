@@ -438,32 +438,37 @@ static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
 
 /* ---- conv2d, Z_p ---- */
 
-/* One output element: the sum over the group's channels and the kernel
- * taps that land inside the input (padding contributes 0). Each product is
- * folded once (2^31 = 1 mod p) to below 2^32, so the sum has room for 2^32
- * terms and is reduced once at the end. */
-static uint32_t conv_point_modp(const ConvGeom *g, const uint32_t *x, const uint32_t *w,
-                                int64_t oy, int64_t ox) {
-  int64_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl, ilo, ihi, jlo, jhi;
-  tap_range(y0, g->kh, g->dh, g->h, &ilo, &ihi);
-  tap_range(x0, g->kw, g->dw, g->w, &jlo, &jhi);
-  uint64_t acc = 0;
-  for (int64_t c = 0; c < g->cg; c++)
-    for (int64_t i = ilo; i < ihi; i++) {
-      int64_t row = (c * g->h + y0 + i * g->dh) * g->w + x0; /* x0 may be < 0 */
-      const uint32_t *wr = w + (c * g->kh + i) * g->kw;
-      for (int64_t j = jlo; j < jhi; j++) {
-        uint64_t p = (uint64_t)x[row + j * g->dw] * wr[j];
-        acc += (p & MODP_P) + (p >> 31);
-      }
-    }
-  return modp_reduce(acc);
+/* Kernel taps that land inside the input, for each output row or column:
+ * computed once per call, not per output element. */
+typedef struct TapSpan {
+  int64_t start, lo, hi;
+} TapSpan;
+
+static TapSpan *tap_spans(int64_t n_out, int64_t stride, int64_t pad, int64_t k, int64_t dl,
+                          int64_t in) {
+  TapSpan *t = malloc((size_t)n_out * sizeof *t);
+  for (int64_t o = 0; t && o < n_out; o++) {
+    t[o].start = o * stride - pad;
+    tap_range(t[o].start, k, dl, in, &t[o].lo, &t[o].hi);
+  }
+  return t;
 }
 
+/* Each output element is the sum over the group's channels and the kernel
+ * taps inside the input (padding contributes 0). Each product is folded
+ * once (2^31 = 1 mod p) to below 2^32, so the sum has room for 2^32 terms
+ * and is reduced once at the end. */
 static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   ConvGeom g;
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
+  TapSpan *rows = tap_spans(g.oh, g.sh, g.pt, g.kh, g.dh, g.h);
+  TapSpan *cols = tap_spans(g.ow, g.sw, g.pl, g.kw, g.dw, g.w);
+  if (!rows || !cols) {
+    free(rows);
+    free(cols);
+    return TEQ_ERR_NOMEM;
+  }
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
   uint32_t *y = out[0]->data;
@@ -472,12 +477,37 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
       const uint32_t *xg = x + (img * g.c + (m / g.mg) * g.cg) * g.h * g.w;
       const uint32_t *wm = w + m * g.cg * g.kh * g.kw;
       uint32_t *yp = y + (img * g.m + m) * g.oh * g.ow;
-      for (int64_t oy = 0; oy < g.oh; oy++)
+      for (int64_t oy = 0; oy < g.oh; oy++) {
+        const TapSpan *r = &rows[oy];
         for (int64_t ox = 0; ox < g.ow; ox++) {
-          uint32_t v = conv_point_modp(&g, xg, wm, oy, ox);
+          const TapSpan *cl = &cols[ox];
+          uint64_t acc = 0;
+          int64_t taps = cl->hi - cl->lo;
+          for (int64_t c = 0; c < g.cg; c++)
+            for (int64_t i = r->lo; i < r->hi; i++) {
+              /* The first tap inside: cl->start alone may be < 0. */
+              const uint32_t *xr =
+                  xg + (c * g.h + r->start + i * g.dh) * g.w + cl->start + cl->lo * g.dw;
+              const uint32_t *wr = wm + (c * g.kh + i) * g.kw + cl->lo;
+              if (g.dw == 1) { /* contiguous: the compiler vectorises this */
+                for (int64_t j = 0; j < taps; j++) {
+                  uint64_t p = (uint64_t)xr[j] * wr[j];
+                  acc += (p & MODP_P) + (p >> 31);
+                }
+              } else {
+                for (int64_t j = 0; j < taps; j++) {
+                  uint64_t p = (uint64_t)xr[j * g.dw] * wr[j];
+                  acc += (p & MODP_P) + (p >> 31);
+                }
+              }
+            }
+          uint32_t v = modp_reduce(acc);
           yp[oy * g.ow + ox] = b ? modp_add(v, b[m]) : v;
         }
+      }
     }
+  free(rows);
+  free(cols);
   act_apply_modp((int)param_int(&n->params, CONV_ACT), y, tensor_numel(out[0]));
   return TEQ_OK;
 }

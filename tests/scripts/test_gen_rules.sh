@@ -112,9 +112,9 @@ bad_arg depth-x         "--depth;x"         --depth x
 bad_arg depth-9         "--depth;9"         --depth 9
 bad_arg threads-0       "--threads;0"       --threads 0
 bad_arg seed-negative   "--seed;-1"         --seed -1
-bad_arg unknown-option  "--frobnicate"      --frobnicate 1
-bad_arg unknown-novalue "--frobnicate"      --frobnicate
-bad_arg missing-value   "--depth"           --depth
+bad_arg unknown-option  "unknown option;--frobnicate" --frobnicate 1
+bad_arg unknown-novalue "unknown option;--frobnicate" --frobnicate
+bad_arg missing-value   "--depth;needs a value" --depth
 bad_arg ops-unknown     "nosuchop"          --depth 1 --ops nosuchop
 bad_arg ops-resize      "resize"            --depth 1 --ops resize
 bad_arg ops-mixed       "--ops"             --depth 1 --ops +relu,matmul
