@@ -3,18 +3,20 @@
  * Every graph of up to `depth` operators over a pool of typed variables is
  * enumerated once, in a canonical order, and evaluated in Z_p on random
  * inputs; graphs are spilled to on-disk buckets by fingerprint and each
- * bucket is then read alone: equal fingerprints are compared element by
- * element, confirmed on a second random input and at a second assignment
- * of shapes, and paired. The pairs are pruned (input renaming, TASO's two
- * common-subgraph forms, disjoint unions) and stored in the rule database
- * as candidates.
+ * bucket is then read alone, by worker threads: equal fingerprints are
+ * compared element by element, confirmed on a second random input and at
+ * a second assignment of shapes, paired, and put in canonical form. All
+ * buckets' candidates are then merged and pruned (input renaming, TASO's
+ * two common-subgraph forms, disjoint unions) in threads, and stored in
+ * the rule database as candidates.
  *
  * Work is resumable: the database records the run and each finished bucket
  * in transactions, so a killed run is completed by running the same
  * command again. Depth 5 and beyond would partition the first level of the
  * enumeration across the ranks of an MPI job and give each rank the
  * buckets b with b % ranks == rank; the phases are already separated that
- * way (gen_enumerate writes buckets, gen_bucket reads one). */
+ * way (gen_enumerate writes buckets, a bucket worker reads one), and the
+ * merge needs only the candidates, about 56 bytes each. */
 #ifndef TEQ_GEN_GEN_H
 #define TEQ_GEN_GEN_H
 
@@ -28,7 +30,7 @@ typedef struct GenOptions {
   int depth;            /* operators per graph, 1..5 */
   const char *ops;      /* --ops list, NULL for TASO's set */
   const char *db_path;  /* the rule database */
-  int threads;          /* enumeration threads, >= 1 */
+  int threads;          /* worker threads, >= 1 */
   uint64_t seed;        /* random inputs */
   bool quiet;           /* no progress on stderr */
   FILE *progress;       /* where progress goes (stderr) */

@@ -279,23 +279,21 @@ typedef struct GenCand {
   uint8_t flags;  /* CAND_* */
 } GenCand;
 
-/* Pruning is two stages, so that the costly part runs beside the bucket
- * work, in each worker thread:
- *   gen_prune_bucket  each pair's canonical form, each distinct one once,
- *                     with the common-subgraph and disjoint-union checks
- *                     done (they need only the pair);
- *   gen_prune_merge   all buckets' candidates: one copy of each, instances
- *                     of others dropped, then the checks' verdicts, giving
- *                     the counts of TASO's Table 3.
- * A GenPruner holds one thread's evaluation state. */
-typedef struct GenPruner GenPruner;
-int gen_pruner_new(const GenVocab *v, uint64_t seed, GenPruner **pr);
-void gen_pruner_free(GenPruner *pr);
-int gen_prune_bucket(GenPruner *pr, const GenPair *pairs, size_t n, GenCand **cands,
-                     size_t *n_cands, Diag *d);
+/* Pruning is two stages:
+ *   gen_prune_bucket  in each bucket worker: each pair's canonical form,
+ *                     each distinct one once;
+ *   gen_prune_merge   all buckets' candidates, in `threads` threads: one
+ *                     copy of each, instances of others dropped, then the
+ *                     common-subgraph and disjoint-union checks on what is
+ *                     left (the checks evaluate graphs: they run once per
+ *                     distinct rule, after the cheap steps), giving the
+ *                     counts of TASO's Table 3. */
+int gen_prune_bucket(const GenVocab *v, const GenPair *pairs, size_t n, GenCand **cands,
+                     size_t *n_cands);
 /* Reorders cands. initial: the pairs the candidates came from. */
-int gen_prune_merge(const GenVocab *v, GenCand *cands, size_t n, int64_t initial,
-                    GenRule **rules, size_t *n_rules, GenPruneStats *st, Diag *d);
+int gen_prune_merge(const GenVocab *v, uint64_t seed, int threads, GenCand *cands, size_t n,
+                    int64_t initial, GenRule **rules, size_t *n_rules, GenPruneStats *st,
+                    Diag *d);
 /* Both stages over one list of pairs. */
 int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
               size_t *n_rules, GenPruneStats *st, Diag *d);

@@ -16,6 +16,8 @@
  *    rule 63), and is dropped.
  * The key is readable text, so the database's UNIQUE key is also what a
  * person sees when two runs disagree. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,7 +444,7 @@ typedef struct MergeSearch {
   const GenPair *p;
   const PairSet *set;
   size_t self;
-  bool *drop;
+  atomic_bool *drop;
   CanonPair scratch;
 } MergeSearch;
 
@@ -463,7 +465,7 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
     if (m->scratch.p.src.n_ops + m->scratch.p.dst.n_ops != m->p->src.n_ops + m->p->dst.n_ops)
       return;
     size_t j = pairset_find(m->set, &m->scratch.p);
-    if (j != SIZE_MAX && j != m->self) m->drop[j] = true;
+    if (j != SIZE_MAX && j != m->self) atomic_store_explicit(&m->drop[j], true, memory_order_relaxed);
     return;
   }
   if (pos == m->used.n[cls]) {
@@ -481,76 +483,27 @@ static void merge_dfs(MergeSearch *m, int cls, int pos, bool merged) {
   m->map[var] = (uint8_t)var;
 }
 
-static int drop_instances(const GenVocab *v, const GenPair *p, size_t self, const PairSet *set,
-                          bool *drop) {
-  MergeSearch *m = calloc(1, sizeof *m);
-  if (!m) return TEQ_ERR_NOMEM;
-  m->v = v;
-  m->p = p;
-  m->set = set;
-  m->self = self;
-  m->drop = drop;
-  used_by_class(v, p, &m->used, m->map);
-  merge_dfs(m, 0, 0, false);
-  free(m);
-  return TEQ_OK;
-}
-
 void gen_rules_free(GenRule *rules, size_t n) {
   for (size_t i = 0; rules && i < n; i++) free(rules[i].key);
   free(rules);
 }
 
-struct GenPruner {
-  const GenVocab *v;
-  Checker check;
-  CanonPair tmp;
-};
-
-int gen_pruner_new(const GenVocab *v, uint64_t seed, GenPruner **out) {
-  GenPruner *pr = calloc(1, sizeof *pr);
-  if (!pr) return TEQ_ERR_NOMEM;
-  pr->v = pr->check.v = v;
-  int rc = gen_state_init(&pr->check.st[0], v, SHAPE_A, gen_seed(seed, 3));
-  if (!rc) rc = gen_state_init(&pr->check.st[1], v, SHAPE_B, gen_seed(seed, 4));
-  if (rc) {
-    gen_pruner_free(pr);
-    return rc;
-  }
-  *out = pr;
-  return TEQ_OK;
-}
-
-void gen_pruner_free(GenPruner *pr) {
-  if (!pr) return;
-  gen_state_fini(&pr->check.st[0]);
-  gen_state_fini(&pr->check.st[1]);
-  free(pr);
-}
-
-int gen_prune_bucket(GenPruner *pr, const GenPair *pairs, size_t n, GenCand **out, size_t *n_out,
-                     Diag *d) {
+int gen_prune_bucket(const GenVocab *v, const GenPair *pairs, size_t n, GenCand **out,
+                     size_t *n_out) {
   GenCand *c = malloc((n ? n : 1) * sizeof *c);
-  if (!c) return TEQ_ERR_NOMEM;
-  PairSet set;
-  int rc = pairset_init(&set, c, n);
+  CanonPair *tmp = malloc(sizeof *tmp);
+  PairSet set = {0};
+  int rc = c && tmp ? pairset_init(&set, c, n) : TEQ_ERR_NOMEM;
   size_t m = 0;
   for (size_t i = 0; !rc && i < n; i++) {
-    canon_renamed(pr->v, &pairs[i], &pr->tmp, false);
-    if (pairset_find(&set, &pr->tmp.p) != SIZE_MAX) continue;
-    c[m].p = pr->tmp.p;
+    canon_renamed(v, &pairs[i], tmp, false);
+    if (pairset_find(&set, &tmp->p) != SIZE_MAX) continue;
+    c[m].p = tmp->p;
     c[m].flags = 0;
     pairset_add(&set, m++);
   }
   pairset_fini(&set);
-  pr->check.d = d;
-  for (size_t i = 0; !rc && i < m; i++) {
-    bool red = false;
-    rc = common_operation(&pr->check, &c[i].p, &red);
-    if (!rc && !red) rc = common_top(&pr->check, &c[i].p, &red);
-    if (red) c[i].flags |= CAND_COMMON;
-    if (disjoint_union(pr->v, &c[i].p)) c[i].flags |= CAND_DISJOINT;
-  }
+  free(tmp);
   if (rc) {
     free(c);
     return rc;
@@ -560,9 +513,102 @@ int gen_prune_bucket(GenPruner *pr, const GenPair *pairs, size_t n, GenCand **ou
   return TEQ_OK;
 }
 
-int gen_prune_merge(const GenVocab *v, GenCand *c, size_t n, int64_t initial, GenRule **rules,
-                    size_t *n_rules, GenPruneStats *st, Diag *d) {
-  (void)d;
+/* ---- the merge, in threads ----
+ * Workers take chunks of candidate indices from a shared counter. The
+ * instance search only sets drop flags (atomically: several rules may
+ * find the same instance); the value checks write each candidate's own
+ * flags. */
+
+enum { MERGE_INSTANCES, MERGE_CHECKS };
+#define MERGE_CHUNK 256
+
+typedef struct Merge {
+  const GenVocab *v;
+  uint64_t seed;
+  GenCand *c;
+  size_t n;
+  const PairSet *set;
+  atomic_bool *drop;
+  int stage;
+  atomic_size_t next;
+  atomic_int rc;
+  Diag *d;
+  pthread_mutex_t diag_mu;
+} Merge;
+
+static void *merge_worker(void *arg) {
+  Merge *m = arg;
+  const GenVocab *v = m->v;
+  Checker *ck = NULL;
+  MergeSearch *ms = calloc(1, sizeof *ms);
+  int rc = ms ? TEQ_OK : TEQ_ERR_NOMEM;
+  Diag d;
+  diag_init(&d);
+  if (!rc && m->stage == MERGE_CHECKS) {
+    ck = calloc(1, sizeof *ck);
+    rc = ck ? TEQ_OK : TEQ_ERR_NOMEM;
+    if (!rc) {
+      ck->v = v;
+      ck->d = &d;
+      rc = gen_state_init(&ck->st[0], v, SHAPE_A, gen_seed(m->seed, 3));
+      if (!rc) rc = gen_state_init(&ck->st[1], v, SHAPE_B, gen_seed(m->seed, 4));
+    }
+  }
+  while (!rc && !atomic_load(&m->rc)) {
+    size_t lo = atomic_fetch_add(&m->next, MERGE_CHUNK);
+    if (lo >= m->n) break;
+    size_t hi = lo + MERGE_CHUNK < m->n ? lo + MERGE_CHUNK : m->n;
+    for (size_t i = lo; !rc && i < hi; i++) {
+      GenCand *c = &m->c[i];
+      if (m->stage == MERGE_INSTANCES) {
+        memset(ms, 0, sizeof *ms);
+        ms->v = v, ms->p = &c->p, ms->set = m->set, ms->self = i, ms->drop = m->drop;
+        used_by_class(v, &c->p, &ms->used, ms->map);
+        merge_dfs(ms, 0, 0, false);
+        continue;
+      }
+      if (atomic_load_explicit(&m->drop[i], memory_order_relaxed)) continue;
+      bool red = false;
+      rc = common_operation(ck, &c->p, &red);
+      if (!rc && !red) rc = common_top(ck, &c->p, &red);
+      if (red) c->flags |= CAND_COMMON;
+      if (disjoint_union(v, &c->p)) c->flags |= CAND_DISJOINT;
+    }
+  }
+  if (rc) {
+    pthread_mutex_lock(&m->diag_mu);
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&m->rc, &expected, rc) && d.text && *d.text)
+      diag_error(m->d, "%s", d.text);
+    pthread_mutex_unlock(&m->diag_mu);
+  }
+  if (ck) {
+    gen_state_fini(&ck->st[0]);
+    gen_state_fini(&ck->st[1]);
+  }
+  free(ck);
+  free(ms);
+  diag_fini(&d);
+  return NULL;
+}
+
+static int merge_stage(Merge *m, int stage, int threads) {
+  m->stage = stage;
+  atomic_store(&m->next, 0);
+  pthread_t tid[64];
+  int started = 0;
+  for (int i = 0; i < threads && i < 64; i++) {
+    if (pthread_create(&tid[i], NULL, merge_worker, m)) break;
+    started++;
+  }
+  if (!started) merge_worker(m); /* no thread to be had: do it here */
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  return atomic_load(&m->rc);
+}
+
+int gen_prune_merge(const GenVocab *v, uint64_t seed, int threads, GenCand *c, size_t n,
+                    int64_t initial, GenRule **rules, size_t *n_rules, GenPruneStats *st,
+                    Diag *d) {
   st->initial = initial;
   /* 1. Renaming: one copy of each canonical rule (buckets removed their
    * own copies already), and none that is another with variables merged. */
@@ -572,22 +618,28 @@ int gen_prune_merge(const GenVocab *v, GenCand *c, size_t n, int64_t initial, Ge
   for (size_t i = 0; !rc && i < n; i++) {
     if (pairset_find(&set, &c[i].p) != SIZE_MAX) continue;
     c[m] = c[i];
+    c[m].flags = 0;
     pairset_add(&set, m++);
   }
-  bool *drop = rc ? NULL : calloc(m ? m : 1, sizeof *drop);
+  atomic_bool *drop = rc ? NULL : calloc(m ? m : 1, sizeof *drop);
   if (!rc && !drop) rc = TEQ_ERR_NOMEM;
-  for (size_t i = 0; !rc && i < m; i++) rc = drop_instances(v, &c[i].p, i, &set, drop);
+  Merge mg = {.v = v, .seed = seed, .c = c, .n = m, .set = &set, .drop = drop, .d = d};
+  pthread_mutex_init(&mg.diag_mu, NULL);
+  for (size_t i = 0; !rc && i < m; i++) atomic_init(&drop[i], false);
+  if (!rc) rc = merge_stage(&mg, MERGE_INSTANCES, threads);
   pairset_fini(&set);
   int64_t kept = 0;
-  for (size_t i = 0; !rc && i < m; i++) kept += !drop[i];
+  for (size_t i = 0; !rc && i < m; i++) kept += !atomic_load(&drop[i]);
   st->after_renaming = kept;
 
-  /* 2. Common subgraphs and 3. disjoint unions, as the buckets found. */
+  /* 2. Common subgraphs and 3. disjoint unions, on what is left. */
+  if (!rc) rc = merge_stage(&mg, MERGE_CHECKS, threads);
+  pthread_mutex_destroy(&mg.diag_mu);
   for (size_t i = 0; !rc && i < m; i++)
-    if (!drop[i] && (c[i].flags & CAND_COMMON)) drop[i] = true, kept--;
+    if (!atomic_load(&drop[i]) && (c[i].flags & CAND_COMMON)) atomic_store(&drop[i], true), kept--;
   st->after_common = kept;
   for (size_t i = 0; !rc && i < m; i++)
-    if (!drop[i] && (c[i].flags & CAND_DISJOINT)) drop[i] = true, kept--;
+    if (!atomic_load(&drop[i]) && (c[i].flags & CAND_DISJOINT)) atomic_store(&drop[i], true), kept--;
   st->after_disjoint = kept;
 
   /* Survivors, with their keys. */
@@ -596,7 +648,7 @@ int gen_prune_merge(const GenVocab *v, GenCand *c, size_t n, int64_t initial, Ge
   size_t k = 0;
   char key[KEY_MAX];
   for (size_t i = 0; !rc && i < m; i++) {
-    if (drop[i]) continue;
+    if (atomic_load(&drop[i])) continue;
     out[k].p = c[i].p;
     key_text(v, &c[i].p, key, sizeof key);
     if (!(out[k].key = strdup(key))) rc = TEQ_ERR_NOMEM;
@@ -614,13 +666,10 @@ int gen_prune_merge(const GenVocab *v, GenCand *c, size_t n, int64_t initial, Ge
 
 int gen_prune(const GenVocab *v, uint64_t seed, const GenPair *pairs, size_t n, GenRule **rules,
               size_t *n_rules, GenPruneStats *st, Diag *d) {
-  GenPruner *pr = NULL;
   GenCand *c = NULL;
   size_t nc = 0;
-  int rc = gen_pruner_new(v, seed, &pr);
-  if (!rc) rc = gen_prune_bucket(pr, pairs, n, &c, &nc, d);
-  gen_pruner_free(pr);
-  if (!rc) rc = gen_prune_merge(v, c, nc, (int64_t)n, rules, n_rules, st, d);
+  int rc = gen_prune_bucket(v, pairs, n, &c, &nc);
+  if (!rc) rc = gen_prune_merge(v, seed, 1, c, nc, (int64_t)n, rules, n_rules, st, d);
   free(c);
   return rc;
 }

@@ -156,6 +156,7 @@ static int store_bucket(RuleDb *db, int64_t run, int b, const UnitHeader *h, con
 }
 
 typedef struct Gather {
+  bool counting;
   GenCand *c;
   size_t n, cap;
   int64_t pairs;
@@ -175,6 +176,10 @@ static int gather_unit(int unit, const void *blob, size_t len, void *ctx) {
   g->st.one_input_only += h.st.one_input_only;
   g->st.shape_specific += h.st.shape_specific;
   g->pairs += (int64_t)h.n_pairs;
+  if (g->counting) { /* first pass: only the total, so that one allocation holds all */
+    g->cap += h.n_cands;
+    return TEQ_OK;
+  }
   if (g->n + h.n_cands > g->cap) {
     size_t cap = 2 * (g->n + h.n_cands) + 64;
     GenCand *c = realloc(g->c, cap * sizeof *c);
@@ -212,14 +217,14 @@ typedef struct BucketWork {
   pthread_cond_t cv;
 } BucketWork;
 
-static int do_bucket(BucketWork *w, GenPruner *pr, BucketJob *j, Diag *d) {
+static int do_bucket(BucketWork *w, BucketJob *j, Diag *d) {
   GenRecord *recs = NULL;
   size_t n = 0, np = 0, nc = 0;
   GenPair *pairs = NULL;
   int rc = gen_bucket_load(w->eo, j->bucket, &recs, &n, d);
   if (!rc) rc = gen_bucket_pairs(w->v, w->seed, recs, n, &pairs, &np, &j->h.st, d);
   free(recs);
-  if (!rc) rc = gen_prune_bucket(pr, pairs, np, &j->cands, &nc, d);
+  if (!rc) rc = gen_prune_bucket(w->v, pairs, np, &j->cands, &nc);
   free(pairs);
   j->h.n_pairs = np;
   j->h.n_cands = nc;
@@ -228,15 +233,13 @@ static int do_bucket(BucketWork *w, GenPruner *pr, BucketJob *j, Diag *d) {
 
 static void *bucket_worker(void *arg) {
   BucketWork *w = arg;
-  GenPruner *pr = NULL;
-  int init_rc = gen_pruner_new(w->v, w->seed, &pr);
   for (;;) {
     int i = atomic_fetch_add(&w->next, 1);
     if (i >= w->n_jobs) break;
     BucketJob *j = &w->jobs[i];
     Diag d;
     diag_init(&d);
-    int rc = init_rc ? init_rc : atomic_load(&w->stop) ? TEQ_ERR_IO : do_bucket(w, pr, j, &d);
+    int rc = atomic_load(&w->stop) ? TEQ_ERR_IO : do_bucket(w, j, &d);
     pthread_mutex_lock(&w->mu);
     j->rc = rc;
     if (rc && d.text && *d.text) j->error = strdup(d.text);
@@ -245,7 +248,6 @@ static void *bucket_worker(void *arg) {
     pthread_mutex_unlock(&w->mu);
     diag_fini(&d);
   }
-  gen_pruner_free(pr);
   return NULL;
 }
 
@@ -402,14 +404,19 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
 
   /* 3. Merge the buckets' candidates and store the rules. */
   double t3 = now_s();
-  Gather g = {0};
+  Gather g = {.counting = true};
+  if (!rc) rc = ruledb_unit_foreach(db, run, gather_unit, &g, d);
+  if (!rc && !(g.c = malloc((g.cap ? g.cap : 1) * sizeof *g.c))) rc = TEQ_ERR_NOMEM;
+  g.counting = false;
+  g.st = (GenBucketStats){0};
+  g.pairs = 0;
   if (!rc) rc = ruledb_unit_foreach(db, run, gather_unit, &g, d);
   if (rc == TEQ_ERR_INPUT && !d->n_errors)
     diag_error(d, "%s: a stored bucket of run %" PRId64 " is damaged", opt->db_path, run);
   GenRule *rules = NULL;
   size_t n_rules = 0;
   GenPruneStats ps = {0};
-  if (!rc) rc = gen_prune_merge(v, g.c, g.n, g.pairs, &rules, &n_rules, &ps, d);
+  if (!rc) rc = gen_prune_merge(v, opt->seed, opt->threads, g.c, g.n, g.pairs, &rules, &n_rules, &ps, d);
   sum->fp_groups = g.st.fp_groups;
   sum->collisions = g.st.collisions;
   sum->one_input_only = g.st.one_input_only;
