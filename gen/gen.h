@@ -48,6 +48,7 @@ typedef struct GenSummary {
   int64_t after_renaming;
   int64_t after_common;    /* after both common-subgraph forms */
   int64_t after_disjoint;  /* after removing disjoint unions */
+  int64_t after_float32;   /* after dropping rules that differ in float32 */
   int64_t stored;          /* new rules written to the database */
   double enumerate_s, buckets_s, prune_s, wall_s;
   int64_t peak_rss_kb;

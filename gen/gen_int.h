@@ -262,7 +262,7 @@ int gen_bucket_pairs(const GenVocab *v, uint64_t seed, GenRecord *recs, size_t n
 /* ---- pruning (prune.c) ---- */
 
 typedef struct GenPruneStats {
-  int64_t initial, after_renaming, after_common, after_disjoint;
+  int64_t initial, after_renaming, after_common, after_disjoint, after_float32;
 } GenPruneStats;
 
 /* A rule ready to store: canonical pair and its key. */
@@ -273,7 +273,7 @@ typedef struct GenRule {
 
 /* A pair in canonical form (variables renamed, operators in canonical
  * order), with what the checks that need only the pair found. */
-enum { CAND_COMMON = 1, CAND_DISJOINT = 2 };
+enum { CAND_COMMON = 1, CAND_DISJOINT = 2, CAND_FLOAT32 = 4 };
 typedef struct GenCand {
   GenPair p;
   uint8_t flags;  /* CAND_* */
@@ -286,8 +286,9 @@ typedef struct GenCand {
  *                     copy of each, instances of others dropped, then the
  *                     common-subgraph and disjoint-union checks on what is
  *                     left (the checks evaluate graphs: they run once per
- *                     distinct rule, after the cheap steps), giving the
- *                     counts of TASO's Table 3. */
+ *                     distinct rule, after the cheap steps), and a float32
+ *                     run of the survivors, giving the counts of TASO's
+ *                     Table 3. */
 int gen_prune_bucket(const GenVocab *v, const GenPair *pairs, size_t n, GenCand **cands,
                      size_t *n_cands);
 /* Reorders cands. initial: the pairs the candidates came from. */

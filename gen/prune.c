@@ -14,8 +14,11 @@
  * 3. Disjoint unions: a rule whose outputs fall into groups that share no
  *    operator on either side is two smaller rules side by side (TASO's
  *    rule 63), and is dropped.
+ * 4. Float32: what is left is run in float32 with the real non-linear
+ *    functions, which Z_p can only stand in for.
  * The key is readable text, so the database's UNIQUE key is also what a
  * person sees when two runs disagree. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "gen/gen_int.h"
+#include "runtime/exec.h"
 
 #define KEY_MAX 1024
 
@@ -513,13 +517,60 @@ int gen_prune_bucket(const GenVocab *v, const GenPair *pairs, size_t n, GenCand 
   return TEQ_OK;
 }
 
+/* ---- the float32 check ----
+ * Z_p has no relu, sigmoid or tanh: the registry evaluates fixed
+ * polynomials in their place, and a rule can hold for the polynomial only
+ * (with relu(1) = 3, ewadd(1, ewadd(1, 1)) = relu(1)). So each rule that
+ * survives the other steps is also run in float32, with the CPU executor
+ * and the real functions, on one random input at assignment A. */
+
+#define F32_TOLERANCE 1e-3 /* relative to the largest output magnitude */
+
+static int f32_agree(const GenVocab *v, const GenPair *p, uint64_t seed, bool *agree, Diag *d) {
+  *agree = false;
+  Graph *src = NULL, *dst = NULL;
+  int rc = gen_pair_graphs(v, p, SHAPE_A, &src, &dst, d);
+  if (rc) return rc;
+  Tensor *in[GEN_MAX_VARS] = {NULL};
+  Tensor *ys[2 * GEN_MAX_DEPTH] = {NULL}, *yd[2 * GEN_MAX_DEPTH] = {NULL};
+  for (int k = 0; !rc && k < src->n_inputs; k++) {
+    in[k] = tensor_new(DT_F32, graph_shape(src, (TensorRef){src->inputs[k], 0}));
+    if (!in[k]) rc = TEQ_ERR_NOMEM;
+    else tensor_fill_random(in[k], hash_mix(seed, (uint64_t)k));
+  }
+  if (!rc) rc = exec_run(src, EXEC_F32, in, ys, d);
+  if (!rc) rc = exec_run(dst, EXEC_F32, in, yd, d);
+  if (!rc) {
+    *agree = true;
+    for (int o = 0; o < src->n_outputs && *agree; o++) {
+      if (!shape_equal(&ys[o]->shape, &yd[o]->shape)) {
+        *agree = false;
+        break;
+      }
+      const float *a = ys[o]->data, *b = yd[o]->data;
+      double err = 0, ref = 1;
+      for (int64_t e = 0; e < tensor_numel(ys[o]); e++) {
+        err = fmax(err, fabs((double)a[e] - b[e]));
+        ref = fmax(ref, fmax(fabs((double)a[e]), fabs((double)b[e])));
+      }
+      /* NaN compares false: a NaN on either side is a difference. */
+      *agree = err <= F32_TOLERANCE * ref;
+    }
+  }
+  for (int o = 0; o < 2 * GEN_MAX_DEPTH; o++) tensor_unref(ys[o]), tensor_unref(yd[o]);
+  for (int k = 0; k < GEN_MAX_VARS; k++) tensor_unref(in[k]);
+  graph_free(src);
+  graph_free(dst);
+  return rc;
+}
+
 /* ---- the merge, in threads ----
  * Workers take chunks of candidate indices from a shared counter. The
  * instance search only sets drop flags (atomically: several rules may
  * find the same instance); the value checks write each candidate's own
  * flags. */
 
-enum { MERGE_INSTANCES, MERGE_CHECKS };
+enum { MERGE_INSTANCES, MERGE_CHECKS, MERGE_FLOAT32 };
 #define MERGE_CHUNK 256
 
 typedef struct Merge {
@@ -568,6 +619,12 @@ static void *merge_worker(void *arg) {
         continue;
       }
       if (atomic_load_explicit(&m->drop[i], memory_order_relaxed)) continue;
+      if (m->stage == MERGE_FLOAT32) {
+        bool agree = false;
+        rc = f32_agree(v, &c->p, gen_seed(m->seed, 5), &agree, &d);
+        if (!agree) c->flags |= CAND_FLOAT32;
+        continue;
+      }
       bool red = false;
       rc = common_operation(ck, &c->p, &red);
       if (!rc && !red) rc = common_top(ck, &c->p, &red);
@@ -634,13 +691,20 @@ int gen_prune_merge(const GenVocab *v, uint64_t seed, int threads, GenCand *c, s
 
   /* 2. Common subgraphs and 3. disjoint unions, on what is left. */
   if (!rc) rc = merge_stage(&mg, MERGE_CHECKS, threads);
-  pthread_mutex_destroy(&mg.diag_mu);
   for (size_t i = 0; !rc && i < m; i++)
     if (!atomic_load(&drop[i]) && (c[i].flags & CAND_COMMON)) atomic_store(&drop[i], true), kept--;
   st->after_common = kept;
   for (size_t i = 0; !rc && i < m; i++)
     if (!atomic_load(&drop[i]) && (c[i].flags & CAND_DISJOINT)) atomic_store(&drop[i], true), kept--;
   st->after_disjoint = kept;
+
+  /* 4. The float32 check, on what is left. */
+  if (!rc) rc = merge_stage(&mg, MERGE_FLOAT32, threads);
+  for (size_t i = 0; !rc && i < m; i++)
+    if (!atomic_load(&drop[i]) && (c[i].flags & CAND_FLOAT32)) atomic_store(&drop[i], true), kept--;
+  st->after_float32 = kept;
+
+  pthread_mutex_destroy(&mg.diag_mu);
 
   /* Survivors, with their keys. */
   GenRule *out = rc ? NULL : malloc((kept ? (size_t)kept : 1) * sizeof *out);

@@ -326,11 +326,12 @@ static void stats_json(const GenSummary *s, const GenVocab *v, char *buf, size_t
            ", \"one_input_only\": %" PRId64 ", \"shape_specific\": %" PRId64
            ", \"pairs\": %" PRId64 ", \"after_renaming\": %" PRId64
            ", \"after_common\": %" PRId64 ", \"after_disjoint\": %" PRId64
+           ", \"after_float32\": %" PRId64
            ", \"stored\": %" PRId64 ", \"enumerate_s\": %.3f, \"buckets_s\": %.3f"
            ", \"prune_s\": %.3f}",
            v->n_templates - 1, v->n_vars, s->graphs, s->emitted, s->fp_groups, s->collisions,
            s->one_input_only, s->shape_specific, s->pairs, s->after_renaming, s->after_common,
-           s->after_disjoint, s->stored, s->enumerate_s, s->buckets_s, s->prune_s);
+           s->after_disjoint, s->after_float32, s->stored, s->enumerate_s, s->buckets_s, s->prune_s);
 }
 
 int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
@@ -425,6 +426,7 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
   sum->after_renaming = ps.after_renaming;
   sum->after_common = ps.after_common;
   sum->after_disjoint = ps.after_disjoint;
+  sum->after_float32 = ps.after_float32;
   free(g.c);
   sum->prune_s = now_s() - t3;
 
@@ -468,8 +470,9 @@ void gen_summary_print(const GenOptions *opt, const GenSummary *s, FILE *f) {
   fprintf(f, "  %-32s %12" PRId64 "\n", "after input renaming", s->after_renaming);
   fprintf(f, "  %-32s %12" PRId64 "\n", "after common subgraphs", s->after_common);
   fprintf(f, "  %-32s %12" PRId64 "\n", "after disjoint unions", s->after_disjoint);
+  fprintf(f, "  %-32s %12" PRId64 "\n", "after float32 check", s->after_float32);
   fprintf(f, "  %-32s %12" PRId64 "\n", "new rules stored", s->stored);
-  fprintf(f, "  time: enumerate %.2f s, buckets %.2f s, prune+store %.2f s, total %.2f s; "
+  fprintf(f, "  time: enumerate %.2f s, buckets %.2f s, merge+store %.2f s, total %.2f s; "
              "peak RSS %.1f MB\n",
           s->enumerate_s, s->buckets_s, s->prune_s, s->wall_s, (double)s->peak_rss_kb / 1024.0);
 }
