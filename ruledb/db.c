@@ -96,6 +96,9 @@ enum {
   ST_RUN_FINISH,
   ST_UNIT_STORE,
   ST_UNIT_DONE,
+  ST_VERIFY_STORE,
+  ST_VERIFY_STATUS,
+  ST_COUNT_RUNS,
   ST__COUNT
 };
 
@@ -117,6 +120,11 @@ static const char *const stmt_sql[ST__COUNT] = {
     "INSERT INTO run_units (run_id, unit, result) VALUES (?, ?, ?)"
     " ON CONFLICT (run_id, unit) DO UPDATE SET result = excluded.result",
   [ST_UNIT_DONE] = "SELECT 1 FROM run_units WHERE run_id = ? AND unit = ?",
+  [ST_VERIFY_STORE] =
+    "INSERT INTO verifications (rule_id, run_id, axioms_hash, result, millis, counterexample)"
+    " VALUES (?, ?, ?, ?, ?, ?)",
+  [ST_VERIFY_STATUS] = "UPDATE rules SET status = ? WHERE id = ?",
+  [ST_COUNT_RUNS] = "SELECT count(*) FROM runs WHERE command = ?",
 };
 
 struct RuleDb {
@@ -670,6 +678,79 @@ static int read_rule(RuleDb *db, sqlite3_stmt *st, Rule *r, Diag *d) {
   if (!(r->key = strdup(key ? key : ""))) return TEQ_ERR_NOMEM;
   int rc = decode_column(db, st, 2, r->id, &r->src, d);
   if (!rc) rc = decode_column(db, st, 3, r->id, &r->dst, d);
+  return rc;
+}
+
+/* Walks the rows of st (id, key, src, dst, status, depth, run_id). */
+static int walk_rules(RuleDb *db, sqlite3_stmt *st, int (*fn)(const Rule *r, void *ctx),
+                      void *ctx, Diag *d) {
+  bool row = true;
+  int rc = TEQ_OK;
+  while (!rc && !(rc = step(db, st, &row, "reading rules", d)) && row) {
+    Rule r;
+    rc = read_rule(db, st, &r, d);
+    if (!rc) rc = fn(&r, ctx);
+    rule_fini(&r);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int ruledb_foreach_undecided(RuleDb *db, const char *axioms_hash,
+                             int (*fn)(const Rule *r, void *ctx), void *ctx, Diag *d) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(db->db,
+                         "SELECT id, key, src, dst, status, depth, run_id FROM rules r"
+                         " WHERE NOT EXISTS (SELECT 1 FROM verifications v WHERE v.rule_id = r.id"
+                         " AND v.axioms_hash = ? AND v.result IN ('proved', 'refuted'))"
+                         " ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+    return sql_error(db, d, "reading rules");
+  int rc = check_binds(db, sqlite3_bind_text(st, 1, axioms_hash, -1, SQLITE_STATIC),
+                       "binding an axioms hash", d);
+  if (rc) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  return walk_rules(db, st, fn, ctx, d);
+}
+
+int ruledb_store_verification(RuleDb *db, int64_t rule_id, int64_t run_id,
+                              const char *axioms_hash, RuleStatus status, double millis,
+                              const char *counterexample, Diag *d) {
+  if (status != RULE_PROVED && status != RULE_REFUTED && status != RULE_UNKNOWN)
+    return diag_error(d, "%s: a verification is proved, refuted or unknown", db->path);
+  sqlite3_stmt *st = prepared(db, ST_VERIFY_STORE, d);
+  if (!st) return TEQ_ERR_INTERNAL;
+  int s = sqlite3_bind_int64(st, 1, rule_id);
+  if (!s) s = run_id ? sqlite3_bind_int64(st, 2, run_id) : sqlite3_bind_null(st, 2);
+  if (!s) s = sqlite3_bind_text(st, 3, axioms_hash, -1, SQLITE_STATIC);
+  if (!s) s = sqlite3_bind_text(st, 4, status_names[status], -1, SQLITE_STATIC);
+  if (!s) s = sqlite3_bind_double(st, 5, millis);
+  if (!s) s = counterexample ? sqlite3_bind_text(st, 6, counterexample, -1, SQLITE_STATIC)
+                             : sqlite3_bind_null(st, 6);
+  int rc = check_binds(db, s, "binding a verification", d);
+  if (!rc) rc = step(db, st, NULL, "storing a verification", d);
+  release(st);
+  if (rc || !(st = prepared(db, ST_VERIFY_STATUS, d))) return rc ? rc : TEQ_ERR_INTERNAL;
+  s = sqlite3_bind_text(st, 1, status_names[status], -1, SQLITE_STATIC);
+  if (!s) s = sqlite3_bind_int64(st, 2, rule_id);
+  rc = check_binds(db, s, "binding a rule status", d);
+  if (!rc) rc = step(db, st, NULL, "setting a rule status", d);
+  if (!rc && sqlite3_changes(db->db) == 0)
+    rc = diag_error(d, "%s: no rule %lld", db->path, (long long)rule_id);
+  release(st);
+  return rc;
+}
+
+int ruledb_count_runs(RuleDb *db, const char *command, int64_t *n, Diag *d) {
+  sqlite3_stmt *st = prepared(db, ST_COUNT_RUNS, d);
+  if (!st) return TEQ_ERR_INTERNAL;
+  bool row = false;
+  int rc = check_binds(db, sqlite3_bind_text(st, 1, command, -1, SQLITE_STATIC),
+                       "binding a command", d);
+  if (!rc) rc = step(db, st, &row, "counting runs", d);
+  if (!rc) *n = row ? sqlite3_column_int64(st, 0) : 0;
+  release(st);
   return rc;
 }
 

@@ -160,4 +160,19 @@ TEQ_API int ruledb_count_rules(RuleDb *db, int status, int64_t *n, Diag *d);
 TEQ_API int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r, void *ctx),
                                 void *ctx, Diag *d);
 
+/* ---- verification results (verify-rules) ---- */
+
+/* Calls fn on every rule that has no 'proved' or 'refuted' verification
+ * stored under axioms_hash, in id order (as ruledb_foreach_rule). */
+TEQ_API int ruledb_foreach_undecided(RuleDb *db, const char *axioms_hash,
+                                     int (*fn)(const Rule *r, void *ctx), void *ctx, Diag *d);
+/* Stores one verification ('proved', 'refuted' or 'unknown' as status),
+ * with its time and counterexample (may be NULL), and sets the rule's
+ * status to match. Use inside ruledb_begin/commit to batch. */
+TEQ_API int ruledb_store_verification(RuleDb *db, int64_t rule_id, int64_t run_id,
+                                      const char *axioms_hash, RuleStatus status, double millis,
+                                      const char *counterexample, Diag *d);
+/* Number of runs of command (e.g. "gen-rules") in the database. */
+TEQ_API int ruledb_count_runs(RuleDb *db, const char *command, int64_t *n, Diag *d);
+
 #endif

@@ -116,9 +116,10 @@ Graph *graph_copy(const Graph *g) {
     if (node_copy(&c->nodes[i], &g->nodes[i])) goto fail;
     c->n_nodes++;
   }
-  memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs);
+  /* A graph without inputs (constants only) may have NULL arrays. */
+  if (g->n_inputs) memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs);
   c->n_inputs = g->n_inputs;
-  memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
+  if (g->n_outputs) memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
   for (int i = 0; i < g->n_outputs; i++) {
     c->output_names[i] = dup_name(g->output_names[i]);
     c->n_outputs++;

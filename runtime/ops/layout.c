@@ -431,7 +431,7 @@ static int reshape_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 static const char *const reshape_aliases[] = {"Flatten", "Squeeze", "Unsqueeze", NULL};
 
 const OpDef op_def_reshape = {
-  .kind = OP_RESHAPE, .name = "reshape", .onnx_op = "Reshape",
+  .kind = OP_RESHAPE, .name = "reshape", .axiom_name = "reshape", .onnx_op = "Reshape",
   .onnx_aliases = reshape_aliases,
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = reshape_params, .n_params = 1,
