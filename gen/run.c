@@ -448,9 +448,11 @@ int gen_rules_run(const GenOptions *opt, GenSummary *sum, Diag *d) {
     stats_json(sum, v, json, sizeof json);
     rc = ruledb_run_finish(db, run, sum->wall_s, sum->peak_rss_kb, json, d);
   }
+  if (!rc) rc = ruledb_unit_clear(db, run, d);
   if (!rc) rc = ruledb_commit(db, d);
   else ruledb_rollback(db);
   if (!rc) remove_dir(dir);
+  if (!rc) rc = ruledb_compact(db, d);
   gen_rules_free(rules, n_rules);
   ruledb_close(db);
   free(v);

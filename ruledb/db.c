@@ -96,6 +96,7 @@ enum {
   ST_RUN_FINISH,
   ST_UNIT_STORE,
   ST_UNIT_DONE,
+  ST_UNIT_CLEAR,
   ST_VERIFY_STORE,
   ST_VERIFY_STATUS,
   ST_COUNT_RUNS,
@@ -120,6 +121,7 @@ static const char *const stmt_sql[ST__COUNT] = {
     "INSERT INTO run_units (run_id, unit, result) VALUES (?, ?, ?)"
     " ON CONFLICT (run_id, unit) DO UPDATE SET result = excluded.result",
   [ST_UNIT_DONE] = "SELECT 1 FROM run_units WHERE run_id = ? AND unit = ?",
+  [ST_UNIT_CLEAR] = "DELETE FROM run_units WHERE run_id = ?",
   [ST_VERIFY_STORE] =
     "INSERT INTO verifications (rule_id, run_id, axioms_hash, result, millis, counterexample)"
     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -534,6 +536,33 @@ int ruledb_unit_store(RuleDb *db, int64_t run_id, int unit, const void *blob, si
   if (!rc) rc = step(db, st, NULL, "storing a work unit", d);
   release(st);
   return rc;
+}
+
+int ruledb_unit_clear(RuleDb *db, int64_t run_id, Diag *d) {
+  sqlite3_stmt *st = prepared(db, ST_UNIT_CLEAR, d);
+  if (!st) return TEQ_ERR_INTERNAL;
+  int rc = check_binds(db, sqlite3_bind_int64(st, 1, run_id), "binding a run", d);
+  if (!rc) rc = step(db, st, NULL, "clearing work units", d);
+  release(st);
+  return rc;
+}
+
+int ruledb_compact(RuleDb *db, Diag *d) {
+  int64_t pages = 0, free_pages = 0;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(db->db, "SELECT page_count, freelist_count FROM pragma_page_count(),"
+                         " pragma_freelist_count()", -1, &st, NULL) != SQLITE_OK)
+    return sql_error(db, d, "reading the page counts");
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    pages = sqlite3_column_int64(st, 0);
+    free_pages = sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  /* Only worth a rewrite when most of the file is free pages. */
+  if (free_pages * 2 < pages || free_pages < 4096) return TEQ_OK;
+  if (sqlite3_exec(db->db, "VACUUM", NULL, NULL, NULL) != SQLITE_OK)
+    return sql_error(db, d, "compacting the database");
+  return TEQ_OK;
 }
 
 int ruledb_unit_done(RuleDb *db, int64_t run_id, int unit, bool *done, Diag *d) {

@@ -138,6 +138,12 @@ TEQ_API int ruledb_run_finish(RuleDb *db, int64_t run_id, double wall_s, int64_t
  * done or not at all. */
 TEQ_API int ruledb_unit_store(RuleDb *db, int64_t run_id, int unit, const void *blob, size_t len,
                               Diag *d);
+/* Drops every work unit of run_id: a finished run needs none (they serve
+ * only to resume it), and at depth 4 they are most of the file. */
+TEQ_API int ruledb_unit_clear(RuleDb *db, int64_t run_id, Diag *d);
+/* Rewrites the file (VACUUM) when more than half of it is free pages, as
+ * after ruledb_unit_clear. Outside a transaction. */
+TEQ_API int ruledb_compact(RuleDb *db, Diag *d);
 /* *done = whether unit has a stored result. */
 TEQ_API int ruledb_unit_done(RuleDb *db, int64_t run_id, int unit, bool *done, Diag *d);
 /* Calls fn on every stored unit of run_id in unit order; a non-zero return

@@ -564,6 +564,14 @@ static void test_runs_and_units(RuleDb *db, Diag *d) {
   nerr = d->n_errors;
   CHECK(ruledb_unit_store(db, 12345, 0, "q", 1, d) != TEQ_OK);
   CHECK_EQ_INT(d->n_errors, nerr + 1);
+  /* Clearing one run's units leaves the other run's. */
+  CHECK_EQ_INT(ruledb_unit_clear(db, a, d), TEQ_OK);
+  Units none = {0}, other_units = {0};
+  CHECK_EQ_INT(ruledb_unit_foreach(db, a, collect_unit, &none, d), TEQ_OK);
+  CHECK_EQ_INT(none.n, 0);
+  CHECK_EQ_INT(ruledb_unit_foreach(db, b, collect_unit, &other_units, d), TEQ_OK);
+  CHECK_EQ_INT(other_units.n, 1);
+  CHECK_EQ_INT(ruledb_compact(db, d), TEQ_OK);
 }
 
 static void test_database(const char *dir) {
