@@ -92,6 +92,16 @@ grep -Eq "decided earlier \(skipped\) +$n\$" rerun.out || { fail "rerun: not all
 v2=$(sqlite3 d2.sqlite "SELECT count(*) FROM verifications")
 [[ $v2 == "$v" ]] || fail "rerun: $v2 verifications after the rerun, $v before"
 
+# ---- gen-rules and verify-rules agree: relu with scalars at depth 4 ----
+# Z_p's polynomial stand-in for relu lets false candidates through unless
+# gen-rules' float32 check meets both signs of every scalar (for instance
+# (relu s1)^2 (s1 + relu s1) = (s1 relu s1 + relu s1)^2 holds for s1 <= 0
+# only): none of what gen-rules stores may be refuted.
+"$GEN" --depth 4 --ops ewadd,ewmul,relu,smul --db relu4.sqlite --quiet >/dev/null
+run relu4 0 "$VERIFY" --db relu4.sqlite --jobs 2 --quiet "$AXIOMS"
+refuted=$(sqlite3 relu4.sqlite "SELECT count(*) FROM rules WHERE status = 'refuted'")
+[[ $refuted == 0 ]] || fail "relu4: verify-rules refuted $refuted rules gen-rules stored: $(sqlite3 relu4.sqlite "SELECT text FROM rules WHERE status = 'refuted' LIMIT 1")"
+
 # ---- a deliberately wrong axiom is caught ----
 cp "$AXIOMS" wrong.axioms
 printf '# wrong on purpose: relu is not additive\naxiom relu_additive: forall x y. relu(ewadd(x, y)) = ewadd(relu(x), relu(y))\n' >>wrong.axioms
