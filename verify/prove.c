@@ -451,7 +451,10 @@ static bool apply(Prover *p, Instance *in) {
 /* One round: every trigger against every class, then every instance. */
 static bool round_once(Prover *p, int node_limit) {
   p->n_pending = 0;
-  for (int ai = 0; ai < p->ax->n_axioms; ai++) {
+  /* The deadline is checked inside a round too: one round over a large
+   * e-graph can take seconds. Stopping part-way is sound, since every
+   * instance found is a true equation; the rule just ends unknown. */
+  for (int ai = 0; ai < p->ax->n_axioms && now_ms() <= p->deadline; ai++) {
     const Axiom *a = &p->ax->axioms[ai];
     if (ai == p->skip_axiom) continue;
     for (int dir = 0; dir < 2; dir++) {
@@ -459,6 +462,7 @@ static bool round_once(Prover *p, int node_limit) {
       const Term *side = dir ? a->rhs : a->lhs;
       Matcher m = {p, a, ai, dir, false};
       for (int32_t c = 0; c < p->n_classes; c++) {
+        if ((c & 1023) == 1023 && now_ms() > p->deadline) break;
         if (find(p, c) != c) continue;
         MatchState st;
         memset(&st, 0, sizeof st);
@@ -470,8 +474,10 @@ static bool round_once(Prover *p, int node_limit) {
     }
   }
   p->changed = false;
-  for (int i = 0; i < p->n_pending && p->n_nodes < node_limit; i++)
+  for (int i = 0; i < p->n_pending && p->n_nodes < node_limit; i++) {
+    if ((i & 255) == 255 && now_ms() > p->deadline) break;
     if (!apply(p, &p->pending[i])) return false;
+  }
   return rebuild(p);
 }
 
