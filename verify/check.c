@@ -186,7 +186,7 @@ int verify_check_axioms(const CheckOptions *opt, FILE *out, int *n_false, Diag *
   fprintf(out, "check-axioms %s: %d axioms, %d operator symbols, hash %s\n", opt->axioms_path,
           ax->n_axioms, ax->n_decls, ax->hash);
   if (opt->validate)
-    rc = validate_axioms(ax, opt->jobs, opt->budget_ms > 0 ? opt->budget_ms / 1e3 : 8.0, out,
+    rc = validate_axioms(ax, opt->jobs, opt->budget_ms > 0 ? opt->budget_ms / 1e3 : 30.0, out,
                          n_false, opt->quiet, opt->progress);
   if (!rc && opt->redundancy) rc = check_redundancy(ax, opt->timeout_ms, out, opt->quiet, opt->progress);
   if (!rc && opt->consistency) {

@@ -28,7 +28,7 @@ static const char usage[] =
   "  --seed S          random inputs of counterexamples (default 1)\n"
   "  --check-axioms    check the axioms: exact validation on small shapes,\n"
   "                    redundancy, consistency; exits 1 if one is false\n"
-  "  --axiom-budget-ms B  validation time per axiom (default 8000)\n"
+  "  --axiom-budget-ms B  validation time per axiom (default 30000)\n"
   "  --quiet           no progress on stderr\n";
 
 static int bad(const char *fmt, const char *arg) {

@@ -103,7 +103,7 @@ void verify_summary_print(const VerifyOptions *opt, const VerifySummary *sum, FI
 typedef struct CheckOptions {
   const char *axioms_path;
   int timeout_ms;          /* per redundancy or consistency query */
-  int budget_ms;           /* validation time per axiom; 0 for the default (8 s) */
+  int budget_ms;           /* validation time per axiom; 0 for the default (30 s) */
   int jobs;
   bool validate, redundancy, consistency;
   bool quiet;
