@@ -236,7 +236,7 @@ int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d) {
   return TEQ_OK;
 }
 
-int op_error(const Node *n, Diag *d, const char *fmt, ...) {
+int op_error_report(const Node *n, Diag *d, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);

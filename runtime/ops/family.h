@@ -16,8 +16,13 @@
 int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d);
 
 /* Reports a shape-inference error about parameter or input `what` of n:
- * "conv2d: groups=3: input channels 64 not divisible by groups". */
-int op_error(const Node *n, Diag *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+ * "conv2d: groups=3: input channels 64 not divisible by groups". A macro so
+ * that with no Diag (gen-rules and verify-rules probe shapes millions of
+ * times) neither the message nor its arguments, often shape_format calls,
+ * are computed. */
+int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define op_error(n, d, ...) ((d) ? op_error_report((n), (d), __VA_ARGS__) : TEQ_ERR_INPUT)
 
 /* The largest spatial extent, stride, pad or dilation a 2-D window operator
  * accepts: far beyond any real model, small enough that products of two

@@ -213,7 +213,7 @@ static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, 
 }
 
 static int gemm_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
-  int64_t m, k, nn;
+  int64_t m = 0, k = 0, nn = 0;
   int rc = gemm_dims(n, &in[0], &in[1], &m, &k, &nn, d);
   if (rc) return rc;
   if (n->n_in > 2) {
