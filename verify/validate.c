@@ -31,7 +31,7 @@
 
 typedef struct MTensor {
   Shape s;
-  int64_t n;
+  int64_t n, cap;     /* elements in use; initialised mpq_t in v */
   mpq_t *v;
 } MTensor;
 
@@ -39,7 +39,7 @@ static MTensor *mt_new(const Shape *s) {
   MTensor *t = malloc(sizeof *t);
   if (!t) abort();
   t->s = *s;
-  t->n = shape_numel(s);
+  t->n = t->cap = shape_numel(s);
   t->v = malloc((size_t)(t->n + 1) * sizeof *t->v);
   if (!t->v) abort(); /* GMP aborts on exhaustion anyway */
   for (int64_t i = 0; i < t->n; i++) mpq_init(t->v[i]);
@@ -48,7 +48,7 @@ static MTensor *mt_new(const Shape *s) {
 
 static void mt_free(MTensor *t) {
   if (!t) return;
-  for (int64_t i = 0; i < t->n; i++) mpq_clear(t->v[i]);
+  for (int64_t i = 0; i < t->cap; i++) mpq_clear(t->v[i]);
   free(t->v);
   free(t);
 }
@@ -328,13 +328,46 @@ static bool (*const reference_accepts[OP__COUNT])(int n_in, const Shape *in) = {
 
 /* ---- terms ---- */
 
+#define ENV_SPARE 32
+
 typedef struct Env {
   const Axioms *ax;
   const Axiom *a;
   Binding b;
   Shape shapes[AX_MAX_VARS];
   MTensor *value[AX_MAX_VARS];
+  /* Tensors given back, their mpq_t still initialised: allocation was half
+   * of the validation time, each combination building a dozen small
+   * tensors of rationals. */
+  MTensor *spare[ENV_SPARE];
+  int n_spare;
 } Env;
+
+/* A tensor of shape sh whose elements are all 0, from the spares when one
+ * is large enough. */
+static MTensor *env_tensor(Env *env, const Shape *sh) {
+  int64_t n = shape_numel(sh);
+  for (int i = env->n_spare - 1; i >= 0; i--) {
+    MTensor *t = env->spare[i];
+    if (t->cap < n) continue;
+    env->spare[i] = env->spare[--env->n_spare];
+    t->s = *sh;
+    t->n = n;
+    for (int64_t e = 0; e < n; e++) mpq_set_ui(t->v[e], 0, 1);
+    return t;
+  }
+  return mt_new(sh);
+}
+
+static void env_release(Env *env, MTensor *t) {
+  if (!t) return;
+  if (env->n_spare < ENV_SPARE) env->spare[env->n_spare++] = t;
+  else mt_free(t);
+}
+
+static void env_drain(Env *env) {
+  while (env->n_spare) mt_free(env->spare[--env->n_spare]);
+}
 
 /* The shape of t, or false where it is ill typed. */
 static bool term_shape(Env *env, const Term *t, Shape *out) {
@@ -358,7 +391,7 @@ static bool term_shape(Env *env, const Term *t, Shape *out) {
 
 static MTensor *term_eval(Env *env, const Term *t) {
   if (t->decl < 0) {
-    MTensor *v = mt_new(&env->shapes[t->var]);
+    MTensor *v = env_tensor(env, &env->shapes[t->var]);
     for (int64_t e = 0; e < v->n; e++) mpq_set(v->v[e], env->value[t->var]->v[e]);
     return v;
   }
@@ -375,9 +408,9 @@ static MTensor *term_eval(Env *env, const Term *t) {
   decl_params(dc, iargs, &p);
   infer_output(dc->kind, &p, dc->n_targs, ins, dc->n_out, dc->out, &ys);
   EvalArgs args = {.p = &p, .n_in = dc->n_targs, .out = dc->out, .n_out = dc->n_out, .in = in,
-                   .y = mt_new(&ys)};
+                   .y = env_tensor(env, &ys)};
   reference[dc->kind](&args);
-  for (int i = 0; i < dc->n_targs; i++) mt_free(in[i]);
+  for (int i = 0; i < dc->n_targs; i++) env_release(env, in[i]);
   return args.y;
 }
 
@@ -469,7 +502,7 @@ static void check_combination(Search *s) {
   }
   for (int i = 0; i < s->n_tvars; i++) {
     int v = s->tvars[i];
-    env->value[v] = mt_new(&env->shapes[v]);
+    env->value[v] = env_tensor(env, &env->shapes[v]);
     for (int64_t e = 0; e < env->value[v]->n; e++)
       mpq_set_si(env->value[v]->v[e], (long)(rng_next(&s->rng) % 19) - 9, 1);
   }
@@ -491,10 +524,10 @@ static void check_combination(Search *s) {
       free(lv);
       free(rv);
     }
-  mt_free(l);
-  mt_free(r);
+  env_release(env, l);
+  env_release(env, r);
   for (int i = 0; i < s->n_tvars; i++) {
-    mt_free(env->value[s->tvars[i]]);
+    env_release(env, env->value[s->tvars[i]]);
     env->value[s->tvars[i]] = NULL;
   }
 }
@@ -593,6 +626,7 @@ bool axiom_sample(const Axioms *ax, int i, Binding *b, Shape *shapes) {
     memcpy(shapes, s->sample_shapes, sizeof s->sample_shapes);
     for (int v = 0; v < AX_MAX_VARS; v++) b->shape[v] = NULL;
   }
+  env_drain(&s->env);
   free(s);
   return found;
 }
@@ -623,6 +657,7 @@ static void validate_one(const Axioms *ax, int i, double budget_s, AxiomReport *
   rep->tried = s->tried;
   memcpy(rep->counterexample, s->counterexample, sizeof rep->counterexample);
   rep->seconds = now_s() - t0;
+  env_drain(&s->env);
   free(s);
 }
 
