@@ -33,15 +33,6 @@ static int bad(const char *fmt, const char *arg) {
   return 2;
 }
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 int main(int argc, char **argv) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   GenOptions opt = {
@@ -67,13 +58,13 @@ int main(int argc, char **argv) {
     if (!val) return bad("%s needs a value", a);
     i++;
     if (!strcmp(a, "--depth")) {
-      if (!parse_int(val, 1, 5, &n)) return bad("--depth '%s': expected 1 to 5", val);
+      if (!teq_parse_int(val, 1, 5, &n)) return bad("--depth '%s': expected 1 to 5", val);
       opt.depth = (int)n;
     } else if (!strcmp(a, "--threads")) {
-      if (!parse_int(val, 1, 64, &n)) return bad("--threads '%s': expected 1 to 64", val);
+      if (!teq_parse_int(val, 1, 64, &n)) return bad("--threads '%s': expected 1 to 64", val);
       opt.threads = (int)n;
     } else if (!strcmp(a, "--seed")) {
-      if (!parse_int(val, 0, INT64_MAX, &n)) return bad("--seed '%s': expected an integer >= 0", val);
+      if (!teq_parse_int(val, 0, INT64_MAX, &n)) return bad("--seed '%s': expected an integer >= 0", val);
       opt.seed = (uint64_t)n;
     } else if (!strcmp(a, "--ops")) {
       opt.ops = val;

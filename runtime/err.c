@@ -4,6 +4,7 @@
  * message is ever lost silently. */
 #include "runtime/err.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,4 +112,13 @@ const char *diag_last(const Diag *d) {
   const char *p = d->text + d->len - 1; /* the trailing newline */
   while (p > d->text && p[-1] != '\n') p--;
   return p;
+}
+
+bool teq_parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
 }

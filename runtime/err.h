@@ -11,6 +11,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #define TEQ_API __attribute__((visibility("default")))
@@ -49,5 +50,9 @@ TEQ_API void diag_flush(Diag *d, FILE *f);
 /* The last message written, with its newline, or "" (for tests and
  * wrappers); valid until the next call on d. */
 TEQ_API const char *diag_last(const Diag *d);
+
+/* A whole decimal integer in [lo, hi], as every command's numeric options
+ * take it: "12x", "", an overflow or a value out of range is false. */
+TEQ_API bool teq_parse_int(const char *s, long long lo, long long hi, long long *out);
 
 #endif

@@ -38,15 +38,6 @@ static int bad(const char *fmt, const char *arg) {
   return 2;
 }
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 static int finish(Diag *d, int rc) {
   if (rc && !d->n_errors) diag_error(d, "verify-rules: %s", teq_strerror(rc));
   diag_flush(d, stderr);
@@ -92,16 +83,16 @@ int main(int argc, char **argv) {
     if (!val) return bad("%s needs a value", a);
     i++;
     if (!strcmp(a, "--timeout-ms")) {
-      if (!parse_int(val, 1, 3600000, &n)) return bad("--timeout-ms '%s': expected 1 to 3600000", val);
+      if (!teq_parse_int(val, 1, 3600000, &n)) return bad("--timeout-ms '%s': expected 1 to 3600000", val);
       opt.timeout_ms = (int)n;
     } else if (!strcmp(a, "--axiom-budget-ms")) {
-      if (!parse_int(val, 1, 3600000, &n)) return bad("--axiom-budget-ms '%s': expected 1 to 3600000", val);
+      if (!teq_parse_int(val, 1, 3600000, &n)) return bad("--axiom-budget-ms '%s': expected 1 to 3600000", val);
       chk.budget_ms = (int)n;
     } else if (!strcmp(a, "--jobs")) {
-      if (!parse_int(val, 1, 64, &n)) return bad("--jobs '%s': expected 1 to 64", val);
+      if (!teq_parse_int(val, 1, 64, &n)) return bad("--jobs '%s': expected 1 to 64", val);
       opt.jobs = (int)n;
     } else if (!strcmp(a, "--seed")) {
-      if (!parse_int(val, 0, INT64_MAX, &n)) return bad("--seed '%s': expected an integer >= 0", val);
+      if (!teq_parse_int(val, 0, INT64_MAX, &n)) return bad("--seed '%s': expected an integer >= 0", val);
       opt.seed = (uint64_t)n;
     } else if (!strcmp(a, "--db")) {
       if (!*val) return bad("--db: empty path%s", "");
