@@ -796,13 +796,9 @@ int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r, void *c
   if (status >= 0)
     rc = check_binds(db, sqlite3_bind_text(st, 1, status_names[status], -1, SQLITE_STATIC),
                      "binding a status", d);
-  bool row = true;
-  while (!rc && !(rc = step(db, st, &row, "reading rules", d)) && row) {
-    Rule r;
-    rc = read_rule(db, st, &r, d);
-    if (!rc) rc = fn(&r, ctx);
-    rule_fini(&r);
+  if (rc) {
+    sqlite3_finalize(st);
+    return rc;
   }
-  sqlite3_finalize(st);
-  return rc;
+  return walk_rules(db, st, fn, ctx, d);
 }
