@@ -18,7 +18,6 @@
  *    functions, which Z_p can only stand in for.
  * The key is readable text, so the database's UNIQUE key is also what a
  * person sees when two runs disagree. */
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -522,56 +521,22 @@ int gen_prune_bucket(const GenVocab *v, const GenPair *pairs, size_t n, GenCand 
  * polynomials in their place, and a rule can hold for the polynomial only
  * (with relu(1) = 3, ewadd(1, ewadd(1, 1)) = relu(1)). So each rule that
  * survives the other steps is also run in float32, with the CPU executor
- * and the real functions, at assignment A. A scalar input has one element,
- * so one draw tests one sign; the draws flip the signs of the inputs in
- * every pattern over two input parities, so that relu(s1)-style rules meet
- * both signs of every scalar. */
+ * and the real functions, at assignment A, on exec_compare's four draws:
+ * every sign pattern of the inputs, which a scalar needs. */
 
-#define F32_TOLERANCE 1e-3 /* relative to the largest output magnitude */
+#define F32_TOLERANCE 1e-3 /* relative, per element */
 #define F32_DRAWS 4
-
-static bool outputs_agree(Tensor *const *ys, Tensor *const *yd, int n) {
-  for (int o = 0; o < n; o++) {
-    if (!shape_equal(&ys[o]->shape, &yd[o]->shape)) return false;
-    const float *a = ys[o]->data, *b = yd[o]->data;
-    double err = 0, ref = 1;
-    for (int64_t e = 0; e < tensor_numel(ys[o]); e++) {
-      err = fmax(err, fabs((double)a[e] - b[e]));
-      ref = fmax(ref, fmax(fabs((double)a[e]), fabs((double)b[e])));
-    }
-    /* NaN compares false: a NaN on either side is a difference. */
-    if (!(err <= F32_TOLERANCE * ref)) return false;
-  }
-  return true;
-}
 
 static int f32_agree(const GenVocab *v, const GenPair *p, uint64_t seed, bool *agree, Diag *d) {
   *agree = true;
   Graph *src = NULL, *dst = NULL;
   int rc = gen_pair_graphs(v, p, SHAPE_A, &src, &dst, d);
-  if (rc) return rc;
-  Tensor *in[GEN_MAX_VARS] = {NULL};
-  for (int k = 0; !rc && k < src->n_inputs; k++)
-    if (!(in[k] = tensor_new(DT_F32, graph_shape(src, (TensorRef){src->inputs[k], 0}))))
-      rc = TEQ_ERR_NOMEM;
   for (int draw = 0; !rc && *agree && draw < F32_DRAWS; draw++) {
-    for (int k = 0; k < src->n_inputs; k++) {
-      tensor_fill_random(in[k], hash_mix(seed, (uint64_t)(draw * GEN_MAX_VARS + k)));
-      if ((draw >> (k & 1)) & 1) {
-        float *x = in[k]->data;
-        for (int64_t e = 0; e < tensor_numel(in[k]); e++) x[e] = -fabsf(x[e]);
-      } else {
-        float *x = in[k]->data;
-        for (int64_t e = 0; e < tensor_numel(in[k]); e++) x[e] = fabsf(x[e]);
-      }
-    }
-    Tensor *ys[2 * GEN_MAX_DEPTH] = {NULL}, *yd[2 * GEN_MAX_DEPTH] = {NULL};
-    rc = exec_run(src, EXEC_F32, in, ys, d);
-    if (!rc) rc = exec_run(dst, EXEC_F32, in, yd, d);
-    if (!rc) *agree = outputs_agree(ys, yd, src->n_outputs);
-    for (int o = 0; o < 2 * GEN_MAX_DEPTH; o++) tensor_unref(ys[o]), tensor_unref(yd[o]);
+    ExecDiff diff;
+    rc = exec_compare(src, dst, EXEC_F32, seed, draw, F32_TOLERANCE, &diff, d);
+    *agree = !diff.differ;
+    exec_diff_fini(&diff);
   }
-  for (int k = 0; k < GEN_MAX_VARS; k++) tensor_unref(in[k]);
   graph_free(src);
   graph_free(dst);
   return rc;

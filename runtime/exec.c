@@ -181,3 +181,70 @@ int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tensor **outp
   run_fini(&r);
   return rc;
 }
+
+/* ---- two graphs compared by evaluation ---- */
+
+static bool elements_differ(const Tensor *x, const Tensor *y, int64_t e, double tol) {
+  if (x->dtype == DT_MODP) return ((const uint32_t *)x->data)[e] != ((const uint32_t *)y->data)[e];
+  double a = ((const float *)x->data)[e], b = ((const float *)y->data)[e];
+  double scale = fmax(1.0, fmax(fabs(a), fabs(b)));
+  return !(fabs(a - b) <= tol * scale); /* NaN on either side differs */
+}
+
+int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, int draw,
+                 double tol, ExecDiff *diff, Diag *d) {
+  memset(diff, 0, sizeof *diff);
+  diff->output = diff->element = -1;
+  int n_in = a->n_inputs, n_out = a->n_outputs;
+  if (b->n_inputs != n_in || b->n_outputs != n_out)
+    return diag_error(d, "exec_compare: the graphs have different inputs or outputs");
+  Tensor **in = calloc((size_t)n_in + 1, sizeof *in);
+  Tensor **ya = calloc((size_t)n_out + 1, sizeof *ya), **yb = calloc((size_t)n_out + 1, sizeof *yb);
+  int rc = in && ya && yb ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int i = 0; !rc && i < n_in; i++) {
+    const Shape *sh = graph_shape(a, (TensorRef){a->inputs[i], 0});
+    if (!shape_equal(sh, graph_shape(b, (TensorRef){b->inputs[i], 0}))) {
+      rc = diag_error(d, "exec_compare: input %d has different shapes", i);
+      break;
+    }
+    if (!(in[i] = tensor_new(mode == EXEC_F32 ? DT_F32 : DT_MODP, sh))) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    tensor_fill_random(in[i], hash_mix(hash_mix(seed, (uint64_t)draw), (uint64_t)i));
+    if (mode == EXEC_F32) {
+      bool negative = (draw >> (i % 2)) & 1;
+      float *x = in[i]->data;
+      for (int64_t e = 0; e < tensor_numel(in[i]); e++) x[e] = negative ? -fabsf(x[e]) : fabsf(x[e]);
+    }
+  }
+  if (!rc) rc = exec_run(a, mode, in, ya, d);
+  if (!rc) rc = exec_run(b, mode, in, yb, d);
+  for (int o = 0; !rc && o < n_out && !diff->differ; o++) {
+    if (!shape_equal(&ya[o]->shape, &yb[o]->shape)) {
+      diff->differ = true;
+    } else {
+      for (int64_t e = 0; e < tensor_numel(ya[o]); e++)
+        if (elements_differ(ya[o], yb[o], e, tol)) {
+          if (!diff->differ) diff->element = e;
+          diff->differ = true;
+          diff->count++;
+        }
+    }
+    if (diff->differ) {
+      diff->output = o;
+      diff->a = tensor_ref(ya[o]);
+      diff->b = tensor_ref(yb[o]);
+    }
+  }
+  for (int o = 0; ya && yb && o < n_out; o++) tensor_unref(ya[o]), tensor_unref(yb[o]);
+  for (int i = 0; in && i < n_in; i++) tensor_unref(in[i]);
+  free(in), free(ya), free(yb);
+  return rc;
+}
+
+void exec_diff_fini(ExecDiff *diff) {
+  tensor_unref(diff->a);
+  tensor_unref(diff->b);
+  diff->a = diff->b = NULL;
+}

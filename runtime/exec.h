@@ -13,6 +13,8 @@
 #ifndef TEQ_RUNTIME_EXEC_H
 #define TEQ_RUNTIME_EXEC_H
 
+#include <stdbool.h>
+
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/tensor.h"
@@ -30,5 +32,28 @@ TEQ_API int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tenso
 /* A float32 tensor as Z_p residues (see above); NULL with a message if a
  * value is not an integer. */
 TEQ_API Tensor *exec_f32_to_modp(const Tensor *t, Diag *d);
+
+/* ---- two graphs compared by evaluation ----
+ * Wherever an equality is tested by running both sides (gen-rules' float32
+ * check, verify-rules' counterexamples): a and b have the same inputs and
+ * as many outputs; both run on the same seeded random inputs, and diff
+ * says where they first differ. Draw k of a seed fills input i from its own
+ * stream; in float32 it also makes input i's elements negative when bit
+ * (i % 2) of k is set and positive otherwise, so draws 0 to 3 give every
+ * sign pattern to pairs of inputs (a scalar has one element: random signs
+ * alone would test relu(s) at one sign only). Float32 elements differ when
+ * |x - y| > tol * max(1, |x|, |y|) or one is NaN; Z_p elements when not
+ * equal. A side the executor refuses is an error, not a difference. */
+typedef struct ExecDiff {
+  bool differ;
+  int output;          /* the first output that differs */
+  int64_t element;     /* its first differing element, -1 if the shapes differ */
+  int64_t count;       /* how many of its elements differ */
+  Tensor *a, *b;       /* both values of that output (owned), or NULL */
+} ExecDiff;
+
+TEQ_API int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, int draw,
+                         double tol, ExecDiff *diff, Diag *d);
+TEQ_API void exec_diff_fini(ExecDiff *diff);
 
 #endif
