@@ -100,6 +100,7 @@ enum {
   ST_VERIFY_STORE,
   ST_VERIFY_STATUS,
   ST_COUNT_RUNS,
+  ST_COST_STORE,
   ST__COUNT
 };
 
@@ -127,6 +128,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     " VALUES (?, ?, ?, ?, ?, ?)",
   [ST_VERIFY_STATUS] = "UPDATE rules SET status = ? WHERE id = ?",
   [ST_COUNT_RUNS] = "SELECT count(*) FROM runs WHERE command = ?",
+  [ST_COST_STORE] =
+    "INSERT INTO costs (device, config, micros, method, algo) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (device, config) DO UPDATE SET micros = excluded.micros,"
+    " method = excluded.method, algo = excluded.algo, measured_at = datetime('now')",
 };
 
 struct RuleDb {
@@ -801,4 +806,21 @@ int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r, void *c
     return rc;
   }
   return walk_rules(db, st, fn, ctx, d);
+}
+
+int ruledb_cost_store(RuleDb *db, const char *device, const char *config, double micros,
+                      const char *method, const char *algo, Diag *d) {
+  sqlite3_stmt *st = prepared(db, ST_COST_STORE, d);
+  if (!st) return TEQ_ERR_INTERNAL;
+  bool row = false;
+  int rc = check_binds(db,
+                       sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC) |
+                           sqlite3_bind_text(st, 2, config, -1, SQLITE_STATIC) |
+                           sqlite3_bind_double(st, 3, micros) |
+                           sqlite3_bind_text(st, 4, method, -1, SQLITE_STATIC) |
+                           sqlite3_bind_text(st, 5, algo, -1, SQLITE_STATIC),
+                       "binding a cost", d);
+  if (!rc) rc = step(db, st, &row, "storing a cost", d);
+  release(st);
+  return rc;
 }

@@ -181,4 +181,10 @@ TEQ_API int ruledb_store_verification(RuleDb *db, int64_t rule_id, int64_t run_i
 /* Number of runs of command (e.g. "gen-rules") in the database. */
 TEQ_API int ruledb_count_runs(RuleDb *db, const char *command, int64_t *n, Diag *d);
 
+/* The cost cache: one measured time per (device, operator configuration
+ * key, see runtime/cost.h), with how it was measured and the algorithm the
+ * kernel chose; a new measurement replaces the old. */
+TEQ_API int ruledb_cost_store(RuleDb *db, const char *device, const char *config, double micros,
+                              const char *method, const char *algo, Diag *d);
+
 #endif

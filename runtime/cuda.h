@@ -1,8 +1,20 @@
-/* cuda.h: whether this build has CUDA, and what GPU the machine has.
+/* cuda.h: running graphs on the GPU, and timing what runs there.
  *
  * CUDA sources (runtime/cuda/) are compiled only where meson finds nvcc,
- * cuBLAS and cuDNN; elsewhere these calls report that the build has none.
- * Tests that need a GPU ask cuda_probe first and skip with its message. */
+ * cuBLAS and cuDNN; elsewhere every call here reports that the build has
+ * none (TEQ_ERR_UNSUPPORTED), and cuda_probe says why in words. Tests that
+ * need a GPU ask cuda_probe first and skip with its message.
+ *
+ * A CudaDevice holds what is costly to make and worth sharing: the cuBLAS
+ * and cuDNN handles, the stream, and the convolution algorithms found by
+ * search, remembered per configuration for every plan made on it.
+ *
+ * A CudaPlan is one graph made ready to run many times: shapes inferred,
+ * constants uploaded once, every intermediate value given a place in one
+ * device arena whose size follows the live set (values that are never live
+ * together share memory), and the whole graph captured as a CUDA graph so
+ * that a run is one launch. Runs of a plan give the outputs of exec_run in
+ * float32 within rounding. */
 #ifndef TEQ_RUNTIME_CUDA_H
 #define TEQ_RUNTIME_CUDA_H
 
@@ -10,19 +22,72 @@
 #include <stddef.h>
 
 #include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/tensor.h"
 
 typedef struct CudaInfo {
   bool built;          /* compiled with CUDA */
   int n_devices;       /* usable GPUs; 0 if none or no driver */
-  char device[128];    /* name of device 0, or "" */
+  char device[256];    /* name of device 0, or "" */
   int cc_major, cc_minor;
   size_t memory;       /* bytes on device 0 */
   int cudnn_version;   /* as cudnnGetVersion reports, 0 if not built */
   int runtime_version; /* as cudaRuntimeGetVersion reports, 0 if not built */
+  int sm_count;        /* multiprocessors */
+  double peak_gflops;  /* float32 FMA peak at the boost clock, non-tensor-core */
+  double mem_gbps;     /* memory bandwidth from bus width and clock */
   char why[160];       /* when n_devices is 0: why not, in words */
 } CudaInfo;
 
 /* Fills info; never fails, never aborts, on any machine. */
 TEQ_API void cuda_probe(CudaInfo *info);
+
+typedef struct CudaDevice CudaDevice;
+typedef struct CudaPlan CudaPlan;
+
+/* Opens GPU 0. Float32 stays float32: TF32 tensor-core math is off in
+ * cuBLAS and cuDNN, so results match the CPU executor. */
+TEQ_API int cuda_device_open(CudaDevice **out, Diag *d);
+TEQ_API void cuda_device_close(CudaDevice *dev);
+/* The device's name ("NVIDIA H100 80GB HBM3"), as cost tables key it. */
+TEQ_API const char *cuda_device_name(const CudaDevice *dev);
+
+/* Prepares g (which must pass graph_check, have no opaque node on the path
+ * to its outputs, and known shapes) for running on dev. The first run, made
+ * here on random inputs, chooses convolution algorithms and sizes scratch
+ * memory; the second is captured as a CUDA graph. */
+TEQ_API int cuda_plan_new(CudaDevice *dev, const Graph *g, CudaPlan **out, Diag *d);
+TEQ_API void cuda_plan_free(CudaPlan *p);
+
+/* Copies inputs in (as exec_run takes them), runs, and copies the outputs
+ * back as new tensors (release with tensor_unref). */
+TEQ_API int cuda_plan_run(CudaPlan *p, Tensor *const *inputs, Tensor **outputs, Diag *d);
+
+/* Times the whole graph on the inputs last given (random ones if none):
+ * warmup replays, then repeats replays each between two CUDA events. */
+typedef struct CudaTiming {
+  double median_ms, min_ms, mean_ms;
+  int repeats;
+} CudaTiming;
+TEQ_API int cuda_plan_time(CudaPlan *p, int warmup, int repeats, CudaTiming *t, Diag *d);
+
+/* Device bytes the plan holds: the value arena, constants and scratch. */
+TEQ_API size_t cuda_plan_device_bytes(const CudaPlan *p);
+/* Number of kernel nodes the plan runs, and what node i (in run order)
+ * chose, e.g. its cuDNN algorithm ("" when it chose nothing). */
+TEQ_API int cuda_plan_n_steps(const CudaPlan *p);
+TEQ_API const char *cuda_plan_step_note(const CudaPlan *p, int step, int *node_id);
+
+/* ---- profiler ----
+ * Times one operator configuration: node `id` of g run alone, its inputs
+ * random (never zeros) and its constants as g holds them. Warm-up, then
+ * the median of `repeats` CUDA-event timings of the captured node. */
+typedef struct CudaProfile {
+  double median_us, min_us;
+  int repeats;
+  char algo[96];       /* what the kernel chose, e.g. "cudnn:IMPLICIT_PRECOMP_GEMM" */
+} CudaProfile;
+TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repeats,
+                              CudaProfile *out, Diag *d);
 
 #endif

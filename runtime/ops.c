@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/graph.h"
@@ -100,6 +101,13 @@ int op_registry_check(Diag *d) {
       diag_error(d, "registry: %s: missing a float32 or Z_p kernel", o->name);
       rc = TEQ_ERR_INTERNAL;
     }
+#ifdef TEQ_HAVE_CUDA
+    /* A build with CUDA runs every computed operator on the GPU too. */
+    if (!opaque && !source && !o->eval_cuda) {
+      diag_error(d, "registry: %s: no GPU kernel", o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
+#endif
     if ((o->flags & OPF_NONLINEAR) && !o->modp_standin) {
       diag_error(d, "registry: %s: non-linear without a Z_p stand-in", o->name);
       rc = TEQ_ERR_INTERNAL;
@@ -226,6 +234,57 @@ int params_format(OpKind kind, const Params *p, bool only_changed, char *buf, si
   }
 #undef EMIT
   return (int)n;
+}
+
+int params_parse(OpKind kind, const char *text, Params *p, Diag *d) {
+  const OpDef *o = op_table[kind];
+  params_default(kind, p);
+  const char *c = text;
+  while (*c) {
+    while (*c == ' ') c++;
+    if (!*c) break;
+    const char *eq = strchr(c, '=');
+    if (!eq) return diag_error(d, "%s: expected name=value at '%s'", o->name, c);
+    int i = -1;
+    for (int k = 0; k < o->n_params; k++)
+      if (strlen(o->params[k].name) == (size_t)(eq - c) &&
+          strncmp(o->params[k].name, c, (size_t)(eq - c)) == 0)
+        i = k;
+    if (i < 0) return diag_error(d, "%s: no parameter '%.*s'", o->name, (int)(eq - c), c);
+    const OpParam *r = &o->params[i];
+    c = eq + 1;
+    char *end = NULL;
+    if (r->type == PARAM_FLOAT) {
+      param_set_float(p, i, strtod(c, &end));
+    } else if (r->type == PARAM_INT) {
+      size_t len = strcspn(c, " ");
+      int64_t x = 0;
+      bool found = false;
+      for (int k = 0; r->symbols && r->symbols[k] && !found; k++)
+        if (strlen(r->symbols[k]) == len && strncmp(r->symbols[k], c, len) == 0) x = k, found = true;
+      if (found) end = (char *)c + len;
+      else x = strtoll(c, &end, 10);
+      param_set_int(p, i, x);
+    } else {
+      int64_t v[TEQ_MAX_PARAM_LEN];
+      int n = 0;
+      if (*c != '(') return diag_error(d, "%s: %s: expected '(' at '%s'", o->name, r->name, c);
+      c++;
+      while (*c != ')' && n < TEQ_MAX_PARAM_LEN) {
+        v[n++] = strtoll(c, &end, 10);
+        if (end == c) return diag_error(d, "%s: %s: expected an integer at '%s'", o->name, r->name, c);
+        c = end;
+        while (*c == ' ') c++;
+      }
+      if (*c != ')') return diag_error(d, "%s: %s: expected ')' at '%s'", o->name, r->name, c);
+      end = (char *)c + 1;
+      param_set_ints(p, i, v, n);
+    }
+    if (end == c || (*end && *end != ' '))
+      return diag_error(d, "%s: %s: bad value at '%s'", o->name, r->name, c);
+    c = end;
+  }
+  return params_check(kind, p, d);
 }
 
 /* ---- helpers shared by the family files ---- */

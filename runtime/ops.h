@@ -82,6 +82,8 @@ extern TEQ_API const char *const act_symbols[];
 /* ---- the row ---- */
 
 struct Node;
+struct CudaCtx;
+struct CudaTensor;
 struct OnnxNodeIn;
 struct OnnxNodeOut;
 
@@ -112,6 +114,19 @@ typedef struct OpDef {
    * it does not support, e.g. non-integer values in Z_p). */
   int (*eval_f32)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
   int (*eval_modp)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
+
+  /* The float32 kernel on the GPU (runtime/cuda/, see cuda_int.h there):
+   * eval_f32's contract with its tensors in device memory, launched on the
+   * context's stream without waiting. Set as CUDA_EVAL(name), which is
+   * NULL in builds without CUDA. Source rows have none: plans upload
+   * constants, and compute the constant tensors (C_pool...) on the host. */
+  int (*eval_cuda)(const struct Node *n, struct CudaCtx *cx, const struct CudaTensor *in,
+                   const struct CudaTensor *out, Diag *d);
+
+  /* Floating-point operations of one run of n at input shapes `in`, for
+   * the analytical cost model; NULL: one per output element. Rows whose
+   * work grows faster than their data (conv, matmul) set it. */
+  double (*flops)(const struct Node *n, const Shape *in);
 
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
@@ -157,5 +172,8 @@ TEQ_API void param_set_float(Params *p, int i, double v);
 /* "stride=(1 1) pads=(0 0 0 0) act=relu", with only non-default values when
  * only_changed; returns the length that was needed, as snprintf does. */
 TEQ_API int params_format(OpKind kind, const Params *p, bool only_changed, char *buf, size_t size);
+/* The inverse: parameters from params_format's text (any subset, the rest
+ * default), checked; an unknown name or malformed value is an error. */
+TEQ_API int params_parse(OpKind kind, const char *text, Params *p, Diag *d);
 
 #endif

@@ -1,13 +1,19 @@
 /* run_model.c: the run-model command: import an ONNX model, run it on the
- * CPU executor, print a checksum per output and the time per run.
+ * CPU executor or the GPU, print a checksum per output and the time per run.
  *   run-model [--input NAME=FILE]... [--seed S] [--batch N] [--repeat N]
- *             [--output-dir DIR] [--save OUT.onnx] [--modp] [--quiet] MODEL.onnx
+ *             [--output-dir DIR] [--save OUT.onnx] [--modp] [--quiet]
+ *             [--gpu [--warmup N] [--check]] MODEL.onnx
+ * On the GPU the time is the median of --repeat replays of the whole graph
+ * between CUDA events, after --warmup; --check also runs the CPU executor
+ * and fails when an output differs by more than 1e-4 of its largest
+ * magnitude.
  * Inputs not given as files are seeded random tensors (input i gets seed
  * S+i), so two runs of the same command print the same numbers. Results go
  * to stdout, import statistics and messages to stderr; bad arguments or a
  * bad model exit with status 2. Options are rows of one table. */
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +23,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
 
@@ -31,6 +38,7 @@ typedef struct RunOptions {
   const char *output_dir;
   const char *save;
   int64_t modp, quiet;
+  int64_t gpu, warmup, check;
   const char *model;
 } RunOptions;
 
@@ -59,6 +67,12 @@ static const OptRow option_rows[] = {
      "write the imported graph back as ONNX"},
     {"modp", OPT_FLAG, offsetof(RunOptions, modp), 0, 0, 1, "evaluate exactly in Z_p"},
     {"quiet", OPT_FLAG, offsetof(RunOptions, quiet), 0, 0, 1, "no statistics on stderr"},
+    {"gpu", OPT_FLAG, offsetof(RunOptions, gpu), 0, 0, 1,
+     "run on the GPU (cuDNN, cuBLAS, Teq's kernels), timed by CUDA events"},
+    {"warmup", OPT_INT, offsetof(RunOptions, warmup), 10, 0, 1000000,
+     "with --gpu: untimed runs before the timed ones"},
+    {"check", OPT_FLAG, offsetof(RunOptions, check), 0, 0, 1,
+     "with --gpu: compare with the CPU executor; fail above 1e-4 relative error"},
 };
 #define N_OPTIONS (sizeof option_rows / sizeof option_rows[0])
 
@@ -299,13 +313,68 @@ static void print_results(const Graph *g, Tensor **outputs, const RunOptions *o,
     printf("%s %s %.9g\n", g->output_names[j] ? g->output_names[j] : "?",
            shape_format(&outputs[j]->shape, s, sizeof s), tensor_checksum(outputs[j]));
   }
-  printf("time %.3f ms%s\n", ms, o->repeat > 1 ? " (median)" : "");
+  printf("time %.3f ms%s%s\n", ms, o->repeat > 1 ? " (median)" : "",
+         o->gpu ? " on the GPU, CUDA events" : "");
 }
 
 static void print_stats(const char *path, const OnnxImportStats *s) {
   fprintf(stderr, "%s: opset %d, %d nodes: %d folded, %d opaque, %d batchnorm folded, "
           "%d no-ops removed\n", path, s->opset, s->n_nodes, s->n_folded, s->n_opaque,
           s->n_batchnorm_folded, s->n_noops_removed);
+}
+
+/* Largest |a - b| over the largest |b|: 0 when equal, INFINITY on a shape
+ * mismatch or a NaN on one side. */
+static double relative_error(const Tensor *a, const Tensor *b) {
+  if (!shape_equal(&a->shape, &b->shape) || a->dtype != b->dtype) return INFINITY;
+  double err = 0, scale = 0;
+  for (int64_t k = 0; k < tensor_numel(b); k++) {
+    double x = a->dtype == DT_I64 ? (double)((const int64_t *)a->data)[k] : ((const float *)a->data)[k];
+    double y = b->dtype == DT_I64 ? (double)((const int64_t *)b->data)[k] : ((const float *)b->data)[k];
+    if ((x != x) != (y != y)) return INFINITY;
+    if (x != x) continue;
+    if (fabs(y) > scale) scale = fabs(y);
+    if (fabs(x - y) > err) err = fabs(x - y);
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+/* The GPU run: plan, run once for the outputs, time, and compare with the
+ * CPU executor when asked. */
+static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor **outputs,
+                   double *ms, Diag *d) {
+  CudaDevice *dev = NULL;
+  CudaPlan *plan = NULL;
+  double t0 = now_ms();
+  int rc = cuda_device_open(&dev, d);
+  if (rc == TEQ_OK) rc = cuda_plan_new(dev, g, &plan, d);
+  if (rc == TEQ_OK && !o->quiet)
+    fprintf(stderr, "gpu: %s, %d kernels, %.1f MB on the device, planned in %.0f ms\n",
+            cuda_device_name(dev), cuda_plan_n_steps(plan),
+            (double)cuda_plan_device_bytes(plan) / 1e6, now_ms() - t0);
+  if (rc == TEQ_OK) rc = cuda_plan_run(plan, inputs, outputs, d);
+  CudaTiming t = {0};
+  if (rc == TEQ_OK) rc = cuda_plan_time(plan, (int)o->warmup, (int)o->repeat, &t, d);
+  *ms = t.median_ms;
+  if (rc == TEQ_OK && o->check) {
+    Tensor **cpu = calloc((size_t)g->n_outputs + 1, sizeof *cpu);
+    rc = cpu ? exec_run(g, EXEC_F32, inputs, cpu, d) : TEQ_ERR_NOMEM;
+    double worst = 0;
+    for (int32_t j = 0; rc == TEQ_OK && j < g->n_outputs; j++) {
+      double e = relative_error(outputs[j], cpu[j]);
+      if (e > worst) worst = e;
+    }
+    for (int32_t j = 0; cpu && j < g->n_outputs; j++) tensor_unref(cpu[j]);
+    free(cpu);
+    if (rc == TEQ_OK) {
+      printf("gpu vs cpu: largest relative error %.3g\n", worst);
+      if (!(worst <= 1e-4))
+        rc = fail(d, TEQ_ERR_INTERNAL, "GPU and CPU outputs differ by %.3g (tolerance 1e-4)", worst);
+    }
+  }
+  cuda_plan_free(plan);
+  cuda_device_close(dev);
+  return rc;
 }
 
 /* Import, run, report; returns an error code. */
@@ -327,7 +396,9 @@ static int run_model(const RunOptions *o, Diag *d) {
   if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, d);
   bool run = o->repeat > 0;
   if (rc == TEQ_OK && run) rc = make_inputs(o, g, inputs, d);
-  if (rc == TEQ_OK && run) rc = run_timed(o, g, inputs, outputs, &ms, d);
+  if (rc == TEQ_OK && run && o->gpu && o->modp) rc = fail(d, TEQ_ERR_INPUT, "--gpu runs float32 only, not --modp");
+  if (rc == TEQ_OK && run) rc = o->gpu ? run_gpu(o, g, inputs, outputs, &ms, d)
+                                       : run_timed(o, g, inputs, outputs, &ms, d);
   if (rc == TEQ_OK && run) print_results(g, outputs, o, ms);
   if (rc == TEQ_OK && run && o->output_dir) rc = write_outputs(o->output_dir, g, outputs, d);
   for (int32_t i = 0; inputs && i < g->n_inputs; i++) tensor_unref(inputs[i]);

@@ -570,6 +570,13 @@ static const OpParam conv_params_rows[] = {
                 .hi = ACT_TANH, .symbols = act_symbols},
 };
 
+/* Two flops per multiply-add: every output element sums C/groups x kh x kw
+ * products (the weight's last three extents). */
+static double conv_flops(const Node *n, const Shape *in) {
+  (void)n;
+  return 2.0 * (double)shape_numel(&n->out[0]) * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
+}
+
 const OpDef op_def_conv2d = {
   .kind = OP_CONV2D, .name = "conv2d", .axiom_name = "conv2d", .onnx_op = "Conv",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
@@ -577,6 +584,7 @@ const OpDef op_def_conv2d = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = conv_infer,
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp,
+  .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write,
 };
 
@@ -592,6 +600,12 @@ const OpDef op_def_conv2d = {
  * a bias input. */
 
 enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };
+
+/* Every input element scatters into M/groups x kh x kw outputs. */
+static double ct_flops(const Node *n, const Shape *in) {
+  (void)n;
+  return 2.0 * (double)shape_numel(&in[0]) * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
+}
 
 /* conv_transpose geometry, in ConvGeom's fields: (n, c, h, w) the input,
  * m the output channels, (oh, ow) the output; cg, mg per group. */
@@ -839,6 +853,7 @@ const OpDef op_def_conv_transpose = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = ct_infer,
   .eval_f32 = ct_eval_f32, .eval_modp = ct_eval_modp,
+  .eval_cuda = CUDA_EVAL(conv_transpose), .flops = ct_flops,
   .onnx_read = ct_onnx_read,
 };
 
@@ -909,6 +924,7 @@ const OpDef op_def_enlarge = {
   .flags = OPF_WEIGHT_ONLY | OPF_MULTILINEAR | OPF_LAYOUT_ONLY,
   .infer_shape = enlarge_infer,
   .eval_f32 = enlarge_eval, .eval_modp = enlarge_eval,
+  .eval_cuda = CUDA_EVAL(enlarge),
   .onnx_write = enlarge_onnx_write,
 };
 
@@ -1019,6 +1035,7 @@ const OpDef op_def_batchnorm = {
   .flags = OPF_NONLINEAR,
   .infer_shape = batchnorm_infer,
   .eval_f32 = batchnorm_eval_f32, .eval_modp = batchnorm_eval_modp,
+  .eval_cuda = CUDA_EVAL(batchnorm),
   .modp_standin = batchnorm_standin,
   .onnx_read = batchnorm_onnx_read,
 };

@@ -222,42 +222,42 @@ static int binary_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 
 const OpDef op_def_ewadd = {
   .kind = OP_EWADD, .name = "ewadd", .axiom_name = "ewadd", .onnx_op = "Add",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(ewadd),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_COMMUTATIVE | OPF_BROADCAST,
   .family = &fam_add,
 };
 
 const OpDef op_def_ewmul = {
   .kind = OP_EWMUL, .name = "ewmul", .axiom_name = "ewmul", .onnx_op = "Mul",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(ewmul),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_COMMUTATIVE | OPF_BROADCAST,
   .family = &fam_mul,
 };
 
 const OpDef op_def_sub = {
   .kind = OP_SUB, .name = "sub", .onnx_op = "Sub",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(sub),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_BROADCAST,
   .family = &fam_sub,
 };
 
 const OpDef op_def_div = {
   .kind = OP_DIV, .name = "div", .onnx_op = "Div",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(div),
   .flags = OPF_ELEMENTWISE | OPF_BROADCAST,
   .family = &fam_div,
 };
 
 const OpDef op_def_pow = {
   .kind = OP_POW, .name = "pow", .onnx_op = "Pow",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(pow),
   .flags = OPF_ELEMENTWISE | OPF_BROADCAST,
   .family = &fam_pow,
 };
 
 const OpDef op_def_max = {
   .kind = OP_MAX, .name = "max", .onnx_op = "Max",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(max),
   .flags = OPF_ELEMENTWISE | OPF_COMMUTATIVE | OPF_BROADCAST,
   .onnx_read = binary_onnx_read,
   .family = &fam_max,
@@ -265,7 +265,7 @@ const OpDef op_def_max = {
 
 const OpDef op_def_min = {
   .kind = OP_MIN, .name = "min", .onnx_op = "Min",
-  BINARY_SIGNATURE,
+  BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(min),
   .flags = OPF_ELEMENTWISE | OPF_COMMUTATIVE | OPF_BROADCAST,
   .onnx_read = binary_onnx_read,
   .family = &fam_min,
@@ -314,6 +314,7 @@ const OpDef op_def_smul = {
   .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR,
   .infer_shape = smul_infer, .eval_f32 = smul_eval_f32, .eval_modp = smul_eval_modp,
+  .eval_cuda = CUDA_EVAL(smul),
   .onnx_write = smul_onnx_write,
 };
 
@@ -476,61 +477,61 @@ static const UnaryFamily fam_neg = {neg_f32, exact_neg};
 
 const OpDef op_def_relu = {
   .kind = OP_RELU, .name = "relu", .axiom_name = "relu", .onnx_op = "Relu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(relu), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_relu, .family = &fam_relu,
 };
 
 const OpDef op_def_sigmoid = {
   .kind = OP_SIGMOID, .name = "sigmoid", .axiom_name = "sigmoid", .onnx_op = "Sigmoid",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(sigmoid), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_sigmoid, .family = &fam_sigmoid,
 };
 
 const OpDef op_def_tanh = {
   .kind = OP_TANH, .name = "tanh", .axiom_name = "tanh", .onnx_op = "Tanh",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(tanh), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_tanh, .family = &fam_tanh,
 };
 
 const OpDef op_def_exp = {
   .kind = OP_EXP, .name = "exp", .onnx_op = "Exp",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(exp), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_exp, .family = &fam_exp,
 };
 
 const OpDef op_def_log = {
   .kind = OP_LOG, .name = "log", .onnx_op = "Log",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(log), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_log, .family = &fam_log,
 };
 
 const OpDef op_def_sqrt = {
   .kind = OP_SQRT, .name = "sqrt", .onnx_op = "Sqrt",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(sqrt), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_sqrt, .family = &fam_sqrt,
 };
 
 const OpDef op_def_neg = {
   .kind = OP_NEG, .name = "neg", .onnx_op = "Neg",
-  UNARY_SIGNATURE, .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(neg), .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR,
   .family = &fam_neg,
 };
 
 const OpDef op_def_abs = {
   .kind = OP_ABS, .name = "abs", .onnx_op = "Abs",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(abs), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_abs, .family = &fam_abs,
 };
 
 const OpDef op_def_reciprocal = {
   .kind = OP_RECIPROCAL, .name = "reciprocal", .onnx_op = "Reciprocal",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(reciprocal), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_reciprocal, .family = &fam_reciprocal,
 };
 
 const OpDef op_def_erf = {
   .kind = OP_ERF, .name = "erf", .onnx_op = "Erf",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(erf), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_erf, .family = &fam_erf,
 };
 
@@ -540,7 +541,7 @@ static const OpParam leaky_relu_params[] = {
 
 const OpDef op_def_leaky_relu = {
   .kind = OP_LEAKY_RELU, .name = "leaky_relu", .onnx_op = "LeakyRelu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(leaky_relu), .flags = NONLINEAR_FLAGS,
   .params = leaky_relu_params, .n_params = 1,
   .modp_standin = standin_leaky_relu, .family = &fam_leaky_relu,
 };
@@ -551,7 +552,7 @@ static const OpParam elu_params[] = {
 
 const OpDef op_def_elu = {
   .kind = OP_ELU, .name = "elu", .onnx_op = "Elu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(elu), .flags = NONLINEAR_FLAGS,
   .params = elu_params, .n_params = 1,
   .modp_standin = standin_elu, .family = &fam_elu,
 };
@@ -626,7 +627,7 @@ static int clip_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 
 const OpDef op_def_clip = {
   .kind = OP_CLIP, .name = "clip", .onnx_op = "Clip",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(clip), .flags = NONLINEAR_FLAGS,
   .params = clip_params, .n_params = 2,
   .onnx_read = clip_onnx_read, .onnx_write = clip_onnx_write,
   .modp_standin = standin_clip, .family = &fam_clip,
@@ -634,7 +635,7 @@ const OpDef op_def_clip = {
 
 const OpDef op_def_softplus = {
   .kind = OP_SOFTPLUS, .name = "softplus", .onnx_op = "Softplus",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(softplus), .flags = NONLINEAR_FLAGS,
   .modp_standin = standin_softplus, .family = &fam_softplus,
 };
 
@@ -645,7 +646,7 @@ static const OpParam hard_sigmoid_params[] = {
 
 const OpDef op_def_hard_sigmoid = {
   .kind = OP_HARD_SIGMOID, .name = "hard_sigmoid", .onnx_op = "HardSigmoid",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(hard_sigmoid), .flags = NONLINEAR_FLAGS,
   .params = hard_sigmoid_params, .n_params = 2,
   .modp_standin = standin_hard_sigmoid, .family = &fam_hard_sigmoid,
 };
@@ -658,7 +659,7 @@ static const OpParam selu_params[] = {
 
 const OpDef op_def_selu = {
   .kind = OP_SELU, .name = "selu", .onnx_op = "Selu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(selu), .flags = NONLINEAR_FLAGS,
   .params = selu_params, .n_params = 2,
   .modp_standin = standin_selu, .family = &fam_selu,
 };
@@ -669,7 +670,7 @@ static const OpParam thresholded_relu_params[] = {
 
 const OpDef op_def_thresholded_relu = {
   .kind = OP_THRESHOLDED_RELU, .name = "thresholded_relu", .onnx_op = "ThresholdedRelu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(thresholded_relu), .flags = NONLINEAR_FLAGS,
   .params = thresholded_relu_params, .n_params = 1,
   .modp_standin = standin_thresholded_relu, .family = &fam_thresholded_relu,
 };
@@ -682,7 +683,7 @@ static int hard_swish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 
 const OpDef op_def_hard_swish = {
   .kind = OP_HARD_SWISH, .name = "hard_swish", .onnx_op = "HardSwish",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(hard_swish), .flags = NONLINEAR_FLAGS,
   .onnx_write = hard_swish_onnx_write,
   .modp_standin = standin_hard_swish, .family = &fam_hard_swish,
 };
@@ -693,7 +694,7 @@ static const OpParam celu_params[] = {
 
 const OpDef op_def_celu = {
   .kind = OP_CELU, .name = "celu", .onnx_op = "Celu",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(celu), .flags = NONLINEAR_FLAGS,
   .params = celu_params, .n_params = 1,
   .modp_standin = standin_celu, .family = &fam_celu,
 };
@@ -705,7 +706,7 @@ static int mish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 
 const OpDef op_def_mish = {
   .kind = OP_MISH, .name = "mish", .onnx_op = "Mish",
-  UNARY_SIGNATURE, .flags = NONLINEAR_FLAGS,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(mish), .flags = NONLINEAR_FLAGS,
   .onnx_write = mish_onnx_write,
   .modp_standin = standin_mish, .family = &fam_mish,
 };
@@ -777,9 +778,11 @@ static int variadic_eval_modp(const Node *n, Tensor *const *in, Tensor *const *o
   .eval_modp = variadic_eval_modp
 
 const OpDef op_def_sum = {
-  .kind = OP_SUM, .name = "sum", .onnx_op = "Sum", VARIADIC_ROW_COMMON, .family = &fam_sum,
+  .kind = OP_SUM, .name = "sum", .onnx_op = "Sum", VARIADIC_ROW_COMMON,
+  .eval_cuda = CUDA_EVAL(sum), .family = &fam_sum,
 };
 
 const OpDef op_def_mean = {
-  .kind = OP_MEAN, .name = "mean", .onnx_op = "Mean", VARIADIC_ROW_COMMON, .family = &fam_mean,
+  .kind = OP_MEAN, .name = "mean", .onnx_op = "Mean", VARIADIC_ROW_COMMON,
+  .eval_cuda = CUDA_EVAL(mean), .family = &fam_mean,
 };

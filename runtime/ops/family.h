@@ -12,6 +12,19 @@
 #include "runtime/ops.def"
 #undef OP
 
+/* A row's GPU kernel: cuda_eval_<name>, defined in runtime/cuda/<family>.cu,
+ * or NULL where the build has no CUDA. */
+#ifdef TEQ_HAVE_CUDA
+#define OP(KIND, name)                                                              \
+  int cuda_eval_##name(const Node *n, struct CudaCtx *cx, const struct CudaTensor *in, \
+                       const struct CudaTensor *out, Diag *d);
+#include "runtime/ops.def"
+#undef OP
+#define CUDA_EVAL(name) cuda_eval_##name
+#else
+#define CUDA_EVAL(name) NULL
+#endif
+
 /* Shape inference: every output has input 0's shape. */
 int infer_like_input0(const Node *n, const Shape *in, Shape *out, Diag *d);
 

@@ -268,6 +268,7 @@ const OpDef op_def_transpose = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = transpose_infer, .eval_f32 = transpose_eval, .eval_modp = transpose_eval,
   .onnx_write = transpose_onnx_write,
+  .eval_cuda = CUDA_EVAL(transpose),
 };
 
 /* ---- reshape (and ONNX Flatten, Squeeze, Unsqueeze) ---- */
@@ -438,6 +439,7 @@ const OpDef op_def_reshape = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = reshape_infer, .eval_f32 = reshape_eval, .eval_modp = reshape_eval,
   .onnx_read = reshape_onnx_read, .onnx_write = reshape_onnx_write,
+  .eval_cuda = CUDA_EVAL(reshape),
 };
 
 /* ---- concat ---- */
@@ -498,6 +500,7 @@ const OpDef op_def_concat = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = concat_infer, .eval_f32 = concat_eval, .eval_modp = concat_eval,
   .onnx_read = concat_onnx_read, .onnx_write = write_axis,
+  .eval_cuda = CUDA_EVAL(concat),
 };
 
 /* ---- split ---- */
@@ -606,6 +609,7 @@ const OpDef op_def_split = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = split_infer, .eval_f32 = split_eval, .eval_modp = split_eval,
   .onnx_read = split_onnx_read, .onnx_write = split_onnx_write,
+  .eval_cuda = CUDA_EVAL(split),
 };
 
 /* ---- pad ---- */
@@ -850,6 +854,7 @@ const OpDef op_def_pad = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = pad_infer, .eval_f32 = pad_eval, .eval_modp = pad_eval,
   .onnx_read = pad_onnx_read, .onnx_write = pad_onnx_write,
+  .eval_cuda = CUDA_EVAL(pad),
 };
 
 /* ---- slice ---- */
@@ -994,6 +999,7 @@ const OpDef op_def_slice = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = slice_infer, .eval_f32 = slice_eval, .eval_modp = slice_eval,
   .onnx_read = slice_onnx_read, .onnx_write = slice_onnx_write,
+  .eval_cuda = CUDA_EVAL(slice),
 };
 
 /* ---- gather ---- */
@@ -1083,6 +1089,7 @@ const OpDef op_def_gather = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = gather_infer, .eval_f32 = gather_eval, .eval_modp = gather_eval,
   .onnx_read = gather_onnx_read, .onnx_write = write_axis,
+  .eval_cuda = CUDA_EVAL(gather),
 };
 
 /* ---- depth_to_space and space_to_depth ---- */
@@ -1213,6 +1220,7 @@ const OpDef op_def_depth_to_space = {
   .infer_shape = depth_to_space_infer, .eval_f32 = depth_to_space_eval,
   .eval_modp = depth_to_space_eval,
   .onnx_read = depth_to_space_onnx_read, .onnx_write = depth_to_space_onnx_write,
+  .eval_cuda = CUDA_EVAL(depth_to_space),
 };
 
 const OpDef op_def_space_to_depth = {
@@ -1223,6 +1231,7 @@ const OpDef op_def_space_to_depth = {
   .infer_shape = space_to_depth_infer, .eval_f32 = space_to_depth_eval,
   .eval_modp = space_to_depth_eval,
   .onnx_read = space_to_depth_onnx_read,
+  .eval_cuda = CUDA_EVAL(space_to_depth),
 };
 
 /* ---- tile ---- */
@@ -1292,6 +1301,7 @@ const OpDef op_def_tile = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = tile_infer, .eval_f32 = tile_eval, .eval_modp = tile_eval,
   .onnx_read = tile_onnx_read, .onnx_write = tile_onnx_write,
+  .eval_cuda = CUDA_EVAL(tile),
 };
 
 /* ---- expand ---- */
@@ -1369,4 +1379,5 @@ const OpDef op_def_expand = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = expand_infer, .eval_f32 = expand_eval, .eval_modp = expand_eval,
   .onnx_read = expand_onnx_read, .onnx_write = expand_onnx_write,
+  .eval_cuda = CUDA_EVAL(expand),
 };

@@ -179,6 +179,11 @@ static const OpParam matmul_params[] = {
    .symbols = act_symbols},
 };
 
+/* Every output element sums K products, K being A's last extent. */
+static double matmul_flops(const Node *n, const Shape *in) {
+  return 2.0 * (double)shape_numel(&n->out[0]) * (double)(in[0].ndim ? in[0].d[in[0].ndim - 1] : 1);
+}
+
 const OpDef op_def_matmul = {
   .kind = OP_MATMUL, .name = "matmul", .axiom_name = "matmul", .onnx_op = "MatMul",
   .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
@@ -186,6 +191,7 @@ const OpDef op_def_matmul = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = matmul_infer,
   .eval_f32 = matmul_eval_f32, .eval_modp = matmul_eval_modp,
+  .eval_cuda = CUDA_EVAL(matmul), .flops = matmul_flops,
   .onnx_write = matmul_onnx_write,
 };
 
@@ -306,6 +312,13 @@ static const OpParam gemm_params[] = {
   [GEMM_BETA] = {.name = "beta", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "beta"},
 };
 
+/* M x N outputs of K products each; K is A's extent that transA does not
+ * make the row count. */
+static double gemm_flops(const Node *n, const Shape *in) {
+  int64_t k = param_int(&n->params, GEMM_TRANS_A) ? in[0].d[0] : in[0].d[1];
+  return 2.0 * (double)shape_numel(&n->out[0]) * (double)k;
+}
+
 const OpDef op_def_gemm = {
   .kind = OP_GEMM, .name = "gemm", .onnx_op = "Gemm",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
@@ -313,4 +326,5 @@ const OpDef op_def_gemm = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = gemm_infer,
   .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
+  .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops,
 };

@@ -238,6 +238,7 @@ const OpDef op_def_layer_norm = {
   .flags = OPF_NONLINEAR,
   .infer_shape = layer_norm_infer,
   .eval_f32 = layer_norm_eval_f32, .eval_modp = layer_norm_eval_modp,
+  .eval_cuda = CUDA_EVAL(layer_norm),
   .modp_standin = standin_layer_norm,
   .onnx_read = layer_norm_onnx_read, .onnx_write = layer_norm_onnx_write,
 };
@@ -295,6 +296,7 @@ const OpDef op_def_instance_norm = {
   .flags = OPF_NONLINEAR,
   .infer_shape = instance_norm_infer,
   .eval_f32 = instance_norm_eval_f32, .eval_modp = instance_norm_eval_modp,
+  .eval_cuda = CUDA_EVAL(instance_norm),
   .modp_standin = standin_instance_norm,
 };
 
@@ -399,6 +401,7 @@ const OpDef op_def_lrn = {
   .params = lrn_params, .n_params = 4,
   .flags = OPF_NONLINEAR,
   .infer_shape = lrn_infer, .eval_f32 = lrn_eval_f32, .eval_modp = lrn_eval_modp,
+  .eval_cuda = CUDA_EVAL(lrn),
   .modp_standin = standin_lrn,
   .onnx_read = lrn_onnx_read,
 };

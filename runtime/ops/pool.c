@@ -323,6 +323,7 @@ static const OpParam avgpool_params[] = {
 
 const OpDef op_def_maxpool = {
   .kind = OP_MAXPOOL, .name = "maxpool", .axiom_name = "maxpool", .onnx_op = "MaxPool",
+  .eval_cuda = CUDA_EVAL(maxpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = maxpool_params, .n_params = 5,
   .infer_shape = pool_infer,
@@ -332,6 +333,7 @@ const OpDef op_def_maxpool = {
 
 const OpDef op_def_avgpool = {
   .kind = OP_AVGPOOL, .name = "avgpool", .axiom_name = "avgpool", .onnx_op = "AveragePool",
+  .eval_cuda = CUDA_EVAL(avgpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = avgpool_params, .n_params = 5,
   .flags = OPF_MULTILINEAR,
@@ -404,6 +406,7 @@ static int global_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
 
 const OpDef op_def_global_avgpool = {
   .kind = OP_GLOBAL_AVGPOOL, .name = "global_avgpool", .onnx_op = "GlobalAveragePool",
+  .eval_cuda = CUDA_EVAL(global_avgpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .flags = OPF_MULTILINEAR,
   .infer_shape = global_infer,
@@ -412,6 +415,7 @@ const OpDef op_def_global_avgpool = {
 
 const OpDef op_def_global_maxpool = {
   .kind = OP_GLOBAL_MAXPOOL, .name = "global_maxpool", .onnx_op = "GlobalMaxPool",
+  .eval_cuda = CUDA_EVAL(global_maxpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .infer_shape = global_infer,
   .eval_f32 = global_eval_f32, .eval_modp = global_eval_modp,

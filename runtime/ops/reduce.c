@@ -456,11 +456,13 @@ static int reduce_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 /* The mean is the sum times a constant, so it is linear as well. */
 const OpDef op_def_reduce_mean = {
   .kind = OP_REDUCE_MEAN, .name = "reduce_mean", .onnx_op = "ReduceMean",
+  .eval_cuda = CUDA_EVAL(reduce_mean),
   REDUCE_ROW_COMMON, .flags = OPF_MULTILINEAR, .family = &fam_mean,
 };
 
 const OpDef op_def_reduce_sum = {
   .kind = OP_REDUCE_SUM, .name = "reduce_sum", .onnx_op = "ReduceSum",
+  .eval_cuda = CUDA_EVAL(reduce_sum),
   REDUCE_ROW_COMMON, .flags = OPF_MULTILINEAR, .family = &fam_sum,
 };
 
@@ -469,44 +471,52 @@ const OpDef op_def_reduce_sum = {
  * exact polynomials. */
 const OpDef op_def_reduce_max = {
   .kind = OP_REDUCE_MAX, .name = "reduce_max", .onnx_op = "ReduceMax",
+  .eval_cuda = CUDA_EVAL(reduce_max),
   REDUCE_ROW_COMMON, .flags = 0, .family = &fam_max,
 };
 
 const OpDef op_def_reduce_min = {
   .kind = OP_REDUCE_MIN, .name = "reduce_min", .onnx_op = "ReduceMin",
+  .eval_cuda = CUDA_EVAL(reduce_min),
   REDUCE_ROW_COMMON, .flags = 0, .family = &fam_min,
 };
 
 const OpDef op_def_reduce_prod = {
   .kind = OP_REDUCE_PROD, .name = "reduce_prod", .onnx_op = "ReduceProd",
+  .eval_cuda = CUDA_EVAL(reduce_prod),
   REDUCE_ROW_COMMON, .flags = 0, .family = &fam_prod,
 };
 
 const OpDef op_def_reduce_sum_square = {
   .kind = OP_REDUCE_SUM_SQUARE, .name = "reduce_sum_square", .onnx_op = "ReduceSumSquare",
+  .eval_cuda = CUDA_EVAL(reduce_sum_square),
   REDUCE_ROW_COMMON, .flags = 0, .family = &fam_sum_square,
 };
 
 const OpDef op_def_reduce_l1 = {
   .kind = OP_REDUCE_L1, .name = "reduce_l1", .onnx_op = "ReduceL1",
+  .eval_cuda = CUDA_EVAL(reduce_l1),
   REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_l1,
   .family = &fam_l1,
 };
 
 const OpDef op_def_reduce_l2 = {
   .kind = OP_REDUCE_L2, .name = "reduce_l2", .onnx_op = "ReduceL2",
+  .eval_cuda = CUDA_EVAL(reduce_l2),
   REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_l2,
   .family = &fam_l2,
 };
 
 const OpDef op_def_reduce_log_sum = {
   .kind = OP_REDUCE_LOG_SUM, .name = "reduce_log_sum", .onnx_op = "ReduceLogSum",
+  .eval_cuda = CUDA_EVAL(reduce_log_sum),
   REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_log_sum,
   .family = &fam_log_sum,
 };
 
 const OpDef op_def_reduce_log_sum_exp = {
   .kind = OP_REDUCE_LOG_SUM_EXP, .name = "reduce_log_sum_exp", .onnx_op = "ReduceLogSumExp",
+  .eval_cuda = CUDA_EVAL(reduce_log_sum_exp),
   REDUCE_ROW_COMMON, .flags = OPF_NONLINEAR, .modp_standin = standin_reduce_log_sum_exp,
   .family = &fam_log_sum_exp,
 };
@@ -648,11 +658,13 @@ static int softmax_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 
 const OpDef op_def_softmax = {
   .kind = OP_SOFTMAX, .name = "softmax", .onnx_op = "Softmax",
+  .eval_cuda = CUDA_EVAL(softmax),
   SOFTMAX_ROW_COMMON, .modp_standin = standin_softmax, .family = &fam_softmax,
 };
 
 const OpDef op_def_log_softmax = {
   .kind = OP_LOG_SOFTMAX, .name = "log_softmax", .onnx_op = "LogSoftmax",
+  .eval_cuda = CUDA_EVAL(log_softmax),
   SOFTMAX_ROW_COMMON, .modp_standin = standin_log_softmax, .family = &fam_log_softmax,
 };
 
@@ -778,10 +790,12 @@ static int arg_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 
 const OpDef op_def_argmax = {
   .kind = OP_ARGMAX, .name = "argmax", .onnx_op = "ArgMax", ARG_ROW_COMMON,
+  .eval_cuda = CUDA_EVAL(argmax),
   .family = &fam_argmax,
 };
 
 const OpDef op_def_argmin = {
   .kind = OP_ARGMIN, .name = "argmin", .onnx_op = "ArgMin", ARG_ROW_COMMON,
+  .eval_cuda = CUDA_EVAL(argmin),
   .family = &fam_argmin,
 };

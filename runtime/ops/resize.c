@@ -345,4 +345,5 @@ const OpDef op_def_resize = {
   .infer_shape = resize_infer,
   .eval_f32 = resize_eval_f32, .eval_modp = resize_eval_modp,
   .onnx_read = resize_onnx_read, .onnx_write = resize_onnx_write,
+  .eval_cuda = CUDA_EVAL(resize),
 };

@@ -57,6 +57,6 @@ const OpDef op_def_identity = {
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .flags = OPF_NOOP | OPF_ELEMENTWISE | OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = infer_like_input0,
-  .eval_f32 = identity_eval, .eval_modp = identity_eval,
+  .eval_f32 = identity_eval, .eval_modp = identity_eval, .eval_cuda = CUDA_EVAL(identity),
   .onnx_read = identity_onnx_read,
 };

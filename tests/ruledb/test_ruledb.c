@@ -574,6 +574,22 @@ static void test_runs_and_units(RuleDb *db, Diag *d) {
   CHECK_EQ_INT(ruledb_compact(db, d), TEQ_OK);
 }
 
+/* The cost cache: one row per (device, configuration), a new measurement
+ * replacing the old. */
+static void test_costs(RuleDb *db, const char *path, Diag *d) {
+  const char *key = "conv2d [1,8,9,9] [8,8,3,3] {stride=(1 1)}";
+  CHECK_EQ_INT(ruledb_cost_store(db, "GPU A", key, 12.5, "cuda-events-median", "cudnn:X", d),
+               TEQ_OK);
+  CHECK_EQ_INT(ruledb_cost_store(db, "GPU B", key, 20, "cuda-events-median", "-", d), TEQ_OK);
+  CHECK_EQ_INT(ruledb_cost_store(db, "GPU A", key, 11, "cuda-events-median", "cublas:gemm", d),
+               TEQ_OK);
+  CHECK_EQ_INT(sql_int(path, "SELECT count(*) FROM costs"), 2);
+  CHECK_EQ_INT(sql_int(path, "SELECT CAST(micros AS INTEGER) FROM costs WHERE device = 'GPU A'"), 11);
+  char *algo = sql_text(path, "SELECT algo FROM costs WHERE device = 'GPU A'");
+  CHECK(algo && strcmp(algo, "cublas:gemm") == 0);
+  free(algo);
+}
+
 static void test_database(const char *dir) {
   char path[4096];
   path_in(path, sizeof path, dir, "rules.sqlite");
@@ -588,6 +604,8 @@ static void test_database(const char *dir) {
   char *mode = sql_text(path, "PRAGMA journal_mode");
   CHECK(mode && strcmp(mode, "wal") == 0);
   free(mode);
+
+  test_costs(db, path, &d);
 
   RunInfo info = {.command = "gen-rules", .args = "--depth 3", .seed = 42, .version = "0.1.0"};
   int64_t run = 0;

@@ -9,13 +9,19 @@
  * fails on any mismatch or crash-free error in a supported model, and if
  * fewer tests pass than the floor below: the supported share only grows.
  *
- *   test_conformance [DATA_DIR] [-v] [NAME_SUBSTRING] */
+ * With --gpu every test that passes on the CPU also runs on the GPU
+ * (runtime/cuda.h), whose outputs must match the reference within the same
+ * tolerance and the CPU executor's within 1e-4 of the output's largest
+ * magnitude; without a GPU, --gpu skips the whole test.
+ *
+ *   test_conformance [DATA_DIR] [-v] [--gpu] [NAME_SUBSTRING] */
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
 #include "tests/check.h"
@@ -83,6 +89,47 @@ static bool has_opaque(const Graph *g) {
   return false;
 }
 
+/* Largest |a - b| over the largest |b| (0 for equal int64 tensors). */
+static double gpu_cpu_error(const Tensor *a, const Tensor *b) {
+  if (!shape_equal(&a->shape, &b->shape) || a->dtype != b->dtype) return INFINITY;
+  double err = 0, scale = 0;
+  for (int64_t i = 0; i < tensor_numel(b); i++) {
+    double x = value_at(a, i), y = value_at(b, i);
+    if (isnan(x) != isnan(y)) return INFINITY;
+    if (isnan(x) || (isinf(y) && x == y)) continue;
+    scale = fmax(scale, fabs(y));
+    err = fmax(err, fabs(x - y));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+/* The GPU side of one passing test; false with a reason on a mismatch. */
+static bool run_gpu(CudaDevice *dev, const Graph *g, Tensor **in, Tensor **want, Tensor **cpu,
+                    int n_want, char *why, size_t n) {
+  Diag d;
+  diag_init(&d);
+  CudaPlan *plan = NULL;
+  Tensor *got[16] = {0};
+  bool ok = cuda_plan_new(dev, g, &plan, &d) == TEQ_OK && cuda_plan_run(plan, in, got, &d) == TEQ_OK;
+  if (!ok) snprintf(why, n, "GPU: %s", d.len ? diag_last(&d) : "failed");
+  for (int i = 0; ok && i < n_want; i++) {
+    char w[200];
+    if (compare(got[i], want[i], w, sizeof w) > 0) {
+      snprintf(why, n, "GPU output %d: %s", i, w);
+      ok = false;
+    } else if (gpu_cpu_error(got[i], cpu[i]) > 1e-4) {
+      snprintf(why, n, "GPU output %d differs from the CPU's by %.3g", i, gpu_cpu_error(got[i], cpu[i]));
+      ok = false;
+    }
+  }
+  for (int i = 0; i < 16; i++) tensor_unref(got[i]);
+  cuda_plan_free(plan);
+  diag_fini(&d);
+  return ok;
+}
+
+static CudaDevice *gpu_dev; /* set by --gpu */
+
 static int run_one(const char *dir, bool verbose) {
   char path[4200], why[256] = "";
   snprintf(path, sizeof path, "%s/model.onnx", dir);
@@ -111,6 +158,8 @@ static int run_one(const char *dir, bool verbose) {
   verdict = RAN_PASS;
   for (int i = 0; i < n_want; i++)
     if (compare(got[i], want[i], why, sizeof why) > 0) verdict = RAN_FAIL;
+  if (verdict == RAN_PASS && gpu_dev && !run_gpu(gpu_dev, g, in, want, got, n_want, why, sizeof why))
+    verdict = RAN_FAIL;
 out:
   if (verdict == RAN_FAIL) printf("FAIL %s: %s\n", dir, why);
   else if (verbose && verdict == RAN_PASS) printf("pass %s\n", dir);
@@ -127,11 +176,24 @@ static int by_name(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *root = "/usr/share/libonnx-testdata/data/node", *filter = NULL;
-  bool verbose = false;
+  bool verbose = false, gpu = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-v") == 0) verbose = true;
+    else if (strcmp(argv[i], "--gpu") == 0) gpu = true;
     else if (argv[i][0] == '/') root = argv[i];
     else filter = argv[i];
+  }
+  if (gpu) {
+    CudaInfo info;
+    cuda_probe(&info);
+    if (info.n_devices == 0) check_skip(info.why);
+    Diag d;
+    diag_init(&d);
+    if (cuda_device_open(&gpu_dev, &d) != TEQ_OK) {
+      fprintf(stderr, "%s", d.text);
+      return 1;
+    }
+    diag_fini(&d);
   }
   DIR *dir = opendir(root);
   if (!dir) check_skip("no ONNX node test data (Debian package libonnx-testdata)");
@@ -155,9 +217,10 @@ int main(int argc, char **argv) {
     free(names[i]);
   }
   free(names);
-  printf("conformance: %zu node tests: %d ran, %d passed, %d failed, %d skipped as unsupported "
+  cuda_device_close(gpu_dev);
+  printf("conformance%s: %zu node tests: %d ran, %d passed, %d failed, %d skipped as unsupported "
          "(%.1f%% supported)\n",
-         n, t.passed + t.failed, t.passed, t.failed, t.skipped,
+         gpu ? " (CPU and GPU)" : "", n, t.passed + t.failed, t.passed, t.failed, t.skipped,
          n ? 100.0 * (t.passed + t.failed) / (double)n : 0.0);
   CHECK_EQ_INT(t.failed, 0);
   if (!filter) CHECK_MSG(t.passed >= PASS_FLOOR, "%d passed, floor %d", t.passed, PASS_FLOOR);

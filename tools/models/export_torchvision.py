@@ -137,7 +137,15 @@ def export_one(name, outdir, torch, torchvision, onnx, np):
     onnx_path = os.path.join(outdir, "model.onnx")
     tmp_onnx = onnx_path + ".tmp"
     with grad_ctx:
-        torch.onnx.export(model, x, tmp_onnx, **export_kwargs)
+        try:  # torch >= 2.9 exports through dynamo unless told otherwise
+            torch.onnx.export(model, x, tmp_onnx, dynamo=False, **export_kwargs)
+        except TypeError:
+            torch.onnx.export(model, x, tmp_onnx, **export_kwargs)
+        except torch.onnx.errors.UnsupportedOperatorError:
+            # Newer torch traces attention as scaled_dot_product_attention,
+            # which ONNX expresses from opset 14 on.
+            export_kwargs["opset_version"] = 14
+            torch.onnx.export(model, x, tmp_onnx, dynamo=False, **export_kwargs)
 
     proto = onnx.load(tmp_onnx)
     onnx.checker.check_model(proto)

@@ -1,0 +1,403 @@
+/* cost.c: the cost model (see cost.h): configuration keys, the table of
+ * measurements by key, the profiler as the source of last resort before
+ * the roofline, and the roofline itself. */
+#include "runtime/cost.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct CostEntry {
+  char *key;
+  double us;
+  CostSource source;
+  bool recorded;           /* written to the record file already */
+  struct CostEntry *next;  /* hash chain */
+} CostEntry;
+
+struct CostModel {
+  CostEntry **buckets;
+  size_t n_buckets, n_entries;
+  CostCalib calib;
+  char device[256];
+  CudaDevice *gpu;
+  FILE *record;
+};
+
+/* H100 SXM figures: 67 TFLOP/s float32 (non-tensor), 3.35 TB/s; the
+ * efficiencies are what a tuned library reaches on large operands, until a
+ * table's calibration replaces them. */
+static void calib_defaults(CostCalib *c) {
+  memset(c, 0, sizeof *c);
+  c->peak_gflops = 66900;
+  c->mem_gbps = 3350;
+  c->launch_us = 2.5;
+  for (int k = 0; k < OP__COUNT; k++) {
+    c->flop_eff[k] = op_def((OpKind)k)->flops ? 0.6 : 0.05;
+    c->byte_eff[k] = 0.7;
+  }
+}
+
+CostModel *cost_model_new(void) {
+  CostModel *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->n_buckets = 1024;
+  m->buckets = calloc(m->n_buckets, sizeof *m->buckets);
+  if (!m->buckets) {
+    free(m);
+    return NULL;
+  }
+  calib_defaults(&m->calib);
+  return m;
+}
+
+void cost_model_free(CostModel *m) {
+  if (!m) return;
+  for (size_t b = 0; b < m->n_buckets; b++)
+    for (CostEntry *e = m->buckets[b], *next; e; e = next) {
+      next = e->next;
+      free(e->key);
+      free(e);
+    }
+  free(m->buckets);
+  free(m);
+}
+
+void cost_model_use_gpu(CostModel *m, CudaDevice *dev) {
+  m->gpu = dev;
+  if (dev && !m->device[0]) snprintf(m->device, sizeof m->device, "%s", cuda_device_name(dev));
+}
+void cost_model_record(CostModel *m, FILE *f) { m->record = f; }
+const CostCalib *cost_model_calib(const CostModel *m) { return &m->calib; }
+void cost_model_set_calib(CostModel *m, const CostCalib *c) { m->calib = *c; }
+const char *cost_model_device(const CostModel *m) { return m->device; }
+int cost_model_size(const CostModel *m) { return (int)m->n_entries; }
+
+const char *cost_source_name(CostSource s) {
+  static const char *const names[] = {"measured", "table", "analytic"};
+  return s < COST__SOURCES ? names[s] : "?";
+}
+
+/* ---- the table by key ---- */
+
+static size_t bucket_of(const CostModel *m, const char *key) {
+  return (size_t)(hash_bytes(0xc057, key, strlen(key)) % m->n_buckets);
+}
+
+static CostEntry *find(const CostModel *m, const char *key) {
+  for (CostEntry *e = m->buckets[bucket_of(m, key)]; e; e = e->next)
+    if (strcmp(e->key, key) == 0) return e;
+  return NULL;
+}
+
+static int grow(CostModel *m) {
+  size_t nb = m->n_buckets * 4;
+  CostEntry **b = calloc(nb, sizeof *b);
+  if (!b) return TEQ_ERR_NOMEM;
+  for (size_t i = 0; i < m->n_buckets; i++)
+    for (CostEntry *e = m->buckets[i], *next; e; e = next) {
+      next = e->next;
+      size_t k = (size_t)(hash_bytes(0xc057, e->key, strlen(e->key)) % nb);
+      e->next = b[k];
+      b[k] = e;
+    }
+  free(m->buckets);
+  m->buckets = b;
+  m->n_buckets = nb;
+  return TEQ_OK;
+}
+
+static CostEntry *insert(CostModel *m, const char *key, double us, CostSource src) {
+  CostEntry *e = find(m, key);
+  if (e) {
+    e->us = us;
+    e->source = src;
+    return e;
+  }
+  if (m->n_entries >= m->n_buckets && grow(m) != TEQ_OK) return NULL;
+  e = calloc(1, sizeof *e);
+  if (!e || !(e->key = strdup(key))) {
+    free(e);
+    return NULL;
+  }
+  e->us = us;
+  e->source = src;
+  size_t b = bucket_of(m, key);
+  e->next = m->buckets[b];
+  m->buckets[b] = e;
+  m->n_entries++;
+  return e;
+}
+
+/* ---- keys ---- */
+
+static int format_shape(const Shape *s, DType dt, char *buf, size_t size) {
+  size_t n = 0;
+#define EMIT(...)                                                                   \
+  do {                                                                              \
+    int k_ = snprintf(n < size ? buf + n : NULL, n < size ? size - n : 0, __VA_ARGS__); \
+    if (k_ > 0) n += (size_t)k_;                                                    \
+  } while (0)
+  EMIT("%s[", dt == DT_I64 ? "i64" : "");
+  for (int i = 0; i < s->ndim; i++) EMIT("%s%lld", i ? "," : "", (long long)s->d[i]);
+  EMIT("]");
+#undef EMIT
+  return (int)n;
+}
+
+int cost_config_key(const Graph *g, int id, char *buf, size_t size) {
+  const Node *n = &g->nodes[id];
+  size_t len = 0;
+  int k = snprintf(buf, size, "%s", op_def(n->kind)->name);
+  len += (size_t)(k > 0 ? k : 0);
+  for (int j = 0; j < n->n_in; j++) {
+    const Node *src = &g->nodes[n->in[j].node];
+    if (len + 1 < size) buf[len] = ' ', buf[len + 1] = '\0';
+    len++;
+    len += (size_t)format_shape(graph_shape(g, n->in[j]), src->dtype, len < size ? buf + len : NULL,
+                                len < size ? size - len : 0);
+  }
+  char params[512];
+  params_format(n->kind, &n->params, false, params, sizeof params);
+  k = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, " {%s}", params);
+  len += (size_t)(k > 0 ? k : 0);
+  return (int)len;
+}
+
+int cost_graph_from_key(const char *key, Graph **out, int *node, Diag *d) {
+  *out = NULL;
+  char name[64];
+  size_t nl = strcspn(key, " ");
+  if (nl == 0 || nl >= sizeof name) return diag_error(d, "cost key '%s': no operator name", key);
+  memcpy(name, key, nl);
+  name[nl] = '\0';
+  int kind = op_by_name(name);
+  if (kind < 0) return diag_error(d, "cost key '%s': unknown operator '%s'", key, name);
+  const char *c = key + nl, *brace = strchr(key, '{');
+  if (!brace || brace[strlen(brace) - 1] != '}')
+    return diag_error(d, "cost key '%s': expected {parameters} at the end", key);
+  Graph *g = graph_new();
+  if (!g) return TEQ_ERR_NOMEM;
+  TensorRef refs[64];
+  int n_in = 0, rc = TEQ_OK;
+  while (rc == TEQ_OK) {
+    while (*c == ' ') c++;
+    if (c >= brace) break;
+    DType dt = DT_F32;
+    if (strncmp(c, "i64", 3) == 0) dt = DT_I64, c += 3;
+    if (*c != '[' || n_in == 64) {
+      rc = diag_error(d, "cost key '%s': expected a shape at '%s'", key, c);
+      break;
+    }
+    c++;
+    int64_t dims[TEQ_MAX_DIMS];
+    int nd = 0;
+    while (*c != ']' && rc == TEQ_OK) {
+      char *end;
+      errno = 0;
+      long long v = strtoll(c, &end, 10);
+      if (end == c || errno || v < 0 || nd == TEQ_MAX_DIMS)
+        rc = diag_error(d, "cost key '%s': bad shape at '%s'", key, c);
+      dims[nd++] = v;
+      c = *end == ',' ? end + 1 : end;
+    }
+    if (rc) break;
+    c++;
+    Shape s = shape_make(nd, dims);
+    char in_name[16];
+    snprintf(in_name, sizeof in_name, "x%d", n_in);
+    int id;
+    if (dt == DT_I64) {
+      Tensor *t = tensor_new(DT_I64, &s); /* zeros: a valid index for any axis */
+      id = t ? graph_add_const(g, in_name, t, d) : TEQ_ERR_NOMEM;
+    } else {
+      id = graph_add_input(g, in_name, &s, DT_F32, d);
+    }
+    if (id < 0) rc = id;
+    else refs[n_in++] = (TensorRef){id, 0};
+  }
+  Params p;
+  char ptext[768];
+  size_t plen = strlen(brace + 1) - 1;
+  if (rc == TEQ_OK && plen >= sizeof ptext) rc = diag_error(d, "cost key '%s': parameters too long", key);
+  if (rc == TEQ_OK) {
+    memcpy(ptext, brace + 1, plen);
+    ptext[plen] = '\0';
+    rc = params_parse((OpKind)kind, ptext, &p, d);
+  }
+  const OpDef *o = op_def((OpKind)kind);
+  int n_out = o->n_out_min;
+  if (rc == TEQ_OK && o->n_out_max > o->n_out_min) {
+    /* Split: as many outputs as sizes were given, else as the row allows. */
+    int si = param_index((OpKind)kind, "sizes");
+    n_out = si >= 0 && p.v[si].n > 0 ? p.v[si].n : o->n_out_min;
+  }
+  int id = rc == TEQ_OK ? graph_add_node(g, (OpKind)kind, refs, n_in, n_out, &p, "op", d) : rc;
+  for (int j = 0; id >= 0 && j < n_out; j++) {
+    int r = graph_add_output(g, (TensorRef){id, j}, NULL, d);
+    if (r < 0) id = r;
+  }
+  if (id < 0) {
+    graph_free(g);
+    return id;
+  }
+  *out = g;
+  *node = id;
+  return TEQ_OK;
+}
+
+/* ---- the roofline ---- */
+
+static size_t elem_size(const Node *n) { return n->dtype == DT_I64 ? 8 : 4; }
+
+double cost_node_flops(const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (o->flops) {
+    Shape in[64];
+    for (int j = 0; j < n->n_in && j < 64; j++) in[j] = *graph_shape(g, n->in[j]);
+    return o->flops(n, in);
+  }
+  double f = 0;
+  for (int j = 0; j < n->n_out; j++) f += (double)shape_numel(&n->out[j]);
+  return f;
+}
+
+double cost_node_bytes(const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  double b = 0;
+  for (int j = 0; j < n->n_in; j++)
+    b += (double)shape_numel(graph_shape(g, n->in[j])) * (double)elem_size(&g->nodes[n->in[j].node]);
+  for (int j = 0; j < n->n_out; j++) b += (double)shape_numel(&n->out[j]) * (double)elem_size(n);
+  return b;
+}
+
+double cost_analytic(const CostCalib *c, const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  double flop_us = cost_node_flops(g, id) / (c->flop_eff[n->kind] * c->peak_gflops * 1e3);
+  double byte_us = cost_node_bytes(g, id) / (c->byte_eff[n->kind] * c->mem_gbps * 1e3);
+  return c->launch_us + fmax(flop_us, byte_us);
+}
+
+/* ---- estimates ---- */
+
+static bool costs_nothing(const Node *n) {
+  const OpDef *o = op_def(n->kind);
+  return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
+}
+
+int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
+  const Node *n = &g->nodes[id];
+  out->us = 0;
+  out->source = COST_ANALYTIC;
+  if (costs_nothing(n)) return TEQ_OK;
+  char key[COST_KEY_MAX];
+  if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key)
+    return diag_error(d, "cost: configuration of node %d too long for a key", id);
+  CostEntry *e = find(m, key);
+  if (!e && m->gpu) {
+    /* Measured once per configuration; a failure falls back to the
+     * roofline with a warning rather than stopping a search. */
+    CudaProfile prof;
+    Diag pd;
+    diag_init(&pd);
+    if (cuda_profile_node(m->gpu, g, id, 20, &prof, &pd) == TEQ_OK)
+      e = insert(m, key, prof.median_us, COST_MEASURED);
+    else
+      diag_warn(d, "cost: cannot time '%s' on the GPU: %s", key, diag_last(&pd));
+    diag_fini(&pd);
+  }
+  if (!e) {
+    e = insert(m, key, cost_analytic(&m->calib, g, id), COST_ANALYTIC);
+    if (!e) return diag_error(d, "out of memory");
+  }
+  if (m->record && !e->recorded) {
+    fprintf(m->record, "%s\n", key);
+    e->recorded = true;
+  }
+  out->us = e->us;
+  out->source = e->source;
+  return TEQ_OK;
+}
+
+int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES], Diag *d) {
+  int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
+  char *needed = calloc((size_t)g->n_nodes + 1, 1);
+  int rc = order && needed ? graph_topo_order(g, order) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
+  else if (rc) rc = diag_error(d, "graph has a cycle");
+  *us = 0;
+  for (int s = 0; s < COST__SOURCES; s++) counts[s] = 0;
+  for (int i = 0; !rc && i < g->n_outputs; i++) needed[g->outputs[i].node] = 1;
+  for (int k = g->n_nodes - 1; !rc && k >= 0; k--) {
+    const Node *n = &g->nodes[order[k]];
+    if (!needed[order[k]]) continue;
+    for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
+    if (costs_nothing(n)) continue;
+    CostEstimate e;
+    if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
+    *us += e.us;
+    counts[e.source]++;
+  }
+  free(order);
+  free(needed);
+  return rc;
+}
+
+/* ---- the table file ---- */
+
+int cost_model_load_table(CostModel *m, const char *path, const char *device, Diag *d) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    diag_error(d, "%s: cannot open: %s", path, strerror(errno));
+    return TEQ_ERR_IO;
+  }
+  char line[4096];
+  int lineno = 0, rc = TEQ_OK;
+  while (rc == TEQ_OK && fgets(line, sizeof line, f)) {
+    lineno++;
+    size_t len = strlen(line);
+    if (len && line[len - 1] == '\n') line[--len] = '\0';
+    if (len == 0) continue;
+    if (strncmp(line, "#calib\t", 7) == 0) {
+      /* #calib <op|*> flop_eff byte_eff, or #calib device peak_gflops mem_gbps launch_us */
+      char what[64];
+      double a, b, c = 0;
+      int got = sscanf(line + 7, "%63s %lf %lf %lf", what, &a, &b, &c);
+      if (strcmp(what, "device") == 0 && got == 4) {
+        m->calib.peak_gflops = a, m->calib.mem_gbps = b, m->calib.launch_us = c;
+      } else if (got >= 3 && op_by_name(what) >= 0 && a > 0 && b > 0) {
+        int k = op_by_name(what);
+        m->calib.flop_eff[k] = a, m->calib.byte_eff[k] = b, m->calib.fitted[k] = true;
+      } else {
+        rc = diag_error(d, "%s:%d: malformed calibration line", path, lineno);
+      }
+      continue;
+    }
+    if (line[0] == '#') continue;
+    char *fields[5];
+    int nf = 0;
+    for (char *p = line; nf < 5 && p;) {
+      fields[nf++] = p;
+      p = strchr(p, '\t');
+      if (p) *p++ = '\0';
+    }
+    if (nf < 4) {
+      rc = diag_error(d, "%s:%d: expected device, key, median_us, min_us (tab-separated)", path,
+                      lineno);
+      break;
+    }
+    if (!m->device[0] && (!device || strcmp(device, fields[0]) == 0))
+      snprintf(m->device, sizeof m->device, "%s", fields[0]);
+    if (strcmp(fields[0], m->device) != 0) continue;
+    char *end;
+    double us = strtod(fields[2], &end);
+    if (end == fields[2] || *end || !(us >= 0))
+      rc = diag_error(d, "%s:%d: median_us '%s' is not a time", path, lineno, fields[2]);
+    else if (!insert(m, fields[1], us, COST_TABLE))
+      rc = diag_error(d, "out of memory");
+  }
+  fclose(f);
+  return rc;
+}

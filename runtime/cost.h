@@ -1,0 +1,93 @@
+/* cost.h: what an operator costs to run, from three sources in order.
+ *
+ *   measured  timed now on this machine's GPU by the profiler (cuda.h),
+ *   table     measured earlier on a GPU and loaded from a cost table, so a
+ *             machine without a GPU makes the decisions that GPU would,
+ *   analytic  a roofline (flops over a calibrated rate, bytes over a
+ *             calibrated bandwidth, plus a launch overhead) for anything
+ *             never measured.
+ * Every estimate says which source it came from.
+ *
+ * An operator configuration is named by a key that holds everything its
+ * cost depends on: the operator, every input's shape and element type, and
+ * every parameter, e.g.
+ *   conv2d [1,64,56,56] [64,64,3,3] {kernel=(3 3) stride=(1 1) ... act=relu}
+ * The key is also enough to rebuild the operator (cost_graph_from_key),
+ * which is how configurations recorded on a CPU machine are measured later
+ * in one GPU run.
+ *
+ * A cost table is text, one measurement per line, tab-separated:
+ *   device  key  median_us  min_us  algo
+ * with lines starting '#' for comments and the analytic model's
+ * calibration ("#calib" lines, written by teq-profile --calibrate). */
+#ifndef TEQ_RUNTIME_COST_H
+#define TEQ_RUNTIME_COST_H
+
+#include <stdio.h>
+
+#include "runtime/cuda.h"
+#include "runtime/err.h"
+#include "runtime/graph.h"
+
+typedef enum CostSource { COST_MEASURED, COST_TABLE, COST_ANALYTIC, COST__SOURCES } CostSource;
+
+typedef struct CostEstimate {
+  double us;
+  CostSource source;
+} CostEstimate;
+
+/* The analytic model's parameters. Rates are the device's peaks; each
+ * operator kind runs at a fraction of them (efficiencies in (0, 1]), fitted
+ * per kind where the table has measurements of it, else the default for
+ * its class (compute-bound rows, those with a flops hook, or the rest). */
+typedef struct CostCalib {
+  double peak_gflops, mem_gbps, launch_us;
+  double flop_eff[OP__COUNT], byte_eff[OP__COUNT];
+  bool fitted[OP__COUNT];
+} CostCalib;
+
+typedef struct CostModel CostModel;
+
+/* A model with no table, no GPU and H100-like analytic defaults. */
+TEQ_API CostModel *cost_model_new(void);
+TEQ_API void cost_model_free(CostModel *m);
+
+/* Loads a cost table's measurements for `device` (NULL: the first device
+ * the file names) and its calibration; errors name file and line. */
+TEQ_API int cost_model_load_table(CostModel *m, const char *path, const char *device, Diag *d);
+/* Configurations not in the table are timed on dev from now on. */
+TEQ_API void cost_model_use_gpu(CostModel *m, CudaDevice *dev);
+/* Every configuration asked about is written to f once (its key, one per
+ * line), for measuring later on a GPU. */
+TEQ_API void cost_model_record(CostModel *m, FILE *f);
+TEQ_API const CostCalib *cost_model_calib(const CostModel *m);
+TEQ_API void cost_model_set_calib(CostModel *m, const CostCalib *c);
+/* The device the table was measured on, or "" if none was loaded. */
+TEQ_API const char *cost_model_device(const CostModel *m);
+/* Number of measurements held (from the table and measured now). */
+TEQ_API int cost_model_size(const CostModel *m);
+
+/* The cost of node id of g. Sources, inputs, no-ops and opaque nodes cost
+ * nothing (source COST_ANALYTIC, 0 us). */
+TEQ_API int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d);
+/* The sum over the nodes g's outputs need; counts[s] says how many node
+ * costs came from source s. */
+TEQ_API int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES],
+                       Diag *d);
+TEQ_API const char *cost_source_name(CostSource s);
+
+/* The analytic estimate alone, and the quantities behind it. */
+TEQ_API double cost_analytic(const CostCalib *c, const Graph *g, int id);
+TEQ_API double cost_node_flops(const Graph *g, int id);
+TEQ_API double cost_node_bytes(const Graph *g, int id);
+
+/* Node id's configuration key (see above); returns the length needed, as
+ * snprintf does. */
+TEQ_API int cost_config_key(const Graph *g, int id, char *buf, size_t size);
+enum { COST_KEY_MAX = 1024 };
+/* A graph that runs the configuration a key names: every input a graph
+ * input (int64 inputs constants of zeros, valid as indices), one node, its
+ * outputs the graph's. */
+TEQ_API int cost_graph_from_key(const char *key, Graph **out, int *node, Diag *d);
+
+#endif

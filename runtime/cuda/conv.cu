@@ -1,0 +1,720 @@
+/* conv.cu: GPU kernels of the conv family (runtime/ops/conv.c): conv2d and
+ * conv_transpose through cuDNN's legacy convolution API, enlarge and
+ * inference batchnorm as small kernels of our own.
+ *
+ * A convolution's algorithm is chosen once per configuration by timing:
+ * cuDNN's own (less those whose float32 rounding is too coarse) against
+ * cuBLAS, which computes an ungrouped convolution as a matrix product (a
+ * 1x1 one directly, any other after unfolding its input, im2col).
+ *
+ * Float32 stays float32: every convolution descriptor asks for
+ * CUDNN_FMA_MATH, so cuDNN never rounds operands to TF32 and the results
+ * match the CPU executor within accumulation-order rounding.
+ *
+ * cuDNN takes one pad per spatial axis, used at both ends. ONNX pads may
+ * differ at the two ends: conv2d then copies the input with the extra
+ * (asymmetric) part of the padding into scratch and lets cuDNN add the
+ * symmetric rest; conv_transpose computes the whole uncropped scatter and
+ * copies out the window the pads select.
+ *
+ * The convolution algorithm is searched once per configuration (when the
+ * plan's first run is not being captured) and remembered in the device's
+ * memo; captured runs only look it up. Descriptors are made and destroyed
+ * per call: that is host work, allowed while capturing, and cheap. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "runtime/cuda/cuda_int.h"
+
+/* Parameter indices of the rows, as runtime/ops/conv.c declares them
+ * (enum CONV_*, CT_* and the enlarge and batchnorm rows). */
+enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT };
+enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };
+enum { ENLARGE_KH, ENLARGE_KW };
+enum { BATCHNORM_EPSILON };
+
+/* Largest workspace an algorithm search offers cuDNN. */
+static const size_t CONV_WORKSPACE_CAP = (size_t)256 << 20;
+/* Scratch sub-buffers start on this boundary (cuDNN likes aligned pointers). */
+static const size_t SCRATCH_ALIGN = 256;
+
+static const int THREADS = 256;
+
+static size_t align_up(size_t x) { return (x + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN; }
+
+static const char *fwd_algo_name(int a) {
+  static const char *const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                      "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < (int)(sizeof names / sizeof *names) ? names[a] : "?";
+}
+
+static const char *bwd_data_algo_name(int a) {
+  static const char *const names[] = {"BWD_DATA_ALGO_0", "BWD_DATA_ALGO_1", "BWD_DATA_FFT",
+                                      "BWD_DATA_FFT_TILING", "BWD_DATA_WINOGRAD",
+                                      "BWD_DATA_WINOGRAD_NONFUSED"};
+  return a >= 0 && a < (int)(sizeof names / sizeof *names) ? names[a] : "?";
+}
+
+/* An error naming the node's operator, like the CPU rows' op_error. */
+__attribute__((format(printf, 4, 5))) static int conv_error(const Node *n, Diag *d, int rc,
+                                                            const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(d, "%s (GPU): %s", op_def(n->kind)->name, msg);
+  return rc;
+}
+
+/* cuDNN descriptors of one call, destroyed however the call returns. */
+struct CudnnDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  CudnnDescs() = default;
+  CudnnDescs(const CudnnDescs &) = delete;
+  CudnnDescs &operator=(const CudnnDescs &) = delete;
+  ~CudnnDescs() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (act) cudnnDestroyActivationDescriptor(act);
+  }
+};
+
+/* What cuDNN is asked to compute: a (grouped, strided, dilated) cross-
+ * correlation of x [n, c, h, w] with w [m, c/groups, kh, kw], padded by
+ * (ph, pw) at both ends, giving y [n, m, oh, ow]. conv_transpose runs its
+ * adjoint, so for it x is the output and y the input. */
+struct CudnnConv {
+  int64_t n, c, h, w, m, cg, kh, kw, oh, ow;
+  int64_t ph, pw, sh, sw, dh, dw, groups;
+};
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/* Fills the descriptors for cv; refuses sizes cuDNN's int API cannot hold. */
+static int conv_descs(const Node *n, const CudnnConv &cv, CudnnDescs &ds, Diag *d) {
+  const int64_t all[] = {cv.n, cv.c, cv.h, cv.w, cv.m, cv.cg, cv.kh, cv.kw, cv.oh, cv.ow,
+                         cv.ph, cv.pw, cv.sh, cv.sw, cv.dh, cv.dw, cv.groups};
+  bool ok = true;
+  for (int64_t v : all) ok = ok && fits_int(v);
+  ok = ok && fits_int(cv.n * cv.c * cv.h * cv.w) && fits_int(cv.n * cv.m * cv.oh * cv.ow) &&
+       fits_int(cv.m * cv.cg * cv.kh * cv.kw);
+  if (!ok)
+    return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+                      "tensors [%lld, %lld, %lld, %lld] -> [%lld, %lld, %lld, %lld] exceed "
+                      "cuDNN's 2^31-element limit", (long long)cv.n, (long long)cv.c,
+                      (long long)cv.h, (long long)cv.w, (long long)cv.n, (long long)cv.m,
+                      (long long)cv.oh, (long long)cv.ow);
+  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.x));
+  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.y));
+  CUDNN_TRY(cudnnCreateFilterDescriptor(&ds.w));
+  CUDNN_TRY(cudnnCreateConvolutionDescriptor(&ds.conv));
+  CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)cv.n,
+                                       (int)cv.c, (int)cv.h, (int)cv.w));
+  CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)cv.n,
+                                       (int)cv.m, (int)cv.oh, (int)cv.ow));
+  CUDNN_TRY(cudnnSetFilter4dDescriptor(ds.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)cv.m,
+                                       (int)cv.cg, (int)cv.kh, (int)cv.kw));
+  CUDNN_TRY(cudnnSetConvolution2dDescriptor(ds.conv, (int)cv.ph, (int)cv.pw, (int)cv.sh,
+                                            (int)cv.sw, (int)cv.dh, (int)cv.dw,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  /* Plain FMA: no TF32 tensor-core rounding of float32 operands. */
+  CUDNN_TRY(cudnnSetConvolutionMathType(ds.conv, CUDNN_FMA_MATH));
+  CUDNN_TRY(cudnnSetConvolutionGroupCount(ds.conv, (int)cv.groups));
+  /* Our output extent must be the one cuDNN derives, or it would refuse
+   * (or worse, read past) the tensors. */
+  int dims[4];
+  CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(ds.conv, ds.x, ds.w, &dims[0], &dims[1],
+                                                  &dims[2], &dims[3]));
+  if (dims[0] != cv.n || dims[1] != cv.m || dims[2] != cv.oh || dims[3] != cv.ow)
+    return conv_error(n, d, TEQ_ERR_INTERNAL,
+                      "cuDNN derives output [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]",
+                      dims[0], dims[1], dims[2], dims[3], (long long)cv.n, (long long)cv.m,
+                      (long long)cv.oh, (long long)cv.ow);
+  return TEQ_OK;
+}
+
+/* Memo key of one cuDNN configuration; `what` separates forward from
+ * backward-data searches and the variants that run them. */
+static uint64_t conv_key(uint64_t what, const CudnnConv &cv, int64_t extra) {
+  const int64_t all[] = {cv.n, cv.c, cv.h, cv.w, cv.m, cv.cg, cv.kh, cv.kw, cv.oh, cv.ow,
+                         cv.ph, cv.pw, cv.sh, cv.sw, cv.dh, cv.dw, cv.groups, extra};
+  uint64_t h = hash_mix(0x636f6e76u /* "conv" */, what);
+  for (int64_t v : all) h = hash_mix(h, (uint64_t)v);
+  return h;
+}
+
+/* The largest workspace any algorithm wants, within the cap: what a search
+ * offers, so that it can try them all. */
+static size_t fwd_search_workspace(CudaCtx *cx, const CudnnDescs &ds) {
+  size_t most = 0;
+  for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++) {
+    size_t bytes = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(cx->cudnn, ds.x, ds.w, ds.conv, ds.y,
+                                                (cudnnConvolutionFwdAlgo_t)a,
+                                                &bytes) == CUDNN_STATUS_SUCCESS &&
+        bytes <= CONV_WORKSPACE_CAP && bytes > most)
+      most = bytes;
+  }
+  return most;
+}
+
+static size_t bwd_data_search_workspace(CudaCtx *cx, const CudnnDescs &ds) {
+  size_t most = 0;
+  for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++) {
+    size_t bytes = 0;
+    if (cudnnGetConvolutionBackwardDataWorkspaceSize(cx->cudnn, ds.w, ds.y, ds.conv, ds.x,
+                                                     (cudnnConvolutionBwdDataAlgo_t)a,
+                                                     &bytes) == CUDNN_STATUS_SUCCESS &&
+        bytes <= CONV_WORKSPACE_CAP && bytes > most)
+      most = bytes;
+  }
+  return most;
+}
+
+/* Scratch of `bytes`, or NULL without asking when nothing is needed. */
+static int scratch_of(CudaCtx *cx, size_t bytes, char **out, Diag *d) {
+  *out = nullptr;
+  if (bytes == 0) return TEQ_OK;
+  *out = (char *)cuda_scratch(cx, bytes, d);
+  return *out ? TEQ_OK : TEQ_ERR_NOMEM;
+}
+
+/* ---- conv2d ---- */
+
+/* xp[img, c, r, q] = x[img, c, r - top, q - left], zero outside x: the
+ * input with the asymmetric part of its padding made explicit. */
+__global__ void pad_planes_kernel(const float *__restrict__ x, float *__restrict__ xp,
+                                  int64_t planes, int64_t h, int64_t w, int64_t hp, int64_t wp,
+                                  int64_t top, int64_t left) {
+  int64_t total = planes * hp * wp;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t q = i % wp, r = (i / wp) % hp, plane = i / (wp * hp);
+    int64_t sr = r - top, sq = q - left;
+    xp[i] = sr >= 0 && sr < h && sq >= 0 && sq < w ? x[(plane * h + sr) * w + sq] : 0.0f;
+  }
+}
+
+/* One conv2d node's geometry: the cuDNN problem, and the explicit extra
+ * padding (top, left, and the padded extents) when its pads are uneven. */
+struct Conv2dPlan {
+  CudnnConv cv;
+  int64_t h, w, extra_top, extra_left; /* the unpadded input extents, extra pads */
+  bool padded;
+  size_t pad_bytes;
+};
+
+static int conv2d_plan(const Node *n, const CudaTensor *in, const CudaTensor *out,
+                       Conv2dPlan *pl, Diag *d) {
+  const Params *p = &n->params;
+  const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
+  if (xs.ndim != 4 || ws.ndim != 4 || ys.ndim != 4)
+    return conv_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
+  CudnnConv &cv = pl->cv;
+  int64_t pt = p->v[CONV_PADS].i[0], pleft = p->v[CONV_PADS].i[1];
+  int64_t pb = p->v[CONV_PADS].i[2], pr = p->v[CONV_PADS].i[3];
+  cv.ph = pt < pb ? pt : pb;
+  cv.pw = pleft < pr ? pleft : pr;
+  pl->h = xs.d[2], pl->w = xs.d[3];
+  pl->extra_top = pt - cv.ph, pl->extra_left = pleft - cv.pw;
+  cv.n = xs.d[0], cv.c = xs.d[1];
+  cv.h = pl->h + (pt - cv.ph) + (pb - cv.ph);
+  cv.w = pl->w + (pleft - cv.pw) + (pr - cv.pw);
+  cv.m = ws.d[0], cv.cg = ws.d[1], cv.kh = ws.d[2], cv.kw = ws.d[3];
+  cv.oh = ys.d[2], cv.ow = ys.d[3];
+  cv.sh = p->v[CONV_STRIDE].i[0], cv.sw = p->v[CONV_STRIDE].i[1];
+  cv.dh = p->v[CONV_DILATION].i[0], cv.dw = p->v[CONV_DILATION].i[1];
+  cv.groups = param_int(p, CONV_GROUPS);
+  pl->padded = cv.h != pl->h || cv.w != pl->w;
+  pl->pad_bytes = pl->padded ? align_up((size_t)(cv.n * cv.c * cv.h * cv.w) * sizeof(float)) : 0;
+  return TEQ_OK;
+}
+
+/* The input cuDNN reads: x itself, or x padded into the scratch's head. */
+static int conv2d_input(const Conv2dPlan &pl, CudaCtx *cx, const float *x, char *scratch,
+                        const float **xin, Diag *d) {
+  *xin = x;
+  if (!pl.padded) return TEQ_OK;
+  const CudnnConv &cv = pl.cv;
+  float *xp = (float *)scratch;
+  int64_t total = cv.n * cv.c * cv.h * cv.w;
+  pad_planes_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      x, xp, cv.n * cv.c, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
+  CUDA_LAUNCHED();
+  *xin = xp;
+  return TEQ_OK;
+}
+
+/* ---- algorithms that round too much ----
+ * The FFT algorithms and non-fused Winograd (large tiles) transform the
+ * data, and their float32 rounding error is far above a direct sum's: on an
+ * H100 at batch 16 they won cuDNN's search for some Inception-v3 layers and
+ * took its output 5e-3 away from PyTorch's and the CPU executor's. The
+ * search leaves them out; every remaining algorithm sums products directly
+ * (or through the small fused Winograd tile). */
+static bool exact_enough_fwd(cudnnConvolutionFwdAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_FWD_ALGO_FFT && a != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+         a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+static bool exact_enough_bwd_data(cudnnConvolutionBwdDataAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT &&
+         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
+         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+
+/* ---- 1x1 convolutions as matrix products ---- */
+
+/* The remembered algorithm that means "cuBLAS, not cuDNN". */
+enum { ALGO_GEMM = -1 };
+
+/* Kernel 1x1, stride 1, no padding, no dilation, one group: for each image,
+ * y (M x HW) = w (M x C) x (C x HW), row-major. */
+static bool pointwise(const Conv2dPlan &pl) {
+  const CudnnConv &cv = pl.cv;
+  return cv.kh == 1 && cv.kw == 1 && cv.sh == 1 && cv.sw == 1 && cv.ph == 0 && cv.pw == 0 &&
+         cv.dh == 1 && cv.dw == 1 && cv.groups == 1 && !pl.padded &&
+         fits_int(cv.oh * cv.ow) && fits_int(cv.c) && fits_int(cv.m) && fits_int(cv.n);
+}
+
+/* Row-major y = w x per image is column-major y^T = x^T w^T: one strided
+ * batched call over the images (w shared: stride 0). */
+static int pointwise_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *x, const float *w,
+                          float *y, Diag *d) {
+  const CudnnConv &cv = pl.cv;
+  int hw = (int)(cv.oh * cv.ow), c = (int)cv.c, m = (int)cv.m;
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, c, &one, x,
+                                       hw, (long long)hw * c, w, c, 0, &zero, y, hw,
+                                       (long long)hw * m, (int)cv.n));
+  return TEQ_OK;
+}
+
+/* Any other ungrouped convolution: its input unfolded (im2col) into
+ * columns [C kh kw, oh ow] per image in scratch, then the same product with
+ * K = C kh kw. At batch 1 and small images cuDNN's float32 algorithms leave
+ * most of the GPU idle where a GEMM does not. */
+enum { ALGO_IM2COL = -2 };
+static const size_t IM2COL_CAP = (size_t)256 << 20;
+
+static size_t im2col_bytes(const Conv2dPlan &pl) {
+  const CudnnConv &cv = pl.cv;
+  return align_up((size_t)(cv.n * cv.c * cv.kh * cv.kw * cv.oh * cv.ow) * sizeof(float));
+}
+
+static bool im2col_applies(const Conv2dPlan &pl) {
+  const CudnnConv &cv = pl.cv;
+  return cv.groups == 1 && !(cv.kh == 1 && cv.kw == 1) && im2col_bytes(pl) <= IM2COL_CAP &&
+         fits_int(cv.oh * cv.ow) && fits_int(cv.c * cv.kh * cv.kw) && fits_int(cv.m) &&
+         fits_int(cv.n);
+}
+
+/* col[img][(ci kh + i) kw + j][oy ow + ox] = x[img][ci][oy sh - ph + i dh][ox sw - pw + j dw],
+ * 0 outside the (already unevenly padded) input. */
+__global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ col, int64_t n,
+                              int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                              int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t ph,
+                              int64_t pw, int64_t dh, int64_t dw) {
+  int64_t total = n * c * kh * kw * oh * ow;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t ox = t % ow, oy = (t / ow) % oh, row = t / (ow * oh);
+    int64_t j = row % kw, i = (row / kw) % kh, ci = (row / (kw * kh)) % c, img = row / (kw * kh * c);
+    int64_t iy = oy * sh - ph + i * dh, ix = ox * sw - pw + j * dw;
+    col[t] = iy >= 0 && iy < h && ix >= 0 && ix < w ? x[((img * c + ci) * h + iy) * w + ix] : 0.0f;
+  }
+}
+
+/* y = w x col per image, col in scratch (after the uneven-padding copy). */
+static int im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin, const float *w,
+                       float *y, float *col, Diag *d) {
+  const CudnnConv &cv = pl.cv;
+  int64_t total = cv.n * cv.c * cv.kh * cv.kw * cv.oh * cv.ow;
+  im2col_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      xin, col, cv.n, cv.c, cv.h, cv.w, cv.kh, cv.kw, cv.oh, cv.ow, cv.sh, cv.sw, cv.ph, cv.pw,
+      cv.dh, cv.dw);
+  CUDA_LAUNCHED();
+  int hw = (int)(cv.oh * cv.ow), k = (int)(cv.c * cv.kh * cv.kw), m = (int)cv.m;
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, k, &one, col,
+                                       hw, (long long)hw * k, w, k, 0, &zero, y, hw,
+                                       (long long)hw * m, (int)cv.n));
+  return TEQ_OK;
+}
+
+/* Milliseconds per im2col_gemm, timed like time_pointwise_gemm below. */
+static int time_im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin, const float *w,
+                            float *y, float *col, float *ms, Diag *d) {
+  cudaEvent_t a, b;
+  CUDA_TRY(cudaEventCreate(&a));
+  CUDA_TRY(cudaEventCreate(&b));
+  int rc = im2col_gemm(cx, pl, xin, w, y, col, d);
+  cudaError_t e = rc ? cudaSuccess : cudaEventRecord(a, cx->stream);
+  for (int i = 0; i < 5 && !rc && e == cudaSuccess; i++) rc = im2col_gemm(cx, pl, xin, w, y, col, d);
+  if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
+  if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
+  if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
+  *ms /= 5;
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (!rc && e != cudaSuccess)
+    return cuda_fail(d, __FILE__, __LINE__, "timing the im2col GEMM", cudaGetErrorString(e));
+  return rc;
+}
+
+/* Milliseconds per pointwise_gemm, from CUDA events around a few calls
+ * after one warm-up (outside any capture). */
+static int time_pointwise_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *x,
+                               const float *w, float *y, float *ms, Diag *d) {
+  cudaEvent_t a, b;
+  CUDA_TRY(cudaEventCreate(&a));
+  CUDA_TRY(cudaEventCreate(&b));
+  int rc = pointwise_gemm(cx, pl, x, w, y, d);
+  cudaError_t e = rc ? cudaSuccess : cudaEventRecord(a, cx->stream);
+  for (int i = 0; i < 5 && !rc && e == cudaSuccess; i++) rc = pointwise_gemm(cx, pl, x, w, y, d);
+  if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
+  if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
+  if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
+  *ms /= 5;
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (!rc && e != cudaSuccess)
+    return cuda_fail(d, __FILE__, __LINE__, "timing the 1x1 convolution's GEMM", cudaGetErrorString(e));
+  return rc;
+}
+
+/* The remembered {algorithm, workspace bytes} of a forward configuration,
+ * searched now if this is the first time and we are not capturing. */
+static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const CudnnDescs &ds,
+                       uint64_t key, const float *x, const float *w, float *y, int64_t memo[2],
+                       Diag *d) {
+  if (cuda_memo_get(cx, key, memo)) return TEQ_OK;
+  if (cx->capturing)
+    return conv_error(n, d, TEQ_ERR_INTERNAL,
+                      "no convolution algorithm remembered for this configuration while "
+                      "capturing (the first run should have searched)");
+  size_t ws_cap = fwd_search_workspace(cx, ds);
+  char *scratch;
+  int rc = scratch_of(cx, pl.pad_bytes + ws_cap, &scratch, d);
+  if (rc) return rc;
+  const float *xin;
+  if ((rc = conv2d_input(pl, cx, x, scratch, &xin, d))) return rc;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int got = 0;
+  /* It may write y: this run writes it again below. */
+  CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
+      cx->cudnn, ds.x, xin, ds.w, w, ds.conv, ds.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+      perf, ws_cap ? scratch + pl.pad_bytes : nullptr, ws_cap));
+  for (int i = 0; i < got; i++) /* fastest first */
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_cap &&
+        exact_enough_fwd(perf[i].algo)) {
+      memo[0] = (int64_t)perf[i].algo;
+      memo[1] = (int64_t)perf[i].memory;
+      if (pointwise(pl)) {
+        /* A 1x1 convolution is a matrix product: cuBLAS competes with
+         * cuDNN's algorithms, timed the same way, and the faster is kept. */
+        float gemm_ms = 0;
+        if ((rc = time_pointwise_gemm(cx, pl, x, w, y, &gemm_ms, d))) return rc;
+        if (gemm_ms < perf[i].time) memo[0] = ALGO_GEMM, memo[1] = 0;
+      } else if (im2col_applies(pl)) {
+        /* The unfolded product competes the same way; it needs the
+         * (padded) input and the columns in scratch. */
+        size_t cols = im2col_bytes(pl);
+        char *sc;
+        if ((rc = scratch_of(cx, pl.pad_bytes + cols, &sc, d))) return rc;
+        const float *xp;
+        if ((rc = conv2d_input(pl, cx, x, sc, &xp, d))) return rc;
+        float gemm_ms = 0;
+        if ((rc = time_im2col_gemm(cx, pl, xp, w, y, (float *)(sc + pl.pad_bytes), &gemm_ms, d)))
+          return rc;
+        if (gemm_ms < perf[i].time) memo[0] = ALGO_IM2COL, memo[1] = (int64_t)cols;
+      }
+      cuda_memo_put(cx, key, memo);
+      return TEQ_OK;
+    }
+  return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+                    "cuDNN has no forward algorithm for this configuration within %zu MB "
+                    "of workspace", CONV_WORKSPACE_CAP >> 20);
+}
+
+extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
+  if (shape_numel(&out[0].shape) == 0) return TEQ_OK;
+  Conv2dPlan pl;
+  int rc = conv2d_plan(n, in, out, &pl, d);
+  if (rc) return rc;
+  const CudnnConv &cv = pl.cv;
+  const int act = (int)param_int(&n->params, CONV_ACT);
+  const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
+  const float *bias = n->n_in > 2 ? (const float *)in[2].data : nullptr;
+  float *y = (float *)out[0].data;
+
+  CudnnDescs ds;
+  if ((rc = conv_descs(n, cv, ds, d))) return rc;
+  int64_t memo[2];
+  uint64_t key = conv_key(1, cv, act * 2 + (bias != nullptr));
+  if ((rc = conv2d_algo(n, cx, pl, ds, key, x, w, y, memo, d))) return rc;
+  if (memo[0] == ALGO_GEMM || memo[0] == ALGO_IM2COL) {
+    if (memo[0] == ALGO_GEMM) {
+      cuda_note(cx, "cublas:gemm");
+      if ((rc = pointwise_gemm(cx, pl, x, w, y, d))) return rc;
+    } else {
+      cuda_note(cx, "cublas:im2col+gemm");
+      char *sc;
+      if ((rc = scratch_of(cx, pl.pad_bytes + (size_t)memo[1], &sc, d))) return rc;
+      const float *xp;
+      if ((rc = conv2d_input(pl, cx, x, sc, &xp, d))) return rc;
+      if ((rc = im2col_gemm(cx, pl, xp, w, y, (float *)(sc + pl.pad_bytes), d))) return rc;
+    }
+    if (bias) {
+      const float one = 1.0f;
+      CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
+      CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                           (int)cv.m, 1, 1));
+      CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, bias, &one, ds.y, y));
+    }
+    return cuda_act_apply(cx, act, y, shape_numel(&out[0].shape), d);
+  }
+  cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)memo[0];
+  size_t ws_bytes = (size_t)memo[1];
+
+  char *scratch;
+  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
+  const float *xin;
+  if ((rc = conv2d_input(pl, cx, x, scratch, &xin, d))) return rc;
+  void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
+  cuda_note(cx, "cudnn:%s", fwd_algo_name(algo));
+
+  const float one = 1.0f, zero = 0.0f;
+  if (bias) {
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                         (int)cv.m, 1, 1));
+  }
+  if (bias && act == ACT_RELU) {
+    /* One fused call: y = relu(conv(x) + bias). z (= y) is weighted by 0:
+     * the call reads no prior output. */
+    CUDNN_TRY(cudnnCreateActivationDescriptor(&ds.act));
+    CUDNN_TRY(cudnnSetActivationDescriptor(ds.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
+                                           0.0));
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        cx->cudnn, &one, ds.x, xin, ds.w, w, ds.conv, algo, ws, ws_bytes, &zero, ds.y, y,
+        ds.bias, bias, ds.act, ds.y, y);
+    if (s == CUDNN_STATUS_SUCCESS) return TEQ_OK;
+    if (s != CUDNN_STATUS_NOT_SUPPORTED)
+      return cuda_fail(d, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
+                       cudnnGetErrorString(s));
+    /* Not fused for this algorithm: the three steps below. */
+  }
+  CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, w, ds.conv, algo, ws,
+                                    ws_bytes, &zero, ds.y, y));
+  if (bias) CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, bias, &one, ds.y, y));
+  return cuda_act_apply(cx, act, y, shape_numel(&out[0].shape), d);
+}
+
+/* ---- conv_transpose ---- */
+
+/* y[img, m, oy, ox] = full[img, m, oy + top, ox + left] (0 past the full
+ * scatter's end: output_padding) + bias[m]. */
+__global__ void crop_bias_kernel(const float *__restrict__ full, const float *__restrict__ bias,
+                                 float *__restrict__ y, int64_t planes, int64_t m, int64_t fh,
+                                 int64_t fw, int64_t oh, int64_t ow, int64_t top, int64_t left) {
+  int64_t total = planes * oh * ow;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t ox = i % ow, oy = (i / ow) % oh, plane = i / (ow * oh);
+    int64_t fy = oy + top, fx = ox + left;
+    float v = fy < fh && fx < fw ? full[(plane * fh + fy) * fw + fx] : 0.0f;
+    y[i] = bias ? v + bias[plane % m] : v;
+  }
+}
+
+extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
+  if (shape_numel(&out[0].shape) == 0) return TEQ_OK;
+  const Params *p = &n->params;
+  const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
+  if (xs.ndim != 4 || ws.ndim != 4 || ys.ndim != 4)
+    return conv_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
+  const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
+  const float *bias = n->n_in > 2 ? (const float *)in[2].data : nullptr;
+  float *y = (float *)out[0].data;
+  int64_t pt = p->v[CT_PADS].i[0], pleft = p->v[CT_PADS].i[1];
+  int64_t pb = p->v[CT_PADS].i[2], pr = p->v[CT_PADS].i[3];
+  int64_t oph = p->v[CT_OUTPAD].i[0], opw = p->v[CT_OUTPAD].i[1];
+
+  /* The adjoint of a conv from the output (m channels, cuDNN's "x") to the
+   * input (c channels, cuDNN's "y") with filter W [c, m/groups, kh, kw]. */
+  CudnnConv cv;
+  cv.n = xs.d[0], cv.m = xs.d[1], cv.oh = xs.d[2], cv.ow = xs.d[3];
+  cv.kh = ws.d[2], cv.kw = ws.d[3], cv.cg = ws.d[1];
+  cv.groups = param_int(p, CT_GROUPS);
+  cv.c = cv.cg * cv.groups;
+  cv.sh = p->v[CT_STRIDE].i[0], cv.sw = p->v[CT_STRIDE].i[1];
+  cv.dh = p->v[CT_DILATION].i[0], cv.dw = p->v[CT_DILATION].i[1];
+  /* cuDNN computes the output window directly when the pads are even and
+   * output_padding is below the stride (then the forward conv of that
+   * window has exactly the input's extent). Otherwise it computes the full
+   * scatter, unpadded, and crop_bias_kernel copies the window out. */
+  bool direct = pt == pb && pleft == pr && oph < cv.sh && opw < cv.sw;
+  if (direct) {
+    cv.ph = pt, cv.pw = pleft;
+    cv.h = ys.d[2], cv.w = ys.d[3];
+  } else {
+    cv.ph = cv.pw = 0;
+    cv.h = cv.sh * (cv.oh - 1) + (cv.kh - 1) * cv.dh + 1;
+    cv.w = cv.sw * (cv.ow - 1) + (cv.kw - 1) * cv.dw + 1;
+  }
+  size_t full_bytes = direct ? 0 : align_up((size_t)(cv.n * cv.c * cv.h * cv.w) * sizeof(float));
+
+  CudnnDescs ds;
+  int rc = conv_descs(n, cv, ds, d);
+  if (rc) return rc;
+  int64_t memo[2];
+  uint64_t key = conv_key(2, cv, direct);
+  char *scratch;
+  if (!cuda_memo_get(cx, key, memo)) {
+    if (cx->capturing)
+      return conv_error(n, d, TEQ_ERR_INTERNAL,
+                        "no backward-data algorithm remembered for this configuration while "
+                        "capturing (the first run should have searched)");
+    size_t ws_cap = bwd_data_search_workspace(cx, ds);
+    if ((rc = scratch_of(cx, full_bytes + ws_cap, &scratch, d))) return rc;
+    float *dx = direct ? y : (float *)scratch;
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0;
+    CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        cx->cudnn, ds.w, w, ds.y, x, ds.conv, ds.x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+        &got, perf, ws_cap ? scratch + full_bytes : nullptr, ws_cap));
+    int i = 0;
+    while (i < got && !(perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_cap &&
+                        exact_enough_bwd_data(perf[i].algo)))
+      i++;
+    if (i == got)
+      return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+                        "cuDNN has no backward-data algorithm for this configuration within "
+                        "%zu MB of workspace", CONV_WORKSPACE_CAP >> 20);
+    memo[0] = (int64_t)perf[i].algo;
+    memo[1] = (int64_t)perf[i].memory;
+    cuda_memo_put(cx, key, memo);
+  }
+  cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)memo[0];
+  size_t ws_bytes = (size_t)memo[1];
+  if ((rc = scratch_of(cx, full_bytes + ws_bytes, &scratch, d))) return rc;
+  void *wsp = ws_bytes ? scratch + full_bytes : nullptr;
+  cuda_note(cx, "cudnn:%s", bwd_data_algo_name(algo));
+
+  const float one = 1.0f, zero = 0.0f;
+  float *dx = direct ? y : (float *)scratch;
+  CUDNN_TRY(cudnnConvolutionBackwardData(cx->cudnn, &one, ds.w, w, ds.y, x, ds.conv, algo, wsp,
+                                         ws_bytes, &zero, ds.x, dx));
+  if (direct) {
+    if (!bias) return TEQ_OK;
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                         (int)cv.c, 1, 1));
+    CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, bias, &one, ds.x, y));
+    return TEQ_OK;
+  }
+  int64_t total = shape_numel(&ys);
+  crop_bias_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      dx, bias, y, ys.d[0] * ys.d[1], ys.d[1], cv.h, cv.w, ys.d[2], ys.d[3], pt, pleft);
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* ---- enlarge ---- */
+
+/* y [planes, kh, kw] = x [planes, h, w] placed at (top, left), zero around.
+ * T is an element of the right size (the CPU row copies bytes). */
+template <typename T>
+__global__ void enlarge_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t planes,
+                               int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t top,
+                               int64_t left) {
+  int64_t total = planes * kh * kw;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t j = i % kw, r = (i / kw) % kh, plane = i / (kw * kh);
+    int64_t sr = r - top, sj = j - left;
+    y[i] = sr >= 0 && sr < h && sj >= 0 && sj < w ? x[(plane * h + sr) * w + sj] : T(0);
+  }
+}
+
+extern "C" int cuda_eval_enlarge(CUDA_KERNEL_SIGNATURE) {
+  const Shape &s = in[0].shape;
+  int64_t total = shape_numel(&out[0].shape);
+  if (total == 0) return TEQ_OK;
+  if (s.ndim != 4) return conv_error(n, d, TEQ_ERR_INTERNAL, "expected a 4-D kernel");
+  int64_t h = s.d[2], w = s.d[3];
+  int64_t kh = param_int(&n->params, ENLARGE_KH), kw = param_int(&n->params, ENLARGE_KW);
+  int64_t top = (kh - h) / 2, left = (kw - w) / 2, planes = s.d[0] * s.d[1];
+  unsigned blocks = cuda_blocks(total, THREADS);
+  if (dtype_size(in[0].dtype) == 8)
+    enlarge_kernel<int64_t><<<blocks, THREADS, 0, cx->stream>>>(
+        (const int64_t *)in[0].data, (int64_t *)out[0].data, planes, h, w, kh, kw, top, left);
+  else
+    enlarge_kernel<float><<<blocks, THREADS, 0, cx->stream>>>(
+        (const float *)in[0].data, (float *)out[0].data, planes, h, w, kh, kw, top, left);
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* ---- batchnorm (inference) ---- */
+
+/* Per channel y = x * a + b with a = scale / sqrt(var + eps) computed in
+ * double and rounded once, b = bias - mean * a: the CPU row's arithmetic. */
+__global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
+                                        const float *__restrict__ bias,
+                                        const float *__restrict__ mean,
+                                        const float *__restrict__ var, double eps, int64_t c,
+                                        float *__restrict__ ab) {
+  for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
+       ch += (int64_t)gridDim.x * blockDim.x) {
+    float a = (float)((double)scale[ch] / sqrt((double)var[ch] + eps));
+    ab[ch] = a;
+    ab[c + ch] = bias[ch] - mean[ch] * a;
+  }
+}
+
+/* Planes (image, channel) along grid y (striding past 65535), elements of
+ * a plane along x: the channel is known per block, no division per element. */
+__global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
+                                       float *__restrict__ y, int64_t planes, int64_t c,
+                                       int64_t inner) {
+  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    float a = ab[plane % c], b = ab[c + plane % c];
+    const float *xp = x + plane * inner;
+    float *yp = y + plane * inner;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inner;
+         i += (int64_t)gridDim.x * blockDim.x)
+      yp[i] = xp[i] * a + b;
+  }
+}
+
+extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
+  const Shape &s = in[0].shape;
+  if (shape_numel(&s) == 0) return TEQ_OK;
+  if (s.ndim < 2) return conv_error(n, d, TEQ_ERR_INTERNAL, "expected input X [N, C, ...]");
+  int64_t c = s.d[1], inner = 1;
+  for (int i = 2; i < s.ndim; i++) inner *= s.d[i];
+  int64_t planes = s.d[0] * c;
+  float *ab = (float *)cuda_scratch(cx, (size_t)(2 * c) * sizeof(float), d);
+  if (!ab) return TEQ_ERR_NOMEM;
+  batchnorm_coeffs_kernel<<<cuda_blocks(c, THREADS), THREADS, 0, cx->stream>>>(
+      (const float *)in[1].data, (const float *)in[2].data, (const float *)in[3].data,
+      (const float *)in[4].data, param_float(&n->params, BATCHNORM_EPSILON), c, ab);
+  CUDA_LAUNCHED();
+  /* About 2048 blocks in all, enough to fill the GPU whether the planes
+   * are few and large or many and small; grid-stride loops take the rest. */
+  unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
+  unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
+  if (bx > want) bx = want;
+  batchnorm_apply_kernel<<<dim3(bx, by), THREADS, 0, cx->stream>>>(
+      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner);
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}

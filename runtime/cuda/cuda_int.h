@@ -1,0 +1,122 @@
+/* cuda_int.h: what the CUDA kernels of runtime/cuda/ share; included by .cu
+ * files only (nothing outside runtime/cuda/ sees it).
+ *
+ * A kernel is the registry row's eval_cuda: the eval_f32 contract with its
+ * tensors in device memory. It launches its work on cx->stream and returns
+ * without waiting. It must write every output element (plans poison the
+ * arena with NaN in their first run, so a kernel that skips some fails the
+ * tests), must not allocate device memory itself (cuda_scratch gives it
+ * memory) and must not synchronize: runs after the first are captured into
+ * a CUDA graph, where allocation and synchronization are errors. Work that
+ * must happen once per configuration (a cuDNN algorithm search) happens
+ * when cx->capturing is false and is remembered with cuda_memo_*.
+ *
+ * Every CUDA, cuBLAS and cuDNN call is checked through the TRY macros,
+ * which report the call, the file and line, and the library's message into
+ * the Diag and return from the kernel. */
+#ifndef TEQ_RUNTIME_CUDA_INT_H
+#define TEQ_RUNTIME_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdint.h>
+
+extern "C" {
+#include "runtime/cuda.h"
+#include "runtime/graph.h"
+#include "runtime/ops.h"
+}
+
+/* A value in device memory: float for DT_F32, int64_t for DT_I64,
+ * contiguous and row-major like Tensor. */
+struct CudaTensor {
+  void *data;
+  Shape shape;
+  DType dtype;
+};
+
+struct CudaCtx {
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  cudnnHandle_t cudnn;
+  CudaDevice *dev;
+  struct CudaPlan *plan;
+  bool capturing; /* inside stream capture: no allocation, no sync, no search */
+  char note[96];  /* what the running kernel chose, for the profiler */
+};
+
+/* Scratch device memory of at least `bytes`, valid until the kernel's work
+ * on the stream is done (the next kernel may reuse it). NULL with a message
+ * if it cannot grow (while capturing it never grows: the first run sized
+ * it). */
+void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d);
+
+/* Remembered values per device, keyed by a hash of a configuration (a
+ * cuDNN algorithm and its workspace size, say). */
+bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]);
+void cuda_memo_put(CudaCtx *cx, uint64_t key, const int64_t value[2]);
+
+/* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
+ * nothing. In elementwise.cu. */
+int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d);
+
+/* Records what the kernel chose ("cudnn:IMPLICIT_PRECOMP_GEMM"). */
+void cuda_note(CudaCtx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports a failed call into d (with file and line) and returns an error. */
+int cuda_fail(Diag *d, const char *file, int line, const char *call, const char *why);
+
+#define CUDA_TRY(call)                                                          \
+  do {                                                                          \
+    cudaError_t teq_e_ = (call);                                                \
+    if (teq_e_ != cudaSuccess)                                                  \
+      return cuda_fail(d, __FILE__, __LINE__, #call, cudaGetErrorString(teq_e_)); \
+  } while (0)
+#define CUBLAS_TRY(call)                                                        \
+  do {                                                                          \
+    cublasStatus_t teq_s_ = (call);                                             \
+    if (teq_s_ != CUBLAS_STATUS_SUCCESS)                                        \
+      return cuda_fail(d, __FILE__, __LINE__, #call, cublasGetStatusString(teq_s_)); \
+  } while (0)
+#define CUDNN_TRY(call)                                                         \
+  do {                                                                          \
+    cudnnStatus_t teq_s_ = (call);                                              \
+    if (teq_s_ != CUDNN_STATUS_SUCCESS)                                         \
+      return cuda_fail(d, __FILE__, __LINE__, #call, cudnnGetErrorString(teq_s_)); \
+  } while (0)
+/* After every <<<launch>>>: a bad configuration shows up here. */
+#define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
+
+/* Blocks of `threads` covering n elements, capped so grid-stride loops
+ * take the rest. */
+static inline unsigned cuda_blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65535 * 8) b = 65535 * 8;
+  return (unsigned)b;
+}
+
+/* A shape's row-major strides, and up to TEQ_MAX_DIMS dims, by value so a
+ * kernel can take it as an argument. */
+struct CudaDims {
+  int nd;
+  int64_t d[TEQ_MAX_DIMS];
+  int64_t s[TEQ_MAX_DIMS];
+};
+static inline CudaDims cuda_dims(const Shape *sh) {
+  CudaDims r;
+  r.nd = sh->ndim;
+  int64_t st = 1;
+  for (int i = TEQ_MAX_DIMS - 1; i >= 0; i--) {
+    r.d[i] = i < sh->ndim ? sh->d[i] : 1;
+    r.s[i] = i < sh->ndim ? st : 0;
+    if (i < sh->ndim) st *= sh->d[i];
+  }
+  return r;
+}
+
+#define CUDA_KERNEL_SIGNATURE                                                     \
+  const Node *n, CudaCtx *cx, const CudaTensor *in, const CudaTensor *out, Diag *d
+
+#endif

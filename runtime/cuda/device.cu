@@ -1,0 +1,628 @@
+/* device.cu: the GPU executor's core: what GPU the machine has, the device
+ * (handles, stream, remembered algorithms), plans (memory laid out once,
+ * constants uploaded once, the graph captured for replay), timing, and the
+ * profiler that times one operator configuration. The kernels themselves
+ * are the registry rows' eval_cuda, in the family files beside this one. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "runtime/cuda/cuda_int.h"
+
+extern "C" {
+#include "runtime/exec.h"
+}
+
+/* ---- probe ---- */
+
+extern "C" void cuda_probe(CudaInfo *info) {
+  memset(info, 0, sizeof *info);
+  info->built = true;
+  info->cudnn_version = (int)cudnnGetVersion();
+  cudaRuntimeGetVersion(&info->runtime_version);
+  int n = 0;
+  cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    snprintf(info->why, sizeof info->why, "no usable GPU: %s", cudaGetErrorString(rc));
+    return;
+  }
+  if (n == 0) {
+    snprintf(info->why, sizeof info->why, "no GPU found");
+    return;
+  }
+  cudaDeviceProp prop;
+  if ((rc = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    snprintf(info->why, sizeof info->why, "GPU 0 unreadable: %s", cudaGetErrorString(rc));
+    return;
+  }
+  info->n_devices = n;
+  snprintf(info->device, sizeof info->device, "%s", prop.name);
+  info->cc_major = prop.major;
+  info->cc_minor = prop.minor;
+  info->memory = prop.totalGlobalMem;
+  info->sm_count = prop.multiProcessorCount;
+  int clock_khz = 0, mem_khz = 0, bus_bits = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  /* 128 float32 lanes per multiprocessor from Volta on (64 before), two
+   * flops per FMA; memory moves twice per clock. */
+  int lanes = prop.major >= 7 ? 128 : 64;
+  info->peak_gflops = 2.0 * lanes * info->sm_count * (clock_khz / 1e6);
+  info->mem_gbps = 2.0 * (mem_khz / 1e6) * (bus_bits / 8.0);
+}
+
+/* ---- errors and notes ---- */
+
+int cuda_fail(Diag *d, const char *file, int line, const char *call, const char *why) {
+  const char *base = strrchr(file, '/');
+  diag_error(d, "%s:%d: %s failed: %s", base ? base + 1 : file, line, call, why);
+  return TEQ_ERR_INTERNAL;
+}
+
+void cuda_note(CudaCtx *cx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cx->note, sizeof cx->note, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- the device ---- */
+
+struct MemoEntry {
+  uint64_t key;
+  int64_t value[2];
+};
+
+struct CudaDevice {
+  char name[256];
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  cudnnHandle_t cudnn;
+  void *cublas_workspace;
+  std::vector<MemoEntry> memo; /* few entries (one per conv configuration): a scan is enough */
+};
+
+/* cuBLAS allocates nothing during a capture when it is given this much of
+ * its own (its documentation's recommendation for Hopper). */
+enum { CUBLAS_WORKSPACE_BYTES = 32 << 20 };
+
+extern "C" int cuda_device_open(CudaDevice **out, Diag *d) {
+  CudaInfo info;
+  cuda_probe(&info);
+  if (info.n_devices == 0) {
+    diag_error(d, "%s", info.why);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  CudaDevice *dev = new CudaDevice();
+  snprintf(dev->name, sizeof dev->name, "%s", info.device);
+  int rc = TEQ_OK;
+  auto fail = [&](int r) {
+    cuda_device_close(dev);
+    return r;
+  };
+#define OPEN_TRY(call, status_ok, why)                                            \
+  do {                                                                            \
+    auto s_ = (call);                                                             \
+    if (s_ != (status_ok)) return fail(cuda_fail(d, __FILE__, __LINE__, #call, why(s_))); \
+  } while (0)
+  OPEN_TRY(cudaSetDevice(0), cudaSuccess, cudaGetErrorString);
+  OPEN_TRY(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking), cudaSuccess,
+           cudaGetErrorString);
+  OPEN_TRY(cublasCreate(&dev->cublas), CUBLAS_STATUS_SUCCESS, cublasGetStatusString);
+  OPEN_TRY(cublasSetStream(dev->cublas, dev->stream), CUBLAS_STATUS_SUCCESS,
+           cublasGetStatusString);
+  /* Plain float32 arithmetic: no TF32 tensor cores, whatever the
+   * environment says, so results agree with the CPU executor. */
+  OPEN_TRY(cublasSetMathMode(dev->cublas, CUBLAS_PEDANTIC_MATH), CUBLAS_STATUS_SUCCESS,
+           cublasGetStatusString);
+  OPEN_TRY(cudaMalloc(&dev->cublas_workspace, CUBLAS_WORKSPACE_BYTES), cudaSuccess,
+           cudaGetErrorString);
+  OPEN_TRY(cublasSetWorkspace(dev->cublas, dev->cublas_workspace, CUBLAS_WORKSPACE_BYTES),
+           CUBLAS_STATUS_SUCCESS, cublasGetStatusString);
+  OPEN_TRY(cudnnCreate(&dev->cudnn), CUDNN_STATUS_SUCCESS, cudnnGetErrorString);
+  OPEN_TRY(cudnnSetStream(dev->cudnn, dev->stream), CUDNN_STATUS_SUCCESS, cudnnGetErrorString);
+#undef OPEN_TRY
+  *out = dev;
+  return rc;
+}
+
+extern "C" void cuda_device_close(CudaDevice *dev) {
+  if (!dev) return;
+  if (dev->cudnn) cudnnDestroy(dev->cudnn);
+  if (dev->cublas) cublasDestroy(dev->cublas);
+  if (dev->cublas_workspace) cudaFree(dev->cublas_workspace);
+  if (dev->stream) cudaStreamDestroy(dev->stream);
+  delete dev;
+}
+
+extern "C" const char *cuda_device_name(const CudaDevice *dev) { return dev->name; }
+
+bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]) {
+  for (const MemoEntry &e : cx->dev->memo)
+    if (e.key == key) {
+      value[0] = e.value[0];
+      value[1] = e.value[1];
+      return true;
+    }
+  return false;
+}
+
+void cuda_memo_put(CudaCtx *cx, uint64_t key, const int64_t value[2]) {
+  for (MemoEntry &e : cx->dev->memo)
+    if (e.key == key) {
+      e.value[0] = value[0];
+      e.value[1] = value[1];
+      return;
+    }
+  cx->dev->memo.push_back(MemoEntry{key, {value[0], value[1]}});
+}
+
+/* ---- plans ---- */
+
+struct Step {
+  int node;
+  std::vector<CudaTensor> in, out;
+  char note[96];
+};
+
+struct CudaPlan {
+  CudaDevice *dev;
+  Graph *g;                       /* the plan's own copy (constants shared) */
+  std::vector<Step> steps;
+  std::vector<CudaTensor> values; /* by value slot: offset[node] + output */
+  std::vector<int32_t> offset;
+  std::vector<int> input_slot, output_slot;
+  void *arena = nullptr, *consts = nullptr, *scratch = nullptr;
+  size_t arena_bytes = 0, const_bytes = 0, scratch_bytes = 0;
+  cudaGraphExec_t exec = nullptr;
+  int exec_repeat = 0;            /* how many passes the captured graph makes */
+  CudaCtx cx;
+};
+
+void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d) {
+  CudaPlan *p = cx->plan;
+  if (bytes <= p->scratch_bytes) return p->scratch;
+  if (cx->capturing) {
+    diag_error(d, "scratch of %zu bytes asked for while capturing (first run sized %zu)", bytes,
+               p->scratch_bytes);
+    return nullptr;
+  }
+  /* Kernels already queued may still use the old buffer. */
+  cudaError_t e = cudaStreamSynchronize(cx->stream);
+  if (e == cudaSuccess && p->scratch) e = cudaFree(p->scratch);
+  p->scratch = nullptr;
+  p->scratch_bytes = 0;
+  size_t want = std::max(bytes, (size_t)1 << 20);
+  if (e == cudaSuccess) e = cudaMalloc(&p->scratch, want);
+  if (e != cudaSuccess) {
+    cuda_fail(d, __FILE__, __LINE__, "cudaMalloc(scratch)", cudaGetErrorString(e));
+    return nullptr;
+  }
+  p->scratch_bytes = want;
+  return p->scratch;
+}
+
+static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static size_t value_bytes(const Node *n, int j) {
+  Shape s = n->out[j];
+  size_t es = n->dtype == DT_I64 ? 8 : 4;
+  return (size_t)shape_numel(&s) * es;
+}
+
+/* "'conv_3' (conv2d)" or "#12 (conv2d)", as the CPU executor says it. */
+static void node_label(const Graph *g, int id, char *buf, size_t size) {
+  const Node *n = &g->nodes[id];
+  const char *kind = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
+  if (n->name && n->name[0]) snprintf(buf, size, "'%s' (%s)", n->name, kind);
+  else snprintf(buf, size, "#%d (%s)", id, kind);
+}
+
+/* A live interval of a value in the arena: steps [first, last]. */
+struct Interval {
+  int slot, first, last;
+  size_t bytes, at;
+};
+
+/* Places every interval at the lowest offset where it overlaps no placed
+ * interval that is live at the same time; biggest first, which keeps the
+ * arena close to the peak live set. Returns the arena size. */
+static size_t place_intervals(std::vector<Interval> &iv) {
+  std::vector<Interval *> order;
+  for (Interval &v : iv) order.push_back(&v);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Interval *a, const Interval *b) { return a->bytes > b->bytes; });
+  std::vector<Interval *> placed;
+  size_t total = 0;
+  for (Interval *v : order) {
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (Interval *u : placed)
+      if (u->first <= v->last && v->first <= u->last) busy.push_back({u->at, u->at + u->bytes});
+    std::sort(busy.begin(), busy.end());
+    size_t at = 0;
+    for (auto &b : busy) {
+      if (at + v->bytes <= b.first) break;
+      at = std::max(at, align_up(b.second));
+    }
+    v->at = at;
+    total = std::max(total, at + v->bytes);
+    placed.push_back(v);
+  }
+  return align_up(total);
+}
+
+static int upload(CudaPlan *p, const Tensor *t, void *dst, Diag *d) {
+  CUDA_TRY(cudaMemcpyAsync(dst, t->data, tensor_bytes(t), cudaMemcpyHostToDevice, p->cx.stream));
+  return TEQ_OK;
+}
+
+/* Runs every step once on the stream (the first run or inside a capture). */
+static int run_steps(CudaPlan *p, Diag *d) {
+  for (Step &s : p->steps) {
+    const Node *n = &p->g->nodes[s.node];
+    p->cx.note[0] = '\0';
+    int rc = op_def(n->kind)->eval_cuda(n, &p->cx, s.in.data(), s.out.data(), d);
+    if (rc != TEQ_OK) {
+      char label[300];
+      node_label(p->g, s.node, label, sizeof label);
+      diag_error(d, "node %s failed on the GPU", label);
+      return rc;
+    }
+    if (!p->cx.capturing) snprintf(s.note, sizeof s.note, "%s", p->cx.note);
+  }
+  return TEQ_OK;
+}
+
+/* Captures `repeat` passes over the steps as one CUDA graph. */
+static int capture(CudaPlan *p, int repeat, Diag *d) {
+  if (p->exec) cudaGraphExecDestroy(p->exec);
+  p->exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  CUDA_TRY(cudaStreamBeginCapture(p->cx.stream, cudaStreamCaptureModeThreadLocal));
+  p->cx.capturing = true;
+  int rc = TEQ_OK;
+  for (int r = 0; r < repeat && rc == TEQ_OK; r++) rc = run_steps(p, d);
+  p->cx.capturing = false;
+  cudaError_t e = cudaStreamEndCapture(p->cx.stream, &graph);
+  if (rc != TEQ_OK) {
+    if (graph) cudaGraphDestroy(graph);
+    return rc;
+  }
+  if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "cudaStreamEndCapture", cudaGetErrorString(e));
+  e = cudaGraphInstantiate(&p->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "cudaGraphInstantiate", cudaGetErrorString(e));
+  p->exec_repeat = repeat;
+  return TEQ_OK;
+}
+
+static int fill_random_inputs(CudaPlan *p, Diag *d) {
+  for (size_t i = 0; i < p->input_slot.size(); i++) {
+    const CudaTensor &v = p->values[p->input_slot[i]];
+    Tensor *t = tensor_new(v.dtype, &v.shape);
+    if (!t) return diag_error(d, "out of memory");
+    tensor_fill_random(t, 0x5eed + i);
+    int rc = upload(p, t, v.data, d);
+    CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
+    tensor_unref(t);
+    if (rc) return rc;
+  }
+  return TEQ_OK;
+}
+
+static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
+  Graph *g = p->g = graph_copy(g0);
+  if (!g) return diag_error(d, "out of memory copying the graph");
+  int nn = g->n_nodes;
+  std::vector<int32_t> order(nn + 1);
+  if (graph_topo_order(g, order.data()) != TEQ_OK) return diag_error(d, "graph has a cycle");
+  int32_t *off = nullptr;
+  int32_t *uses = graph_use_counts(g, &off);
+  if (!uses) return diag_error(d, "out of memory");
+  p->offset.assign(off, off + nn + 1);
+  free(uses);
+  free(off);
+  int n_slots = p->offset[nn];
+  std::vector<char> needed(nn, 0);
+  for (int i = 0; i < g->n_outputs; i++) needed[g->outputs[i].node] = 1;
+  for (int k = nn - 1; k >= 0; k--) {
+    const Node *n = &g->nodes[order[k]];
+    if (needed[order[k]])
+      for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
+  }
+
+  /* Shapes, dtypes and what computes each needed value. */
+  p->values.assign(n_slots + 1, CudaTensor{nullptr, Shape{}, DT_F32});
+  std::vector<int> def_step(n_slots, -1), last_step(n_slots, -1);
+  std::vector<Tensor *> host_consts(n_slots, nullptr); /* constants, and source tensors computed here */
+  int rc = TEQ_OK;
+  for (int k = 0; k < nn && rc == TEQ_OK; k++) {
+    int id = order[k];
+    const Node *n = &g->nodes[id];
+    if (!needed[id]) continue;
+    const OpDef *o = op_def(n->kind);
+    char label[300];
+    node_label(g, id, label, sizeof label);
+    for (int j = 0; j < n->n_out; j++) {
+      int slot = p->offset[id] + j;
+      if (!shape_is_known(&n->out[j]))
+        return diag_error(d, "node %s: output %d has an unknown shape", label, j);
+      p->values[slot].shape = n->out[j];
+      p->values[slot].dtype = n->dtype == DT_I64 ? DT_I64 : DT_F32;
+    }
+    if (n->kind == OP_INPUT) {
+      p->input_slot.push_back(p->offset[id]);
+    } else if (n->kind == OP_CONST) {
+      host_consts[p->offset[id]] = tensor_ref(n->value);
+    } else if ((o->flags & OPF_SOURCE) && o->eval_f32) {
+      /* A constant tensor (C_pool, I_conv...): computed once, here. */
+      Tensor *t = tensor_new(DT_F32, &n->out[0]);
+      if (!t) return diag_error(d, "out of memory");
+      Tensor *outs[1] = {t};
+      if ((rc = o->eval_f32(n, nullptr, outs, d)) != TEQ_OK) {
+        tensor_unref(t);
+        return diag_error(d, "node %s failed", label);
+      }
+      host_consts[p->offset[id]] = t;
+    } else if (!o->eval_cuda) {
+      diag_error(d, "node %s: %s has no GPU kernel", label,
+                 n->opaque ? "an opaque operator" : "the operator");
+      return TEQ_ERR_UNSUPPORTED;
+    } else {
+      Step s;
+      s.node = id;
+      s.note[0] = '\0';
+      int step = (int)p->steps.size();
+      for (int j = 0; j < n->n_out; j++) def_step[p->offset[id] + j] = step;
+      for (int j = 0; j < n->n_in; j++) last_step[p->offset[n->in[j].node] + n->in[j].out] = step;
+      p->steps.push_back(s);
+    }
+  }
+  int end = (int)p->steps.size();
+  for (int i = 0; i < g->n_outputs; i++) {
+    int slot = p->offset[g->outputs[i].node] + g->outputs[i].out;
+    p->output_slot.push_back(slot);
+    last_step[slot] = end; /* read back after the last step */
+  }
+
+  /* Arena: graph inputs live throughout, every computed value from its step
+   * to its last use; constants get their own block. */
+  std::vector<Interval> iv;
+  size_t cbytes = 0;
+  std::vector<size_t> const_at(n_slots, 0);
+  for (int s = 0; s < n_slots; s++) {
+    if (host_consts[s]) {
+      const_at[s] = cbytes;
+      cbytes += align_up(tensor_bytes(host_consts[s]));
+      continue;
+    }
+    bool is_input = std::find(p->input_slot.begin(), p->input_slot.end(), s) != p->input_slot.end();
+    if (!is_input && def_step[s] < 0) continue; /* not needed */
+    const Node *n = nullptr;
+    int j = 0;
+    for (int id = 0; id < nn; id++)
+      if (p->offset[id] <= s && s < p->offset[id + 1]) n = &g->nodes[id], j = s - p->offset[id];
+    size_t bytes = std::max(value_bytes(n, j), (size_t)4);
+    int first = is_input ? -1 : def_step[s];
+    int last = is_input ? end : std::max(last_step[s], first);
+    iv.push_back(Interval{s, first, last, bytes, 0});
+  }
+  p->arena_bytes = place_intervals(iv);
+  p->const_bytes = cbytes;
+  CUDA_TRY(cudaMalloc(&p->arena, std::max(p->arena_bytes, (size_t)256)));
+  if (cbytes) CUDA_TRY(cudaMalloc(&p->consts, cbytes));
+  for (const Interval &v : iv) p->values[v.slot].data = (char *)p->arena + v.at;
+  for (int s = 0; s < n_slots; s++)
+    if (host_consts[s]) {
+      p->values[s].data = (char *)p->consts + const_at[s];
+      if (rc == TEQ_OK) rc = upload(p, host_consts[s], p->values[s].data, d);
+    }
+  CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
+  for (Tensor *t : host_consts) tensor_unref(t);
+  if (rc) return rc;
+
+  /* Each step's tensors, resolved once. */
+  for (Step &s : p->steps) {
+    const Node *n = &g->nodes[s.node];
+    for (int j = 0; j < n->n_in; j++)
+      s.in.push_back(p->values[p->offset[n->in[j].node] + n->in[j].out]);
+    for (int j = 0; j < n->n_out; j++) s.out.push_back(p->values[p->offset[s.node] + j]);
+  }
+
+  /* First run, outside any capture: kernels choose algorithms and size
+   * scratch. Every byte of the arena starts as NaN (all ones), so an
+   * output element a kernel skips shows up. */
+  if ((rc = fill_random_inputs(p, d)) != TEQ_OK) return rc;
+  std::vector<char> is_input_at(n_slots + 1, 0);
+  for (int s : p->input_slot) is_input_at[s] = 1;
+  for (const Interval &v : iv)
+    if (!is_input_at[v.slot]) CUDA_TRY(cudaMemsetAsync(p->values[v.slot].data, 0xff, v.bytes, p->cx.stream));
+  if ((rc = run_steps(p, d)) != TEQ_OK) return rc;
+  CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
+  return capture(p, 1, d);
+}
+
+extern "C" int cuda_plan_new(CudaDevice *dev, const Graph *g, CudaPlan **out, Diag *d) {
+  CudaPlan *p = new CudaPlan();
+  p->dev = dev;
+  memset(&p->cx, 0, sizeof p->cx);
+  p->cx.stream = dev->stream;
+  p->cx.cublas = dev->cublas;
+  p->cx.cudnn = dev->cudnn;
+  p->cx.dev = dev;
+  p->cx.plan = p;
+  int rc = plan_build(p, g, d);
+  if (rc != TEQ_OK) {
+    /* Leave the stream usable for the next plan. */
+    cudaStreamSynchronize(dev->stream);
+    cudaGetLastError();
+    cuda_plan_free(p);
+    return rc;
+  }
+  *out = p;
+  return TEQ_OK;
+}
+
+extern "C" void cuda_plan_free(CudaPlan *p) {
+  if (!p) return;
+  if (p->exec) cudaGraphExecDestroy(p->exec);
+  cudaFree(p->arena);
+  cudaFree(p->consts);
+  cudaFree(p->scratch);
+  graph_free(p->g);
+  delete p;
+}
+
+extern "C" int cuda_plan_run(CudaPlan *p, Tensor *const *inputs, Tensor **outputs, Diag *d) {
+  cudaStream_t st = p->cx.stream;
+  for (size_t i = 0; i < p->input_slot.size(); i++) {
+    const CudaTensor &v = p->values[p->input_slot[i]];
+    const Tensor *t = inputs[i];
+    char a[SHAPE_STR_MAX], b[SHAPE_STR_MAX];
+    if (!t || !shape_equal(&t->shape, &v.shape) || t->dtype != v.dtype)
+      return diag_error(d, "GPU input %zu: expected %s %s, got %s", i, dtype_name(v.dtype),
+                        shape_format(&v.shape, a, sizeof a),
+                        t ? shape_format(&t->shape, b, sizeof b) : "nothing");
+    CUDA_TRY(cudaMemcpyAsync(v.data, t->data, tensor_bytes(t), cudaMemcpyHostToDevice, st));
+  }
+  if (p->exec_repeat != 1) {
+    int rc = capture(p, 1, d);
+    if (rc) return rc;
+  }
+  CUDA_TRY(cudaGraphLaunch(p->exec, st));
+  std::vector<Tensor *> got;
+  for (int slot : p->output_slot) {
+    const CudaTensor &v = p->values[slot];
+    Tensor *t = tensor_new_uninit(v.dtype, &v.shape);
+    if (!t) {
+      for (Tensor *x : got) tensor_unref(x);
+      return diag_error(d, "out of memory");
+    }
+    got.push_back(t);
+    cudaError_t e = cudaMemcpyAsync(t->data, v.data, tensor_bytes(t), cudaMemcpyDeviceToHost, st);
+    if (e != cudaSuccess) {
+      for (Tensor *x : got) tensor_unref(x);
+      return cuda_fail(d, __FILE__, __LINE__, "cudaMemcpyAsync", cudaGetErrorString(e));
+    }
+  }
+  cudaError_t e = cudaStreamSynchronize(st);
+  if (e != cudaSuccess) {
+    for (Tensor *x : got) tensor_unref(x);
+    return cuda_fail(d, __FILE__, __LINE__, "cudaStreamSynchronize", cudaGetErrorString(e));
+  }
+  for (size_t j = 0; j < got.size(); j++) outputs[j] = got[j];
+  return TEQ_OK;
+}
+
+/* Replays the captured graph: warmup times, then repeats times between two
+ * events each; per-pass times are divided by the passes captured. */
+static int time_replays(CudaPlan *p, int warmup, int repeats, CudaTiming *t, Diag *d) {
+  cudaStream_t st = p->cx.stream;
+  cudaEvent_t start, stop;
+  CUDA_TRY(cudaEventCreate(&start));
+  CUDA_TRY(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  cudaError_t e = cudaSuccess;
+  for (int i = 0; i < warmup && e == cudaSuccess; i++) e = cudaGraphLaunch(p->exec, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  for (int i = 0; i < repeats && e == cudaSuccess; i++) {
+    float x = 0;
+    e = cudaEventRecord(start, st);
+    if (e == cudaSuccess) e = cudaGraphLaunch(p->exec, st);
+    if (e == cudaSuccess) e = cudaEventRecord(stop, st);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&x, start, stop);
+    ms.push_back((double)x / p->exec_repeat);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "timing", cudaGetErrorString(e));
+  std::sort(ms.begin(), ms.end());
+  double sum = 0;
+  for (double x : ms) sum += x;
+  t->repeats = (int)ms.size();
+  t->min_ms = ms.empty() ? 0 : ms.front();
+  t->median_ms = ms.empty() ? 0 : ms.size() % 2 ? ms[ms.size() / 2]
+                                                 : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  t->mean_ms = ms.empty() ? 0 : sum / ms.size();
+  return TEQ_OK;
+}
+
+extern "C" int cuda_plan_time(CudaPlan *p, int warmup, int repeats, CudaTiming *t, Diag *d) {
+  if (repeats < 1) return diag_error(d, "cuda_plan_time: repeats must be at least 1");
+  if (p->exec_repeat != 1) {
+    int rc = capture(p, 1, d);
+    if (rc) return rc;
+  }
+  return time_replays(p, warmup, repeats, t, d);
+}
+
+extern "C" size_t cuda_plan_device_bytes(const CudaPlan *p) {
+  return p->arena_bytes + p->const_bytes + p->scratch_bytes;
+}
+
+extern "C" int cuda_plan_n_steps(const CudaPlan *p) { return (int)p->steps.size(); }
+
+extern "C" const char *cuda_plan_step_note(const CudaPlan *p, int step, int *node_id) {
+  if (node_id) *node_id = p->steps[step].node;
+  return p->steps[step].note;
+}
+
+/* ---- profiler ---- */
+
+/* Passes over the node captured in one graph when it is timed: one launch
+ * per pass would time the launch, not the kernel, for small operators; in a
+ * whole-graph replay kernels follow each other as they do here. */
+enum { PROFILE_PASSES = 20 };
+
+extern "C" int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repeats,
+                                 CudaProfile *out, Diag *d) {
+  memset(out, 0, sizeof *out);
+  if (id < 0 || id >= g->n_nodes) return diag_error(d, "cuda_profile_node: no node %d", id);
+  const Node *n = &g->nodes[id];
+  Graph *one = graph_new();
+  if (!one) return diag_error(d, "out of memory");
+  std::vector<TensorRef> refs;
+  int rc = TEQ_OK;
+  for (int j = 0; j < n->n_in && rc >= 0; j++) {
+    const Node *src = &g->nodes[n->in[j].node];
+    char name[24];
+    snprintf(name, sizeof name, "x%d", j);
+    if (src->kind == OP_CONST) rc = graph_add_const(one, name, tensor_ref(src->value), d);
+    else rc = graph_add_input(one, name, graph_shape(g, n->in[j]), src->dtype == DT_I64 ? DT_I64 : DT_F32, d);
+    refs.push_back(TensorRef{rc, 0});
+  }
+  int node = rc >= 0 ? graph_add_node(one, n->kind, refs.data(), n->n_in, n->n_out, &n->params, n->name, d) : rc;
+  for (int j = 0; node >= 0 && j < n->n_out && rc >= 0; j++)
+    rc = graph_add_output(one, TensorRef{node, j}, nullptr, d);
+  CudaPlan *p = nullptr;
+  if (node < 0 || rc < 0) rc = node < 0 ? node : rc;
+  else rc = cuda_plan_new(dev, one, &p, d);
+  if (rc == TEQ_OK && p->steps.empty()) rc = diag_error(d, "cuda_profile_node: node %d runs no kernel", id);
+  if (rc == TEQ_OK) rc = capture(p, PROFILE_PASSES, d);
+  CudaTiming t;
+  if (rc == TEQ_OK) rc = time_replays(p, 3, repeats, &t, d);
+  if (rc == TEQ_OK) {
+    out->median_us = t.median_ms * 1000.0;
+    out->min_us = t.min_ms * 1000.0;
+    out->repeats = t.repeats;
+    snprintf(out->algo, sizeof out->algo, "%s", p->steps[0].note);
+  }
+  cuda_plan_free(p);
+  graph_free(one);
+  return rc;
+}
+
+/* ---- identity (runtime/ops/source.c): a copy on the stream ---- */
+
+extern "C" int cuda_eval_identity(CUDA_KERNEL_SIGNATURE) {
+  (void)n;
+  size_t bytes = (size_t)shape_numel(&in[0].shape) * (in[0].dtype == DT_I64 ? 8 : 4);
+  if (bytes) CUDA_TRY(cudaMemcpyAsync(out[0].data, in[0].data, bytes, cudaMemcpyDeviceToDevice, cx->stream));
+  return TEQ_OK;
+}

@@ -1,0 +1,222 @@
+/* matmul.cu: GPU kernels of the matmul family (runtime/ops/matmul.c):
+ * matmul (numpy semantics: 1-D operands, broadcast batch dimensions, fused
+ * act) and gemm (ONNX Gemm: transposes, alpha, beta, C broadcast to
+ * [M, N]) through cuBLAS's float32 GEMMs. The handle's math mode (set by
+ * the device) keeps TF32 off, so results match the CPU executor.
+ *
+ * cuBLAS is column-major; a row-major [m, n] matrix is its transpose in
+ * column-major, so row-major C = A B is computed as column-major
+ * C^T = B^T A^T: operands swapped, no data moved. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/cuda/cuda_int.h"
+
+/* Parameter indices of the rows, as runtime/ops/matmul.c declares them
+ * (matmul's act is its only parameter; enum GEMM_* for gemm). */
+enum { MATMUL_ACT };
+enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };
+
+static const int THREADS = 256;
+
+__attribute__((format(printf, 4, 5))) static int matmul_error(const Node *n, Diag *d, int rc,
+                                                              const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(d, "%s (GPU): %s", op_def(n->kind)->name, msg);
+  return rc;
+}
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/* ---- matmul ---- */
+
+/* How a batched MatMul maps onto plain products: matmul.c's MatmulPlan. */
+struct MatmulGeom {
+  int64_t m, k, n;
+  int nb;                   /* broadcast batch dimensions */
+  int64_t bd[TEQ_MAX_DIMS]; /* their extents */
+  int64_t sa[TEQ_MAX_DIMS]; /* element stride of A per batch dim; 0 where broadcast */
+  int64_t sb[TEQ_MAX_DIMS];
+  int64_t count;            /* product of bd */
+};
+
+static void matmul_geom(const Shape *a, const Shape *b, MatmulGeom *p) {
+  memset(p, 0, sizeof *p);
+  p->m = a->ndim >= 2 ? a->d[a->ndim - 2] : 1;
+  p->k = a->d[a->ndim - 1];
+  p->n = b->ndim >= 2 ? b->d[b->ndim - 1] : 1;
+  int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
+  p->nb = na > nb ? na : nb;
+  int64_t stride_a = p->m * p->k, stride_b = p->k * p->n;
+  p->count = 1;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    int ia = i - (p->nb - na), ib = i - (p->nb - nb);
+    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+    p->bd[i] = da > db ? da : db;
+    p->sa[i] = da == 1 ? 0 : stride_a;
+    p->sb[i] = db == 1 ? 0 : stride_b;
+    stride_a *= da;
+    stride_b *= db;
+    p->count *= p->bd[i];
+  }
+}
+
+/* Whether batch dims [from, nb) of one operand (strides s) step through
+ * memory as one uniform stride per flattened batch index; *step gets it:
+ * 0 for an operand broadcast over all of them, its matrix size for one
+ * laid out densely across them. */
+static bool uniform_suffix(const MatmulGeom &p, const int64_t *s, int64_t matrix, int from,
+                           int64_t *step) {
+  const int64_t candidates[2] = {0, matrix};
+  for (int64_t cand : candidates) {
+    bool ok = true;
+    int64_t inner = 1;
+    for (int i = p.nb - 1; i >= from && ok; i--) {
+      ok = p.bd[i] == 1 || s[i] == cand * inner;
+      inner *= p.bd[i];
+    }
+    if (ok) {
+      *step = cand;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Offsets of A and B for the batch entry whose flattened index is t. */
+static void batch_offsets(const MatmulGeom &p, int64_t t, int64_t *oa, int64_t *ob) {
+  *oa = *ob = 0;
+  for (int i = p.nb - 1; i >= 0; i--) {
+    int64_t j = t % p.bd[i];
+    t /= p.bd[i];
+    *oa += j * p.sa[i];
+    *ob += j * p.sb[i];
+  }
+}
+
+extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
+  const Shape *as = &in[0].shape, *bs = &in[1].shape;
+  int64_t total = shape_numel(&out[0].shape);
+  if (total == 0) return TEQ_OK;
+  if (as->ndim < 1 || bs->ndim < 1)
+    return matmul_error(n, d, TEQ_ERR_INTERNAL, "operands of rank 0");
+  MatmulGeom p;
+  matmul_geom(as, bs, &p);
+  const float *a = (const float *)in[0].data, *b = (const float *)in[1].data;
+  float *c = (float *)out[0].data;
+  const int act = (int)param_int(&n->params, MATMUL_ACT);
+  if (p.k == 0) { /* empty sums */
+    CUDA_TRY(cudaMemsetAsync(c, 0, (size_t)total * sizeof(float), cx->stream));
+    return cuda_act_apply(cx, act, c, total, d);
+  }
+  if (!fits_int(p.m) || !fits_int(p.n) || !fits_int(p.k))
+    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED,
+                        "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
+                        (long long)p.m, (long long)p.k, (long long)p.k, (long long)p.n);
+  const float one = 1.0f, zero = 0.0f;
+  const int m = (int)p.m, k = (int)p.k, nn = (int)p.n;
+
+  /* B shared by every batch entry and A not broadcast: A's entries stack
+   * into one tall matrix, one GEMM (the common x @ W). */
+  int64_t step_a = 0, step_b = 0;
+  if (uniform_suffix(p, p.sb, p.k * p.n, 0, &step_b) && step_b == 0 &&
+      uniform_suffix(p, p.sa, p.m * p.k, 0, &step_a) && step_a == p.m * p.k &&
+      fits_int(p.count * p.m)) {
+    CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, (int)(p.count * p.m), k,
+                           &one, b, nn, a, k, &zero, c, nn));
+    return cuda_act_apply(cx, act, c, total, d);
+  }
+  /* Otherwise the longest suffix of batch dims over which both operands
+   * step uniformly runs as one strided-batched GEMM, once per entry of the
+   * remaining outer dims ([2,1,5,7] x [3,7,4]: 2 calls of 3). */
+  int from = p.nb;
+  while (from > 0 && uniform_suffix(p, p.sa, p.m * p.k, from - 1, &step_a) &&
+         uniform_suffix(p, p.sb, p.k * p.n, from - 1, &step_b))
+    from--;
+  uniform_suffix(p, p.sa, p.m * p.k, from, &step_a);
+  uniform_suffix(p, p.sb, p.k * p.n, from, &step_b);
+  int64_t inner = 1;
+  for (int i = from; i < p.nb; i++) inner *= p.bd[i];
+  if (!fits_int(inner))
+    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED, "%lld batch entries: too many for cuBLAS",
+                        (long long)inner);
+  for (int64_t outer = 0; outer < p.count / inner; outer++) {
+    int64_t oa, ob;
+    batch_offsets(p, outer * inner, &oa, &ob);
+    float *co = c + outer * inner * p.m * p.n;
+    if (inner == 1)
+      CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, m, k, &one, b + ob, nn,
+                             a + oa, k, &zero, co, nn));
+    else
+      CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, m, k, &one,
+                                           b + ob, nn, step_b, a + oa, k, step_a, &zero, co, nn,
+                                           p.m * p.n, (int)inner));
+  }
+  return cuda_act_apply(cx, act, c, total, d);
+}
+
+/* ---- gemm ---- */
+
+/* y[i, j] = s * c[i * ci + j * cj]: C broadcast to [M, N] (and scaled,
+ * for an empty product). */
+__global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restrict__ y, int64_t m,
+                                   int64_t n, int64_t ci, int64_t cj, float s) {
+  int64_t total = m * n;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t i = t / n, j = t % n;
+    y[t] = s * c[i * ci + j * cj];
+  }
+}
+
+extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
+  const Shape *as = &in[0].shape, *bs = &in[1].shape;
+  if (as->ndim != 2 || bs->ndim != 2)
+    return matmul_error(n, d, TEQ_ERR_INTERNAL, "operands must be matrices");
+  const Params *pr = &n->params;
+  bool ta = param_int(pr, GEMM_TRANS_A), tb = param_int(pr, GEMM_TRANS_B);
+  int64_t m = as->d[ta ? 1 : 0], k = as->d[ta ? 0 : 1], nn = bs->d[tb ? 0 : 1];
+  if (m * nn == 0) return TEQ_OK;
+  float alpha = (float)param_float(pr, GEMM_ALPHA), beta = (float)param_float(pr, GEMM_BETA);
+  float *y = (float *)out[0].data;
+  bool with_c = n->n_in > 2 && beta != 0.0f;
+  if (!with_c) beta = 0.0f;
+  if (with_c) {
+    /* C broadcast to [M, N] as matmul.c's gemm_c_strides: an extent-1 or
+     * missing dim repeats. An empty product leaves y = beta * C. */
+    const Shape *cs = &in[2].shape;
+    const float *cv = (const float *)in[2].data;
+    int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
+    int64_t cj = cols == 1 ? 0 : 1, ci = rows == 1 ? 0 : cols;
+    float s = k == 0 ? beta : 1.0f;
+    if (ci == nn && cj == 1 && s == 1.0f)
+      CUDA_TRY(cudaMemcpyAsync(y, cv, (size_t)(m * nn) * sizeof(float), cudaMemcpyDeviceToDevice,
+                               cx->stream));
+    else {
+      broadcast_c_kernel<<<cuda_blocks(m * nn, THREADS), THREADS, 0, cx->stream>>>(cv, y, m, nn,
+                                                                                    ci, cj, s);
+      CUDA_LAUNCHED();
+    }
+    if (k == 0) return TEQ_OK;
+  } else if (k == 0) {
+    CUDA_TRY(cudaMemsetAsync(y, 0, (size_t)(m * nn) * sizeof(float), cx->stream));
+    return TEQ_OK;
+  }
+  if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
+    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED,
+                        "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
+                        (long long)m, (long long)k, (long long)k, (long long)nn);
+  /* Row-major Y = alpha A' B' + beta Y as column-major Y^T = alpha B'^T A'^T
+   * + beta Y^T. Row-major B [K, N] is column-major B^T with ld N; a
+   * transposed B is stored [N, K], column-major [K, N] with ld K. */
+  CUBLAS_TRY(cublasSgemm(cx->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         (int)nn, (int)m, (int)k, &alpha, (const float *)in[1].data,
+                         (int)(tb ? k : nn), (const float *)in[0].data, (int)(ta ? m : k), &beta,
+                         y, (int)nn));
+  return TEQ_OK;
+}

@@ -1,0 +1,230 @@
+/* test_cost.c: the cost model without a GPU. Configuration keys name every
+ * operator of a real model and rebuild it exactly (key -> graph -> the same
+ * key); a cost table's measurements are what cost_node answers, marked
+ * "table", and anything else is analytic; a malformed table is refused with
+ * its file and line; recording writes each configuration once; the analytic
+ * model grows with the work; and the committed H100 table, when present,
+ * loads and covers the built-in model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/cost.h"
+#include "runtime/onnx.h"
+#include "tests/check.h"
+
+static Graph *conv_graph(int c, int hw, int k, int *conv_id) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape xs = shape_of(4, 1, c, hw, hw), ws = shape_of(4, c, c, k, k);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &d);
+  int w = graph_add_input(g, "w", &ws, DT_F32, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2};
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  TensorRef in[2] = {{x, 0}, {w, 0}};
+  *conv_id = graph_add_node(g, OP_CONV2D, in, 2, 1, &p, "conv", &d);
+  CHECK(*conv_id >= 0);
+  graph_add_output(g, (TensorRef){*conv_id, 0}, "y", &d);
+  diag_fini(&d);
+  return g;
+}
+
+static void test_keys_round_trip(void) {
+  int id;
+  Graph *g = conv_graph(8, 9, 3, &id);
+  char key[COST_KEY_MAX], again[COST_KEY_MAX];
+  cost_config_key(g, id, key, sizeof key);
+  CHECK(strncmp(key, "conv2d [1,8,9,9] [8,8,3,3] {", 28) == 0);
+  CHECK(strstr(key, "act=relu") != NULL);
+  Diag d;
+  diag_init(&d);
+  Graph *h = NULL;
+  int node = -1;
+  CHECK(cost_graph_from_key(key, &h, &node, &d) == TEQ_OK);
+  if (h) {
+    cost_config_key(h, node, again, sizeof again);
+    CHECK(strcmp(key, again) == 0);
+    CHECK(memcmp(&h->nodes[node].params, &g->nodes[id].params, sizeof(Params)) == 0);
+    graph_free(h);
+  }
+  /* Malformed keys are refused with a message. */
+  const char *bad[] = {"nosuchop [1] {}", "relu [1,2 {}", "relu [1,2]", "relu [1,2] {bogus=1}",
+                       "conv2d [1,8,9,9] [8,8,3,3] {stride=(1 x)}"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    h = NULL;
+    CHECK(cost_graph_from_key(bad[i], &h, &node, &d) != TEQ_OK);
+    CHECK(h == NULL);
+  }
+  CHECK(d.n_errors >= 5);
+  diag_fini(&d);
+  graph_free(g);
+}
+
+/* Every operator of a real model (the conformance data's conv+bn model and
+ * the built-in one, when there) rebuilds from its key. */
+static void test_model_keys(const char *path) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = NULL;
+  OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+  if (onnx_import_file(path, &io, &g, NULL, &d) != TEQ_OK) {
+    printf("skip %s: %s", path, d.len ? diag_last(&d) : "\n");
+    diag_fini(&d);
+    return;
+  }
+  int n = 0;
+  for (int id = 0; id < g->n_nodes; id++) {
+    if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
+    char key[COST_KEY_MAX], again[COST_KEY_MAX];
+    cost_config_key(g, id, key, sizeof key);
+    Graph *h = NULL;
+    int node;
+    CHECK_MSG(cost_graph_from_key(key, &h, &node, &d) == TEQ_OK, "%s: %s", key, diag_last(&d));
+    if (h) {
+      cost_config_key(h, node, again, sizeof again);
+      CHECK_MSG(strcmp(key, again) == 0, "%s became %s", key, again);
+      graph_free(h);
+    }
+    n++;
+  }
+  printf("%s: %d operator keys round-trip\n", path, n);
+  CHECK(n > 0);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+static void test_table_and_sources(void) {
+  int id;
+  Graph *g = conv_graph(16, 14, 3, &id);
+  char key[COST_KEY_MAX];
+  cost_config_key(g, id, key, sizeof key);
+  char path[] = "/tmp/teq-cost-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
+  fprintf(f, "#calib\tdevice 1000 100 3\n");
+  fprintf(f, "#calib\tconv2d 0.5 0.5\n");
+  fprintf(f, "Some GPU\t%s\t42.5\t40\tcudnn:X\n", key);
+  fprintf(f, "Other GPU\t%s\t99\t98\t-\n", key);
+  fclose(f);
+
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  CHECK(cost_model_load_table(m, path, NULL, &d) == TEQ_OK);
+  CHECK(strcmp(cost_model_device(m), "Some GPU") == 0);
+  CHECK(cost_model_size(m) == 1);
+  CHECK(cost_model_calib(m)->launch_us == 3);
+  CHECK(cost_model_calib(m)->fitted[OP_CONV2D]);
+  CostEstimate e;
+  CHECK(cost_node(m, g, id, &e, &d) == TEQ_OK);
+  CHECK(e.source == COST_TABLE && e.us == 42.5);
+  CHECK(strcmp(cost_source_name(e.source), "table") == 0);
+  /* The input node costs nothing; a conv of another size is analytic. */
+  CHECK(cost_node(m, g, g->inputs[0], &e, &d) == TEQ_OK && e.us == 0);
+  int id2;
+  Graph *g2 = conv_graph(16, 28, 3, &id2);
+  CHECK(cost_node(m, g2, id2, &e, &d) == TEQ_OK);
+  CHECK(e.source == COST_ANALYTIC && e.us > 3);
+  double us;
+  int counts[COST__SOURCES];
+  CHECK(cost_graph(m, g2, &us, counts, &d) == TEQ_OK);
+  CHECK(counts[COST_ANALYTIC] == 1 && counts[COST_TABLE] == 0 && us == e.us);
+  cost_model_free(m);
+
+  /* The other device's rows when it is asked for. */
+  m = cost_model_new();
+  CHECK(cost_model_load_table(m, path, "Other GPU", &d) == TEQ_OK);
+  CHECK(cost_node(m, g, id, &e, &d) == TEQ_OK && e.us == 99);
+  cost_model_free(m);
+
+  /* A malformed row: refused with file and line. */
+  f = fopen(path, "a");
+  fprintf(f, "Some GPU\t%s\tfast\t1\t-\n", key);
+  fclose(f);
+  m = cost_model_new();
+  Diag bad;
+  diag_init(&bad);
+  CHECK(cost_model_load_table(m, path, NULL, &bad) != TEQ_OK);
+  CHECK(bad.text && strstr(bad.text, ":6:") && strstr(bad.text, "'fast'"));
+  cost_model_free(m);
+  diag_fini(&bad);
+  m = cost_model_new();
+  CHECK(cost_model_load_table(m, "/nonexistent/table.tsv", NULL, &bad) == TEQ_ERR_IO);
+  cost_model_free(m);
+  diag_fini(&bad);
+  unlink(path);
+  graph_free(g);
+  graph_free(g2);
+  diag_fini(&d);
+}
+
+static void test_record_and_analytic(void) {
+  int a, b;
+  Graph *small = conv_graph(8, 8, 3, &a), *big = conv_graph(64, 56, 3, &b);
+  CostModel *m = cost_model_new();
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cost_model_record(m, f);
+  Diag d;
+  diag_init(&d);
+  CostEstimate e1, e2, e3;
+  CHECK(cost_node(m, small, a, &e1, &d) == TEQ_OK);
+  CHECK(cost_node(m, small, a, &e3, &d) == TEQ_OK); /* asked twice, recorded once */
+  CHECK(cost_node(m, big, b, &e2, &d) == TEQ_OK);
+  fclose(f);
+  int lines = 0;
+  for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
+  CHECK(lines == 2);
+  CHECK(e1.source == COST_ANALYTIC && e2.us > 2 * e1.us);
+  /* The big conv is compute-bound: its flops are 2 * N*K*C*R*S*P*Q. */
+  CHECK(fabs(cost_node_flops(big, b) - 2.0 * 64 * 64 * 9 * 56 * 56) < 1);
+  free(buf);
+  cost_model_free(m);
+  graph_free(small);
+  graph_free(big);
+  diag_fini(&d);
+}
+
+/* The committed table (tools/profiles/h100.tsv) loads, when the test runs
+ * from a checkout that has it. */
+static void test_committed_table(const char *root) {
+  char path[4200];
+  snprintf(path, sizeof path, "%.4000s/tools/profiles/h100.tsv", root);
+  if (access(path, R_OK) != 0) {
+    printf("skip the committed table: %s not found\n", path);
+    return;
+  }
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  CHECK_MSG(cost_model_load_table(m, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
+  printf("%s: %d measurements on %s\n", path, cost_model_size(m), cost_model_device(m));
+  CHECK(cost_model_size(m) > 100);
+  CHECK(strstr(cost_model_device(m), "H100") != NULL);
+  cost_model_free(m);
+  diag_fini(&d);
+}
+
+int main(void) {
+  test_keys_round_trip();
+  test_table_and_sources();
+  test_record_and_analytic();
+  const char *data = getenv("TEQ_ONNX_TEST_DATA");
+  if (data) {
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/conv_bn.onnx", data);
+    test_model_keys(path);
+    snprintf(path, sizeof path, "%.4000s/../../..", data);
+    test_committed_table(path);
+  }
+  return check_exit();
+}

@@ -1,0 +1,265 @@
+/* test_cuda_linear.c: the GPU kernels of the linear operators (conv2d,
+ * conv_transpose, enlarge, batchnorm, matmul, gemm) against the CPU
+ * executor, each at odd and degenerate sizes and one large shape:
+ * conv2d with stride, asymmetric pads (cuDNN pads symmetrically, so these
+ * take the explicit-padding path), groups and depthwise, dilation, bias
+ * with every fused act (relu takes cuDNN's fused bias-activation call),
+ * 1x1, and a ResNet layer; conv_transpose with stride, output_padding,
+ * even pads (cuDNN computes the window) and uneven ones or output_padding
+ * past the stride (the full scatter is cropped), groups, dilation, bias;
+ * enlarge to square and non-square kernels; batchnorm on 2-D to 4-D inputs
+ * and a non-default epsilon; matmul with 2-D, 1-D and broadcast batch
+ * operands (one tall GEMM, strided-batched, and loops of either) and
+ * fused acts; gemm with transposes, alpha and beta, and C as a scalar,
+ * [1], [N], [M, 1], [1, N] and [M, N]. */
+#include "tests/cuda_check.h"
+
+#define SHAPES(...) ((const Shape[]){__VA_ARGS__})
+#define S(...) shape_of(__VA_ARGS__)
+
+/* ---- conv2d ---- */
+
+typedef struct ConvSpec {
+  const char *label;
+  Shape x, w;
+  bool bias;
+  int64_t stride[2], pads[4], dilation[2], groups;
+  int act;
+} ConvSpec;
+
+static void conv_case(CudaDevice *dev, ConvSpec s) {
+  Shape b = S(1, (int)s.w.d[0]);
+  CudaCase c = cuda_case(s.label, OP_CONV2D, s.bias ? 3 : 2, SHAPES(s.x, s.w, b));
+  int64_t one[2] = {1, 1};
+  param_set_ints(&c.params, param_index(OP_CONV2D, "stride"), s.stride[0] ? s.stride : one, 2);
+  param_set_ints(&c.params, param_index(OP_CONV2D, "pads"), s.pads, 4);
+  param_set_ints(&c.params, param_index(OP_CONV2D, "dilation"), s.dilation[0] ? s.dilation : one,
+                 2);
+  param_set_int(&c.params, param_index(OP_CONV2D, "groups"), s.groups ? s.groups : 1);
+  param_set_int(&c.params, param_index(OP_CONV2D, "act"), s.act);
+  cuda_check_case(dev, &c);
+}
+
+static void test_conv2d(CudaDevice *dev) {
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x3x7x9 k3 s2 pads(0 1 2 1)", S(4, 1, 3, 7, 9),
+                            S(4, 4, 3, 3, 3), .stride = {2, 2}, .pads = {0, 1, 2, 1}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x3x7x5 k3 pads(2 0 0 1) bias relu", S(4, 1, 3, 7, 5),
+                            S(4, 5, 3, 3, 3), true, .pads = {2, 0, 0, 1}, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 k3 pads 1", S(4, 2, 5, 13, 11), S(4, 7, 5, 3, 3),
+                            .pads = {1, 1, 1, 1}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x4x13x11 groups=2", S(4, 2, 4, 13, 11), S(4, 6, 2, 3, 3),
+                            .pads = {1, 1, 1, 1}, .groups = 2});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x6x9x9 groups=3 s2 pads(1 0 1 2) bias",
+                            S(4, 1, 6, 9, 9), S(4, 9, 2, 3, 3), true, .stride = {2, 2},
+                            .pads = {1, 0, 1, 2}, .groups = 3});
+  conv_case(dev, (ConvSpec){.label = "conv2d depthwise 1x8x15x17", S(4, 1, 8, 15, 17), S(4, 8, 1, 3, 3),
+                            .pads = {1, 1, 1, 1}, .groups = 8});
+  conv_case(dev, (ConvSpec){.label = "conv2d depthwise 2x32x28x28 s2 bias relu", S(4, 2, 32, 28, 28),
+                            S(4, 32, 1, 3, 3), true, .stride = {2, 2}, .pads = {1, 1, 1, 1},
+                            .groups = 32, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d depthwise 5x5 multiplier 2", S(4, 1, 4, 11, 13),
+                            S(4, 8, 1, 5, 5), .pads = {2, 2, 2, 2}, .groups = 4});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x3x17x19 dilation 2", S(4, 1, 3, 17, 19), S(4, 5, 3, 3, 3),
+                            .pads = {2, 2, 2, 2}, .dilation = {2, 2}});
+  conv_case(dev, (ConvSpec){.label = "conv2d dilation (2 3) stride (1 2)", S(4, 2, 3, 16, 21),
+                            S(4, 4, 3, 3, 2), .stride = {1, 2}, .dilation = {2, 3}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias relu", S(4, 2, 5, 13, 11), S(4, 7, 5, 3, 3),
+                            true, .pads = {1, 1, 1, 1}, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias sigmoid", S(4, 2, 5, 13, 11),
+                            S(4, 7, 5, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_SIGMOID});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias tanh", S(4, 2, 5, 13, 11), S(4, 7, 5, 3, 3),
+                            true, .pads = {1, 1, 1, 1}, .act = ACT_TANH});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias, no act", S(4, 2, 5, 13, 11),
+                            S(4, 7, 5, 3, 3), true, .pads = {1, 1, 1, 1}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 relu, no bias", S(4, 2, 5, 13, 11),
+                            S(4, 7, 5, 3, 3), .pads = {1, 1, 1, 1}, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x1 2x16x14x14", S(4, 2, 16, 14, 14), S(4, 32, 16, 1, 1)});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x1 s2 bias relu", S(4, 1, 24, 15, 15), S(4, 8, 24, 1, 1),
+                            true, .stride = {2, 2}, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x1x1x1 by 1x1x1x1", S(4, 1, 1, 1, 1), S(4, 1, 1, 1, 1)});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x2x1x1 k1 pads(1 0 0 2)", S(4, 1, 2, 1, 1),
+                            S(4, 3, 2, 1, 1), true, .pads = {1, 0, 0, 2}});
+  conv_case(dev, (ConvSpec){.label = "conv2d kernel = input 1x3x5x5 k5", S(4, 1, 3, 5, 5),
+                            S(4, 2, 3, 5, 5)});
+  conv_case(dev, (ConvSpec){.label = "conv2d pads 3 > kernel reach", S(4, 1, 2, 4, 4), S(4, 3, 2, 2, 2),
+                            .pads = {3, 3, 3, 3}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 * 64x64x3x3 (ResNet)", S(4, 1, 64, 56, 56),
+                            S(4, 64, 64, 3, 3), .pads = {1, 1, 1, 1}});
+  conv_case(dev, (ConvSpec){.label = "conv2d 4x64x56x56 * 64x64x3x3 bias relu", S(4, 4, 64, 56, 56),
+                            S(4, 64, 64, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x3x224x224 k7 s2 pads 3 (stem)", S(4, 1, 3, 224, 224),
+                            S(4, 64, 3, 7, 7), true, .stride = {2, 2}, .pads = {3, 3, 3, 3},
+                            .act = ACT_RELU});
+}
+
+/* ---- conv_transpose ---- */
+
+typedef struct CtSpec {
+  const char *label;
+  Shape x, w;
+  bool bias;
+  int64_t stride[2], pads[4], dilation[2], groups, outpad[2];
+} CtSpec;
+
+static void ct_case(CudaDevice *dev, CtSpec s) {
+  Shape b = S(1, (int)(s.w.d[1] * (s.groups ? s.groups : 1)));
+  CudaCase c = cuda_case(s.label, OP_CONV_TRANSPOSE, s.bias ? 3 : 2, SHAPES(s.x, s.w, b));
+  int64_t one[2] = {1, 1};
+  param_set_ints(&c.params, param_index(OP_CONV_TRANSPOSE, "stride"),
+                 s.stride[0] ? s.stride : one, 2);
+  param_set_ints(&c.params, param_index(OP_CONV_TRANSPOSE, "pads"), s.pads, 4);
+  param_set_ints(&c.params, param_index(OP_CONV_TRANSPOSE, "dilation"),
+                 s.dilation[0] ? s.dilation : one, 2);
+  param_set_int(&c.params, param_index(OP_CONV_TRANSPOSE, "groups"), s.groups ? s.groups : 1);
+  param_set_ints(&c.params, param_index(OP_CONV_TRANSPOSE, "output_padding"), s.outpad, 2);
+  cuda_check_case(dev, &c);
+}
+
+static void test_conv_transpose(CudaDevice *dev) {
+  ct_case(dev, (CtSpec){.label = "conv_transpose 1x4x7x5 k3 s2", S(4, 1, 4, 7, 5), S(4, 4, 3, 3, 3),
+                        .stride = {2, 2}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose s2 pads 1 outpad 1 bias", S(4, 2, 4, 7, 5),
+                        S(4, 4, 3, 3, 3), true, .stride = {2, 2}, .pads = {1, 1, 1, 1},
+                        .outpad = {1, 1}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose s2 k4 pads 1 (upsample)", S(4, 1, 16, 14, 14),
+                        S(4, 16, 8, 4, 4), true, .stride = {2, 2}, .pads = {1, 1, 1, 1}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose s2 pads(0 1 1 0) bias", S(4, 1, 3, 6, 7),
+                        S(4, 3, 5, 3, 3), true, .stride = {2, 2}, .pads = {0, 1, 1, 0}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose s(2 3) outpad(1 2) pads(1 2 0 1)", S(4, 2, 3, 5, 4),
+                        S(4, 3, 2, 3, 4), .stride = {2, 3}, .pads = {1, 2, 0, 1},
+                        .outpad = {1, 2}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose s1 outpad 2 (past the stride) bias", S(4, 1, 2, 5, 5),
+                        S(4, 2, 3, 3, 3), true, .outpad = {2, 2}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose groups=2", S(4, 2, 4, 6, 6), S(4, 4, 3, 3, 3),
+                        .stride = {2, 2}, .pads = {1, 1, 1, 1}, .groups = 2});
+  ct_case(dev, (CtSpec){.label = "conv_transpose depthwise groups=6 bias", S(4, 1, 6, 7, 9),
+                        S(4, 6, 1, 3, 3), true, .stride = {2, 2}, .groups = 6});
+  ct_case(dev, (CtSpec){.label = "conv_transpose dilation 2 pads 2", S(4, 1, 3, 9, 8), S(4, 3, 4, 3, 3),
+                        .pads = {2, 2, 2, 2}, .dilation = {2, 2}});
+  ct_case(dev, (CtSpec){.label = "conv_transpose 1x1 kernel", S(4, 2, 5, 3, 7), S(4, 5, 6, 1, 1)});
+  ct_case(dev, (CtSpec){.label = "conv_transpose 1x1x1x1", S(4, 1, 1, 1, 1), S(4, 1, 1, 1, 1)});
+  ct_case(dev, (CtSpec){.label = "conv_transpose 1x64x64x64 k2 s2 (large)", S(4, 1, 64, 64, 64),
+                        S(4, 64, 64, 2, 2), true, .stride = {2, 2}});
+}
+
+/* ---- enlarge ---- */
+
+static void enlarge_case(CudaDevice *dev, const char *label, Shape w, int64_t kh, int64_t kw) {
+  CudaCase c = cuda_case(label, OP_ENLARGE, 1, SHAPES(w));
+  param_set_int(&c.params, param_index(OP_ENLARGE, "kh"), kh);
+  param_set_int(&c.params, param_index(OP_ENLARGE, "kw"), kw);
+  cuda_check_case(dev, &c);
+}
+
+static void test_enlarge(CudaDevice *dev) {
+  enlarge_case(dev, "enlarge 4x3x1x1 to 3x3", S(4, 4, 3, 1, 1), 3, 3);
+  enlarge_case(dev, "enlarge 8x4x3x3 to 5x5", S(4, 8, 4, 3, 3), 5, 5);
+  enlarge_case(dev, "enlarge 2x3x1x3 to 3x5", S(4, 2, 3, 1, 3), 3, 5);
+  enlarge_case(dev, "enlarge 3x3x3x3 to 3x3 (same)", S(4, 3, 3, 3, 3), 3, 3);
+  enlarge_case(dev, "enlarge 1x1x1x1 to 7x1", S(4, 1, 1, 1, 1), 7, 1);
+  enlarge_case(dev, "enlarge 256x256x1x1 to 3x3 (large)", S(4, 256, 256, 1, 1), 3, 3);
+}
+
+/* ---- batchnorm ---- */
+
+static void batchnorm_case(CudaDevice *dev, const char *label, Shape x, double eps) {
+  Shape p = S(1, (int)x.d[1]);
+  CudaCase c = cuda_case(label, OP_BATCHNORM, 5, SHAPES(x, p, p, p, p));
+  if (eps > 0) param_set_float(&c.params, param_index(OP_BATCHNORM, "epsilon"), eps);
+  c.positive = true; /* the variance must be; the rest do not mind */
+  cuda_check_case(dev, &c);
+}
+
+static void test_batchnorm(CudaDevice *dev) {
+  batchnorm_case(dev, "batchnorm 1x3x7x5", S(4, 1, 3, 7, 5), 0);
+  batchnorm_case(dev, "batchnorm 2x5x13x11 eps 1e-3", S(4, 2, 5, 13, 11), 1e-3);
+  batchnorm_case(dev, "batchnorm 6x10 (2-D)", S(2, 6, 10), 0);
+  batchnorm_case(dev, "batchnorm 2x3x17 (3-D)", S(3, 2, 3, 17), 0);
+  batchnorm_case(dev, "batchnorm 1x1x1x1", S(4, 1, 1, 1, 1), 0);
+  batchnorm_case(dev, "batchnorm 4x64x56x56 (large)", S(4, 4, 64, 56, 56), 0);
+  batchnorm_case(dev, "batchnorm 300x300x1x1 (many planes)", S(4, 300, 300, 1, 1), 0);
+}
+
+/* ---- matmul ---- */
+
+static void matmul_case(CudaDevice *dev, const char *label, Shape a, Shape b, int act) {
+  CudaCase c = cuda_case(label, OP_MATMUL, 2, SHAPES(a, b));
+  param_set_int(&c.params, param_index(OP_MATMUL, "act"), act);
+  cuda_check_case(dev, &c);
+}
+
+static void test_matmul(CudaDevice *dev) {
+  matmul_case(dev, "matmul [7,5]x[5,9]", S(2, 7, 5), S(2, 5, 9), ACT_NONE);
+  matmul_case(dev, "matmul [1,1]x[1,1]", S(2, 1, 1), S(2, 1, 1), ACT_NONE);
+  matmul_case(dev, "matmul [13,1]x[1,11] (k=1)", S(2, 13, 1), S(2, 1, 11), ACT_NONE);
+  matmul_case(dev, "matmul [5]x[5,3] (1-D A)", S(1, 5), S(2, 5, 3), ACT_NONE);
+  matmul_case(dev, "matmul [4,5]x[5] (1-D B)", S(2, 4, 5), S(1, 5), ACT_NONE);
+  matmul_case(dev, "matmul [5]x[5] (both 1-D)", S(1, 5), S(1, 5), ACT_NONE);
+  matmul_case(dev, "matmul [2,3,5,7]x[7,4] (tall)", S(4, 2, 3, 5, 7), S(2, 7, 4), ACT_NONE);
+  matmul_case(dev, "matmul [2,3,5,7]x[7] (batched, 1-D B)", S(4, 2, 3, 5, 7), S(1, 7),
+              ACT_NONE);
+  matmul_case(dev, "matmul [7]x[2,3,7,4] (1-D A, batched B)", S(1, 7), S(4, 2, 3, 7, 4),
+              ACT_NONE);
+  matmul_case(dev, "matmul [5,7]x[2,3,7,4] (broadcast A)", S(2, 5, 7), S(4, 2, 3, 7, 4),
+              ACT_NONE);
+  matmul_case(dev, "matmul [2,1,5,7]x[3,7,4]", S(4, 2, 1, 5, 7), S(3, 3, 7, 4), ACT_NONE);
+  matmul_case(dev, "matmul [2,3,5,7]x[2,3,7,4]", S(4, 2, 3, 5, 7), S(4, 2, 3, 7, 4), ACT_NONE);
+  matmul_case(dev, "matmul [3,1,5,7]x[1,4,7,6]", S(4, 3, 1, 5, 7), S(4, 1, 4, 7, 6), ACT_NONE);
+  matmul_case(dev, "matmul [1,4,5,7]x[3,1,7,6]", S(4, 1, 4, 5, 7), S(4, 3, 1, 7, 6), ACT_NONE);
+  matmul_case(dev, "matmul [2,1,3,5,7]x[4,1,7,2]", S(5, 2, 1, 3, 5, 7), S(4, 4, 1, 7, 2),
+              ACT_NONE);
+  matmul_case(dev, "matmul [1,5,7]x[7,4] (batch 1)", S(3, 1, 5, 7), S(2, 7, 4), ACT_NONE);
+  matmul_case(dev, "matmul [7,5]x[5,9] relu", S(2, 7, 5), S(2, 5, 9), ACT_RELU);
+  matmul_case(dev, "matmul [2,3,5,7]x[2,3,7,4] sigmoid", S(4, 2, 3, 5, 7), S(4, 2, 3, 7, 4),
+              ACT_SIGMOID);
+  matmul_case(dev, "matmul [5,7]x[2,3,7,4] tanh", S(2, 5, 7), S(4, 2, 3, 7, 4), ACT_TANH);
+  matmul_case(dev, "matmul [1000,1000]x[1000,1000] (large)", S(2, 1000, 1000),
+              S(2, 1000, 1000), ACT_NONE);
+  matmul_case(dev, "matmul [8,128,64]x[8,64,128] (attention)", S(3, 8, 128, 64),
+              S(3, 8, 64, 128), ACT_NONE);
+}
+
+/* ---- gemm ---- */
+
+static void gemm_case(CudaDevice *dev, const char *label, Shape a, Shape b, const Shape *c,
+                      int ta, int tb, double alpha, double beta) {
+  CudaCase k = cuda_case(label, OP_GEMM, c ? 3 : 2, SHAPES(a, b, c ? *c : a));
+  param_set_int(&k.params, param_index(OP_GEMM, "transA"), ta);
+  param_set_int(&k.params, param_index(OP_GEMM, "transB"), tb);
+  param_set_float(&k.params, param_index(OP_GEMM, "alpha"), alpha);
+  param_set_float(&k.params, param_index(OP_GEMM, "beta"), beta);
+  cuda_check_case(dev, &k);
+}
+
+static void test_gemm(CudaDevice *dev) {
+  Shape a = S(2, 7, 5), at = S(2, 5, 7), b = S(2, 5, 9), bt = S(2, 9, 5);
+  Shape c_n = S(1, 9), c_mn = S(2, 7, 9), c_scalar = S(0), c_1 = S(1, 1), c_m1 = S(2, 7, 1),
+        c_1n = S(2, 1, 9);
+  gemm_case(dev, "gemm [7,5]x[5,9] no C", a, b, NULL, 0, 0, 1, 1);
+  gemm_case(dev, "gemm transA", at, b, NULL, 1, 0, 1, 1);
+  gemm_case(dev, "gemm transB", a, bt, NULL, 0, 1, 1, 1);
+  gemm_case(dev, "gemm transA transB", at, bt, NULL, 1, 1, 1, 1);
+  gemm_case(dev, "gemm C [N]", a, b, &c_n, 0, 0, 1, 1);
+  gemm_case(dev, "gemm C [M,N] alpha 0.5 beta 2", a, b, &c_mn, 0, 0, 0.5, 2);
+  gemm_case(dev, "gemm C scalar transB alpha -1.5", a, bt, &c_scalar, 0, 1, -1.5, 1);
+  gemm_case(dev, "gemm C [1] transA beta 0.25", at, b, &c_1, 1, 0, 1, 0.25);
+  gemm_case(dev, "gemm C [M,1] transA transB", at, bt, &c_m1, 1, 1, 2, 3);
+  gemm_case(dev, "gemm C [1,N]", a, b, &c_1n, 0, 0, 1, 1);
+  gemm_case(dev, "gemm C [M,N] beta 0 (C ignored)", a, b, &c_mn, 0, 0, 1, 0);
+  gemm_case(dev, "gemm [1,1]x[1,1] C [1]", S(2, 1, 1), S(2, 1, 1), &c_1, 0, 0, 1, 1);
+  Shape big_c = S(1, 1024);
+  gemm_case(dev, "gemm [1000,512]x[1024,512]^T C [N] (large)", S(2, 1000, 512), S(2, 1024, 512),
+            &big_c, 0, 1, 1, 1);
+}
+
+int main(void) {
+  CudaDevice *dev = cuda_check_open();
+  test_conv2d(dev);
+  test_conv_transpose(dev);
+  test_enlarge(dev);
+  test_batchnorm(dev);
+  test_matmul(dev);
+  test_gemm(dev);
+  cuda_device_close(dev);
+  return check_exit();
+}

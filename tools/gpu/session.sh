@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# session.sh: everything that needs the GPU, on a GPU machine, from what
+# stage.sh gathered: the GPU tests, every benchmark-suite model end to end
+# on the GPU against the CPU executor, the cost table's measurements, and
+# the timing against PyTorch eager and torch.compile. Logs and results are
+# packed into OUT_DIR/logs.tgz after every step, so a run cut short still
+# returns what it finished.
+#
+#   tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
+#   steps: tests models profile bench1 bench16
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+packed=$(realpath "$1"); final=$2; shift 2
+out=/tmp/teq-logs
+mkdir -p "$out" "$final"
+stage=/tmp/teq-gpu
+rm -rf "$stage" && mkdir -p "$stage" && cp "$packed/node-tests.tgz" "$stage/"
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+  "$packed/bin.tar.xz" "$stage"
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$stage/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+models=/tmp/teq-models
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+
+run_tests() {
+  local failed=0
+  mkdir -p /tmp/node && tar xzf "$stage/node-tests.tgz" -C /tmp
+  for t in "$stage"/tests/runtime_test_cuda*; do
+    echo "== $(basename "$t")"
+    "$t" > "$out/$(basename "$t").log" 2>&1; rc=$?
+    grep -E "^(FAIL|GPU)|CHECK failed" "$out/$(basename "$t").log" | head -40
+    echo "exit $rc"; [ $rc -eq 0 ] || failed=$((failed + 1))
+  done
+  echo "== conformance on the GPU"
+  "$stage/tests/runtime_test_conformance_gpu" /tmp/node --gpu > "$out/conformance_gpu.log" 2>&1; rc=$?
+  grep -E "^FAIL|conformance" "$out/conformance_gpu.log" | head -40
+  echo "exit $rc"; [ $rc -eq 0 ] || failed=$((failed + 1))
+  echo "tests: $failed failed"
+}
+
+build_models() {
+  mkdir -p "$models"
+  PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
+    --models resnet18,resnet50,squeezenet1_1,mobilenet_v2,resnext50_32x4d,inception_v3,transformer \
+    > "$out/export.log" 2>&1 || tail -5 "$out/export.log"
+  for m in tiny-cnn bert nasrnn nasneta csrnet; do
+    mkdir -p "$models/$m"; "$stage/tools/build-model" "$m" "$models/$m/model.onnx" >/dev/null
+  done
+}
+
+check_models() {
+  for dir in "$models"/*/; do
+    m=$(basename "$dir")
+    line=$("$stage/tools/run-model" --gpu --check --quiet --repeat 20 "$dir/model.onnx" 2>&1 | grep -E "relative error|^time|rror" | tr '\n' ' ')
+    echo "$m: $line"
+  done
+}
+
+profile() {
+  "$stage/tools/teq-profile" record -o "$out/configs.txt" "$models"/*/model.onnx 2>&1 | tail -1
+  [ -f tools/profiles/configs.txt ] && cat tools/profiles/configs.txt >> "$out/configs.txt"
+  "$stage/tools/teq-profile" measure --repeats 30 -o "$out/h100.tsv" "$out/configs.txt" 2>&1 | tail -5
+}
+
+for step in "$@"; do
+  echo "==== $step"
+  case $step in
+    tests) run_tests ;;
+    models) build_models; check_models ;;
+    profile) profile ;;
+    bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
+    bench16) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 16 --no-check ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar czf "$final/logs.tgz" -C "$out" .
+done

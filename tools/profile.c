@@ -1,0 +1,425 @@
+/* profile.c: the teq-profile command, which makes and checks cost tables.
+ *
+ *   teq-profile record [--batch N] [-o CONFIGS] MODEL.onnx...
+ *       the configuration key of every operator the models run, one per
+ *       line, sorted and unique (no GPU needed; keys from CONFIGS already
+ *       there are kept)
+ *   teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...
+ *       times each configuration on this machine's GPU (profiler of
+ *       runtime/cuda.h) and writes a cost table (runtime/cost.h); --db also
+ *       stores each time in that database's cost cache
+ *   teq-profile calibrate [-o TABLE] TABLE
+ *       fits the analytic model to the table's measurements, prints its
+ *       error per operator before and after, and writes the table back
+ *       with its #calib lines
+ *   teq-profile cost [--table TABLE] [--gpu] [--batch N] MODEL.onnx
+ *       what the cost model says a model costs, node by node, and where
+ *       each figure came from (the table, this GPU, or the roofline)
+ * Progress goes to stderr, results to stdout; bad arguments exit 2. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ruledb/ruledb.h"
+#include "runtime/cost.h"
+#include "runtime/cuda.h"
+#include "runtime/onnx.h"
+
+static int usage(FILE *f, int status) {
+  fprintf(f,
+          "usage: teq-profile record [--batch N] [-o CONFIGS] MODEL.onnx...\n"
+          "       teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...\n"
+          "       teq-profile calibrate [-o TABLE] TABLE\n"
+          "       teq-profile cost [--table TABLE] [--gpu] [--batch N] MODEL.onnx\n");
+  return status;
+}
+
+/* ---- lines of text, kept sorted and unique ---- */
+
+typedef struct Lines {
+  char **v;
+  size_t n, cap;
+} Lines;
+
+static int lines_add(Lines *l, const char *s) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 256;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return TEQ_ERR_NOMEM;
+    l->v = v, l->cap = cap;
+  }
+  if (!(l->v[l->n] = strdup(s))) return TEQ_ERR_NOMEM;
+  l->n++;
+  return TEQ_OK;
+}
+
+static int by_string(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void lines_sort_unique(Lines *l) {
+  qsort(l->v, l->n, sizeof *l->v, by_string);
+  size_t k = 0;
+  for (size_t i = 0; i < l->n; i++) {
+    if (k && strcmp(l->v[k - 1], l->v[i]) == 0) free(l->v[i]);
+    else l->v[k++] = l->v[i];
+  }
+  l->n = k;
+}
+
+static void lines_free(Lines *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+}
+
+/* Appends the lines of path (a missing file is no error when optional). */
+static int lines_read(Lines *l, const char *path, bool optional, Diag *d) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (optional && errno == ENOENT) return TEQ_OK;
+    diag_error(d, "%s: cannot open: %s", path, strerror(errno));
+    return TEQ_ERR_IO;
+  }
+  char line[COST_KEY_MAX + 16];
+  int rc = TEQ_OK;
+  while (rc == TEQ_OK && fgets(line, sizeof line, f)) {
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n') line[--n] = '\0';
+    if (n && line[0] != '#') rc = lines_add(l, line);
+  }
+  fclose(f);
+  return rc;
+}
+
+/* ---- record ---- */
+
+static int do_record(int argc, char **argv, Diag *d) {
+  const char *out = NULL;
+  long long batch = 1;
+  Lines keys = {0};
+  int rc = TEQ_OK, n_models = 0;
+  for (int i = 0; i < argc && rc == TEQ_OK; i++) {
+    if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+      out = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      if (!teq_parse_int(argv[++i], 1, 1 << 20, &batch))
+        return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
+      continue;
+    }
+    if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+    io.batch = batch;
+    Graph *g = NULL;
+    if ((rc = onnx_import_file(argv[i], &io, &g, NULL, d)) != TEQ_OK) break;
+    int before = (int)keys.n;
+    for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
+      const OpDef *o = op_def(g->nodes[id].kind);
+      if (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
+      char key[COST_KEY_MAX];
+      if (cost_config_key(g, id, key, sizeof key) < (int)sizeof key) rc = lines_add(&keys, key);
+    }
+    fprintf(stderr, "%s: %d operators\n", argv[i], (int)keys.n - before);
+    graph_free(g);
+    n_models++;
+  }
+  if (rc == TEQ_OK && n_models == 0) rc = diag_error(d, "record: no model given");
+  if (rc == TEQ_OK && out) rc = lines_read(&keys, out, true, d);
+  if (rc == TEQ_OK) {
+    lines_sort_unique(&keys);
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) rc = diag_error(d, "%s: cannot write: %s", out, strerror(errno));
+    for (size_t i = 0; f && i < keys.n; i++) fprintf(f, "%s\n", keys.v[i]);
+    if (f && f != stdout) fclose(f);
+    fprintf(stderr, "%zu configurations%s%s\n", keys.n, out ? " in " : "", out ? out : "");
+  }
+  lines_free(&keys);
+  return rc;
+}
+
+/* ---- measure ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int do_measure(int argc, char **argv, Diag *d) {
+  const char *out = NULL, *db_path = NULL;
+  long long repeats = 50;
+  Lines keys = {0};
+  int rc = TEQ_OK;
+  for (int i = 0; i < argc && rc == TEQ_OK; i++) {
+    if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+    else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc) db_path = argv[++i];
+    else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
+      if (!teq_parse_int(argv[++i], 1, 100000, &repeats))
+        return diag_error(d, "--repeats takes a positive integer, not '%s'", argv[i]);
+    } else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    else rc = lines_read(&keys, argv[i], false, d);
+  }
+  if (rc) return rc;
+  lines_sort_unique(&keys);
+  if (keys.n == 0) return diag_error(d, "measure: no configurations given");
+  CudaDevice *dev = NULL;
+  RuleDb *db = NULL;
+  if ((rc = cuda_device_open(&dev, d)) != TEQ_OK) goto done;
+  if (db_path && (rc = ruledb_open(db_path, RULEDB_WRITE, &db, d)) != TEQ_OK) goto done;
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) {
+    rc = diag_error(d, "%s: cannot write: %s", out, strerror(errno));
+    goto done;
+  }
+  fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
+  double t0 = now_s(), last = t0;
+  int failed = 0;
+  for (size_t i = 0; i < keys.n; i++) {
+    Graph *g = NULL;
+    int node = -1;
+    CudaProfile p;
+    Diag kd;
+    diag_init(&kd);
+    int r = cost_graph_from_key(keys.v[i], &g, &node, &kd);
+    if (r == TEQ_OK) r = cuda_profile_node(dev, g, node, (int)repeats, &p, &kd);
+    if (r == TEQ_OK) {
+      fprintf(f, "%s\t%s\t%.3f\t%.3f\t%s\n", cuda_device_name(dev), keys.v[i], p.median_us,
+              p.min_us, p.algo[0] ? p.algo : "-");
+      if (db) r = ruledb_cost_store(db, cuda_device_name(dev), keys.v[i], p.median_us,
+                                    "cuda-events-median", p.algo, &kd);
+    }
+    if (r != TEQ_OK) {
+      failed++;
+      fprintf(stderr, "teq-profile: %s: %s", keys.v[i], kd.text ? kd.text : "failed\n");
+    }
+    diag_fini(&kd);
+    graph_free(g);
+    if (now_s() - last > 5 || i + 1 == keys.n) {
+      last = now_s();
+      fprintf(stderr, "measured %zu/%zu configurations, %.0f s\n", i + 1, keys.n, last - t0);
+    }
+  }
+  if (f != stdout) fclose(f);
+  fprintf(stderr, "%zu configurations, %d failed, %.1f s\n", keys.n, failed, now_s() - t0);
+  if (failed) rc = diag_error(d, "%d configurations could not be measured", failed);
+done:
+  ruledb_close(db);
+  cuda_device_close(dev);
+  lines_free(&keys);
+  return rc;
+}
+
+/* ---- calibrate ---- */
+
+typedef struct Sample {
+  OpKind kind;
+  double flops, bytes, us;
+} Sample;
+
+/* Mean |ln(predicted / measured)| of samples [from, to) of one kind. */
+static double log_error(const Sample *s, size_t n, const CostCalib *c) {
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    double f = s[i].flops / (c->flop_eff[s[i].kind] * c->peak_gflops * 1e3);
+    double b = s[i].bytes / (c->byte_eff[s[i].kind] * c->mem_gbps * 1e3);
+    sum += fabs(log((c->launch_us + fmax(f, b)) / s[i].us));
+  }
+  return n ? sum / (double)n : 0;
+}
+
+/* Efficiencies of one kind by a grid over log-spaced values. */
+static void fit_kind(const Sample *s, size_t n, CostCalib *c, OpKind k) {
+  double best = INFINITY, bf = c->flop_eff[k], bb = c->byte_eff[k];
+  for (int i = 0; i <= 40; i++)
+    for (int j = 0; j <= 40; j++) {
+      c->flop_eff[k] = pow(10, -3 + 3.0 * i / 40);
+      c->byte_eff[k] = pow(10, -2 + 2.0 * j / 40);
+      double e = log_error(s, n, c);
+      if (e < best) best = e, bf = c->flop_eff[k], bb = c->byte_eff[k];
+    }
+  c->flop_eff[k] = bf, c->byte_eff[k] = bb;
+}
+
+static int by_kind(const void *a, const void *b) {
+  const Sample *x = a, *y = b;
+  return (int)x->kind - (int)y->kind;
+}
+
+static int do_calibrate(int argc, char **argv, Diag *d) {
+  const char *in = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+    else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    else in = argv[i];
+  }
+  if (!in) return diag_error(d, "calibrate: no table given");
+  if (!out) out = in;
+  Lines rows = {0};
+  int rc = lines_read(&rows, in, false, d);
+  Sample *s = rc ? NULL : calloc(rows.n + 1, sizeof *s);
+  size_t n = 0;
+  char device[256] = "";
+  CudaInfo info;
+  cuda_probe(&info);
+  CostModel *m = cost_model_new();
+  CostCalib c = *cost_model_calib(m);
+  if (info.n_devices) c.peak_gflops = info.peak_gflops, c.mem_gbps = info.mem_gbps;
+  for (size_t i = 0; s && i < rows.n && rc == TEQ_OK; i++) {
+    char *line = strdup(rows.v[i]), *f[5] = {0};
+    int nf = 0;
+    for (char *p = line; nf < 5 && p;) {
+      f[nf++] = p;
+      p = strchr(p, '\t');
+      if (p) *p++ = '\0';
+    }
+    Graph *g = NULL;
+    int node;
+    if (nf >= 4 && cost_graph_from_key(f[1], &g, &node, d) == TEQ_OK) {
+      if (!device[0]) snprintf(device, sizeof device, "%s", f[0]);
+      s[n++] = (Sample){g->nodes[node].kind, cost_node_flops(g, node), cost_node_bytes(g, node),
+                        strtod(f[2], NULL)};
+      graph_free(g);
+    } else {
+      rc = diag_error(d, "%s: row %zu: not a measurement", in, i + 1);
+    }
+    free(line);
+  }
+  if (rc == TEQ_OK && n == 0) rc = diag_error(d, "%s: no measurements", in);
+  if (rc == TEQ_OK) {
+    qsort(s, n, sizeof *s, by_kind);
+    /* The launch overhead is shared by every kind: each candidate is tried
+     * with every kind's efficiencies fitted under it, the best kept. */
+    CostCalib before = c, best = c;
+    double best_err = INFINITY;
+    for (double launch = 0.25; launch <= 5.0; launch += 0.25) {
+      CostCalib t = before;
+      t.launch_us = launch;
+      for (size_t a = 0, b; a < n; a = b) {
+        for (b = a; b < n && s[b].kind == s[a].kind; b++) {}
+        fit_kind(s + a, b - a, &t, s[a].kind);
+        t.fitted[s[a].kind] = true;
+      }
+      double e = log_error(s, n, &t);
+      if (e < best_err) best_err = e, best = t;
+    }
+    c = best;
+    printf("launch overhead %.2f us\n", c.launch_us);
+    printf("%-18s %6s %12s %12s\n", "operator", "count", "err before", "err after");
+    double sum_before = 0, sum_after = 0;
+    for (size_t a = 0, b; a < n; a = b) {
+      for (b = a; b < n && s[b].kind == s[a].kind; b++) {}
+      double e0 = log_error(s + a, b - a, &before);
+      double e1 = log_error(s + a, b - a, &c);
+      sum_before += e0 * (double)(b - a), sum_after += e1 * (double)(b - a);
+      printf("%-18s %6zu %11.0f%% %11.0f%%\n", op_def(s[a].kind)->name, b - a,
+             100 * (exp(e0) - 1), 100 * (exp(e1) - 1));
+    }
+    printf("%-18s %6zu %11.0f%% %11.0f%%   (geometric-mean error factor - 1)\n", "all", n,
+           100 * (exp(sum_before / (double)n) - 1), 100 * (exp(sum_after / (double)n) - 1));
+    FILE *f = fopen(out, "w");
+    if (!f) rc = diag_error(d, "%s: cannot write: %s", out, strerror(errno));
+    if (f) {
+      fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
+      fprintf(f, "#calib\tdevice %.1f %.1f %.3f\n", c.peak_gflops, c.mem_gbps, c.launch_us);
+      for (int k = 0; k < OP__COUNT; k++)
+        if (c.fitted[k])
+          fprintf(f, "#calib\t%s %.5g %.5g\n", op_def((OpKind)k)->name, c.flop_eff[k], c.byte_eff[k]);
+      for (size_t i = 0; i < rows.n; i++) fprintf(f, "%s\n", rows.v[i]);
+      fclose(f);
+    }
+  }
+  cost_model_free(m);
+  free(s);
+  lines_free(&rows);
+  return rc;
+}
+
+/* ---- cost ---- */
+
+typedef struct NodeCost {
+  int id;
+  CostEstimate e;
+} NodeCost;
+
+static int by_cost_desc(const void *a, const void *b) {
+  double x = ((const NodeCost *)a)->e.us, y = ((const NodeCost *)b)->e.us;
+  return (x < y) - (x > y);
+}
+
+static int do_cost(int argc, char **argv, Diag *d) {
+  const char *table = NULL, *model = NULL;
+  long long batch = 1;
+  bool gpu = false;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--table") == 0 && i + 1 < argc) table = argv[++i];
+    else if (strcmp(argv[i], "--gpu") == 0) gpu = true;
+    else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      if (!teq_parse_int(argv[++i], 1, 1 << 20, &batch))
+        return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
+    } else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    else model = argv[i];
+  }
+  if (!model) return diag_error(d, "cost: no model given");
+  OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+  io.batch = batch;
+  Graph *g = NULL;
+  CostModel *m = cost_model_new();
+  CudaDevice *dev = NULL;
+  NodeCost *costs = NULL;
+  int rc = m ? onnx_import_file(model, &io, &g, NULL, d) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK && table) rc = cost_model_load_table(m, table, NULL, d);
+  if (rc == TEQ_OK && gpu && (rc = cuda_device_open(&dev, d)) == TEQ_OK) cost_model_use_gpu(m, dev);
+  if (rc == TEQ_OK && !(costs = calloc((size_t)g->n_nodes + 1, sizeof *costs))) rc = TEQ_ERR_NOMEM;
+  int n = 0, counts[COST__SOURCES] = {0};
+  double total = 0;
+  for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
+    if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
+    costs[n].id = id;
+    if ((rc = cost_node(m, g, id, &costs[n].e, d)) != TEQ_OK) break;
+    total += costs[n].e.us;
+    counts[costs[n].e.source]++;
+    n++;
+  }
+  if (rc == TEQ_OK) {
+    qsort(costs, (size_t)n, sizeof *costs, by_cost_desc);
+    printf("%s: %d operators, %.1f us in all (%d from the table%s%s, %d measured now, %d analytic)\n",
+           model, n, total, counts[COST_TABLE], table ? " of " : "",
+           table ? cost_model_device(m) : "", counts[COST_MEASURED], counts[COST_ANALYTIC]);
+    for (int k = 0; k < n && k < 15; k++) {
+      char key[COST_KEY_MAX];
+      cost_config_key(g, costs[k].id, key, sizeof key);
+      printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us, cost_source_name(costs[k].e.source), key);
+    }
+  }
+  free(costs);
+  cost_model_free(m);
+  cuda_device_close(dev);
+  graph_free(g);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage(stderr, 2);
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout, 0);
+  Diag d;
+  diag_init(&d);
+  int rc;
+  if (strcmp(argv[1], "record") == 0) rc = do_record(argc - 2, argv + 2, &d);
+  else if (strcmp(argv[1], "measure") == 0) rc = do_measure(argc - 2, argv + 2, &d);
+  else if (strcmp(argv[1], "calibrate") == 0) rc = do_calibrate(argc - 2, argv + 2, &d);
+  else if (strcmp(argv[1], "cost") == 0) rc = do_cost(argc - 2, argv + 2, &d);
+  else {
+    fprintf(stderr, "teq-profile: unknown command '%s'\n", argv[1]);
+    return usage(stderr, 2);
+  }
+  if (rc != TEQ_OK) {
+    fprintf(stderr, "teq-profile: ");
+    diag_flush(&d, stderr);
+  }
+  diag_fini(&d);
+  return teq_exit_status(rc);
+}
