@@ -21,7 +21,6 @@
  * plan's first run is not being captured) and remembered in the device's
  * memo; captured runs only look it up. Descriptors are made and destroyed
  * per call: that is host work, allowed while capturing, and cheap. */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "runtime/cuda/cuda_int.h"
@@ -55,17 +54,6 @@ static const char *bwd_data_algo_name(int a) {
   return a >= 0 && a < (int)(sizeof names / sizeof *names) ? names[a] : "?";
 }
 
-/* An error naming the node's operator, like the CPU rows' op_error. */
-__attribute__((format(printf, 4, 5))) static int conv_error(const Node *n, Diag *d, int rc,
-                                                            const char *fmt, ...) {
-  char msg[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  diag_error(d, "%s (GPU): %s", op_def(n->kind)->name, msg);
-  return rc;
-}
 
 /* cuDNN descriptors of one call, destroyed however the call returns. */
 struct CudnnDescs {
@@ -106,7 +94,7 @@ static int conv_descs(const Node *n, const CudnnConv &cv, CudnnDescs &ds, Diag *
   ok = ok && fits_int(cv.n * cv.c * cv.h * cv.w) && fits_int(cv.n * cv.m * cv.oh * cv.ow) &&
        fits_int(cv.m * cv.cg * cv.kh * cv.kw);
   if (!ok)
-    return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                       "tensors [%lld, %lld, %lld, %lld] -> [%lld, %lld, %lld, %lld] exceed "
                       "cuDNN's 2^31-element limit", (long long)cv.n, (long long)cv.c,
                       (long long)cv.h, (long long)cv.w, (long long)cv.n, (long long)cv.m,
@@ -133,7 +121,7 @@ static int conv_descs(const Node *n, const CudnnConv &cv, CudnnDescs &ds, Diag *
   CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(ds.conv, ds.x, ds.w, &dims[0], &dims[1],
                                                   &dims[2], &dims[3]));
   if (dims[0] != cv.n || dims[1] != cv.m || dims[2] != cv.oh || dims[3] != cv.ow)
-    return conv_error(n, d, TEQ_ERR_INTERNAL,
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
                       "cuDNN derives output [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]",
                       dims[0], dims[1], dims[2], dims[3], (long long)cv.n, (long long)cv.m,
                       (long long)cv.oh, (long long)cv.ow);
@@ -216,7 +204,7 @@ static int conv2d_plan(const Node *n, const CudaTensor *in, const CudaTensor *ou
   const Params *p = &n->params;
   const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
   if (xs.ndim != 4 || ws.ndim != 4 || ys.ndim != 4)
-    return conv_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
   CudnnConv &cv = pl->cv;
   int64_t pt = p->v[CONV_PADS].i[0], pleft = p->v[CONV_PADS].i[1];
   int64_t pb = p->v[CONV_PADS].i[2], pr = p->v[CONV_PADS].i[3];
@@ -396,7 +384,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const C
                        Diag *d) {
   if (cuda_memo_get(cx, key, memo)) return TEQ_OK;
   if (cx->capturing)
-    return conv_error(n, d, TEQ_ERR_INTERNAL,
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
                       "no convolution algorithm remembered for this configuration while "
                       "capturing (the first run should have searched)");
   size_t ws_cap = fwd_search_workspace(cx, ds);
@@ -438,7 +426,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const C
       cuda_memo_put(cx, key, memo);
       return TEQ_OK;
     }
-  return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+  return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                     "cuDNN has no forward algorithm for this configuration within %zu MB "
                     "of workspace", CONV_WORKSPACE_CAP >> 20);
 }
@@ -539,7 +527,7 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
   const Params *p = &n->params;
   const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
   if (xs.ndim != 4 || ws.ndim != 4 || ys.ndim != 4)
-    return conv_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "expected 4-D input, weight and output");
   const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
   const float *bias = n->n_in > 2 ? (const float *)in[2].data : nullptr;
   float *y = (float *)out[0].data;
@@ -579,7 +567,7 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
   char *scratch;
   if (!cuda_memo_get(cx, key, memo)) {
     if (cx->capturing)
-      return conv_error(n, d, TEQ_ERR_INTERNAL,
+      return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
                         "no backward-data algorithm remembered for this configuration while "
                         "capturing (the first run should have searched)");
     size_t ws_cap = bwd_data_search_workspace(cx, ds);
@@ -595,7 +583,7 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
                         exact_enough_bwd_data(perf[i].algo)))
       i++;
     if (i == got)
-      return conv_error(n, d, TEQ_ERR_UNSUPPORTED,
+      return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "cuDNN has no backward-data algorithm for this configuration within "
                         "%zu MB of workspace", CONV_WORKSPACE_CAP >> 20);
     memo[0] = (int64_t)perf[i].algo;
@@ -648,7 +636,7 @@ extern "C" int cuda_eval_enlarge(CUDA_KERNEL_SIGNATURE) {
   const Shape &s = in[0].shape;
   int64_t total = shape_numel(&out[0].shape);
   if (total == 0) return TEQ_OK;
-  if (s.ndim != 4) return conv_error(n, d, TEQ_ERR_INTERNAL, "expected a 4-D kernel");
+  if (s.ndim != 4) return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "expected a 4-D kernel");
   int64_t h = s.d[2], w = s.d[3];
   int64_t kh = param_int(&n->params, ENLARGE_KH), kw = param_int(&n->params, ENLARGE_KW);
   int64_t top = (kh - h) / 2, left = (kw - w) / 2, planes = s.d[0] * s.d[1];
@@ -698,7 +686,7 @@ __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float 
 extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
   const Shape &s = in[0].shape;
   if (shape_numel(&s) == 0) return TEQ_OK;
-  if (s.ndim < 2) return conv_error(n, d, TEQ_ERR_INTERNAL, "expected input X [N, C, ...]");
+  if (s.ndim < 2) return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "expected input X [N, C, ...]");
   int64_t c = s.d[1], inner = 1;
   for (int i = 2; i < s.ndim; i++) inner *= s.d[i];
   int64_t planes = s.d[0] * c;

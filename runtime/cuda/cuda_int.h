@@ -61,6 +61,11 @@ void cuda_memo_put(CudaCtx *cx, uint64_t key, const int64_t value[2]);
  * nothing. In elementwise.cu. */
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d);
 
+/* An error naming the node's operator, like the CPU rows' op_error:
+ * "conv2d (GPU): ...". Returns rc. */
+int cuda_op_error(const Node *n, Diag *d, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Records what the kernel chose ("cudnn:IMPLICIT_PRECOMP_GEMM"). */
 void cuda_note(CudaCtx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -64,6 +64,16 @@ int cuda_fail(Diag *d, const char *file, int line, const char *call, const char 
   return TEQ_ERR_INTERNAL;
 }
 
+int cuda_op_error(const Node *n, Diag *d, int rc, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(d, "%s (GPU): %s", op_def(n->kind)->name, msg);
+  return rc;
+}
+
 void cuda_note(CudaCtx *cx, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

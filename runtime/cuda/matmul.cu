@@ -7,7 +7,6 @@
  * cuBLAS is column-major; a row-major [m, n] matrix is its transpose in
  * column-major, so row-major C = A B is computed as column-major
  * C^T = B^T A^T: operands swapped, no data moved. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,16 +19,6 @@ enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };
 
 static const int THREADS = 256;
 
-__attribute__((format(printf, 4, 5))) static int matmul_error(const Node *n, Diag *d, int rc,
-                                                              const char *fmt, ...) {
-  char msg[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  diag_error(d, "%s (GPU): %s", op_def(n->kind)->name, msg);
-  return rc;
-}
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
@@ -104,7 +93,7 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   int64_t total = shape_numel(&out[0].shape);
   if (total == 0) return TEQ_OK;
   if (as->ndim < 1 || bs->ndim < 1)
-    return matmul_error(n, d, TEQ_ERR_INTERNAL, "operands of rank 0");
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands of rank 0");
   MatmulGeom p;
   matmul_geom(as, bs, &p);
   const float *a = (const float *)in[0].data, *b = (const float *)in[1].data;
@@ -115,7 +104,7 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
     return cuda_act_apply(cx, act, c, total, d);
   }
   if (!fits_int(p.m) || !fits_int(p.n) || !fits_int(p.k))
-    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED,
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)p.m, (long long)p.k, (long long)p.k, (long long)p.n);
   const float one = 1.0f, zero = 0.0f;
@@ -143,7 +132,7 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   int64_t inner = 1;
   for (int i = from; i < p.nb; i++) inner *= p.bd[i];
   if (!fits_int(inner))
-    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED, "%lld batch entries: too many for cuBLAS",
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED, "%lld batch entries: too many for cuBLAS",
                         (long long)inner);
   for (int64_t outer = 0; outer < p.count / inner; outer++) {
     int64_t oa, ob;
@@ -177,7 +166,7 @@ __global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restric
 extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   if (as->ndim != 2 || bs->ndim != 2)
-    return matmul_error(n, d, TEQ_ERR_INTERNAL, "operands must be matrices");
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands must be matrices");
   const Params *pr = &n->params;
   bool ta = param_int(pr, GEMM_TRANS_A), tb = param_int(pr, GEMM_TRANS_B);
   int64_t m = as->d[ta ? 1 : 0], k = as->d[ta ? 0 : 1], nn = bs->d[tb ? 0 : 1];
@@ -208,7 +197,7 @@ extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
     return TEQ_OK;
   }
   if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
-    return matmul_error(n, d, TEQ_ERR_UNSUPPORTED,
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)m, (long long)k, (long long)k, (long long)nn);
   /* Row-major Y = alpha A' B' + beta Y as column-major Y^T = alpha B'^T A'^T
