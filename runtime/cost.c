@@ -158,6 +158,10 @@ int cost_config_key(const Graph *g, int id, char *buf, size_t size) {
     len += (size_t)format_shape(graph_shape(g, n->in[j]), src->dtype, len < size ? buf + len : NULL,
                                 len < size ? size - len : 0);
   }
+  if (n->n_out != 1) { /* outputs, where not one: parameters may leave the count implicit */
+    k = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, " ->%d", n->n_out);
+    len += (size_t)(k > 0 ? k : 0);
+  }
   char params[512];
   params_format(n->kind, &n->params, false, params, sizeof params);
   k = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, " {%s}", params);
@@ -180,10 +184,18 @@ int cost_graph_from_key(const char *key, Graph **out, int *node, Diag *d) {
   Graph *g = graph_new();
   if (!g) return TEQ_ERR_NOMEM;
   TensorRef refs[64];
-  int n_in = 0, rc = TEQ_OK;
+  int n_in = 0, n_out = 1, rc = TEQ_OK;
   while (rc == TEQ_OK) {
     while (*c == ' ') c++;
     if (c >= brace) break;
+    if (strncmp(c, "->", 2) == 0) {
+      char *end;
+      long v = strtol(c + 2, &end, 10);
+      if (end == c + 2 || v < 1 || v > 1 << 16) rc = diag_error(d, "cost key '%s': bad output count", key);
+      n_out = (int)v;
+      c = end;
+      continue;
+    }
     DType dt = DT_F32;
     if (strncmp(c, "i64", 3) == 0) dt = DT_I64, c += 3;
     if (*c != '[' || n_in == 64) {
@@ -225,13 +237,6 @@ int cost_graph_from_key(const char *key, Graph **out, int *node, Diag *d) {
     memcpy(ptext, brace + 1, plen);
     ptext[plen] = '\0';
     rc = params_parse((OpKind)kind, ptext, &p, d);
-  }
-  const OpDef *o = op_def((OpKind)kind);
-  int n_out = o->n_out_min;
-  if (rc == TEQ_OK && o->n_out_max > o->n_out_min) {
-    /* Split: as many outputs as sizes were given, else as the row allows. */
-    int si = param_index((OpKind)kind, "sizes");
-    n_out = si >= 0 && p.v[si].n > 0 ? p.v[si].n : o->n_out_min;
   }
   int id = rc == TEQ_OK ? graph_add_node(g, (OpKind)kind, refs, n_in, n_out, &p, "op", d) : rc;
   for (int j = 0; id >= 0 && j < n_out; j++) {

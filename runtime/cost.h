@@ -12,6 +12,7 @@
  * cost depends on: the operator, every input's shape and element type, and
  * every parameter, e.g.
  *   conv2d [1,64,56,56] [64,64,3,3] {kernel=(3 3) stride=(1 1) ... act=relu}
+ *   split [1,96,28,28] ->3 {axis=1 sizes=()}     (outputs, where not one)
  * The key is also enough to rebuild the operator (cost_graph_from_key),
  * which is how configurations recorded on a CPU machine are measured later
  * in one GPU run.

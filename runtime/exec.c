@@ -85,14 +85,6 @@ static int run_init(Run *r, const Graph *g, ExecMode mode, Diag *d) {
   return TEQ_OK;
 }
 
-/* "'conv_3' (conv2d)" for a named node, "#12 (conv2d)" for an unnamed one. */
-static const char *node_label(const Graph *g, const Node *n, char *buf, size_t size) {
-  const char *kind = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
-  if (n->name && n->name[0]) snprintf(buf, size, "'%s' (%s)", n->name, kind);
-  else snprintf(buf, size, "#%d (%s)", (int)(n - g->nodes), kind);
-  return buf;
-}
-#define LABEL_MAX 300
 
 static int feed_input(Run *r, int id, Tensor *const *inputs, Diag *d) {
   const Node *n = &r->g->nodes[id];
@@ -114,8 +106,10 @@ static int feed_const(Run *r, int id, Diag *d) {
   Tensor *v = n->value;
   if (r->mode == EXEC_MODP && v->dtype == DT_F32) {
     Tensor *m = exec_f32_to_modp(v, d);
-    char label[LABEL_MAX];
-    if (!m) return diag_error(d, "constant %s", node_label(r->g, n, label, sizeof label));
+    char label[GRAPH_LABEL_MAX];
+    if (!m)
+      return diag_error(d, "constant %s",
+                        graph_node_label(r->g, (int)(n - r->g->nodes), label, sizeof label));
     r->values[r->offset[id]] = m;
   } else {
     r->values[r->offset[id]] = tensor_ref(v);
@@ -139,8 +133,8 @@ static int compute_node(Run *r, int id, Diag *d) {
   const OpDef *o = op_def(n->kind);
   int (*kernel)(const Node *, Tensor *const *, Tensor *const *, Diag *) =
       r->mode == EXEC_F32 ? o->eval_f32 : o->eval_modp;
-  char label[LABEL_MAX];
-  node_label(r->g, n, label, sizeof label);
+  char label[GRAPH_LABEL_MAX];
+  graph_node_label(r->g, (int)(n - r->g->nodes), label, sizeof label);
   if (!kernel)
     return diag_error(d, "node %s: %s cannot be run by the CPU executor", label,
                       n->opaque ? "an opaque operator" : "the operator");
@@ -247,4 +241,23 @@ void exec_diff_fini(ExecDiff *diff) {
   tensor_unref(diff->a);
   tensor_unref(diff->b);
   diff->a = diff->b = NULL;
+}
+
+double exec_relative_error(const Tensor *got, const Tensor *want) {
+  if (!shape_equal(&got->shape, &want->shape) || got->dtype != want->dtype) return INFINITY;
+  int64_t n = tensor_numel(want);
+  if (want->dtype != DT_F32) /* indices and residues have no rounding */
+    return memcmp(got->data, want->data, tensor_bytes(want)) ? INFINITY : 0.0;
+  const float *g = got->data, *w = want->data;
+  double scale = 0, err = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(w[i]) || isnan(g[i]) || isinf(w[i]) || isinf(g[i])) {
+      bool same = (isnan(w[i]) && isnan(g[i])) || w[i] == g[i];
+      if (!same) return INFINITY;
+      continue;
+    }
+    scale = fmax(scale, fabs(w[i]));
+    err = fmax(err, fabs((double)g[i] - w[i]));
+  }
+  return scale > 0 ? err / scale : err;
 }

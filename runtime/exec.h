@@ -56,4 +56,11 @@ TEQ_API int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t
                          double tol, ExecDiff *diff, Diag *d);
 TEQ_API void exec_diff_fini(ExecDiff *diff);
 
+/* How far float32 tensor got is from want, as one figure: the largest
+ * |got - want| over the largest |want| (relative to the output's scale, so
+ * cancellation near zero does not dominate). NaN and infinities must match
+ * exactly; other element types must be equal. INFINITY where they are not,
+ * or where shape or type differ. What every GPU-against-CPU check reports. */
+TEQ_API double exec_relative_error(const Tensor *got, const Tensor *want);
+
 #endif

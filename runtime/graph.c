@@ -630,3 +630,11 @@ void graph_dump(const Graph *g, FILE *f) {
             g->outputs[i].node, g->outputs[i].out);
   free(order);
 }
+
+const char *graph_node_label(const Graph *g, int id, char *buf, size_t size) {
+  const Node *n = &g->nodes[id];
+  const char *kind = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
+  if (n->name && n->name[0]) snprintf(buf, size, "'%.200s' (%s)", n->name, kind);
+  else snprintf(buf, size, "#%d (%s)", id, kind);
+  return buf;
+}

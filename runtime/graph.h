@@ -133,5 +133,10 @@ TEQ_API int graph_remove_dead(Graph *g);
 /* One line per node in topological order:
  *   %5 = conv2d(%3, %4) stride=(2 2) act=relu : [1, 64, 56, 56]   */
 TEQ_API void graph_dump(const Graph *g, FILE *f);
+/* How messages name node id: "'conv_3' (conv2d)" for a named node,
+ * "#12 (conv2d)" for an unnamed one (an opaque node by its op_type).
+ * Returns buf; GRAPH_LABEL_MAX is always enough. */
+TEQ_API const char *graph_node_label(const Graph *g, int id, char *buf, size_t size);
+#define GRAPH_LABEL_MAX 300
 
 #endif

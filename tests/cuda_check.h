@@ -5,6 +5,8 @@
  * largest magnitude), integer outputs exactly; a NaN on one side only is a
  * failure. Without a GPU, cuda_check_open skips the whole test (exit 77).
  *
+ * (exec_relative_error).
+ *
  * A case names its inputs' shapes; an input may instead be a given constant
  * (gather's int64 indices, a mask of zeros). Inputs are uniform in [-1, 1)
  * unless `positive` asks for (0.5, 1.5] (log, sqrt, pow's base). */
@@ -51,29 +53,6 @@ static inline CudaDevice *cuda_check_open(void) {
   return dev;
 }
 
-/* Largest error of got against want as the header says; INFINITY on a
- * shape, dtype or one-sided NaN mismatch. */
-static inline double cuda_check_error(const Tensor *got, const Tensor *want) {
-  if (!shape_equal(&got->shape, &want->shape) || got->dtype != want->dtype) return INFINITY;
-  int64_t n = tensor_numel(want);
-  if (want->dtype == DT_I64) {
-    return memcmp(got->data, want->data, (size_t)n * sizeof(int64_t)) ? INFINITY : 0.0;
-  }
-  const float *g = (const float *)got->data, *w = (const float *)want->data;
-  double scale = 0, err = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (isnan(w[i]) != isnan(g[i])) return INFINITY;
-    if (isnan(w[i])) continue;
-    if (isinf(w[i]) || isinf(g[i])) {
-      if (w[i] != g[i]) return INFINITY;
-      continue;
-    }
-    if (fabs(w[i]) > scale) scale = fabs(w[i]);
-    if (fabs(g[i] - w[i]) > err) err = fabs(g[i] - w[i]);
-  }
-  return scale > 0 ? err / scale : err;
-}
-
 /* Both executors on inputs from seed; every output compared. Returns the
  * worst error, or INFINITY if either side failed (with the message). */
 static inline double cuda_check_graph(CudaDevice *dev, const Graph *g, uint64_t seed,
@@ -102,7 +81,7 @@ static inline double cuda_check_graph(CudaDevice *dev, const Graph *g, uint64_t 
   }
   worst = 0;
   for (int j = 0; j < g->n_outputs; j++) {
-    double e = cuda_check_error(gpu[j], cpu[j]);
+    double e = exec_relative_error(gpu[j], cpu[j]);
     if (e > worst) worst = e;
   }
 out:

@@ -323,22 +323,6 @@ static void print_stats(const char *path, const OnnxImportStats *s) {
           s->n_batchnorm_folded, s->n_noops_removed);
 }
 
-/* Largest |a - b| over the largest |b|: 0 when equal, INFINITY on a shape
- * mismatch or a NaN on one side. */
-static double relative_error(const Tensor *a, const Tensor *b) {
-  if (!shape_equal(&a->shape, &b->shape) || a->dtype != b->dtype) return INFINITY;
-  double err = 0, scale = 0;
-  for (int64_t k = 0; k < tensor_numel(b); k++) {
-    double x = a->dtype == DT_I64 ? (double)((const int64_t *)a->data)[k] : ((const float *)a->data)[k];
-    double y = b->dtype == DT_I64 ? (double)((const int64_t *)b->data)[k] : ((const float *)b->data)[k];
-    if ((x != x) != (y != y)) return INFINITY;
-    if (x != x) continue;
-    if (fabs(y) > scale) scale = fabs(y);
-    if (fabs(x - y) > err) err = fabs(x - y);
-  }
-  return scale > 0 ? err / scale : err;
-}
-
 /* The GPU run: plan, run once for the outputs, time, and compare with the
  * CPU executor when asked. */
 static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor **outputs,
@@ -361,7 +345,7 @@ static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor 
     rc = cpu ? exec_run(g, EXEC_F32, inputs, cpu, d) : TEQ_ERR_NOMEM;
     double worst = 0;
     for (int32_t j = 0; rc == TEQ_OK && j < g->n_outputs; j++) {
-      double e = relative_error(outputs[j], cpu[j]);
+      double e = exec_relative_error(outputs[j], cpu[j]);
       if (e > worst) worst = e;
     }
     for (int32_t j = 0; cpu && j < g->n_outputs; j++) tensor_unref(cpu[j]);

@@ -336,15 +336,17 @@ static int im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin, cons
   return TEQ_OK;
 }
 
-/* Milliseconds per im2col_gemm, timed like time_pointwise_gemm below. */
-static int time_im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin, const float *w,
-                            float *y, float *col, float *ms, Diag *d) {
+/* Milliseconds per call of run() (which launches on cx->stream and returns
+ * an error code), from CUDA events around five calls after a warm-up one;
+ * outside any capture. How the cuBLAS paths compete with cuDNN's search. */
+template <class Run>
+static int time_calls(CudaCtx *cx, Run run, float *ms, Diag *d) {
   cudaEvent_t a, b;
   CUDA_TRY(cudaEventCreate(&a));
   CUDA_TRY(cudaEventCreate(&b));
-  int rc = im2col_gemm(cx, pl, xin, w, y, col, d);
+  int rc = run();
   cudaError_t e = rc ? cudaSuccess : cudaEventRecord(a, cx->stream);
-  for (int i = 0; i < 5 && !rc && e == cudaSuccess; i++) rc = im2col_gemm(cx, pl, xin, w, y, col, d);
+  for (int i = 0; i < 5 && !rc && e == cudaSuccess; i++) rc = run();
   if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
   if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
   if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
@@ -352,28 +354,7 @@ static int time_im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin,
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   if (!rc && e != cudaSuccess)
-    return cuda_fail(d, __FILE__, __LINE__, "timing the im2col GEMM", cudaGetErrorString(e));
-  return rc;
-}
-
-/* Milliseconds per pointwise_gemm, from CUDA events around a few calls
- * after one warm-up (outside any capture). */
-static int time_pointwise_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *x,
-                               const float *w, float *y, float *ms, Diag *d) {
-  cudaEvent_t a, b;
-  CUDA_TRY(cudaEventCreate(&a));
-  CUDA_TRY(cudaEventCreate(&b));
-  int rc = pointwise_gemm(cx, pl, x, w, y, d);
-  cudaError_t e = rc ? cudaSuccess : cudaEventRecord(a, cx->stream);
-  for (int i = 0; i < 5 && !rc && e == cudaSuccess; i++) rc = pointwise_gemm(cx, pl, x, w, y, d);
-  if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
-  if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
-  if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
-  *ms /= 5;
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (!rc && e != cudaSuccess)
-    return cuda_fail(d, __FILE__, __LINE__, "timing the 1x1 convolution's GEMM", cudaGetErrorString(e));
+    return cuda_fail(d, __FILE__, __LINE__, "timing a GEMM convolution", cudaGetErrorString(e));
   return rc;
 }
 
@@ -408,7 +389,8 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const C
         /* A 1x1 convolution is a matrix product: cuBLAS competes with
          * cuDNN's algorithms, timed the same way, and the faster is kept. */
         float gemm_ms = 0;
-        if ((rc = time_pointwise_gemm(cx, pl, x, w, y, &gemm_ms, d))) return rc;
+        if ((rc = time_calls(cx, [&] { return pointwise_gemm(cx, pl, x, w, y, d); }, &gemm_ms, d)))
+          return rc;
         if (gemm_ms < perf[i].time) memo[0] = ALGO_GEMM, memo[1] = 0;
       } else if (im2col_applies(pl)) {
         /* The unfolded product competes the same way; it needs the
@@ -419,7 +401,8 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const C
         const float *xp;
         if ((rc = conv2d_input(pl, cx, x, sc, &xp, d))) return rc;
         float gemm_ms = 0;
-        if ((rc = time_im2col_gemm(cx, pl, xp, w, y, (float *)(sc + pl.pad_bytes), &gemm_ms, d)))
+        float *col = (float *)(sc + pl.pad_bytes);
+        if ((rc = time_calls(cx, [&] { return im2col_gemm(cx, pl, xp, w, y, col, d); }, &gemm_ms, d)))
           return rc;
         if (gemm_ms < perf[i].time) memo[0] = ALGO_IM2COL, memo[1] = (int64_t)cols;
       }

@@ -26,6 +26,7 @@ extern "C" {
 #include "runtime/cuda.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
+#include "runtime/ops/family.h" /* the rows' plans the CPU kernels use too */
 }
 
 /* A value in device memory: float for DT_F32, int64_t for DT_I64,

@@ -219,19 +219,6 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d) {
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
-static size_t value_bytes(const Node *n, int j) {
-  Shape s = n->out[j];
-  size_t es = n->dtype == DT_I64 ? 8 : 4;
-  return (size_t)shape_numel(&s) * es;
-}
-
-/* "'conv_3' (conv2d)" or "#12 (conv2d)", as the CPU executor says it. */
-static void node_label(const Graph *g, int id, char *buf, size_t size) {
-  const Node *n = &g->nodes[id];
-  const char *kind = n->opaque ? n->opaque->op_type : op_def(n->kind)->name;
-  if (n->name && n->name[0]) snprintf(buf, size, "'%s' (%s)", n->name, kind);
-  else snprintf(buf, size, "#%d (%s)", id, kind);
-}
 
 /* A live interval of a value in the arena: steps [first, last]. */
 struct Interval {
@@ -278,8 +265,8 @@ static int run_steps(CudaPlan *p, Diag *d) {
     p->cx.note[0] = '\0';
     int rc = op_def(n->kind)->eval_cuda(n, &p->cx, s.in.data(), s.out.data(), d);
     if (rc != TEQ_OK) {
-      char label[300];
-      node_label(p->g, s.node, label, sizeof label);
+      char label[GRAPH_LABEL_MAX];
+      graph_node_label(p->g, s.node, label, sizeof label);
       diag_error(d, "node %s failed on the GPU", label);
       return rc;
     }
@@ -356,8 +343,8 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
     const Node *n = &g->nodes[id];
     if (!needed[id]) continue;
     const OpDef *o = op_def(n->kind);
-    char label[300];
-    node_label(g, id, label, sizeof label);
+    char label[GRAPH_LABEL_MAX];
+    graph_node_label(g, id, label, sizeof label);
     for (int j = 0; j < n->n_out; j++) {
       int slot = p->offset[id] + j;
       if (!shape_is_known(&n->out[j]))
@@ -405,19 +392,19 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   std::vector<Interval> iv;
   size_t cbytes = 0;
   std::vector<size_t> const_at(n_slots, 0);
+  std::vector<char> is_input_at(n_slots + 1, 0);
+  for (int s : p->input_slot) is_input_at[s] = 1;
   for (int s = 0; s < n_slots; s++) {
     if (host_consts[s]) {
       const_at[s] = cbytes;
       cbytes += align_up(tensor_bytes(host_consts[s]));
       continue;
     }
-    bool is_input = std::find(p->input_slot.begin(), p->input_slot.end(), s) != p->input_slot.end();
+    bool is_input = is_input_at[s];
     if (!is_input && def_step[s] < 0) continue; /* not needed */
-    const Node *n = nullptr;
-    int j = 0;
-    for (int id = 0; id < nn; id++)
-      if (p->offset[id] <= s && s < p->offset[id + 1]) n = &g->nodes[id], j = s - p->offset[id];
-    size_t bytes = std::max(value_bytes(n, j), (size_t)4);
+    const CudaTensor &v = p->values[s];
+    size_t bytes = (size_t)shape_numel(&v.shape) * (v.dtype == DT_I64 ? 8 : 4);
+    bytes = std::max(bytes, (size_t)4);
     int first = is_input ? -1 : def_step[s];
     int last = is_input ? end : std::max(last_step[s], first);
     iv.push_back(Interval{s, first, last, bytes, 0});
@@ -448,8 +435,6 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
    * scratch. Every byte of the arena starts as NaN (all ones), so an
    * output element a kernel skips shows up. */
   if ((rc = fill_random_inputs(p, d)) != TEQ_OK) return rc;
-  std::vector<char> is_input_at(n_slots + 1, 0);
-  for (int s : p->input_slot) is_input_at[s] = 1;
   for (const Interval &v : iv)
     if (!is_input_at[v.slot]) CUDA_TRY(cudaMemsetAsync(p->values[v.slot].data, 0xff, v.bytes, p->cx.stream));
   if ((rc = run_steps(p, d)) != TEQ_OK) return rc;

@@ -182,47 +182,11 @@ __device__ __forceinline__ uint32_t fast_quot(const FastDiv &f, uint32_t n) {
   return (__umulhi(n, f.mul) + n) >> f.shift;
 }
 
-/* The output as nd collapsed dimensions, with each input's element strides
- * (0 along broadcast dimensions); the innermost strides are 0 or 1. The
- * CPU's bcast_plan. */
-struct BcastPlan {
-  int nd;
-  int64_t dim[TEQ_MAX_DIMS];
-  int64_t sa[TEQ_MAX_DIMS], sb[TEQ_MAX_DIMS];
+/* The CPU's broadcast plan (family.h), with the divisors that split a flat
+ * output index over its dimensions. */
+struct BcastKernelPlan : BcastPlan {
   FastDiv div[TEQ_MAX_DIMS]; /* of dim, filled when the output fits 32-bit indices */
 };
-
-static int64_t bcast_stride(const Shape *s, int r, int i) {
-  int k = i - (r - s->ndim);
-  if (k < 0 || s->d[k] == 1) return 0;
-  int64_t st = 1;
-  for (int j = k + 1; j < s->ndim; j++) st *= s->d[j];
-  return st;
-}
-
-static void bcast_plan(const Shape *a, const Shape *b, const Shape *o, BcastPlan *pl) {
-  memset(pl, 0, sizeof *pl);
-  for (int i = 0; i < o->ndim; i++) {
-    if (o->d[i] == 1) continue; /* extent 1: its strides never matter */
-    int64_t sa = bcast_stride(a, o->ndim, i), sb = bcast_stride(b, o->ndim, i);
-    int k = pl->nd - 1;
-    /* Merge into the previous dimension when both inputs walk on evenly. */
-    if (k >= 0 && pl->sa[k] == sa * o->d[i] && pl->sb[k] == sb * o->d[i]) {
-      pl->dim[k] *= o->d[i];
-      pl->sa[k] = sa;
-      pl->sb[k] = sb;
-      continue;
-    }
-    pl->dim[pl->nd] = o->d[i];
-    pl->sa[pl->nd] = sa;
-    pl->sb[pl->nd] = sb;
-    pl->nd++;
-  }
-  if (pl->nd == 0) { /* a single element */
-    pl->nd = 1;
-    pl->dim[0] = 1;
-  }
-}
 
 /* ---- binary kernels ---- */
 
@@ -258,7 +222,7 @@ __global__ void binary_flat4(const float *a, const float *b, float *o, int64_t n
  * vector of transformers run here. Row indices fit 32 bits. */
 template <class Op, int SA, int SB, bool VEC>
 __global__ void binary_rows(const float *a, const float *b, float *o, uint32_t rows,
-                            int64_t inner, BcastPlan pl) {
+                            int64_t inner, BcastKernelPlan pl) {
   Op op;
   const int64_t step = VEC ? inner / 4 : inner;
   for (uint32_t row = blockIdx.y; row < rows; row += gridDim.y) {
@@ -293,7 +257,7 @@ __global__ void binary_rows(const float *a, const float *b, float *o, uint32_t r
 /* Any plan of ND dimensions, the flat index split innermost first. */
 template <class Op, int ND>
 __global__ void binary_bcast32(const float *a, const float *b, float *o, uint32_t n,
-                               BcastPlan pl) {
+                               BcastKernelPlan pl) {
   Op op;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     uint32_t rest = i, pa = 0, pb = 0;
@@ -312,7 +276,7 @@ __global__ void binary_bcast32(const float *a, const float *b, float *o, uint32_
 
 template <class Op, int ND>
 __global__ void binary_bcast64(const float *a, const float *b, float *o, int64_t n,
-                               BcastPlan pl) {
+                               BcastKernelPlan pl) {
   Op op;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -350,7 +314,7 @@ enum { ROW_THREADS = 128 };
 
 template <class Op, int SA, int SB>
 static int launch_rows(CudaCtx *cx, const float *a, const float *b, float *o, int64_t n,
-                       const BcastPlan &pl, Diag *d) {
+                       const BcastKernelPlan &pl, Diag *d) {
   int64_t inner = pl.dim[pl.nd - 1], rows = n / inner;
   bool vec = inner % 4 == 0 && (!SA || aligned16(a)) && (!SB || aligned16(b)) && aligned16(o);
   int64_t step = vec ? inner / 4 : inner, gx = (step + ROW_THREADS - 1) / ROW_THREADS;
@@ -368,7 +332,7 @@ static int launch_rows(CudaCtx *cx, const float *a, const float *b, float *o, in
 
 template <class Op, int ND>
 static int launch_bcast_nd(CudaCtx *cx, const float *a, const float *b, float *o, int64_t n,
-                           const BcastPlan &pl, Diag *d) {
+                           const BcastKernelPlan &pl, Diag *d) {
   unsigned blocks = cuda_blocks(n, EW_THREADS);
   if (n < ((int64_t)1 << 31))
     binary_bcast32<Op, ND><<<blocks, EW_THREADS, 0, cx->stream>>>(a, b, o, (uint32_t)n, pl);
@@ -386,7 +350,7 @@ static int binary_run(CudaCtx *cx, const float *a, const Shape *as, const float 
                       const Shape *bs, float *o, const Shape *os, Diag *d) {
   int64_t n = shape_numel(os);
   if (n == 0) return TEQ_OK;
-  BcastPlan pl;
+  BcastKernelPlan pl;
   bcast_plan(as, bs, os, &pl);
   if (pl.nd == 1) {
     if (pl.sa[0] && pl.sb[0]) return launch_flat<Op, 1, 1>(cx, a, b, o, n, d);

@@ -22,9 +22,6 @@
 
 #include "runtime/cuda/cuda_int.h"
 
-/* In runtime/ops.c: "<op>: <message>" into d, as the CPU kernels report. */
-extern "C" int op_error_report(const Node *n, Diag *d, const char *fmt, ...);
-
 namespace {
 
 constexpr int kThreads = 256;

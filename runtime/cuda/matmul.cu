@@ -24,42 +24,11 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
 /* ---- matmul ---- */
 
-/* How a batched MatMul maps onto plain products: matmul.c's MatmulPlan. */
-struct MatmulGeom {
-  int64_t m, k, n;
-  int nb;                   /* broadcast batch dimensions */
-  int64_t bd[TEQ_MAX_DIMS]; /* their extents */
-  int64_t sa[TEQ_MAX_DIMS]; /* element stride of A per batch dim; 0 where broadcast */
-  int64_t sb[TEQ_MAX_DIMS];
-  int64_t count;            /* product of bd */
-};
-
-static void matmul_geom(const Shape *a, const Shape *b, MatmulGeom *p) {
-  memset(p, 0, sizeof *p);
-  p->m = a->ndim >= 2 ? a->d[a->ndim - 2] : 1;
-  p->k = a->d[a->ndim - 1];
-  p->n = b->ndim >= 2 ? b->d[b->ndim - 1] : 1;
-  int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
-  p->nb = na > nb ? na : nb;
-  int64_t stride_a = p->m * p->k, stride_b = p->k * p->n;
-  p->count = 1;
-  for (int i = p->nb - 1; i >= 0; i--) {
-    int ia = i - (p->nb - na), ib = i - (p->nb - nb);
-    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
-    p->bd[i] = da > db ? da : db;
-    p->sa[i] = da == 1 ? 0 : stride_a;
-    p->sb[i] = db == 1 ? 0 : stride_b;
-    stride_a *= da;
-    stride_b *= db;
-    p->count *= p->bd[i];
-  }
-}
-
 /* Whether batch dims [from, nb) of one operand (strides s) step through
  * memory as one uniform stride per flattened batch index; *step gets it:
  * 0 for an operand broadcast over all of them, its matrix size for one
  * laid out densely across them. */
-static bool uniform_suffix(const MatmulGeom &p, const int64_t *s, int64_t matrix, int from,
+static bool uniform_suffix(const MatmulPlan &p, const int64_t *s, int64_t matrix, int from,
                            int64_t *step) {
   const int64_t candidates[2] = {0, matrix};
   for (int64_t cand : candidates) {
@@ -77,25 +46,15 @@ static bool uniform_suffix(const MatmulGeom &p, const int64_t *s, int64_t matrix
   return false;
 }
 
-/* Offsets of A and B for the batch entry whose flattened index is t. */
-static void batch_offsets(const MatmulGeom &p, int64_t t, int64_t *oa, int64_t *ob) {
-  *oa = *ob = 0;
-  for (int i = p.nb - 1; i >= 0; i--) {
-    int64_t j = t % p.bd[i];
-    t /= p.bd[i];
-    *oa += j * p.sa[i];
-    *ob += j * p.sb[i];
-  }
-}
-
 extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   int64_t total = shape_numel(&out[0].shape);
   if (total == 0) return TEQ_OK;
   if (as->ndim < 1 || bs->ndim < 1)
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands of rank 0");
-  MatmulGeom p;
-  matmul_geom(as, bs, &p);
+  MatmulPlan p;
+  int rc = matmul_plan(n, as, bs, &p, d);
+  if (rc) return rc;
   const float *a = (const float *)in[0].data, *b = (const float *)in[1].data;
   float *c = (float *)out[0].data;
   const int act = (int)param_int(&n->params, MATMUL_ACT);
@@ -136,7 +95,7 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
                         (long long)inner);
   for (int64_t outer = 0; outer < p.count / inner; outer++) {
     int64_t oa, ob;
-    batch_offsets(p, outer * inner, &oa, &ob);
+    matmul_batch_offsets(&p, outer * inner, &oa, &ob);
     float *co = c + outer * inner * p.m * p.n;
     if (inner == 1)
       CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, m, k, &one, b + ob, nn,

@@ -37,16 +37,9 @@ static int check_dtypes(const Node *n, Tensor *const *in, Tensor *const *out, DT
 
 /* ---- binary operators with broadcasting ---- */
 
-/* The output as nd collapsed dimensions; sa and sb are each input's element
- * strides, 0 along broadcast dimensions. The innermost strides are 0 or 1. */
-typedef struct BcastPlan {
-  int nd;
-  int64_t dim[TEQ_MAX_DIMS];
-  int64_t sa[TEQ_MAX_DIMS], sb[TEQ_MAX_DIMS];
-} BcastPlan;
 
 /* Stride of output dimension i (of rank r) in input s, or 0 if broadcast. */
-static int64_t bcast_stride(const Shape *s, int r, int i) {
+int64_t bcast_stride(const Shape *s, int r, int i) {
   int k = i - (r - s->ndim);
   if (k < 0 || s->d[k] == 1) return 0;
   int64_t st = 1;
@@ -54,7 +47,7 @@ static int64_t bcast_stride(const Shape *s, int r, int i) {
   return st;
 }
 
-static void bcast_plan(const Shape *a, const Shape *b, const Shape *o, BcastPlan *pl) {
+void bcast_plan(const Shape *a, const Shape *b, const Shape *o, BcastPlan *pl) {
   memset(pl, 0, sizeof *pl);
   for (int i = 0; i < o->ndim; i++) {
     if (o->d[i] == 1) continue; /* extent 1: its strides never matter */

@@ -1,5 +1,6 @@
-/* family.h: shared by the operator family files in runtime/ops/ and the
- * registry table (runtime/ops.c) only; nothing outside runtime/ includes it.
+/* family.h: shared by the operator family files in runtime/ops/, their GPU
+ * kernels in runtime/cuda/ and the registry table (runtime/ops.c) only;
+ * nothing outside runtime/ includes it.
  * Declares every row, and the few helpers several families use. */
 #ifndef TEQ_RUNTIME_OPS_FAMILY_H
 #define TEQ_RUNTIME_OPS_FAMILY_H
@@ -70,6 +71,39 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int6
  * thread when it is small (blas.c). Extents must fit int (callers check). */
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* Plans that the CPU kernels and the GPU kernels of runtime/cuda/ share:
+ * host-side arithmetic on shapes, written once. */
+
+/* Two inputs broadcast numpy-style into output o, as nd collapsed
+ * dimensions; sa and sb are each input's element strides, 0 along
+ * broadcast dimensions, and the innermost are 0 or 1. In elementwise.c. */
+typedef struct BcastPlan {
+  int nd;
+  int64_t dim[TEQ_MAX_DIMS];
+  int64_t sa[TEQ_MAX_DIMS], sb[TEQ_MAX_DIMS];
+} BcastPlan;
+void bcast_plan(const Shape *a, const Shape *b, const Shape *o, BcastPlan *pl);
+/* Element stride of output dimension i (of rank r) in input s, 0 if s
+ * broadcasts along it. */
+int64_t bcast_stride(const Shape *s, int r, int i);
+
+/* How a (possibly batched, possibly 1-D) MatMul maps onto plain products.
+ * In matmul.c. */
+typedef struct MatmulPlan {
+  int64_t m, k, n;
+  int nb;                     /* broadcast batch dimensions */
+  int64_t bd[TEQ_MAX_DIMS];   /* their extents */
+  int64_t sa[TEQ_MAX_DIMS];   /* element stride of A per batch dim; 0 where broadcast */
+  int64_t sb[TEQ_MAX_DIMS];
+  int64_t count;              /* product of bd */
+  bool flat_a;                /* B is shared by every batch entry and A is not broadcast */
+} MatmulPlan;
+/* Fills p from the input shapes; TEQ_ERR_INPUT (message in d) if they do
+ * not multiply. */
+int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d);
+/* Offsets of A and B for the batch entry whose flattened index is t. */
+void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob);
 
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);

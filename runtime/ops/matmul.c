@@ -52,20 +52,10 @@ static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_
 
 /* ---- matmul ---- */
 
-/* How a (possibly batched, possibly 1-D) MatMul maps onto plain products. */
-typedef struct MatmulPlan {
-  int64_t m, k, n;
-  int nb;                     /* broadcast batch dimensions */
-  int64_t bd[TEQ_MAX_DIMS];   /* their extents */
-  int64_t sa[TEQ_MAX_DIMS];   /* element stride of A per batch dim; 0 where broadcast */
-  int64_t sb[TEQ_MAX_DIMS];
-  int64_t count;              /* product of bd */
-  bool flat_a;                /* B is shared by every batch entry and A is not broadcast */
-} MatmulPlan;
 
 /* Fills p from the input shapes; returns TEQ_ERR_INPUT (message in d) if
  * they do not multiply. */
-static int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d) {
+int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d) {
   char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
   if (a->ndim < 1 || b->ndim < 1)
     return op_error(n, d, "A %s and B %s: both operands need rank >= 1",
@@ -105,7 +95,7 @@ static int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan
   return TEQ_OK;
 }
 
-static void batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob) {
+void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob) {
   *oa = *ob = 0;
   for (int i = p->nb - 1; i >= 0; i--) {
     int64_t j = t % p->bd[i];
@@ -144,7 +134,7 @@ static int matmul_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out,
     if ((rc = blas_fits(n, d, p.m, p.n, p.k))) return rc;
     for (int64_t t = 0; t < p.count; t++) {
       int64_t oa, ob;
-      batch_offsets(&p, t, &oa, &ob);
+      matmul_batch_offsets(&p, t, &oa, &ob);
       sgemm_rm(false, false, p.m, p.n, p.k, 1.0f, a + oa, b + ob, 0.0f, c + t * p.m * p.n);
     }
   }
@@ -160,7 +150,7 @@ static int matmul_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
   uint32_t *c = out[0]->data;
   for (int64_t t = 0; t < p.count; t++) {
     int64_t oa, ob;
-    batch_offsets(&p, t, &oa, &ob);
+    matmul_batch_offsets(&p, t, &oa, &ob);
     modp_gemm(p.m, p.n, p.k, a + oa, p.k, 1, b + ob, p.n, 1, c + t * p.m * p.n);
   }
   act_apply_modp((int)param_int(&n->params, 0), c, tensor_numel(out[0]));

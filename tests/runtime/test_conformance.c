@@ -89,20 +89,6 @@ static bool has_opaque(const Graph *g) {
   return false;
 }
 
-/* Largest |a - b| over the largest |b| (0 for equal int64 tensors). */
-static double gpu_cpu_error(const Tensor *a, const Tensor *b) {
-  if (!shape_equal(&a->shape, &b->shape) || a->dtype != b->dtype) return INFINITY;
-  double err = 0, scale = 0;
-  for (int64_t i = 0; i < tensor_numel(b); i++) {
-    double x = value_at(a, i), y = value_at(b, i);
-    if (isnan(x) != isnan(y)) return INFINITY;
-    if (isnan(x) || (isinf(y) && x == y)) continue;
-    scale = fmax(scale, fabs(y));
-    err = fmax(err, fabs(x - y));
-  }
-  return scale > 0 ? err / scale : err;
-}
-
 /* The GPU side of one passing test; false with a reason on a mismatch. */
 static bool run_gpu(CudaDevice *dev, const Graph *g, Tensor **in, Tensor **want, Tensor **cpu,
                     int n_want, char *why, size_t n) {
@@ -117,8 +103,9 @@ static bool run_gpu(CudaDevice *dev, const Graph *g, Tensor **in, Tensor **want,
     if (compare(got[i], want[i], w, sizeof w) > 0) {
       snprintf(why, n, "GPU output %d: %s", i, w);
       ok = false;
-    } else if (gpu_cpu_error(got[i], cpu[i]) > 1e-4) {
-      snprintf(why, n, "GPU output %d differs from the CPU's by %.3g", i, gpu_cpu_error(got[i], cpu[i]));
+    } else if (exec_relative_error(got[i], cpu[i]) > 1e-4) {
+      snprintf(why, n, "GPU output %d differs from the CPU's by %.3g", i,
+               exec_relative_error(got[i], cpu[i]));
       ok = false;
     }
   }

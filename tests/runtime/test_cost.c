@@ -53,6 +53,28 @@ static void test_keys_round_trip(void) {
     CHECK(memcmp(&h->nodes[node].params, &g->nodes[id].params, sizeof(Params)) == 0);
     graph_free(h);
   }
+  /* A split into equal parts: its output count is in the key, not in its
+   * parameters. */
+  Graph *s3 = graph_new();
+  Shape xs = shape_of(4, 1, 9, 4, 4);
+  int x = graph_add_input(s3, "x", &xs, DT_F32, &d);
+  Params sp;
+  params_default(OP_SPLIT, &sp);
+  param_set_int(&sp, param_index(OP_SPLIT, "axis"), 1);
+  int sid = graph_add_node(s3, OP_SPLIT, (TensorRef[]){{x, 0}}, 1, 3, &sp, "split", &d);
+  CHECK(sid >= 0);
+  cost_config_key(s3, sid, key, sizeof key);
+  CHECK(strstr(key, " ->3 ") != NULL);
+  h = NULL;
+  CHECK(cost_graph_from_key(key, &h, &node, &d) == TEQ_OK);
+  if (h) {
+    CHECK(h->nodes[node].n_out == 3 && h->n_outputs == 3);
+    cost_config_key(h, node, again, sizeof again);
+    CHECK(strcmp(key, again) == 0);
+    graph_free(h);
+  }
+  graph_free(s3);
+
   /* Malformed keys are refused with a message. */
   const char *bad[] = {"nosuchop [1] {}", "relu [1,2 {}", "relu [1,2]", "relu [1,2] {bogus=1}",
                        "conv2d [1,8,9,9] [8,8,3,3] {stride=(1 x)}"};
