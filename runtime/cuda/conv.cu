@@ -25,13 +25,6 @@
 
 #include "runtime/cuda/cuda_int.h"
 
-/* Parameter indices of the rows, as runtime/ops/conv.c declares them
- * (enum CONV_*, CT_* and the enlarge and batchnorm rows). */
-enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT };
-enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };
-enum { ENLARGE_KH, ENLARGE_KW };
-enum { BATCHNORM_EPSILON };
-
 /* Largest workspace an algorithm search offers cuDNN. */
 static const size_t CONV_WORKSPACE_CAP = (size_t)256 << 20;
 /* Scratch sub-buffers start on this boundary (cuDNN likes aligned pointers). */
@@ -53,7 +46,6 @@ static const char *bwd_data_algo_name(int a) {
                                       "BWD_DATA_WINOGRAD_NONFUSED"};
   return a >= 0 && a < (int)(sizeof names / sizeof *names) ? names[a] : "?";
 }
-
 
 /* cuDNN descriptors of one call, destroyed however the call returns. */
 struct CudnnDescs {

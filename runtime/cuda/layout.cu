@@ -309,10 +309,6 @@ int box_copy_dense(CudaCtx *cx, void *dst, const void *src, Box b, size_t es, in
 
 /* ---- pad ---- */
 
-/* As layout.c's enums (pad_params): param indices and modes. */
-enum { PAD_PADS, PAD_VALUE, PAD_MODE };
-enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };
-
 struct PadJob {
   int nd;
   int64_t ext[TEQ_MAX_DIMS];   /* output extents */

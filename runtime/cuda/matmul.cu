@@ -12,13 +12,7 @@
 
 #include "runtime/cuda/cuda_int.h"
 
-/* Parameter indices of the rows, as runtime/ops/matmul.c declares them
- * (matmul's act is its only parameter; enum GEMM_* for gemm). */
-enum { MATMUL_ACT };
-enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };
-
 static const int THREADS = 256;
-
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 

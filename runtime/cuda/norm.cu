@@ -15,13 +15,6 @@
 
 enum { NORM_THREADS = 256, NORM_WARPS = NORM_THREADS / 32 };
 
-/* Parameter indices of the rows in runtime/ops/norm.c (its enums are
- * static there): layer_norm's axis and epsilon, instance_norm's epsilon,
- * lrn's size, alpha, beta and bias. */
-enum { LN_AXIS, LN_EPSILON };
-enum { IN_EPSILON };
-enum { LRN_SIZE, LRN_ALPHA, LRN_BETA, LRN_BIAS };
-
 static int check_f32(const Node *n, const CudaTensor *in, const CudaTensor *out, Diag *d) {
   for (int i = 0; i < n->n_in; i++)
     if (in[i].dtype != DT_F32)

@@ -24,12 +24,6 @@
 /* Everything but the rows' entry points is private to this file. */
 namespace {
 
-/* Parameter indices as the rows of runtime/ops/pool.c define them (the
- * enums are static there); avgpool has count_include_pad where maxpool has
- * dilation. */
-enum { POOL_KERNEL, POOL_STRIDE, POOL_PADS, POOL_DILATION, POOL_CEIL };
-enum { AVG_COUNT_PAD = POOL_DILATION };
-
 static const unsigned FULL_MASK = 0xffffffffu;
 
 /* The window geometry of one pool, passed by value. */

@@ -36,12 +36,6 @@
 /* Everything but the rows' entry points is private to this file. */
 namespace {
 
-/* Parameter indices as the rows of runtime/ops/reduce.c define them (the
- * enums are static there): reductions, softmax, argmax/argmin. */
-enum { RED_AXES, RED_KEEPDIMS };
-enum { SOFTMAX_AXIS };
-enum { ARG_AXIS, ARG_KEEPDIMS, ARG_LAST };
-
 static const unsigned FULL_MASK = 0xffffffffu;
 
 /* Work items that keep every multiprocessor busy: below this many outputs

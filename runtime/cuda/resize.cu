@@ -11,13 +11,6 @@
 
 namespace {
 
-/* As resize.c's enums: param indices, modes, coordinate transformations
- * and nearest rounding rules (see resize_params there). */
-enum { RS_MODE, RS_COORD, RS_NEAREST, RS_SIZES, RS_SCALE_H, RS_SCALE_W };
-enum { MODE_NEAREST, MODE_LINEAR };
-enum { COORD_HALF_PIXEL, COORD_ASYMMETRIC, COORD_ALIGN_CORNERS, COORD_PYTORCH_HALF_PIXEL };
-enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL };
-
 constexpr int kThreads = 256;
 
 struct Tap {

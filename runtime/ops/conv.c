@@ -27,7 +27,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-
 /* ONNX op_type of the node that follows a conv with a fused act. */
 static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
 
@@ -64,8 +63,6 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int6
 }
 
 /* ---- conv2d geometry ---- */
-
-enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT };
 
 typedef struct ConvGeom {
   int64_t n, c, h, w;     /* input X [N, C, H, W] */
@@ -599,8 +596,6 @@ const OpDef op_def_conv2d = {
  * the same scatter, exact. As conv2d, OPF_MULTILINEAR is the form without
  * a bias input. */
 
-enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };
-
 /* Every input element scatters into M/groups x kh x kw outputs. */
 static double ct_flops(const Node *n, const Shape *in) {
   (void)n;
@@ -913,8 +908,8 @@ static int enlarge_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 static const OpParam enlarge_params[] = {
-  {.name = "kh", .type = PARAM_INT, .def = 3, .lo = 1, .hi = 64},
-  {.name = "kw", .type = PARAM_INT, .def = 3, .lo = 1, .hi = 64},
+  [ENLARGE_KH] = {.name = "kh", .type = PARAM_INT, .def = 3, .lo = 1, .hi = 64},
+  [ENLARGE_KW] = {.name = "kw", .type = PARAM_INT, .def = 3, .lo = 1, .hi = 64},
 };
 
 const OpDef op_def_enlarge = {
@@ -1025,7 +1020,7 @@ static int batchnorm_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 }
 
 static const OpParam batchnorm_params[] = {
-  {.name = "epsilon", .type = PARAM_FLOAT, .fdef = BATCHNORM_EPS_DEFAULT, .onnx_attr = "epsilon"},
+  [BATCHNORM_EPSILON] = {.name = "epsilon", .type = PARAM_FLOAT, .fdef = BATCHNORM_EPS_DEFAULT, .onnx_attr = "epsilon"},
 };
 
 const OpDef op_def_batchnorm = {

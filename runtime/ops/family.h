@@ -72,6 +72,31 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int6
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Parameter indices: each row's params in order, for its CPU kernels and
+ * its GPU kernel (runtime/cuda/) alike, so both read the same slots. */
+enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT };      /* conv2d */
+enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };            /* conv_transpose */
+enum { ENLARGE_KH, ENLARGE_KW };                                           /* enlarge */
+enum { BATCHNORM_EPSILON };                                                /* batchnorm */
+enum { MATMUL_ACT };                                                       /* matmul */
+enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };                /* gemm */
+enum { PAD_PADS, PAD_VALUE, PAD_MODE };                                    /* pad */
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };                              /* its modes */
+enum { LN_AXIS, LN_EPSILON };                                              /* layer_norm */
+enum { IN_EPSILON };                                                       /* instance_norm */
+enum { LRN_SIZE, LRN_ALPHA, LRN_BETA, LRN_BIAS };                          /* lrn */
+/* maxpool uses all five; avgpool has count_include_pad where maxpool has
+ * dilation. */
+enum { POOL_KERNEL, POOL_STRIDE, POOL_PADS, POOL_DILATION, POOL_CEIL };
+enum { AVG_COUNT_PAD = POOL_DILATION };
+enum { RED_AXES, RED_KEEPDIMS };                                           /* reduce_* */
+enum { SOFTMAX_AXIS };                                                     /* softmax, log_softmax */
+enum { ARG_AXIS, ARG_KEEPDIMS, ARG_LAST };                                 /* argmax, argmin */
+enum { RS_MODE, RS_COORD, RS_NEAREST, RS_SIZES, RS_SCALE_H, RS_SCALE_W };  /* resize */
+enum { MODE_NEAREST, MODE_LINEAR };                                        /* its modes */
+enum { COORD_HALF_PIXEL, COORD_ASYMMETRIC, COORD_ALIGN_CORNERS, COORD_PYTORCH_HALF_PIXEL };
+enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL };
+
 /* Plans that the CPU kernels and the GPU kernels of runtime/cuda/ share:
  * host-side arithmetic on shapes, written once. */
 

@@ -614,8 +614,6 @@ const OpDef op_def_split = {
 
 /* ---- pad ---- */
 
-enum { PAD_PADS, PAD_VALUE, PAD_MODE };
-enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };
 static const char *const pad_modes[] = {"constant", "reflect", "edge", NULL};
 
 /* pads in ONNX order: every dimension's begin, then every dimension's end;

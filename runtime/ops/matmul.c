@@ -52,7 +52,6 @@ static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_
 
 /* ---- matmul ---- */
 
-
 /* Fills p from the input shapes; returns TEQ_ERR_INPUT (message in d) if
  * they do not multiply. */
 int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d) {
@@ -165,7 +164,7 @@ static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 static const OpParam matmul_params[] = {
-  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,
+  [MATMUL_ACT] = {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,
    .symbols = act_symbols},
 };
 
@@ -186,8 +185,6 @@ const OpDef op_def_matmul = {
 };
 
 /* ---- gemm(transA, transB, alpha, beta): alpha * A' B' + beta * C ---- */
-
-enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };
 
 /* M, K, N of A' B' from the operand shapes. */
 static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, int64_t *k,

@@ -106,8 +106,6 @@ static void norm_rows_modp(const uint32_t *x, uint32_t *y, int64_t rows, int64_t
 
 /* ---- layer_norm ---- */
 
-enum { LN_AXIS, LN_EPSILON };
-
 /* axis: the first normalized axis, stored non-negative (ONNX's default -1,
  * the last axis, becomes rank - 1 on import). */
 static const OpParam layer_norm_params[] = {
@@ -246,7 +244,7 @@ const OpDef op_def_layer_norm = {
 /* ---- instance_norm ---- */
 
 static const OpParam instance_norm_params[] = {
-  {.name = "epsilon", .type = PARAM_FLOAT, .fdef = 1e-5f, .onnx_attr = "epsilon"},
+  [IN_EPSILON] = {.name = "epsilon", .type = PARAM_FLOAT, .fdef = 1e-5f, .onnx_attr = "epsilon"},
 };
 
 /* input [N, C, D1, ...], scale and bias [C]. */
@@ -301,8 +299,6 @@ const OpDef op_def_instance_norm = {
 };
 
 /* ---- lrn ---- */
-
-enum { LRN_SIZE, LRN_ALPHA, LRN_BETA, LRN_BIAS };
 
 static const OpParam lrn_params[] = {
   [LRN_SIZE] = {.name = "size", .type = PARAM_INT, .def = 1, .lo = 1, .hi = 1 << 20,

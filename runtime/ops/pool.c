@@ -24,11 +24,6 @@
 #include "runtime/ops/family.h"
 
 
-/* Parameter rows: maxpool uses all five names below, avgpool has
- * count_include_pad where maxpool has dilation. */
-enum { POOL_KERNEL, POOL_STRIDE, POOL_PADS, POOL_DILATION, POOL_CEIL };
-enum { AVG_COUNT_PAD = POOL_DILATION };
-
 typedef struct PoolGeom {
   int64_t n, c, h, w;     /* input [N, C, H, W] */
   int64_t kh, kw, oh, ow;

@@ -69,8 +69,6 @@ static int onnx_read_axes(OnnxNodeIn *v, int since, int64_t *axes, int *n, Diag 
 
 /* ---- reductions ---- */
 
-enum { RED_AXES, RED_KEEPDIMS };
-
 static const OpParam reduce_params[] = {
   [RED_AXES] = {.name = "axes", .type = PARAM_INTS, .lo = 0, .hi = TEQ_MAX_DIMS - 1},
   [RED_KEEPDIMS] = {.name = "keepdims", .type = PARAM_INT, .def = 1, .lo = 0, .hi = 1,
@@ -524,7 +522,7 @@ const OpDef op_def_reduce_log_sum_exp = {
 /* ---- softmax and log_softmax ---- */
 
 static const OpParam softmax_params[] = {
-  {.name = "axis", .type = PARAM_INT, .def = 1, .lo = 0, .hi = TEQ_MAX_DIMS - 1},
+  [SOFTMAX_AXIS] = {.name = "axis", .type = PARAM_INT, .def = 1, .lo = 0, .hi = TEQ_MAX_DIMS - 1},
 };
 
 /* The stand-ins s: x^2 + 19x + 23 and x^2 + 31x + 37, unlike every
@@ -677,8 +675,6 @@ const OpDef op_def_log_softmax = {
  * the first (last) NaN. ONNX Runtime leaves NaN unspecified (Eigen's
  * maxCoeff keeps a leading NaN and skips later ones). Z_p compares residues
  * as the integers 0..p-1, a fixed function like reduce_max's. */
-
-enum { ARG_AXIS, ARG_KEEPDIMS, ARG_LAST };
 
 static const OpParam arg_params[] = {
   [ARG_AXIS] = {.name = "axis", .type = PARAM_INT, .def = 0, .lo = 0, .hi = TEQ_MAX_DIMS - 1},

@@ -23,12 +23,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-
-enum { RS_MODE, RS_COORD, RS_NEAREST, RS_SIZES, RS_SCALE_H, RS_SCALE_W };
-enum { MODE_NEAREST, MODE_LINEAR };
-enum { COORD_HALF_PIXEL, COORD_ASYMMETRIC, COORD_ALIGN_CORNERS, COORD_PYTORCH_HALF_PIXEL };
-enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL };
-
 static const char *const mode_symbols[] = {"nearest", "linear", NULL};
 static const char *const coord_symbols[] = {"half_pixel", "asymmetric", "align_corners",
                                             "pytorch_half_pixel", NULL};
