@@ -1,0 +1,138 @@
+/* bias.c: convolution biases and fused activations taken apart for the
+ * search and put back for export.
+ *
+ * The rules gen-rules finds are about plain convolutions, while nearly
+ * every convolution of a real model has a bias (BatchNormalization folds
+ * into one) and often a fused activation. Before the search each
+ * conv2d(x, w, b, act) becomes act(ewadd(conv2d(x, w), B)) with B the bias
+ * as a [1, C, 1, 1] constant, which is the same computation, so rules about
+ * convolutions and element-wise operators apply to it; merging two
+ * convolutions then merges their biases through the rules for ewadd and
+ * concat. After the search the inverse folding runs: an ewadd of a
+ * convolution's only use and a per-channel constant becomes the
+ * convolution's bias, and a relu, sigmoid or tanh of a convolution's only
+ * use becomes its fused activation. Both directions only regroup the same
+ * arithmetic (the bias is added to each finished sum either way). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/optimize.h"
+
+static const OpKind act_kind[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+                                  [ACT_TANH] = OP_TANH};
+
+int opt_split_bias(Graph *g, int *n_split, Diag *d) {
+  int act_i = param_index(OP_CONV2D, "act"), n = g->n_nodes, split = 0, rc = TEQ_OK;
+  for (int id = 0; id < n && rc == TEQ_OK; id++) {
+    Node *c = &g->nodes[id];
+    if (c->kind != OP_CONV2D) continue;
+    int64_t act = c->params.v[act_i].i[0];
+    if (c->n_in < 3 && act == ACT_NONE) continue;
+    if (act < 0 || act > ACT_TANH) continue;
+    TensorRef x = c->in[0], w = c->in[1], b = c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0};
+    if (b.node >= 0 && g->nodes[b.node].kind != OP_CONST) continue;
+    Params p = c->params;
+    p.v[act_i].i[0] = ACT_NONE;
+    int plain = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, g->nodes[id].name, d);
+    if (plain < 0) return plain;
+    TensorRef cur = {plain, 0};
+    if (b.node >= 0) {
+      const Tensor *bv = g->nodes[b.node].value;
+      Shape s = shape_of(4, 1, (int)tensor_numel(bv), 1, 1);
+      Tensor *t = tensor_new(DT_F32, &s);
+      if (!t) return TEQ_ERR_NOMEM;
+      memcpy(t->data, bv->data, tensor_bytes(bv));
+      int bid = graph_add_const(g, g->nodes[b.node].name, t, d);
+      if (bid < 0) return bid;
+      int add = graph_add_node(g, OP_EWADD, (TensorRef[]){cur, {bid, 0}}, 2, 1, NULL, NULL, d);
+      if (add < 0) return add;
+      cur = (TensorRef){add, 0};
+    }
+    if (act != ACT_NONE) {
+      int a = graph_add_node(g, act_kind[act], &cur, 1, 1, NULL, NULL, d);
+      if (a < 0) return a;
+      cur = (TensorRef){a, 0};
+    }
+    graph_replace_uses(g, (TensorRef){id, 0}, cur);
+    split++;
+  }
+  if (rc == TEQ_OK) {
+    int r = graph_remove_dead(g);
+    if (r < 0) rc = r;
+  }
+  if (n_split) *n_split = split;
+  return rc;
+}
+
+/* The only consumer of node id's output 0, or -1 (also when it is a graph
+ * output). */
+static int only_use(const Graph *g, int id) {
+  int user = -1;
+  for (int o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o].node == id) return -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      if (g->nodes[i].in[j].node == id) {
+        if (user >= 0) return -1;
+        user = i;
+      }
+  return user;
+}
+
+/* Whether t is one value per channel of a [N, C, H, W] result. */
+static bool per_channel(const Tensor *t, int64_t channels) {
+  const Shape *s = &t->shape;
+  if (t->dtype != DT_F32 || tensor_numel(t) != channels) return false;
+  if (s->ndim == 1) return channels == 1;
+  for (int k = 0; k < s->ndim; k++)
+    if (s->d[k] != (s->ndim - k == 3 ? channels : 1)) return false;
+  return s->ndim >= 3 && s->ndim <= 4;
+}
+
+int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
+  int act_i = param_index(OP_CONV2D, "act"), fused = 0;
+  for (bool again = true; again;) {
+    again = false;
+    for (int id = 0; id < g->n_nodes; id++) {
+      const Node *c = &g->nodes[id];
+      if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE) continue;
+      int u = only_use(g, id);
+      if (u < 0) continue;
+      const Node *un = &g->nodes[u];
+      TensorRef in[3] = {c->in[0], c->in[1], {-1, 0}};
+      Params p = c->params;
+      int n_in = c->n_in;
+      if (un->kind == OP_EWADD && n_in == 2) {
+        TensorRef other = un->in[0].node == id ? un->in[1] : un->in[0];
+        const Node *bn = &g->nodes[other.node];
+        if (other.node == id || bn->kind != OP_CONST || !per_channel(bn->value, c->out[0].d[1]))
+          continue;
+        Shape flat = shape_of(1, (int)c->out[0].d[1]);
+        Tensor *t = tensor_new(DT_F32, &flat);
+        if (!t) return TEQ_ERR_NOMEM;
+        memcpy(t->data, bn->value->data, tensor_bytes(t));
+        int bid = graph_add_const(g, bn->name, t, d);
+        if (bid < 0) return bid;
+        in[2] = (TensorRef){bid, 0};
+        n_in = 3;
+      } else if (un->kind == OP_RELU || un->kind == OP_SIGMOID || un->kind == OP_TANH) {
+        p.v[act_i].i[0] = un->kind == OP_RELU ? ACT_RELU : un->kind == OP_SIGMOID ? ACT_SIGMOID
+                                                                                  : ACT_TANH;
+        if (n_in == 3) in[2] = g->nodes[id].in[2];
+      } else {
+        continue;
+      }
+      int nid = graph_add_node(g, OP_CONV2D, in, n_in, 1, &p, g->nodes[id].name, d);
+      if (nid < 0) return nid;
+      graph_replace_uses(g, (TensorRef){u, 0}, (TensorRef){nid, 0});
+      fused++;
+      again = true;
+    }
+    if (again) {
+      int r = graph_remove_dead(g);
+      if (r < 0) return r;
+    }
+  }
+  if (n_fused) *n_fused = fused;
+  return TEQ_OK;
+}

@@ -1,0 +1,440 @@
+/* main.c: the optimize command.
+ *
+ *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N]
+ *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
+ *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
+ *            [--window N] [--batch N] [--record FILE] [--dump] [--quiet] model.onnx
+ *
+ * Imports the model (constants and BatchNormalization folded), searches for
+ * a cheaper equivalent with the proved rules, computes weight-only nodes,
+ * exports the result, and checks it end to end on the CPU executor: both
+ * models run on the same seeded random inputs, and the command fails
+ * (status 1) when the largest relative difference of an output exceeds the
+ * tolerance. The report goes to stdout (and as JSON with --json), progress
+ * to stderr. Bad arguments, a missing or foreign rule database, an empty
+ * rule set or a model the importer rejects exit with status 2. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/optimize.h"
+#include "runtime/cuda.h"
+#include "runtime/exec.h"
+#include "runtime/onnx.h"
+
+#ifndef TEQ_PROFILE_DIR
+#define TEQ_PROFILE_DIR "tools/profiles"
+#endif
+
+static const char usage[] =
+  "usage: optimize --rules FILE [options] MODEL.onnx\n"
+  "  --rules FILE        rule database made by gen-rules and verify-rules\n"
+  "  -o FILE             optimized model (default: MODEL.opt.onnx)\n"
+  "  --alpha A           keep candidates costing under A x the best (default 1.05)\n"
+  "  --budget N          graphs expanded per window (default 300)\n"
+  "  --time-limit S      seconds for the whole search (default: none)\n"
+  "  --window N          operators per search window (default 150)\n"
+  "  --cost-model M      auto, gpu, table or analytic (default auto: the GPU if there\n"
+  "                      is one, else the cost table, else the analytic model)\n"
+  "  --cost-table FILE   costs measured earlier on a GPU (default " TEQ_PROFILE_DIR "/h100.tsv)\n"
+  "  --record FILE       write every operator configuration costed, to measure on a GPU\n"
+  "  --json FILE         also write the report as JSON\n"
+  "  --seed S            random inputs of the checks (default 1)\n"
+  "  --unproved          also use rules verify-rules has not proved (never refuted ones)\n"
+  "  --no-check          skip the end-to-end check\n"
+  "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
+  "  --batch N           value of symbolic dimensions (default 1)\n"
+  "  --dump              print the optimized graph, one node per line\n"
+  "  --quiet             no progress on stderr\n";
+
+typedef struct Args {
+  const char *rules, *model, *out, *cost_mode, *cost_table, *json, *record;
+  OptOptions opt;
+  double tolerance;
+  long long batch;
+  bool unproved, check, dump;
+} Args;
+
+static int bad(const char *fmt, const char *arg) {
+  fprintf(stderr, "optimize: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n%s", usage);
+  return 2;
+}
+
+static bool parse_real(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, Args *a) {
+  *a = (Args){.cost_mode = "auto", .cost_table = TEQ_PROFILE_DIR "/h100.tsv", .opt = OPT_DEFAULTS,
+              .tolerance = 1e-4, .batch = 1, .check = true};
+  a->opt.progress = stderr;
+  for (int i = 1; i < argc; i++) {
+    const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long long n;
+    double x;
+    if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+      fputs(usage, stdout);
+      return 1;
+    } else if (!strcmp(k, "--quiet")) {
+      a->opt.quiet = true;
+      continue;
+    } else if (!strcmp(k, "--unproved")) {
+      a->unproved = true;
+      continue;
+    } else if (!strcmp(k, "--dump")) {
+      a->dump = true;
+      continue;
+    } else if (!strcmp(k, "--no-check")) {
+      a->check = false;
+      continue;
+    } else if (k[0] != '-') {
+      if (a->model) return bad("unexpected argument '%s' (one model)", k);
+      a->model = k;
+      continue;
+    }
+    if (!v) return bad("%s needs a value", k);
+    i++;
+    if (!strcmp(k, "--rules")) a->rules = v;
+    else if (!strcmp(k, "-o") || !strcmp(k, "--output")) a->out = v;
+    else if (!strcmp(k, "--json")) a->json = v;
+    else if (!strcmp(k, "--record")) a->record = v;
+    else if (!strcmp(k, "--cost-table")) a->cost_table = v;
+    else if (!strcmp(k, "--cost-model")) {
+      if (strcmp(v, "auto") && strcmp(v, "gpu") && strcmp(v, "table") && strcmp(v, "analytic"))
+        return bad("--cost-model '%s': expected auto, gpu, table or analytic", v);
+      a->cost_mode = v;
+    } else if (!strcmp(k, "--alpha")) {
+      if (!parse_real(v, 1.0, 10.0, &x)) return bad("--alpha '%s': expected 1 to 10", v);
+      a->opt.alpha = x;
+    } else if (!strcmp(k, "--time-limit")) {
+      if (!parse_real(v, 0.001, 1e6, &x)) return bad("--time-limit '%s': expected seconds > 0", v);
+      a->opt.time_limit_s = x;
+    } else if (!strcmp(k, "--tolerance")) {
+      if (!parse_real(v, 0, 1, &x)) return bad("--tolerance '%s': expected 0 to 1", v);
+      a->tolerance = x;
+    } else if (!strcmp(k, "--budget")) {
+      if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--budget '%s': expected an integer >= 0", v);
+      a->opt.budget = (int)n;
+    } else if (!strcmp(k, "--window")) {
+      if (!teq_parse_int(v, 8, 100000, &n)) return bad("--window '%s': expected 8 to 100000", v);
+      a->opt.window = (int)n;
+    } else if (!strcmp(k, "--seed")) {
+      if (!teq_parse_int(v, 0, INT64_MAX, &n)) return bad("--seed '%s': expected an integer >= 0", v);
+      a->opt.seed = (uint64_t)n;
+    } else if (!strcmp(k, "--batch")) {
+      if (!teq_parse_int(v, 1, 1 << 20, &n)) return bad("--batch '%s': expected 1 to 1048576", v);
+      a->batch = n;
+    } else {
+      return bad("unknown option '%s'", k);
+    }
+  }
+  if (!a->model) return bad("no model given%s", "");
+  if (!a->rules) return bad("no rule database given (--rules FILE)%s", "");
+  return 0;
+}
+
+/* The cost model the options ask for; *what describes it for the report. */
+static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, char *what,
+                           size_t size, Diag *d) {
+  CostModel *cm = cost_model_new();
+  if (!cm) return TEQ_ERR_NOMEM;
+  const char *mode = a->cost_mode;
+  int rc = TEQ_OK;
+  bool gpu = !strcmp(mode, "gpu");
+  if (!strcmp(mode, "auto")) {
+    CudaInfo info;
+    cuda_probe(&info);
+    gpu = info.n_devices > 0;
+  }
+  if (gpu) {
+    rc = cuda_device_open(dev, d);
+    if (rc == TEQ_OK) {
+      cost_model_use_gpu(cm, *dev);
+      snprintf(what, size, "measured on %s", cuda_device_name(*dev));
+    } else if (!strcmp(mode, "gpu")) {
+      cost_model_free(cm);
+      return diag_error(d, "--cost-model gpu: no usable GPU"), TEQ_ERR_INPUT;
+    } else {
+      rc = TEQ_OK;
+      gpu = false;
+    }
+  }
+  if (!gpu && strcmp(mode, "analytic")) {
+    FILE *f = fopen(a->cost_table, "r");
+    if (f) fclose(f);
+    if (f || !strcmp(mode, "table")) {
+      rc = cost_model_load_table(cm, a->cost_table, NULL, d);
+      if (rc) {
+        cost_model_free(cm);
+        return rc;
+      }
+      snprintf(what, size, "table %s (%s, %d configurations), analytic beyond it", a->cost_table,
+               cost_model_device(cm), cost_model_size(cm));
+    } else {
+      snprintf(what, size, "analytic (no cost table at %s)", a->cost_table);
+    }
+  } else if (!gpu) {
+    snprintf(what, size, "analytic");
+  }
+  *out = cm;
+  return TEQ_OK;
+}
+
+/* Both graphs on the same seeded random inputs: the largest relative error
+ * over the outputs (see exec_relative_error). */
+static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, double *err, Diag *d) {
+  int ni = a->n_inputs, no = a->n_outputs;
+  if (b->n_inputs != ni || b->n_outputs != no)
+    return diag_error(d, "the optimized graph has %d inputs and %d outputs, the original %d and %d",
+                      b->n_inputs, b->n_outputs, ni, no);
+  Tensor **in = calloc((size_t)ni + 1, sizeof *in);
+  Tensor **oa = calloc((size_t)no + 1, sizeof *oa), **ob = calloc((size_t)no + 1, sizeof *ob);
+  int rc = in && oa && ob ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int i = 0; i < ni && rc == TEQ_OK; i++) {
+    const Node *n = &a->nodes[a->inputs[i]];
+    in[i] = tensor_new(n->dtype == DT_I64 ? DT_I64 : DT_F32, &n->out[0]);
+    if (!in[i]) rc = TEQ_ERR_NOMEM;
+    else if (n->dtype != DT_I64) tensor_fill_random(in[i], seed + (uint64_t)i);
+  }
+  if (rc == TEQ_OK) rc = exec_run(a, EXEC_F32, in, oa, d);
+  if (rc == TEQ_OK) {
+    rc = exec_run(b, EXEC_F32, in, ob, d);
+    if (rc) memset(ob, 0, (size_t)no * sizeof *ob);
+  } else {
+    memset(oa, 0, (size_t)no * sizeof *oa);
+  }
+  double worst = 0;
+  for (int o = 0; o < no && rc == TEQ_OK; o++) {
+    double e = exec_relative_error(ob[o], oa[o]);
+    if (!(e <= worst)) worst = e;
+  }
+  for (int i = 0; in && i < ni; i++) tensor_unref(in[i]);
+  for (int o = 0; oa && ob && o < no; o++) {
+    if (rc == TEQ_OK || oa[o]) tensor_unref(oa[o]);
+    if (rc == TEQ_OK || ob[o]) tensor_unref(ob[o]);
+  }
+  free(in), free(oa), free(ob);
+  if (rc == TEQ_OK) *err = worst;
+  return rc;
+}
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+typedef struct Report {
+  const char *model, *out, *rules_path, *cost_what;
+  int n_rules, ops_before, ops_after, folded, fused;
+  double cost_before, cost_after, check_err, tolerance;
+  int src_before[COST__SOURCES], src_after[COST__SOURCES];
+  bool checked;
+  const OptStats *st;
+  const OptRules *rs;
+} Report;
+
+static void print_sources(FILE *f, const int *src) {
+  const char *sep = "";
+  for (int s = 0; s < COST__SOURCES; s++)
+    if (src[s]) fprintf(f, "%s%s %d", sep, cost_source_name((CostSource)s), src[s]), sep = ", ";
+}
+
+static void report_text(const Report *r, FILE *f) {
+  const OptStats *st = r->st;
+  fprintf(f, "optimize: %s -> %s\n", r->model, r->out);
+  fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
+  fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
+  fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
+  fprintf(f, "  %-26s %.1f -> %.1f us (%+.1f%%)\n", "estimated cost", r->cost_before,
+          r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0);
+  fprintf(f, "  %-26s before: ", "cost sources (operators)");
+  print_sources(f, r->src_before);
+  fprintf(f, "; after: ");
+  print_sources(f, r->src_after);
+  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld built, %lld duplicates, "
+          "%lld queued, %.2f s%s\n", "search", st->windows, (long long)st->explored,
+          (long long)st->generated, (long long)st->duplicates, (long long)st->kept, st->search_s,
+          st->stopped_by_time ? " (stopped by the time limit)" : "");
+  fprintf(f, "  %-26s cycle %lld, shapes %lld, Z_p %lld\n", "rewrites rejected",
+          (long long)st->rejected_cycle, (long long)st->rejected_shape,
+          (long long)st->rejected_zp);
+  fprintf(f, "  %-26s %lld checked exactly, %lld too large to check (proof trusted)\n",
+          "rule instances in Z_p", (long long)st->zp_checked, (long long)st->zp_trusted);
+  fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
+  fprintf(f, "  %-26s %d biases and activations folded into convolutions\n", "after the search",
+          r->fused);
+  if (r->checked)
+    fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s\n", "end-to-end check",
+            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED");
+  else
+    fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
+  int any = 0;
+  for (int i = 0; i < st->n_rules; i++) any += st->applied[i];
+  fprintf(f, "  rules applied (%d rewrites):\n", any);
+  for (int i = 0; i < st->n_rules; i++)
+    if (st->applied[i])
+      fprintf(f, "    %3dx  #%lld  %s\n", st->applied[i], (long long)opt_rules_id(r->rs, i),
+              opt_rules_text(r->rs, i));
+}
+
+static int report_json(const Report *r, const char *path, Diag *d) {
+  FILE *f = fopen(path, "w");
+  if (!f) return diag_error(d, "%s: cannot write: %s", path, strerror(errno)), TEQ_ERR_IO;
+  const OptStats *st = r->st;
+  fprintf(f, "{\n  \"model\": ");
+  json_string(f, r->model);
+  fprintf(f, ",\n  \"output\": ");
+  json_string(f, r->out);
+  fprintf(f, ",\n  \"rules\": ");
+  json_string(f, r->rules_path);
+  fprintf(f, ",\n  \"directed_rules\": %d,\n  \"cost_model\": ", r->n_rules);
+  json_string(f, r->cost_what);
+  fprintf(f, ",\n  \"operators_before\": %d,\n  \"operators_after\": %d,\n", r->ops_before,
+          r->ops_after);
+  fprintf(f, "  \"cost_before_us\": %.6g,\n  \"cost_after_us\": %.6g,\n", r->cost_before,
+          r->cost_after);
+  for (int w = 0; w < 2; w++) {
+    const int *src = w ? r->src_after : r->src_before;
+    fprintf(f, "  \"cost_sources_%s\": {", w ? "after" : "before");
+    for (int s = 0; s < COST__SOURCES; s++)
+      fprintf(f, "%s\"%s\": %d", s ? ", " : "", cost_source_name((CostSource)s), src[s]);
+    fprintf(f, "},\n");
+  }
+  fprintf(f, "  \"search\": {\"windows\": %d, \"expanded\": %lld, \"built\": %lld, "
+          "\"duplicates\": %lld, \"queued\": %lld, \"seconds\": %.4f, \"stopped_by_time\": %s},\n",
+          st->windows, (long long)st->explored, (long long)st->generated,
+          (long long)st->duplicates, (long long)st->kept, st->search_s,
+          st->stopped_by_time ? "true" : "false");
+  fprintf(f, "  \"rejected\": {\"cycle\": %lld, \"shape\": %lld, \"zp\": %lld},\n",
+          (long long)st->rejected_cycle, (long long)st->rejected_shape, (long long)st->rejected_zp);
+  fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",
+          (long long)st->zp_checked, (long long)st->zp_trusted);
+  fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n", r->folded, r->fused);
+  if (r->checked)
+    fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s},\n",
+            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "true" : "false");
+  else
+    fprintf(f, "  \"check\": null,\n");
+  fprintf(f, "  \"applied\": [");
+  const char *sep = "";
+  for (int i = 0; i < st->n_rules; i++)
+    if (st->applied[i]) {
+      fprintf(f, "%s\n    {\"rule_id\": %lld, \"times\": %d, \"text\": ", sep,
+              (long long)opt_rules_id(r->rs, i), st->applied[i]);
+      json_string(f, opt_rules_text(r->rs, i));
+      fputc('}', f);
+      sep = ",";
+    }
+  fprintf(f, "\n  ]\n}\n");
+  if (fclose(f)) return diag_error(d, "%s: cannot write", path), TEQ_ERR_IO;
+  return TEQ_OK;
+}
+
+static char *default_output(const char *model) {
+  size_t n = strlen(model);
+  char *out = malloc(n + 16);
+  if (!out) return NULL;
+  memcpy(out, model, n + 1);
+  if (n > 5 && !strcmp(out + n - 5, ".onnx")) out[n - 5] = 0;
+  strcat(out, ".opt.onnx");
+  return out;
+}
+
+int main(int argc, char **argv) {
+  Args a;
+  int prc = parse_args(argc, argv, &a);
+  if (prc) return prc == 1 ? 0 : prc;
+  Diag d;
+  diag_init(&d);
+  d.echo = a.opt.quiet ? NULL : stderr;
+  Graph *g = NULL, *best = NULL;
+  OptRules *rs = NULL;
+  CostModel *cm = NULL;
+  CudaDevice *dev = NULL;
+  FILE *record = NULL;
+  char *out_default = NULL;
+  OptStats st = {0};
+  Report r = {.model = a.model, .rules_path = a.rules, .tolerance = a.tolerance, .st = &st};
+  char what[512] = "";
+  int rc = opt_rules_load(a.rules, a.unproved, &rs, &d);
+  if (rc == TEQ_OK) {
+    OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+    io.batch = a.batch;
+    rc = onnx_import_file(a.model, &io, &g, NULL, &d);
+  }
+  if (rc == TEQ_OK) rc = open_cost_model(&a, &cm, &dev, what, sizeof what, &d);
+  if (rc == TEQ_OK && a.record) {
+    record = fopen(a.record, "w");
+    if (!record) rc = diag_error(&d, "%s: cannot write: %s", a.record, strerror(errno));
+    else cost_model_record(cm, record);
+  }
+  if (rc == TEQ_OK) {
+    r.cost_what = what;
+    r.rs = rs;
+    r.n_rules = opt_rules_count(rs);
+    r.ops_before = graph_count_ops(g);
+    if (!a.opt.quiet)
+      fprintf(stderr, "optimize: %s: %d operators, %d directed rules; searching\n", a.model,
+              r.ops_before, r.n_rules);
+    rc = opt_graph_cost(cm, g, &r.cost_before, r.src_before, &d);
+  }
+  Graph *plain = NULL;
+  if (rc == TEQ_OK) rc = (plain = graph_copy(g)) ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = opt_split_bias(plain, NULL, &d);
+  if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
+  graph_free(plain);
+  if (rc == TEQ_OK) rc = opt_fold_weights(best, &r.folded, &d);
+  if (rc == TEQ_OK) rc = opt_fuse_bias(best, &r.fused, &d);
+  if (rc == TEQ_OK) rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
+  if (rc == TEQ_OK) rc = graph_check(best, &d);
+  if (rc == TEQ_OK) {
+    r.ops_after = graph_count_ops(best);
+    r.out = a.out ? a.out : (out_default = default_output(a.model));
+    if (!r.out) rc = TEQ_ERR_NOMEM;
+  }
+  if (rc == TEQ_OK) rc = onnx_export_file(best, r.out, &d);
+  if (rc == TEQ_OK && a.dump) graph_dump(best, stdout);
+  if (rc == TEQ_OK && a.check) {
+    if (!a.opt.quiet) fprintf(stderr, "optimize: checking both models on the CPU executor\n");
+    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &d);
+    r.checked = rc == TEQ_OK;
+  }
+  if (rc == TEQ_OK) {
+    report_text(&r, stdout);
+    if (a.json) rc = report_json(&r, a.json, &d);
+  }
+  int status = rc ? teq_exit_status(rc) : 0;
+  if (rc == TEQ_OK && r.checked && !(r.check_err <= a.tolerance)) {
+    diag_error(&d, "optimize: the optimized model differs from the original: largest relative "
+                   "error %.3g > tolerance %.3g", r.check_err, a.tolerance);
+    status = 1;
+  }
+  if (rc && !d.n_errors) diag_error(&d, "optimize: %s", teq_strerror(rc));
+  d.echo = NULL;
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  if (record) fclose(record);
+  opt_stats_fini(&st);
+  free(out_default);
+  graph_free(g);
+  graph_free(best);
+  opt_rules_free(rs);
+  cost_model_free(cm);
+  if (dev) cuda_device_close(dev);
+  return status;
+}

@@ -1,0 +1,123 @@
+/* optimize.h: the optimize command's engine. It rewrites a model graph with
+ * proved rules from the rule database, searching by cost (MetaFlow's
+ * backtracking search, TASO Algorithm 2), and precomputes what depends on
+ * weights alone.
+ *
+ * A rule's two sides were found at one assignment of shapes; applying it to
+ * a model re-derives what depends on shapes (split sizes, the extents of
+ * constant tensors, the groups of a depthwise convolution) from the matched
+ * tensors, and every other parameter must match exactly. The rewritten
+ * part must produce exactly the shapes it replaces. Where both sides are
+ * cheap to evaluate at the model's shapes, the instance is also checked
+ * exactly in Z_p before it is used (once per rule and shapes).
+ *
+ * Large graphs are searched in windows of consecutive operators, so search
+ * time grows about linearly with the model. Costs come from the runtime's
+ * cost model (runtime/cost.h); operators whose inputs are all weights cost
+ * nothing, because they are computed once and exported as initializers. */
+#ifndef TEQ_OPTIMIZE_OPTIMIZE_H
+#define TEQ_OPTIMIZE_OPTIMIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/cost.h"
+#include "runtime/err.h"
+#include "runtime/graph.h"
+
+/* ---- rules ---- */
+
+typedef struct OptRules OptRules;
+
+/* Loads the rules of a database made by gen-rules: the proved ones, or
+ * every rule but the refuted ones with include_unproved. Each rule is used
+ * in both directions where a direction can be applied (its source binds
+ * every variable the target uses, and its outputs are operators). Errors
+ * (TEQ_ERR_INPUT): no such database, another schema, no usable rule. */
+TEQ_API int opt_rules_load(const char *db_path, bool include_unproved, OptRules **out, Diag *d);
+/* An empty set, for rules added one by one (tests). */
+TEQ_API OptRules *opt_rules_new(void);
+/* Adds src => dst (only this direction); takes both graphs. text may be NULL. */
+TEQ_API int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *text,
+                          Diag *d);
+TEQ_API void opt_rules_free(OptRules *rs);
+/* Directed rules held, and the text and database id of rule i. */
+TEQ_API int opt_rules_count(const OptRules *rs);
+TEQ_API const char *opt_rules_text(const OptRules *rs, int i);
+TEQ_API int64_t opt_rules_id(const OptRules *rs, int i);
+
+/* ---- one rewrite ---- */
+
+/* Every place rule i matches in g, applied one at a time: calls fn with
+ * each new graph (which fn may keep: it returns true to take it, else it is
+ * freed). At most max_matches matches are tried. Counts go to the stats
+ * below. For tests and for the search. */
+typedef struct OptStats OptStats;
+TEQ_API int opt_apply_rule(const OptRules *rs, int i, const Graph *g, int max_matches,
+                           bool (*fn)(Graph *rewritten, void *ctx), void *ctx, OptStats *st,
+                           Diag *d);
+
+/* ---- the search ---- */
+
+typedef struct OptOptions {
+  double alpha;          /* keep a candidate when cost < alpha * best (1.05) */
+  int budget;            /* graphs expanded per window (default 300) */
+  double time_limit_s;   /* for the whole search; 0: none */
+  int window;            /* operators per window (default 150) */
+  int max_matches;       /* matches tried per rule and graph (default 64) */
+  double zp_check_flops; /* check instances in Z_p up to this many flops (default 3e7); 0: never */
+  uint64_t seed;
+  bool quiet;
+  FILE *progress;        /* stderr, or NULL */
+} OptOptions;
+
+#define OPT_DEFAULTS                                                                  \
+  ((OptOptions){.alpha = 1.05, .budget = 300, .window = 150, .max_matches = 64,       \
+                .zp_check_flops = 3e7, .seed = 1})
+
+struct OptStats {
+  int64_t explored;        /* graphs taken off the queue and expanded */
+  int64_t generated;       /* rewritten graphs built */
+  int64_t duplicates;      /* ... already seen (structural hash) */
+  int64_t kept;            /* ... within alpha of the best, queued */
+  int64_t rejected_cycle;  /* rewrites that would create a cycle (TASO Fig. 6) */
+  int64_t rejected_shape;  /* targets that do not fit the matched shapes */
+  int64_t rejected_zp;     /* instances that differ in Z_p: the rule does not hold there */
+  int64_t zp_checked;      /* distinct instances checked exactly in Z_p */
+  int64_t zp_trusted;      /* distinct instances too large to check (the proof stands) */
+  int windows;
+  bool stopped_by_time;
+  double search_s;
+  int *applied;            /* per directed rule: times applied in the result */
+  int n_rules;
+};
+
+TEQ_API void opt_stats_fini(OptStats *st);
+
+/* Searches for the cheapest equivalent of g. *out receives the best graph
+ * found (a copy of g if nothing was better). st is filled (its applied
+ * array is allocated; opt_stats_fini frees it). */
+TEQ_API int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
+                       Graph **out, OptStats *st, Diag *d);
+
+/* ---- costs and weights ---- */
+
+/* The cost of g as the search sees it: every computing node except those
+ * whose inputs are all weights (constants, constant tensors, or such nodes
+ * themselves). counts[s] (optional) counts node costs per source. */
+TEQ_API int opt_graph_cost(CostModel *cm, const Graph *g, double *us,
+                           int counts[COST__SOURCES], Diag *d);
+
+/* Computes every node whose inputs are all weights on the CPU and replaces
+ * it by a constant (an initializer on export); *n_folded (optional)
+ * receives how many nodes were folded. */
+TEQ_API int opt_fold_weights(Graph *g, int *n_folded, Diag *d);
+
+/* Convolution biases and fused activations as separate nodes for the
+ * search (conv2d(x, w, b, relu) -> relu(ewadd(conv2d(x, w), B))), and back;
+ * see bias.c. Counts are optional. */
+TEQ_API int opt_split_bias(Graph *g, int *n_split, Diag *d);
+TEQ_API int opt_fuse_bias(Graph *g, int *n_fused, Diag *d);
+
+#endif

@@ -1,0 +1,165 @@
+/* rules.c: the rules optimize applies, read from the rule database.
+ *
+ * The database stores each rule once, as an equation; optimize uses both
+ * directions where a direction can be applied: its source must bind every
+ * variable its target reads, and each of its outputs must be computed by
+ * an operator (a variable alone is nothing to replace). Directed rules are
+ * indexed by the operator kind that computes the source's first output,
+ * the node where matching starts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/opt_int.h"
+#include "ruledb/ruledb.h"
+
+OptRules *opt_rules_new(void) { return calloc(1, sizeof(OptRules)); }
+
+void opt_rules_free(OptRules *rs) {
+  if (!rs) return;
+  for (int i = 0; i < rs->n; i++) {
+    graph_free(rs->r[i].src);
+    graph_free(rs->r[i].dst);
+    free(rs->r[i].text);
+  }
+  for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]);
+  free(rs->r);
+  free(rs);
+}
+
+int opt_rules_count(const OptRules *rs) { return rs->n; }
+const char *opt_rules_text(const OptRules *rs, int i) { return rs->r[i].text ? rs->r[i].text : ""; }
+int64_t opt_rules_id(const OptRules *rs, int i) { return rs->r[i].id; }
+
+/* Which variables (OP_INPUT nodes) the outputs of side reach. */
+static void vars_used(const Graph *side, bool *used) {
+  bool live[OPT_MAX_SIDE] = {false};
+  for (int o = 0; o < side->n_outputs; o++) live[side->outputs[o].node] = true;
+  for (int id = side->n_nodes - 1; id >= 0; id--) {
+    if (!live[id]) continue;
+    const Node *n = &side->nodes[id];
+    if (n->kind == OP_INPUT) used[id] = true;
+    for (int j = 0; j < n->n_in; j++) live[n->in[j].node] = true;
+  }
+}
+
+/* Whether src => dst can be applied as a rewrite (see the file comment). */
+static bool applicable(const Graph *src, const Graph *dst) {
+  if (src->n_nodes > OPT_MAX_SIDE || dst->n_nodes > OPT_MAX_SIDE) return false;
+  if (src->n_outputs != dst->n_outputs || src->n_outputs == 0) return false;
+  if (src->n_inputs != dst->n_inputs) return false;
+  for (int o = 0; o < src->n_outputs; o++) {
+    const Node *n = &src->nodes[src->outputs[o].node];
+    if (n->kind == OP_INPUT || n->kind == OP_CONST) return false;
+  }
+  bool in_src[OPT_MAX_SIDE] = {false}, in_dst[OPT_MAX_SIDE] = {false};
+  vars_used(src, in_src);
+  vars_used(dst, in_dst);
+  for (int v = 0; v < dst->n_inputs; v++) {
+    int id = dst->inputs[v], sid = src->inputs[v];
+    if (in_dst[id] && !in_src[sid]) return false;
+  }
+  return true;
+}
+
+int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *text, Diag *d) {
+  if (!applicable(src, dst)) {
+    graph_free(src);
+    graph_free(dst);
+    return diag_error(d, "rule %lld cannot be applied in this direction", (long long)id);
+  }
+  if (rs->n == rs->cap) {
+    int cap = rs->cap ? rs->cap * 2 : 256;
+    OptRule *r = realloc(rs->r, (size_t)cap * sizeof *r);
+    if (!r) goto nomem;
+    rs->r = r, rs->cap = cap;
+  }
+  OpKind root = src->nodes[src->outputs[0].node].kind;
+  int *idx = realloc(rs->by_root[root], (size_t)(rs->n_by_root[root] + 1) * sizeof *idx);
+  if (!idx) goto nomem;
+  rs->by_root[root] = idx;
+  idx[rs->n_by_root[root]++] = rs->n;
+  rs->r[rs->n++] = (OptRule){.src = src, .dst = dst, .id = id,
+                             .text = text ? strdup(text) : NULL, .root = root};
+  return TEQ_OK;
+nomem:
+  graph_free(src);
+  graph_free(dst);
+  return TEQ_ERR_NOMEM;
+}
+
+typedef struct Loader {
+  OptRules *rs;
+  int64_t seen, usable;
+  Diag *d;
+} Loader;
+
+static int load_one(const Rule *r, void *ctx) {
+  Loader *L = ctx;
+  L->seen++;
+  if (r->status == RULE_REFUTED) return 0;
+  char *text = rule_text(r);
+  if (!text) return TEQ_ERR_NOMEM;
+  /* The same rule read backwards: swap the sides of the text too. */
+  char *back = NULL;
+  const char *arrow = strstr(text, " => ");
+  if (arrow) {
+    size_t ls = (size_t)(arrow - text), rl = strlen(arrow + 4);
+    back = malloc(ls + rl + 5);
+    if (back) {
+      memcpy(back, arrow + 4, rl);
+      memcpy(back + rl, " => ", 4);
+      memcpy(back + rl + 4, text, ls);
+      back[ls + rl + 4] = 0;
+    }
+  }
+  int rc = TEQ_OK;
+  for (int dir = 0; dir < 2 && rc == TEQ_OK; dir++) {
+    const Graph *a = dir ? r->dst : r->src, *b = dir ? r->src : r->dst;
+    if (!applicable(a, b)) continue;
+    Graph *ca = graph_copy(a), *cb = graph_copy(b);
+    if (!ca || !cb) {
+      graph_free(ca), graph_free(cb);
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    Diag quiet;
+    diag_init(&quiet);
+    rc = opt_rules_add(L->rs, ca, cb, r->id, dir ? back : text, &quiet);
+    diag_fini(&quiet);
+    if (rc == TEQ_OK) L->usable++;
+  }
+  free(text);
+  free(back);
+  return rc;
+}
+
+int opt_rules_load(const char *db_path, bool include_unproved, OptRules **out, Diag *d) {
+  RuleDb *db = NULL;
+  int rc = ruledb_open(db_path, RULEDB_READ, &db, d);
+  if (rc) return rc;
+  OptRules *rs = opt_rules_new();
+  if (!rs) {
+    ruledb_close(db);
+    return TEQ_ERR_NOMEM;
+  }
+  Loader L = {.rs = rs, .d = d};
+  rc = ruledb_foreach_rule(db, include_unproved ? -1 : RULE_PROVED, load_one, &L, d);
+  int64_t total = 0;
+  if (rc == TEQ_OK) rc = ruledb_count_rules(db, -1, &total, d);
+  ruledb_close(db);
+  if (rc == TEQ_OK && rs->n == 0) {
+    if (total == 0)
+      rc = diag_error(d, "%s: the database holds no rules (run gen-rules)", db_path);
+    else if (L.seen == 0)
+      rc = diag_error(d, "%s: none of its %lld rules is proved (run verify-rules, or pass "
+                         "--unproved to use unverified ones)", db_path, (long long)total);
+    else
+      rc = diag_error(d, "%s: none of its rules can be applied as a rewrite", db_path);
+  }
+  if (rc) {
+    opt_rules_free(rs);
+    return rc;
+  }
+  *out = rs;
+  return TEQ_OK;
+}
