@@ -5,11 +5,15 @@
  * every convolution of a real model has a bias (BatchNormalization folds
  * into one) and often a fused activation. Before the search each
  * conv2d(x, w, b, act) becomes act(ewadd(conv2d(x, w), B)) with B the bias
- * as a [1, C, 1, 1] constant, which is the same computation, so rules about
+ * spread to the convolution's whole output shape, which is the same
+ * computation. The rules' ewadd adds tensors of equal shapes (a rule about
+ * those says nothing about a broadcast [1, C, 1, 1] bias, and the matcher
+ * refuses such a match), so spread out, the rules about
  * convolutions and element-wise operators apply to it; merging two
  * convolutions then merges their biases through the rules for ewadd and
  * concat. After the search the inverse folding runs: an ewadd of a
- * convolution's only use and a per-channel constant becomes the
+ * convolution's only use and a constant that is one value per channel
+ * (whatever its shape) becomes the
  * convolution's bias, and a relu, sigmoid or tanh of a convolution's only
  * use becomes its fused activation. Both directions only regroup the same
  * arithmetic (the bias is added to each finished sum either way). */
@@ -38,10 +42,15 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
     TensorRef cur = {plain, 0};
     if (b.node >= 0) {
       const Tensor *bv = g->nodes[b.node].value;
-      Shape s = shape_of(4, 1, (int)tensor_numel(bv), 1, 1);
+      const Shape s = g->nodes[plain].out[0];
+      if (s.ndim != 4 || tensor_numel(bv) != s.d[1] || bv->dtype != DT_F32) return TEQ_ERR_INTERNAL;
       Tensor *t = tensor_new(DT_F32, &s);
       if (!t) return TEQ_ERR_NOMEM;
-      memcpy(t->data, bv->data, tensor_bytes(bv));
+      const float *src = bv->data;
+      float *dst = t->data;
+      int64_t plane = s.d[2] * s.d[3];
+      for (int64_t nc = 0; nc < s.d[0] * s.d[1]; nc++)
+        for (int64_t k = 0; k < plane; k++) dst[nc * plane + k] = src[nc % s.d[1]];
       int bid = graph_add_const(g, g->nodes[b.node].name, t, d);
       if (bid < 0) return bid;
       int add = graph_add_node(g, OP_EWADD, (TensorRef[]){cur, {bid, 0}}, 2, 1, NULL, NULL, d);
@@ -79,14 +88,26 @@ static int only_use(const Graph *g, int id) {
   return user;
 }
 
-/* Whether t is one value per channel of a [N, C, H, W] result. */
-static bool per_channel(const Tensor *t, int64_t channels) {
+/* Whether t, added to a [N, C, H, W] result of shape out, is one value per
+ * channel: either [C, 1, 1]-like or spread over out's whole shape with
+ * every (n, h, w) equal. *vals receives the C values. */
+static bool per_channel(const Tensor *t, const Shape *out, float *vals) {
+  if (t->dtype != DT_F32 || out->ndim != 4) return false;
   const Shape *s = &t->shape;
-  if (t->dtype != DT_F32 || tensor_numel(t) != channels) return false;
-  if (s->ndim == 1) return channels == 1;
+  int64_t C = out->d[1], plane = out->d[2] * out->d[3];
+  const float *x = t->data;
+  if (shape_equal(s, out)) {
+    for (int64_t c = 0; c < C; c++) vals[c] = x[c * plane];
+    for (int64_t nc = 0; nc < out->d[0] * C; nc++)
+      for (int64_t k = 0; k < plane; k++)
+        if (x[nc * plane + k] != vals[nc % C]) return false;
+    return true;
+  }
+  if (tensor_numel(t) != C || s->ndim < 3 || s->ndim > 4) return false;
   for (int k = 0; k < s->ndim; k++)
-    if (s->d[k] != (s->ndim - k == 3 ? channels : 1)) return false;
-  return s->ndim >= 3 && s->ndim <= 4;
+    if (s->d[k] != (s->ndim - k == 3 ? C : 1)) return false;
+  memcpy(vals, x, (size_t)C * sizeof *vals);
+  return true;
 }
 
 int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
@@ -105,12 +126,14 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
       if (un->kind == OP_EWADD && n_in == 2) {
         TensorRef other = un->in[0].node == id ? un->in[1] : un->in[0];
         const Node *bn = &g->nodes[other.node];
-        if (other.node == id || bn->kind != OP_CONST || !per_channel(bn->value, c->out[0].d[1]))
-          continue;
+        if (other.node == id || bn->kind != OP_CONST || c->out[0].ndim != 4) continue;
         Shape flat = shape_of(1, (int)c->out[0].d[1]);
         Tensor *t = tensor_new(DT_F32, &flat);
         if (!t) return TEQ_ERR_NOMEM;
-        memcpy(t->data, bn->value->data, tensor_bytes(t));
+        if (!per_channel(bn->value, &c->out[0], t->data)) {
+          tensor_unref(t);
+          continue;
+        }
         int bid = graph_add_const(g, bn->name, t, d);
         if (bid < 0) return bid;
         in[2] = (TensorRef){bid, 0};

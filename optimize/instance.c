@@ -166,7 +166,7 @@ int opt_instantiate(const OptRule *rule, const Graph *g, const OptMatch *m, Grap
       for (int j = 0; j < n->n_in; j++) in[j] = (TensorRef){map[n->in[j].node], n->in[j].out};
       rc = graph_add_node(r, n->kind, in, n->n_in, n->n_out, &s->best[id], NULL, NULL);
     }
-    if (rc < 0) {
+    if (rc < 0 || (n->kind != OP_INPUT && !opt_broadcast_like(D, id, r, rc))) {
       graph_free(r);
       goto fail;
     }

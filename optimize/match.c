@@ -89,6 +89,17 @@ typedef struct State {
   int n_pend;
 } State;
 
+bool opt_broadcast_like(const Graph *side, int p, const Graph *g, int id) {
+  const Node *a = &side->nodes[p], *b = &g->nodes[id];
+  if (!(op_def(a->kind)->flags & OPF_BROADCAST)) return true;
+  for (int j = 0; j < a->n_in && j < b->n_in; j++) {
+    const Shape *pa = graph_shape(side, a->in[j]), *ga = graph_shape(g, b->in[j]);
+    if (shape_equal(pa, &a->out[0]) != shape_equal(ga, &b->out[0])) return false;
+    if (pa->ndim == 0 && shape_numel(ga) != 1) return false;
+  }
+  return true;
+}
+
 static bool params_match(const Graph *P, int p, const Graph *G, int g) {
   const Node *a = &P->nodes[p], *b = &G->nodes[g];
   const OpDef *def = op_def(a->kind);
@@ -128,6 +139,7 @@ static void pair_and_go(Search *S, const State *s0, int p, int g) {
   for (int q = 0; q < S->P->n_nodes; q++)
     if (s0->m.node[q] == g) return; /* one graph node per source node */
   if (!params_match(S->P, p, S->G, g)) return;
+  if (!opt_broadcast_like(S->P, p, S->G, g)) return;
   int orders = (op_def(pn->kind)->flags & OPF_COMMUTATIVE) && pn->n_in == 2 ? 2 : 1;
   for (int ord = 0; ord < orders && !S->stop; ord++) {
     State s = *s0;

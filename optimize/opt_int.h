@@ -59,6 +59,12 @@ bool opt_param_is_free(const Graph *side, int p, int i);
  * channel per group), whose groups follow the input's channels. */
 bool opt_is_depthwise(const Graph *side, int p);
 
+/* Whether node id of g broadcasts its inputs as node p of a rule side did
+ * at the rule's shapes: an input the same shape as the output there must
+ * be so here, and a scalar must stay one element. A rule found for ewadd of
+ * equal shapes says nothing about ewadd of a [1, C, 1, 1] bias. */
+bool opt_broadcast_like(const Graph *side, int p, const Graph *g, int id);
+
 /* ---- instance.c ---- */
 
 /* rule->dst at the shapes a match binds: free parameters solved so that

@@ -46,17 +46,8 @@ TEQ_API void opt_rules_free(OptRules *rs);
 TEQ_API int opt_rules_count(const OptRules *rs);
 TEQ_API const char *opt_rules_text(const OptRules *rs, int i);
 TEQ_API int64_t opt_rules_id(const OptRules *rs, int i);
-
-/* ---- one rewrite ---- */
-
-/* Every place rule i matches in g, applied one at a time: calls fn with
- * each new graph (which fn may keep: it returns true to take it, else it is
- * freed). At most max_matches matches are tried. Counts go to the stats
- * below. For tests and for the search. */
-typedef struct OptStats OptStats;
-TEQ_API int opt_apply_rule(const OptRules *rs, int i, const Graph *g, int max_matches,
-                           bool (*fn)(Graph *rewritten, void *ctx), void *ctx, OptStats *st,
-                           Diag *d);
+/* The graph rule i rewrites from (its variables are its inputs). */
+TEQ_API const Graph *opt_rules_source(const OptRules *rs, int i);
 
 /* ---- the search ---- */
 
@@ -76,7 +67,7 @@ typedef struct OptOptions {
   ((OptOptions){.alpha = 1.05, .budget = 300, .window = 150, .max_matches = 64,       \
                 .zp_check_flops = 3e7, .seed = 1})
 
-struct OptStats {
+typedef struct OptStats {
   int64_t explored;        /* graphs taken off the queue and expanded */
   int64_t generated;       /* rewritten graphs built */
   int64_t duplicates;      /* ... already seen (structural hash) */
@@ -91,9 +82,18 @@ struct OptStats {
   double search_s;
   int *applied;            /* per directed rule: times applied in the result */
   int n_rules;
-};
+} OptStats;
 
 TEQ_API void opt_stats_fini(OptStats *st);
+
+/* Every place rule i matches in g, applied one at a time: calls fn with
+ * each new graph, which fn keeps by returning true (else it is freed). At
+ * most o->max_matches matches are tried, and instances are checked in Z_p
+ * as o says (NULL: OPT_DEFAULTS). Counts go to st, which the caller zeroes.
+ * One step of the search, on its own: for tests and tools. */
+TEQ_API int opt_apply_rule(const OptRules *rs, int i, const Graph *g, const OptOptions *o,
+                           bool (*fn)(Graph *rewritten, void *ctx), void *ctx, OptStats *st,
+                           Diag *d);
 
 /* Searches for the cheapest equivalent of g. *out receives the best graph
  * found (a copy of g if nothing was better). st is filled (its applied

@@ -29,6 +29,7 @@ void opt_rules_free(OptRules *rs) {
 int opt_rules_count(const OptRules *rs) { return rs->n; }
 const char *opt_rules_text(const OptRules *rs, int i) { return rs->r[i].text ? rs->r[i].text : ""; }
 int64_t opt_rules_id(const OptRules *rs, int i) { return rs->r[i].id; }
+const Graph *opt_rules_source(const OptRules *rs, int i) { return rs->r[i].src; }
 
 /* Which variables (OP_INPUT nodes) the outputs of side reach. */
 static void vars_used(const Graph *side, bool *used) {

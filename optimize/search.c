@@ -195,11 +195,6 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
       diag_init(&quiet);
       rc = exec_compare(src, inst, EXEC_MODP, c->o->seed, 0, 0, &diff, &quiet);
       verdict = rc == TEQ_OK && !diff.differ ? CHECK_OK : CHECK_BAD;
-      if (verdict == CHECK_BAD && getenv("TEQ_DEBUG")) {
-        fprintf(stderr, "BAD rc=%d %s\n%s\n", rc, rule->text, diag_last(&quiet));
-        graph_dump(src, stderr);
-        graph_dump(inst, stderr);
-      }
       if (rc == TEQ_OK) exec_diff_fini(&diff);
       diag_fini(&quiet);
       c->st->zp_checked++;
@@ -375,9 +370,10 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   return TEQ_OK;
 }
 
-int opt_apply_rule(const OptRules *rs, int i, const Graph *g, int max_matches,
+int opt_apply_rule(const OptRules *rs, int i, const Graph *g, const OptOptions *opt,
                    bool (*fn)(Graph *rewritten, void *ctx), void *ctx, OptStats *st, Diag *d) {
-  OptOptions o = OPT_DEFAULTS;
+  OptOptions o = opt ? *opt : OPT_DEFAULTS;
+  int max_matches = o.max_matches;
   KeySet checked = {0};
   Ctx c = {.rs = rs, .o = &o, .st = st, .d = d, .checked = &checked, .deadline = INFINITY,
            .rule = i, .g = g, .take = fn, .take_ctx = ctx};

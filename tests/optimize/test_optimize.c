@@ -1,0 +1,396 @@
+/* test_optimize.c: optimize's rewriting engine on real rules.
+ *
+ * Rules come from gen-rules (depth 3 over matmul, conv2d, ewadd, relu,
+ * transpose, concat and split) proved by verify-rules, as optimize uses
+ * them. Every rewrite any rule makes of the graphs below must compute what
+ * the original computes: exactly in Z_p on random inputs and within 1e-4 in
+ * float32. The instances are not checked in Z_p by the engine here (the
+ * option is off), so what is tested is the matching and the solving of
+ * shape-dependent parameters themselves, at shapes gen-rules never used. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "optimize/optimize.h"
+#include "runtime/exec.h"
+#include "tests/check.h"
+#include "verify/verify.h"
+
+static OptRules *rules;
+static char tmpdir[256];
+
+typedef struct Seen {
+  const Graph *orig;
+  int rewrites, unequal, smaller, with_opaque;
+  int min_ops;
+} Seen;
+
+/* Whether a and b agree exactly in Z_p and closely in float32. */
+static bool equal_outputs(const Graph *a, const Graph *b) {
+  Diag d;
+  diag_init(&d);
+  bool ok = true;
+  for (int mode = 0; mode < 2 && ok; mode++) {
+    ExecDiff diff;
+    int rc = exec_compare(a, b, mode ? EXEC_F32 : EXEC_MODP, 7, 0, mode ? 1e-4 : 0, &diff, &d);
+    ok = rc == TEQ_OK && !diff.differ;
+    if (rc == TEQ_OK) exec_diff_fini(&diff);
+  }
+  if (!ok) diag_flush(&d, stderr);
+  diag_fini(&d);
+  return ok;
+}
+
+static bool take(Graph *g, void *ctx) {
+  Seen *s = ctx;
+  s->rewrites++;
+  Diag d;
+  diag_init(&d);
+  CHECK(graph_check(g, &d) == TEQ_OK);
+  diag_fini(&d);
+  if (!equal_outputs(s->orig, g)) {
+    s->unequal++;
+    fprintf(stderr, "a rewrite changed the result:\n");
+    graph_dump(s->orig, stderr);
+    graph_dump(g, stderr);
+  }
+  int ops = graph_count_ops(g);
+  if (ops < graph_count_ops(s->orig)) s->smaller++;
+  if (ops < s->min_ops) s->min_ops = ops;
+  for (int i = 0; i < g->n_nodes; i++) s->with_opaque += g->nodes[i].kind == OP_OPAQUE;
+  return false;
+}
+
+/* Every directed rule at every match of g. */
+static Seen apply_all(const Graph *g, OptStats *st) {
+  Seen s = {.orig = g, .min_ops = 1 << 30};
+  OptOptions o = OPT_DEFAULTS;
+  o.zp_check_flops = 0;
+  memset(st, 0, sizeof *st);
+  Diag d;
+  diag_init(&d);
+  for (int i = 0; i < opt_rules_count(rules); i++)
+    CHECK(opt_apply_rule(rules, i, g, &o, take, &s, st, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  return s;
+}
+
+static TensorRef input(Graph *g, const char *name, Shape s) {
+  return (TensorRef){graph_add_input(g, name, &s, DT_F32, NULL), 0};
+}
+static TensorRef op(Graph *g, OpKind k, TensorRef a, TensorRef b, int n_in, const Params *p) {
+  TensorRef in[2] = {a, b};
+  int id = graph_add_node(g, k, in, n_in, 1, p, NULL, NULL);
+  CHECK(id >= 0);
+  return (TensorRef){id, 0};
+}
+
+/* Two products sharing x with weights of different widths, at shapes no
+ * rule was found at; merging them must split at 5 and 3. */
+static void test_shared_matmul(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 2, 6));
+  TensorRef w1 = input(g, "w1", shape_of(2, 6, 5)), w2 = input(g, "w2", shape_of(2, 6, 3));
+  graph_add_output(g, op(g, OP_MATMUL, x, w1, 2, NULL), "a", NULL);
+  graph_add_output(g, op(g, OP_MATMUL, x, w2, 2, NULL), "b", NULL);
+  OptStats st;
+  Seen s = apply_all(g, &st);
+  CHECK(s.rewrites > 0);
+  CHECK_EQ_INT(s.unequal, 0);
+  graph_free(g);
+}
+
+/* split(concat(a, b)) at odd sizes: the rewrite to (a, b) must find them. */
+static void test_split_concat(void) {
+  Graph *g = graph_new();
+  TensorRef a = input(g, "a", shape_of(4, 1, 3, 5, 5)), b = input(g, "b", shape_of(4, 1, 7, 5, 5));
+  Params pc;
+  params_default(OP_CONCAT, &pc);
+  param_set_int(&pc, param_index(OP_CONCAT, "axis"), 1);
+  TensorRef c = op(g, OP_CONCAT, a, b, 2, &pc);
+  TensorRef r = op(g, OP_RELU, c, c, 1, NULL);
+  Params ps;
+  params_default(OP_SPLIT, &ps);
+  param_set_int(&ps, param_index(OP_SPLIT, "axis"), 1);
+  param_set_ints(&ps, param_index(OP_SPLIT, "sizes"), (int64_t[]){3, 7}, 2);
+  int sp = graph_add_node(g, OP_SPLIT, &r, 1, 2, &ps, NULL, NULL);
+  CHECK(sp >= 0);
+  graph_add_output(g, (TensorRef){sp, 0}, "p", NULL);
+  graph_add_output(g, (TensorRef){sp, 1}, "q", NULL);
+  OptStats st;
+  Seen s = apply_all(g, &st);
+  CHECK(s.rewrites > 0);
+  CHECK(s.smaller > 0); /* split(relu(concat(a, b))) -> relu(a), relu(b) */
+  CHECK_EQ_INT(s.unequal, 0);
+  graph_free(g);
+}
+
+/* conv(ewadd(i, bias)) with a broadcast [1, C, 1, 1] bias: the rules'
+ * ewadd adds equal shapes, so distributing the conv over this one would be
+ * wrong (conv of a constant image is not a constant image at the borders). */
+static void test_broadcast_refused(void) {
+  Graph *g = graph_new();
+  TensorRef i = input(g, "i", shape_of(4, 1, 4, 6, 6)), b = input(g, "b", shape_of(4, 1, 4, 1, 1));
+  TensorRef k = input(g, "k", shape_of(4, 4, 4, 3, 3));
+  Params pc;
+  params_default(OP_CONV2D, &pc);
+  param_set_ints(&pc, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef y = op(g, OP_CONV2D, op(g, OP_EWADD, i, b, 2, NULL), k, 2, &pc);
+  graph_add_output(g, y, "y", NULL);
+  OptStats st;
+  Seen s = apply_all(g, &st);
+  CHECK_EQ_INT(s.unequal, 0);
+  graph_free(g);
+}
+
+/* a = x.w; b = x.relu(a): merging the two products would make the merged
+ * product read its own result. */
+static void test_cycle_rejected(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 4, 4)), w = input(g, "w", shape_of(2, 4, 4));
+  TensorRef a = op(g, OP_MATMUL, x, w, 2, NULL);
+  TensorRef b = op(g, OP_MATMUL, x, op(g, OP_RELU, a, a, 1, NULL), 2, NULL);
+  graph_add_output(g, a, "a", NULL);
+  graph_add_output(g, b, "b", NULL);
+  OptStats st;
+  Seen s = apply_all(g, &st);
+  CHECK(st.rejected_cycle > 0);
+  CHECK_EQ_INT(s.unequal, 0);
+  graph_free(g);
+}
+
+/* An operator Teq does not know stays as it was, attributes and all. */
+static void test_opaque_survives(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 3, 4)), w = input(g, "w", shape_of(2, 4, 4));
+  TensorRef r = op(g, OP_RELU, op(g, OP_MATMUL, x, w, 2, NULL), x, 1, NULL);
+  OpaqueInfo *info = calloc(1, sizeof *info);
+  info->op_type = strdup("MysteryOp");
+  info->domain = strdup("com.example");
+  info->proto_len = 5;
+  info->proto = malloc(5);
+  memcpy(info->proto, "\x0a\x03" "abc", 5);
+  Shape s34 = shape_of(2, 3, 4);
+  DType f32 = DT_F32;
+  int q = graph_add_opaque(g, info, &r, 1, 1, &s34, &f32, "mystery", NULL);
+  CHECK(q >= 0);
+  TensorRef t = op(g, OP_TRANSPOSE, op(g, OP_RELU, (TensorRef){q, 0}, x, 1, NULL), x, 1, NULL);
+  graph_add_output(g, t, "y", NULL);
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 20;
+  CostModel *cm = cost_model_new();
+  Graph *best = NULL;
+  OptStats st;
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  int found = 0;
+  for (int i = 0; best && i < best->n_nodes; i++) {
+    const Node *n = &best->nodes[i];
+    if (n->kind != OP_OPAQUE) continue;
+    found++;
+    CHECK(!strcmp(n->opaque->op_type, "MysteryOp") && !strcmp(n->opaque->domain, "com.example"));
+    CHECK(n->opaque->proto_len == 5 && !memcmp(n->opaque->proto, "\x0a\x03" "abc", 5));
+    CHECK(!strcmp(n->name, "mystery"));
+  }
+  CHECK_EQ_INT(found, 1);
+  CHECK(best && graph_check(best, &d) == TEQ_OK);
+  opt_stats_fini(&st);
+  graph_free(best);
+  cost_model_free(cm);
+  diag_fini(&d);
+  graph_free(g);
+}
+
+/* Nothing matches a softmax: the graph comes back as it was. */
+static void test_no_match_unchanged(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 3, 5));
+  graph_add_output(g, op(g, OP_SOFTMAX, x, x, 1, NULL), "y", NULL);
+  CostModel *cm = cost_model_new();
+  OptOptions o = OPT_DEFAULTS;
+  Graph *best = NULL;
+  OptStats st;
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  CHECK(best && graph_hash(best, NULL) == graph_hash(g, NULL));
+  CHECK(best && equal_outputs(g, best));
+  opt_stats_fini(&st);
+  graph_free(best);
+  cost_model_free(cm);
+  diag_fini(&d);
+  graph_free(g);
+}
+
+/* The search on a small graph with a merge to find: two products sharing
+ * their input, each followed by relu; the result must equal the original
+ * and cost no more. */
+static void test_search_equivalent(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 64, 256));
+  Tensor *wt[2];
+  for (int k = 0; k < 2; k++) {
+    Shape s = shape_of(2, 256, 256);
+    wt[k] = tensor_new(DT_F32, &s);
+    for (int64_t e = 0; e < tensor_numel(wt[k]); e++) ((float *)wt[k]->data)[e] = (float)((e * 7 + k) % 5) - 2;
+  }
+  TensorRef w1 = {graph_add_const(g, "w1", wt[0], NULL), 0}, w2 = {graph_add_const(g, "w2", wt[1], NULL), 0};
+  graph_add_output(g, op(g, OP_RELU, op(g, OP_MATMUL, x, w1, 2, NULL), x, 1, NULL), "a", NULL);
+  graph_add_output(g, op(g, OP_RELU, op(g, OP_MATMUL, x, w2, 2, NULL), x, 1, NULL), "b", NULL);
+  CostModel *cm = cost_model_new();
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 50;
+  Graph *best = NULL;
+  OptStats st;
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  double before = 0, after = 0;
+  CHECK(opt_graph_cost(cm, g, &before, NULL, &d) == TEQ_OK);
+  CHECK(best && opt_graph_cost(cm, best, &after, NULL, &d) == TEQ_OK);
+  CHECK(after <= before);
+  CHECK(st.explored > 0 && st.generated > 0);
+  int folded = 0;
+  CHECK(best && opt_fold_weights(best, &folded, &d) == TEQ_OK);
+  for (int i = 0; best && i < best->n_nodes; i++) { /* nothing left computes on weights alone */
+    const Node *n = &best->nodes[i];
+    if (n->kind == OP_CONST || n->kind == OP_INPUT || !n->n_in) continue;
+    bool all = true;
+    for (int j = 0; j < n->n_in; j++) all &= best->nodes[n->in[j].node].kind == OP_CONST;
+    CHECK(!all);
+  }
+  CHECK(best && equal_outputs(g, best));
+  diag_flush(&d, stderr);
+  opt_stats_fini(&st);
+  graph_free(best);
+  cost_model_free(cm);
+  diag_fini(&d);
+  graph_free(g);
+}
+
+/* Biases split off for the search and folded back give the same graph. */
+static void test_bias_round_trip(void) {
+  Graph *g = graph_new();
+  TensorRef i = input(g, "i", shape_of(4, 1, 3, 7, 7));
+  Shape ks = shape_of(4, 5, 3, 3, 3), bs = shape_of(1, 5);
+  Tensor *k = tensor_new(DT_F32, &ks), *b = tensor_new(DT_F32, &bs);
+  tensor_fill_random(k, 3);
+  tensor_fill_random(b, 4);
+  TensorRef in[3] = {i, {graph_add_const(g, "k", k, NULL), 0}, {graph_add_const(g, "b", b, NULL), 0}};
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  int c = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, "c", NULL);
+  graph_add_output(g, (TensorRef){c, 0}, "y", NULL);
+  Graph *h = graph_copy(g);
+  Diag d;
+  diag_init(&d);
+  int split = 0, fused = 0;
+  CHECK(opt_split_bias(h, &split, &d) == TEQ_OK);
+  CHECK_EQ_INT(split, 1);
+  CHECK_EQ_INT(graph_count_ops(h), 3); /* conv, ewadd, relu */
+  ExecDiff diff;
+  CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-5, &diff, &d) == TEQ_OK && !diff.differ);
+  exec_diff_fini(&diff);
+  CHECK(opt_fuse_bias(h, &fused, &d) == TEQ_OK);
+  CHECK_EQ_INT(fused, 2);
+  CHECK_EQ_INT(graph_count_ops(h), 1);
+  CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
+  exec_diff_fini(&diff);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(h);
+  graph_free(g);
+}
+
+/* Every directed rule applied to its own source side, at the shapes it
+ * was found at. */
+static void test_every_rule_on_itself(void) {
+  OptOptions o = OPT_DEFAULTS;
+  o.zp_check_flops = 0;
+  int applied = 0, unequal = 0;
+  for (int i = 0; i < opt_rules_count(rules); i++) {
+    const Graph *src = opt_rules_source(rules, i);
+    Seen s = {.orig = src, .min_ops = 1 << 30};
+    OptStats st = {0};
+    Diag d;
+    diag_init(&d);
+    CHECK(opt_apply_rule(rules, i, src, &o, take, &s, &st, &d) == TEQ_OK);
+    diag_fini(&d);
+    applied += s.rewrites > 0;
+    unequal += s.unequal;
+  }
+  printf("%d of %d directed rules rewrite their own source side\n", applied,
+         opt_rules_count(rules));
+  CHECK(applied >= opt_rules_count(rules) * 9 / 10);
+  CHECK_EQ_INT(unequal, 0);
+}
+
+static void load_rules(const char *axioms) {
+  char db[320];
+  snprintf(db, sizeof db, "%s/rules.sqlite", tmpdir);
+  GenOptions go = {.depth = 3, .ops = "matmul,conv2d,ewadd,relu,transpose,concat,split",
+                   .db_path = db, .threads = 2, .seed = 1, .quiet = true};
+  GenSummary gs;
+  VerifySummary vs;
+  Diag d;
+  diag_init(&d);
+  CHECK(gen_rules_run(&go, &gs, &d) == TEQ_OK);
+  /* Before verify-rules nothing is proved: the set is refused. */
+  OptRules *none = NULL;
+  CHECK(opt_rules_load(db, false, &none, &d) == TEQ_ERR_INPUT);
+  CHECK(strstr(diag_last(&d), "proved") != NULL);
+  diag_fini(&d);
+  diag_init(&d);
+  VerifyOptions vo = {.db_path = db, .axioms_path = axioms, .timeout_ms = 10000, .jobs = 2,
+                      .seed = 1, .quiet = true};
+  CHECK(verify_rules_run(&vo, &vs, &d) == TEQ_OK);
+  CHECK(opt_rules_load(db, false, &rules, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  printf("%d directed rules from %lld proved\n", rules ? opt_rules_count(rules) : 0,
+         (long long)vs.decided[VERIFY_PROVED]);
+  /* A database that is not there. */
+  diag_init(&d);
+  OptRules *missing = NULL;
+  char path[340];
+  snprintf(path, sizeof path, "%s/none.sqlite", tmpdir);
+  CHECK(opt_rules_load(path, false, &missing, &d) == TEQ_ERR_INPUT);
+  diag_fini(&d);
+}
+
+int main(void) {
+  /* The axioms beside the sources, found from where the compiler saw this
+   * file (meson runs tests where it compiled them), unless TEQ_AXIOMS says. */
+  static char path[1024];
+  const char *axioms = getenv("TEQ_AXIOMS");
+  if (!axioms) {
+    const char *self = __FILE__, *tail = strstr(self, "tests/optimize/test_optimize.c");
+    snprintf(path, sizeof path, "%.*sspecs/ops.axioms", tail ? (int)(tail - self) : 0, self);
+    axioms = path;
+  }
+  if (access(axioms, R_OK)) check_skip("specs/ops.axioms not found (set TEQ_AXIOMS)");
+  snprintf(tmpdir, sizeof tmpdir, "%s/teq-opt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  CHECK(mkdtemp(tmpdir) != NULL);
+  load_rules(axioms);
+  if (!rules) return check_exit();
+  test_shared_matmul();
+  test_split_concat();
+  test_broadcast_refused();
+  test_cycle_rejected();
+  test_opaque_survives();
+  test_no_match_unchanged();
+  test_search_equivalent();
+  test_bias_round_trip();
+  test_every_rule_on_itself();
+  opt_rules_free(rules);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  CHECK(system(cmd) == 0);
+  return check_exit();
+}
