@@ -236,10 +236,15 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
   Graph *r = graph_copy(g);
   if (!r) return TEQ_ERR_NOMEM;
   TensorRef *map = malloc(((size_t)inst->n_nodes + 1) * sizeof *map);
-  int32_t *order = malloc(((size_t)g->n_nodes + (size_t)inst->n_nodes + 1) * sizeof *order);
+  size_t most = (size_t)(g->n_nodes > inst->n_nodes ? g->n_nodes : inst->n_nodes);
+  int32_t *order = malloc((most + (size_t)inst->n_nodes + 1) * sizeof *order);
   int rc = map && order ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int k = 0; k < inst->n_inputs && rc == TEQ_OK; k++) map[inst->inputs[k]] = bind[k];
-  for (int id = 0; id < inst->n_nodes && rc == TEQ_OK; id++) {
+  /* In topological order: a rewritten window's new nodes come after the
+   * nodes that read them. */
+  if (rc == TEQ_OK && graph_topo_order(inst, order) != TEQ_OK) rc = TEQ_ERR_INTERNAL;
+  for (int k = 0; k < inst->n_nodes && rc == TEQ_OK; k++) {
+    int id = order[k];
     const Node *n = &inst->nodes[id];
     if (n->kind == OP_INPUT) continue;
     int nid;

@@ -3,7 +3,7 @@
  *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N]
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
- *            [--window N] [--batch N] [--record FILE] [--dump] [--quiet] model.onnx
+ *            [--window N] [--zp-check-flops F] [--batch N] [--record FILE] [--dump] [--quiet] model.onnx
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
@@ -43,6 +43,8 @@ static const char usage[] =
   "  --json FILE         also write the report as JSON\n"
   "  --seed S            random inputs of the checks (default 1)\n"
   "  --unproved          also use rules verify-rules has not proved (never refuted ones)\n"
+  "  --zp-check-flops F  check each distinct rule instance exactly in Z_p up to F flops\n"
+  "                      (default 3e7; 0: never)\n"
   "  --no-check          skip the end-to-end check\n"
   "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
   "  --batch N           value of symbolic dimensions (default 1)\n"
@@ -118,6 +120,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--time-limit")) {
       if (!parse_real(v, 0.001, 1e6, &x)) return bad("--time-limit '%s': expected seconds > 0", v);
       a->opt.time_limit_s = x;
+    } else if (!strcmp(k, "--zp-check-flops")) {
+      if (!parse_real(v, 0, 1e15, &x)) return bad("--zp-check-flops '%s': expected a number >= 0", v);
+      a->opt.zp_check_flops = x;
     } else if (!strcmp(k, "--tolerance")) {
       if (!parse_real(v, 0, 1, &x)) return bad("--tolerance '%s': expected 0 to 1", v);
       a->tolerance = x;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# run.sh: the main job. Sets up and builds Teq (tools/setup.sh), then runs a
-# model through the pipeline. With no argument it builds the built-in model
-# (build-model tiny-cnn) and runs it on the CPU executor.
+# run.sh: the main job. Sets up and builds Teq (tools/setup.sh), then runs
+# the whole pipeline on a model: gen-rules (depth 3) and verify-rules into
+# .cache/ruledb.sqlite (reused when it is already complete), optimize with
+# the proved rules, and the report. With no argument the model is the
+# built-in one (build-model tiny-cnn).
 #
-#   tools/run.sh [MODEL.onnx] [run-model options...]
+#   tools/run.sh [MODEL.onnx] [optimize options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -16,4 +18,7 @@ if [ -z "$model" ] || [ "${model#-}" != "$model" ]; then
 else
   shift
 fi
-exec build/tools/run-model --repeat 10 "$@" "$model"
+db=.cache/ruledb.sqlite
+build/gen/gen-rules --depth 3 --db "$db"
+build/verify/verify-rules --db "$db" specs/ops.axioms
+exec build/optimize/optimize --rules "$db" "$@" "$model"

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# optimize end to end: rules from gen-rules and verify-rules, bad input
+# refused with status 2, and real models optimized and then run in ONNX
+# Runtime (onnxruntime-node), whose outputs must match the originals'.
+#
+#   tests/scripts/test_optimize.sh
+#
+# Models: Teq's tiny-cnn and TASO's NasRNN and BERT shapes (build-model), and
+# the torchvision models the runtime tests export (skipped where PyTorch is
+# missing). Each search is bounded (--budget, --time-limit): this checks
+# that what optimize writes is right, not how far it gets.
+# Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
+# TEQ_PYTHON (/usr/bin/python3), TEQ_OPT_MODELS (torchvision models to use).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+BUILD=$(abspath "${TEQ_BUILD:-build}")
+CACHE=$(abspath "${TEQ_CACHE:-.cache/models}")
+PY=${TEQ_PYTHON:-/usr/bin/python3}
+ORT_DIR=$ROOT/tools/ort
+OPT=$BUILD/optimize/optimize
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
+require_ort "$ORT_DIR"
+require_python "$PY" numpy onnx
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-optimize.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+checks=0
+ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
+fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
+
+# expect_status WANT PATTERN CMD...: CMD exits WANT and its stderr matches PATTERN.
+expect_status() {
+  local want=$1 pattern=$2; shift 2
+  local rc=0
+  "$@" >"$WORK/out.log" 2>"$WORK/err.log" || rc=$?
+  if ((rc == want)) && grep -Eq -e "$pattern" "$WORK/err.log"; then
+    ok "exit $rc: $(grep -Em1 -e "$pattern" "$WORK/err.log" | cut -c1-150)"
+  else
+    fail "expected exit $want and /$pattern/ from: $* (got $rc: $(tail -n1 "$WORK/err.log"))"
+  fi
+}
+
+# --- rules: a candidate database first, then proved.
+db=$WORK/rules.sqlite
+"$BUILD/gen/gen-rules" --depth 3 --db "$db" --quiet >"$WORK/gen.log"
+"$BUILD/tools/build-model" tiny-cnn "$WORK/tiny.onnx" 2>/dev/null
+
+# --- bad input: each is refused with status 2 and says why.
+expect_status 2 "no rule database given" "$OPT" "$WORK/tiny.onnx"
+expect_status 2 "no such rule database" "$OPT" --rules "$WORK/missing.sqlite" "$WORK/tiny.onnx"
+expect_status 2 "none of its [0-9]+ rules is proved" "$OPT" --rules "$db" "$WORK/tiny.onnx"
+"$BUILD/verify/verify-rules" --db "$db" --quiet "$ROOT/specs/ops.axioms" >"$WORK/verify.log"
+sqlite3 "$WORK/foreign.sqlite" "CREATE TABLE t(x); INSERT INTO t VALUES (1);"
+expect_status 2 "foreign.sqlite" "$OPT" --rules "$WORK/foreign.sqlite" "$WORK/tiny.onnx"
+cp "$db" "$WORK/future.sqlite"
+sqlite3 "$WORK/future.sqlite" "PRAGMA user_version = 99;"
+expect_status 2 "newer Teq" "$OPT" --rules "$WORK/future.sqlite" "$WORK/tiny.onnx"
+cp "$db" "$WORK/empty.sqlite"
+sqlite3 "$WORK/empty.sqlite" "PRAGMA foreign_keys = OFF; DELETE FROM verifications; DELETE FROM rules;"
+expect_status 2 "holds no rules" "$OPT" --rules "$WORK/empty.sqlite" "$WORK/tiny.onnx"
+printf 'this is not a model' >"$WORK/garbage.onnx"
+expect_status 2 "garbage.onnx" "$OPT" --rules "$db" "$WORK/garbage.onnx"
+expect_status 2 "no model given" "$OPT" --rules "$db"
+expect_status 2 "--alpha" "$OPT" --rules "$db" --alpha 0.5 "$WORK/tiny.onnx"
+expect_status 2 "--cost-model" "$OPT" --rules "$db" --cost-model magic "$WORK/tiny.onnx"
+
+# --- models: optimize, then both versions in ONNX Runtime on one input.
+models=("tiny-cnn:$WORK/tiny.onnx")
+"$BUILD/tools/build-model" nasrnn "$WORK/nasrnn.onnx" 2>/dev/null && models+=("nasrnn:$WORK/nasrnn.onnx")
+"$BUILD/tools/build-model" bert "$WORK/bert.onnx" 2>/dev/null && models+=("bert:$WORK/bert.onnx")
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
+  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d}"
+  "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models "$(IFS=,; echo "${tv[*]}")" >/dev/null
+  for m in "${tv[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); done
+else
+  echo "(PyTorch missing: the torchvision models are left out)"
+fi
+
+for entry in "${models[@]}"; do
+  name=${entry%%:*} model=${entry#*:}
+  w=$WORK/$name
+  mkdir -p "$w"
+  t0=$(date +%s)
+  rc=0
+  "$OPT" --rules "$db" --quiet --budget 20 --time-limit 60 --json "$w/report.json" \
+    -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
+  if ((rc != 0)); then
+    fail "$name: optimize exited $rc: $(tail -n1 "$w/err.log")"
+    continue
+  fi
+  "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["check"]["ok"], r' \
+    "$w/report.json" || { fail "$name: report.json says the check failed"; continue; }
+  # One seeded input per model input, written as raw data in the input's type.
+  args=()
+  while IFS=' ' read -r iname file; do args+=(--input "$iname=$file"); done < <(
+    "$PY" - "$model" "$w" <<'PYEOF'
+import sys, numpy as np, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+init = {i.name for i in m.graph.initializer}
+rng = np.random.default_rng(1)
+for k, vi in enumerate(x for x in m.graph.input if x.name not in init):
+    t = vi.type.tensor_type
+    dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+    if t.elem_type == onnx.TensorProto.INT64:
+        a = np.zeros(dims, dtype=np.int64)
+    else:
+        a = rng.uniform(-1, 1, dims).astype(np.float32)
+    path = f"{sys.argv[2]}/in{k}.bin"
+    a.tofile(path)
+    print(vi.name, path)
+PYEOF
+  )
+  if ! node "$ORT_DIR/run.js" "$model" "${args[@]}" --output-dir "$w/ref" --quiet >"$w/ort.log" 2>&1; then
+    fail "$name: ONNX Runtime on the original: $(tail -n1 "$w/ort.log")"
+    continue
+  fi
+  if ! node "$ORT_DIR/run.js" "$w/opt.onnx" "${args[@]}" --output-dir "$w/got" --quiet >"$w/ort_opt.log" 2>&1; then
+    fail "$name: ONNX Runtime on the optimized model: $(tail -n1 "$w/ort_opt.log")"
+    continue
+  fi
+  for ref in "$w"/ref/output_*.bin; do
+    out=$(basename "$ref")
+    if line=$("$PY" "$ROOT/tools/compare.py" --rtol 1e-4 --label "$name $out" "$w/got/$out" "$ref" 2>&1); then
+      ok "$line"
+    else
+      fail "$line"
+    fi
+  done
+  summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
+  echo "     $name: $summary $(($(date +%s) - t0)) s"
+done
+
+echo "$((checks - failures))/$checks checks ok"
+((failures == 0))
