@@ -175,7 +175,11 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
   uint64_t key = hash_bytes(0x5eed, &c->rule, sizeof c->rule);
   for (int v = 0; v < rule->src->n_inputs; v++) {
     TensorRef b = m->bind[rule->src->inputs[v]];
-    if (b.node >= 0) key = hash_bytes(key, graph_shape(c->g, b), sizeof(Shape));
+    if (b.node < 0) continue;
+    /* Field by field: a Shape's padding bytes are not set. */
+    const Shape *sh = graph_shape(c->g, b);
+    key = hash_bytes(key, &sh->ndim, sizeof sh->ndim);
+    key = hash_bytes(key, sh->d, (size_t)(sh->ndim > 0 ? sh->ndim : 0) * sizeof sh->d[0]);
   }
   for (int p = 0; p < rule->src->n_nodes; p++)
     if (m->node[p] >= 0)
