@@ -36,15 +36,11 @@ import export_torchvision as ex  # noqa: E402  (the model builders and their see
 DEFAULT_MODELS = ["resnet18", "resnet50", "resnext50_32x4d", "squeezenet1_1", "mobilenet_v2",
                   "vgg19", "inception_v3", "transformer"]
 SHAPES = {name: spec[1] for name, spec in ex.MODELS.items()}
-SHAPES["vgg19"] = (1, 3, 224, 224)
 
 
 def build(name, torch, torchvision):
     torch.manual_seed(ex.WEIGHT_SEED)
-    if name == "vgg19":
-        model = torchvision.models.vgg19(weights=None)
-    else:
-        model = ex.MODELS[name][0](torch, torchvision)
+    model = ex.MODELS[name][0](torch, torchvision)
     ex.calibrate_batchnorm(model, torch, SHAPES[name])
     return model.eval()
 

@@ -96,6 +96,7 @@ MODELS = collections.OrderedDict([
     ("inception_v3", (build_torchvision("inception_v3", aux_logits=False, init_weights=True),
                       (1, 3, 299, 299), 6, {})),
     ("transformer", (build_transformer, (1, 32, 256), 7, {"grad_path": True})),
+    ("vgg19", (build_torchvision("vgg19"), (1, 3, 224, 224), 8, {})),
     ("resnet18_bn", (build_torchvision("resnet18"), (1, 3, 224, 224), 1, {"keep_bn": True})),
 ])
 

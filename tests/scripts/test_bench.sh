@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_bench.sh: the benchmark suite's harness runs end to end on the smallest model.
+#
+# tools/bench/bench_suite.py on tiny-cnn with depth-2 rules it makes itself: gen-rules,
+# verify-rules, optimize, Teq's CPU executor and ONNX Runtime on the original and the
+# optimized model. Checks that it exits 0, that its CSV has the model's row with every
+# number filled in and the optimized model's outputs within 1e-4 of the original's, that
+# the Markdown has the gen-rules and verify-rules rows, and that the plot was drawn; and
+# that an unknown model name is refused with exit status 2. Timings are not checked.
+# Exit: 0 ok, 1 failure, 77 (skipped) if python3's onnx/numpy, node or onnxruntime-node
+# is missing.
+# Environment: TEQ_BUILD (build dir, default build), TEQ_PYTHON (default /usr/bin/python3).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+BUILD=$(abspath "${TEQ_BUILD:-build}")
+PY=${TEQ_PYTHON:-/usr/bin/python3}
+
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
+require_python "$PY" onnx numpy
+require_ort "$ROOT/tools/ort"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-bench-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+fail=0
+check() { # check NAME CONDITION-EXIT-STATUS DETAIL
+  if [[ $2 == 0 ]]; then echo "ok   $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
+
+rc=0
+"$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models tiny-cnn --depth 2 \
+  --repeat 2 --budget 10 --time-limit 30 --gpu off --out "$WORK/out" \
+  --cache "$WORK/cache" >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
+check "harness exits 0" "$rc" "exit $rc: $(tail -n 5 "$WORK/stderr" | tr '\n' ' ')"
+
+# Every column of tiny-cnn's row is a number, and the optimized model computes what the
+# original does.
+row_ok=0
+"$PY" - "$WORK/out/results_suite.csv" >"$WORK/csv.log" 2>&1 <<'PYEOF' || row_ok=$?
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1 and rows[0]["model"] == "tiny-cnn", rows
+r = rows[0]
+for key in ("ops_before", "ops_after", "cost_before_us", "cost_after_us", "search_s",
+            "optimize_s", "cpu_ms_before", "cpu_ms_after", "ort_ms_before", "ort_ms_after",
+            "max_rel_diff", "diff_ort", "diff_teq"):
+    float(r[key])  # raises on an empty cell
+assert int(r["ops_before"]) == 21, r["ops_before"]
+assert int(r["ops_after"]) <= 21, r["ops_after"]
+assert float(r["max_rel_diff"]) <= 1e-4, r["max_rel_diff"]
+assert r["status"] == "ok", r["status"]
+PYEOF
+check "CSV row of tiny-cnn" "$row_ok" "$(tail -n 3 "$WORK/csv.log" | tr '\n' ' ')"
+
+md_ok=0
+grep -q '^| gen-rules | 2 |' "$WORK/out/results_suite.md" &&
+  grep -q '^| verify-rules | 2 | .* proved, 0 refuted, 0 unknown |$' "$WORK/out/results_suite.md" &&
+  grep -q '^| tiny-cnn | 21 |' "$WORK/out/results_suite.md" || md_ok=1
+check "Markdown table" "$md_ok" "$(cat "$WORK/out/results_suite.md" 2>/dev/null | head -20)"
+
+if command -v gnuplot >/dev/null 2>&1; then
+  png_ok=0
+  [[ $(head -c 8 "$WORK/out/results_suite.png" 2>/dev/null | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+    png_ok=1
+  check "plot is a PNG" "$png_ok" "no PNG at $WORK/out/results_suite.png"
+else
+  echo "note: gnuplot is not installed, so the plot is not checked (apt-get install gnuplot-nox)"
+fi
+
+rc=0
+"$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models no-such-model \
+  --out "$WORK/out2" >"$WORK/bad.out" 2>&1 || rc=$?
+bad_ok=1
+[[ $rc == 2 ]] && grep -q "unknown model(s) no-such-model" "$WORK/bad.out" && bad_ok=0
+check "unknown model refused with exit 2" "$bad_ok" "exit $rc: $(cat "$WORK/bad.out")"
+
+exit $fail
