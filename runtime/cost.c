@@ -8,6 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A measurement from the table, kept by its size: the analytic estimate of
+ * a configuration never measured is corrected by the measured/analytic
+ * ratio of the nearest measured configurations of the same operator. */
+typedef struct CostAnchor {
+  OpKind kind;
+  int arity;              /* inputs and outputs: a 6-way concat is no 2-way one */
+  double flops, bytes, us;
+} CostAnchor;
+
 typedef struct CostEntry {
   char *key;
   double us;
@@ -23,6 +32,8 @@ struct CostModel {
   char device[256];
   CudaDevice *gpu;
   FILE *record;
+  CostAnchor *anchors;
+  int n_anchors, cap_anchors;
 };
 
 /* H100 SXM figures: 67 TFLOP/s float32 (non-tensor), 3.35 TB/s; the
@@ -61,6 +72,7 @@ void cost_model_free(CostModel *m) {
       free(e);
     }
   free(m->buckets);
+  free(m->anchors);
   free(m);
 }
 
@@ -278,11 +290,92 @@ double cost_node_bytes(const Graph *g, int id) {
   return b;
 }
 
-double cost_analytic(const CostCalib *c, const Graph *g, int id) {
-  const Node *n = &g->nodes[id];
-  double flop_us = cost_node_flops(g, id) / (c->flop_eff[n->kind] * c->peak_gflops * 1e3);
-  double byte_us = cost_node_bytes(g, id) / (c->byte_eff[n->kind] * c->mem_gbps * 1e3);
+static double roofline(const CostCalib *c, OpKind kind, double flops, double bytes) {
+  double flop_us = flops / (c->flop_eff[kind] * c->peak_gflops * 1e3);
+  double byte_us = bytes / (c->byte_eff[kind] * c->mem_gbps * 1e3);
   return c->launch_us + fmax(flop_us, byte_us);
+}
+
+double cost_analytic(const CostCalib *c, const Graph *g, int id) {
+  return roofline(c, g->nodes[id].kind, cost_node_flops(g, id), cost_node_bytes(g, id));
+}
+
+/* How many measured neighbours correct an estimate, and how far (in the
+ * log of flops and bytes) a neighbour's correction still counts fully. */
+enum { ANCHOR_NEIGHBOURS = 3 };
+#define ANCHOR_REACH 0.5
+#define ANCHOR_ARITY 0.5   /* distance of one more input or output */
+
+/* The roofline alone misjudges whole regimes of an operator (one fitted
+ * efficiency cannot be right for both a GEMV of 1 MB and a GEMM of 64 MB),
+ * but its error varies slowly with size. So the estimate is the roofline
+ * times the geometric mean of measured/roofline over the nearest measured
+ * configurations of the same kind, each weighted by its closeness; with no
+ * measurement of the kind it is the roofline. skip leaves one anchor out
+ * (cross-validation). */
+double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, double bytes,
+                     int skip) {
+  const CostCalib *c = &m->calib;
+  double base = roofline(c, kind, flops, bytes);
+  int best[ANCHOR_NEIGHBOURS];
+  double dist[ANCHOR_NEIGHBOURS];
+  int n_best = 0;
+  double lf = log(flops + 1), lb = log(bytes + 1);
+  for (int i = 0; i < m->n_anchors; i++) {
+    const CostAnchor *a = &m->anchors[i];
+    if (a->kind != kind || i == skip) continue;
+    double dd = fabs(log(a->flops + 1) - lf) + fabs(log(a->bytes + 1) - lb) +
+                ANCHOR_ARITY * abs(a->arity - arity);
+    int at = n_best < ANCHOR_NEIGHBOURS ? n_best++ : ANCHOR_NEIGHBOURS;
+    while (at > 0 && dist[at - 1] > dd) {
+      if (at < ANCHOR_NEIGHBOURS) best[at] = best[at - 1], dist[at] = dist[at - 1];
+      at--;
+    }
+    if (at < ANCHOR_NEIGHBOURS) best[at] = i, dist[at] = dd;
+  }
+  if (n_best == 0) return base;
+  double wsum = 0, lsum = 0;
+  for (int k = 0; k < n_best; k++) {
+    const CostAnchor *a = &m->anchors[best[k]];
+    double w = 1.0 / (ANCHOR_REACH + dist[k]);
+    lsum += w * log(a->us / roofline(c, kind, a->flops, a->bytes));
+    wsum += w;
+  }
+  return base * exp(lsum / wsum);
+}
+
+int cost_model_anchors(const CostModel *m) { return m->n_anchors; }
+
+void cost_model_anchor(const CostModel *m, int i, OpKind *kind, int *arity, double *flops,
+                       double *bytes, double *us) {
+  const CostAnchor *a = &m->anchors[i];
+  *kind = a->kind, *arity = a->arity, *flops = a->flops, *bytes = a->bytes, *us = a->us;
+}
+
+/* Keeps a table row as an anchor; a key that does not rebuild is no anchor
+ * (its measurement still answers its own configuration). */
+static int add_anchor(CostModel *m, const char *key, double us) {
+  Graph *g = NULL;
+  int node;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = cost_graph_from_key(key, &g, &node, &quiet);
+  diag_fini(&quiet);
+  if (rc != TEQ_OK || us <= 0) return rc == TEQ_ERR_NOMEM ? rc : TEQ_OK;
+  if (m->n_anchors == m->cap_anchors) {
+    int cap = m->cap_anchors ? 2 * m->cap_anchors : 256;
+    CostAnchor *a = realloc(m->anchors, (size_t)cap * sizeof *a);
+    if (!a) {
+      graph_free(g);
+      return TEQ_ERR_NOMEM;
+    }
+    m->anchors = a, m->cap_anchors = cap;
+  }
+  m->anchors[m->n_anchors++] =
+      (CostAnchor){g->nodes[node].kind, g->nodes[node].n_in + g->nodes[node].n_out,
+                   cost_node_flops(g, node), cost_node_bytes(g, node), us};
+  graph_free(g);
+  return TEQ_OK;
 }
 
 /* ---- estimates ---- */
@@ -314,7 +407,10 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    e = insert(m, key, cost_analytic(&m->calib, g, id), COST_ANALYTIC);
+    e = insert(m, key,
+               cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
+                             cost_node_bytes(g, id), -1),
+               COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");
   }
   if (m->record && !e->recorded) {
@@ -400,7 +496,7 @@ int cost_model_load_table(CostModel *m, const char *path, const char *device, Di
     double us = strtod(fields[2], &end);
     if (end == fields[2] || *end || !(us >= 0))
       rc = diag_error(d, "%s:%d: median_us '%s' is not a time", path, lineno, fields[2]);
-    else if (!insert(m, fields[1], us, COST_TABLE))
+    else if (!insert(m, fields[1], us, COST_TABLE) || add_anchor(m, fields[1], us) != TEQ_OK)
       rc = diag_error(d, "out of memory");
   }
   fclose(f);

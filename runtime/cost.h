@@ -5,7 +5,8 @@
  *             machine without a GPU makes the decisions that GPU would,
  *   analytic  a roofline (flops over a calibrated rate, bytes over a
  *             calibrated bandwidth, plus a launch overhead) for anything
- *             never measured.
+ *             never measured, corrected by the table's nearest
+ *             measurements of the same operator where it has some.
  * Every estimate says which source it came from.
  *
  * An operator configuration is named by a key that holds everything its
@@ -79,6 +80,16 @@ TEQ_API const char *cost_source_name(CostSource s);
 
 /* The analytic estimate alone, and the quantities behind it. */
 TEQ_API double cost_analytic(const CostCalib *c, const Graph *g, int id);
+/* The analytic estimate of an operator of this kind, arity (inputs plus
+ * outputs), flops and bytes, corrected by the measured/roofline ratio of
+ * the nearest table rows of the same kind; anchor `skip` (or none, -1)
+ * left out. */
+TEQ_API double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops,
+                             double bytes, int skip);
+/* The table rows behind those corrections. */
+TEQ_API int cost_model_anchors(const CostModel *m);
+TEQ_API void cost_model_anchor(const CostModel *m, int i, OpKind *kind, int *arity,
+                               double *flops, double *bytes, double *us);
 TEQ_API double cost_node_flops(const Graph *g, int id);
 TEQ_API double cost_node_bytes(const Graph *g, int id);
 

@@ -249,6 +249,47 @@ static int by_kind(const void *a, const void *b) {
   return (int)x->kind - (int)y->kind;
 }
 
+/* How well each configuration of the table would be estimated if it had
+ * never been measured: leave-one-out, the roofline alone against the
+ * roofline corrected by the nearest other measurements (cost_anchored),
+ * as the geometric-mean error factor per operator. This is the error the
+ * search meets on configurations the table lacks. */
+static int cross_validate(const char *table, const char *device, Diag *d) {
+  CostModel *m = cost_model_new();
+  if (!m) return TEQ_ERR_NOMEM;
+  int rc = cost_model_load_table(m, table, device, d);
+  int n = rc ? 0 : cost_model_anchors(m);
+  double plain[OP__COUNT] = {0}, anchored[OP__COUNT] = {0};
+  int count[OP__COUNT] = {0};
+  double all_plain = 0, all_anchored = 0;
+  for (int i = 0; i < n; i++) {
+    OpKind k;
+    int arity;
+    double flops, bytes, us;
+    cost_model_anchor(m, i, &k, &arity, &flops, &bytes, &us);
+    double e0 = fabs(log(cost_anchored(m, k, arity, flops, bytes, i) / us));
+    /* The roofline alone is cost_anchored with no anchor of this kind. */
+    CostCalib c = *cost_model_calib(m);
+    double f = flops / (c.flop_eff[k] * c.peak_gflops * 1e3);
+    double b = bytes / (c.byte_eff[k] * c.mem_gbps * 1e3);
+    double e1 = fabs(log((c.launch_us + fmax(f, b)) / us));
+    anchored[k] += e0, plain[k] += e1, count[k]++;
+    all_anchored += e0, all_plain += e1;
+  }
+  if (n) {
+    printf("\nleave-one-out: each configuration estimated as if never measured\n");
+    printf("%-18s %6s %12s %12s\n", "operator", "count", "roofline", "anchored");
+    for (int k = 0; k < OP__COUNT; k++)
+      if (count[k])
+        printf("%-18s %6d %11.0f%% %11.0f%%\n", op_def((OpKind)k)->name, count[k],
+               100 * (exp(plain[k] / count[k]) - 1), 100 * (exp(anchored[k] / count[k]) - 1));
+    printf("%-18s %6d %11.0f%% %11.0f%%   (geometric-mean error factor - 1)\n", "all", n,
+           100 * (exp(all_plain / n) - 1), 100 * (exp(all_anchored / n) - 1));
+  }
+  cost_model_free(m);
+  return rc;
+}
+
 static int do_calibrate(int argc, char **argv, Diag *d) {
   const char *in = NULL, *out = NULL;
   for (int i = 0; i < argc; i++) {
@@ -330,6 +371,7 @@ static int do_calibrate(int argc, char **argv, Diag *d) {
           fprintf(f, "#calib\t%s %.5g %.5g\n", op_def((OpKind)k)->name, c.flop_eff[k], c.byte_eff[k]);
       for (size_t i = 0; i < rows.n; i++) fprintf(f, "%s\n", rows.v[i]);
       fclose(f);
+      rc = cross_validate(out, device, d);
     }
   }
   cost_model_free(m);

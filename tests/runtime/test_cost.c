@@ -155,6 +155,12 @@ static void test_table_and_sources(void) {
   Graph *g2 = conv_graph(16, 28, 3, &id2);
   CHECK(cost_node(m, g2, id2, &e, &d) == TEQ_OK);
   CHECK(e.source == COST_ANALYTIC && e.us > 3);
+  /* ...the roofline scaled by the one measured conv's measured/roofline
+   * ratio (its only anchor), and unscaled with no measurement to lean on. */
+  double roof1 = cost_analytic(cost_model_calib(m), g, id);
+  double roof2 = cost_analytic(cost_model_calib(m), g2, id2);
+  CHECK_MSG(fabs(e.us - roof2 * 42.5 / roof1) < 1e-9 * e.us, "%g vs %g", e.us, roof2 * 42.5 / roof1);
+  CHECK(cost_model_anchors(m) == 1);
   double us;
   int counts[COST__SOURCES];
   CHECK(cost_graph(m, g2, &us, counts, &d) == TEQ_OK);
@@ -232,6 +238,25 @@ static void test_committed_table(const char *root) {
   printf("%s: %d measurements on %s\n", path, cost_model_size(m), cost_model_device(m));
   CHECK(cost_model_size(m) > 100);
   CHECK(strstr(cost_model_device(m), "H100") != NULL);
+  /* Each row estimated as if never measured, leave-one-out: the nearest
+   * other measurements must correct the roofline, not spoil it. */
+  double err_roof = 0, err_anchored = 0;
+  int n = cost_model_anchors(m);
+  CHECK(n == cost_model_size(m));
+  const CostCalib *c = cost_model_calib(m);
+  for (int i = 0; i < n; i++) {
+    OpKind k;
+    int arity;
+    double flops, bytes, us;
+    cost_model_anchor(m, i, &k, &arity, &flops, &bytes, &us);
+    double roof = c->launch_us + fmax(flops / (c->flop_eff[k] * c->peak_gflops * 1e3),
+                                      bytes / (c->byte_eff[k] * c->mem_gbps * 1e3));
+    err_roof += fabs(log(roof / us));
+    err_anchored += fabs(log(cost_anchored(m, k, arity, flops, bytes, i) / us));
+  }
+  printf("leave-one-out error: roofline %.0f%%, anchored %.0f%%\n",
+         100 * (exp(err_roof / n) - 1), 100 * (exp(err_anchored / n) - 1));
+  CHECK(err_anchored < 0.75 * err_roof);
   cost_model_free(m);
   diag_fini(&d);
 }
