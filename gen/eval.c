@@ -109,6 +109,10 @@ bool gen_op_applies(const GenState *s, GenOp op) {
     int r = x->t->shape.ndim;
     if (y->t->shape.ndim != r || x->t->shape.d[r - 1] != y->t->shape.d[r - 2]) return false;
   }
+  if (t->bound == BR_GEMM) { /* inner extents: A's columns, or rows when transposed */
+    if (y->t->shape.ndim != 2) return false;
+    if (x->t->shape.d[t->trans & 1 ? 0 : 1] != y->t->shape.d[t->trans & 2 ? 1 : 0]) return false;
+  }
   if (t->bound == BR_CONCAT) {
     if (y->t->shape.ndim != x->t->shape.ndim) return false;
     for (int a = 0; a < x->t->shape.ndim; a++)
@@ -156,6 +160,10 @@ static bool template_params(const GenState *s, const GenTemplate *t, const Shape
     set_int(p, k, "kw", t->kw);
   }
   if (t->axis >= 0) set_int(p, k, "axis", t->axis);
+  if (t->trans) {
+    set_int(p, k, "transA", t->trans & 1);
+    set_int(p, k, "transB", (t->trans >> 1) & 1);
+  }
   switch (t->source) {
   case TP_POOL_C:
   case TP_ICONV_C:
@@ -197,6 +205,10 @@ static void propagate_bounds(const GenTemplate *t, const GenSlot *x, const GenSl
     for (int a = 0; a < r - 2; a++) bound[0][a] = x->bound[a] == y->bound[a] ? x->bound[a] : 0;
     bound[0][r - 2] = x->bound[r - 2];
     bound[0][r - 1] = y->bound[r - 1];
+    break;
+  case BR_GEMM:
+    bound[0][0] = x->bound[t->trans & 1 ? 1 : 0];
+    bound[0][1] = y->bound[t->trans & 2 ? 0 : 1];
     break;
   case BR_CONV:
     bound[0][0] = x->bound[0], bound[0][1] = y->bound[0];

@@ -86,6 +86,7 @@ enum {
   BR_SAME,       /* element-wise: the inputs' common boundaries */
   BR_TRANSPOSE,  /* 2-D: axes swap */
   BR_MATMUL,     /* rows from input 0, columns from input 1 */
+  BR_GEMM,       /* likewise, from the axes the transposes leave there */
   BR_CONV,       /* batch from the input, channels from the weight's outputs */
   BR_POOL,       /* batch and channels kept */
   BR_CONCAT,     /* a new boundary on the axis, common ones elsewhere */
@@ -103,6 +104,7 @@ typedef struct GenTemplate {
   int8_t act;       /* conv's fused activation */
   int8_t dilation;  /* conv */
   int8_t source;    /* TP_* for constants */
+  int8_t trans;     /* gemm: 1 reads input 0 transposed, 2 input 1, 3 both */
   int8_t bound;     /* BR_* */
 } GenTemplate;
 

@@ -139,6 +139,21 @@ static void add_pool(Builder *b, OpKind k) {
   if (t) t->rank = 4, t->flags = T_ACT_INPUT, t->kh = 3, t->kw = 3, t->bound = BR_POOL;
 }
 
+/* gemm with a transposed operand: the layouts of a matrix product. A
+ * transpose feeding a matmul can then be absorbed into the product's
+ * flags or left materialised, and the optimizer weighs both (TASO's joint
+ * optimisation of substitutions and layouts). gemm without transposes is
+ * matmul and is not enumerated twice. */
+static void add_gemm(Builder *b, OpKind k) {
+  static const char *const names[] = {"", "gemm[tA]", "gemm[tB]", "gemm[tA tB]"};
+  for (int trans = 1; trans <= 3; trans++) {
+    GenTemplate *t = add(b, k, names[trans]);
+    if (!t) return;
+    t->n_in = 2, t->rank = 2, t->flags = T_DISTINCT, t->bound = BR_GEMM;
+    t->trans = (int8_t)trans;
+  }
+}
+
 /* concat and split, one template per axis. */
 static void add_axes(Builder *b, OpKind k) {
   for (int axis = 0; axis < 4; axis++) {
@@ -197,7 +212,7 @@ enum { EXTRA_BATCH_MATMUL = OP__COUNT, EXTRA_DILATED_CONV, EXTRA__END };
 static const char *const extra_names[] = {"batch_matmul", "dilated_conv"};
 
 static bool enumerable(OpKind k) {
-  if (default_index(k) >= 0) return true;
+  if (default_index(k) >= 0 || k == OP_GEMM) return true;
   const OpDef *def = op_def(k);
   /* Any unary element-wise operator with a Z_p kernel: sigmoid, tanh... */
   return (def->flags & OPF_ELEMENTWISE) && def->n_in_max == 1 && def->n_in_min == 1 &&
@@ -212,7 +227,7 @@ static int name_to_id(const char *name, Diag *d) {
   if (!enumerable((OpKind)k))
     return diag_error(d,
                       "--ops: gen-rules cannot enumerate '%s' (it takes TASO's operators, unary "
-                      "element-wise operators, batch_matmul and dilated_conv)",
+                      "element-wise operators, gemm, batch_matmul and dilated_conv)",
                       name),
            -1;
   return k;
@@ -254,7 +269,8 @@ int gen_vocab_build(GenVocab *v, const char *ops, Diag *d) {
   for (int i = 0; i < N_DEFAULT; i++)
     if (chosen[default_kinds[i].kind]) default_kinds[i].add(&b, default_kinds[i].kind);
   for (int k = 0; k < OP__COUNT; k++)
-    if (chosen[k] && default_index((OpKind)k) < 0) add_unary(&b, (OpKind)k);
+    if (chosen[k] && default_index((OpKind)k) < 0)
+      (k == OP_GEMM ? add_gemm : add_unary)(&b, (OpKind)k);
   if (chosen[EXTRA_DILATED_CONV]) add_conv(&b, 3, 3, 2);
   if (chosen[EXTRA_BATCH_MATMUL]) {
     GenTemplate *t = add(&b, OP_MATMUL, "matmul[batched]");

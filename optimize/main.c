@@ -400,6 +400,7 @@ int main(int argc, char **argv) {
   }
   Graph *plain = NULL;
   if (rc == TEQ_OK) rc = (plain = graph_copy(g)) ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) graph_canonicalize(plain); /* rules use one spelling of each operator */
   if (rc == TEQ_OK) rc = opt_split_bias(plain, NULL, &d);
   if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
   graph_free(plain);

@@ -407,8 +407,13 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
+    /* A gemm without a bias is one BLAS call reading its operands in
+     * either layout, as matmul's is: until measured it is estimated as the
+     * matmul of the same extents (the table's gemms all add a bias, a
+     * second kernel on the GPU, and would price the layout choice wrong). */
+    OpKind like = n->kind == OP_GEMM && n->n_in == 2 ? OP_MATMUL : n->kind;
     e = insert(m, key,
-               cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
+               cost_anchored(m, like, n->n_in + n->n_out, cost_node_flops(g, id),
                              cost_node_bytes(g, id), -1),
                COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");

@@ -461,6 +461,21 @@ int graph_count_ops(const Graph *g) {
   return k;
 }
 
+int graph_canonicalize(Graph *g) {
+  int changed = 0;
+  for (int id = 0; id < g->n_nodes; id++) {
+    Node *n = &g->nodes[id];
+    const OpDef *def = op_def(n->kind);
+    if (!def->canonical || n->n_in > 64) continue;
+    Shape in[64];
+    for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
+    Params before = n->params;
+    def->canonical(n, in);
+    changed += memcmp(&before, &n->params, sizeof before) != 0;
+  }
+  return changed;
+}
+
 int graph_check(const Graph *g, Diag *d) {
   int rc = TEQ_OK;
   for (int i = 0; i < g->n_nodes; i++) {

@@ -116,6 +116,9 @@ TEQ_API int32_t *graph_use_counts(const Graph *g, int32_t **offset);
 /* Verifies every invariant, re-inferring all shapes; O(nodes + edges).
  * Returns TEQ_OK or TEQ_ERR_INTERNAL with a message per violation. */
 TEQ_API int graph_check(const Graph *g, Diag *d);
+/* Gives every node's parameters their canonical spelling (OpDef.canonical),
+ * so that equal operators compare equal; returns how many changed. */
+TEQ_API int graph_canonicalize(Graph *g);
 /* Counts nodes that compute (not inputs, constants or no-ops). */
 TEQ_API int graph_count_ops(const Graph *g);
 

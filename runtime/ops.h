@@ -128,6 +128,12 @@ typedef struct OpDef {
    * work grows faster than their data (conv, matmul) set it. */
   double (*flops)(const struct Node *n, const Shape *in);
 
+  /* Rewrites n's parameters into the one spelling of what they mean at
+   * input shapes `in`, where two spellings mean the same (a transpose whose
+   * perm reverses the axes is the default perm), so that rewrite rules,
+   * which use one spelling, match either. NULL: every spelling is unique. */
+  void (*canonical)(struct Node *n, const Shape *in);
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);

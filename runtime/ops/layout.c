@@ -261,13 +261,22 @@ static int transpose_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   return TEQ_OK;
 }
 
+/* A perm that reverses the axes is spelled as the default (empty). */
+static void transpose_canonical(Node *n, const Shape *in) {
+  ParamValue *p = &n->params.v[0];
+  if (p->n != in[0].ndim) return;
+  for (int i = 0; i < p->n; i++)
+    if (p->i[i] != p->n - 1 - i) return;
+  memset(p, 0, sizeof *p); /* the default's bytes: parameters compare as bytes */
+}
+
 const OpDef op_def_transpose = {
   .kind = OP_TRANSPOSE, .name = "transpose", .axiom_name = "transpose", .onnx_op = "Transpose",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = transpose_params, .n_params = 1,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = transpose_infer, .eval_f32 = transpose_eval, .eval_modp = transpose_eval,
-  .onnx_write = transpose_onnx_write,
+  .onnx_write = transpose_onnx_write, .canonical = transpose_canonical,
   .eval_cuda = CUDA_EVAL(transpose),
 };
 

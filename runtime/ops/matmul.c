@@ -307,7 +307,7 @@ static double gemm_flops(const Node *n, const Shape *in) {
 }
 
 const OpDef op_def_gemm = {
-  .kind = OP_GEMM, .name = "gemm", .onnx_op = "Gemm",
+  .kind = OP_GEMM, .name = "gemm", .axiom_name = "gemm", .onnx_op = "Gemm",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
   .params = gemm_params, .n_params = 4,
   .flags = OPF_MULTILINEAR,

@@ -272,6 +272,51 @@ static void test_search_equivalent(void) {
   graph_free(g);
 }
 
+/* Layouts: a transpose feeding a product, written with an explicit perm as
+ * ONNX models write it, is absorbed into gemm's flags (a gemm without bias
+ * costs what the matmul does until measured, so the transpose is the
+ * saving), on either operand; the result is equal. */
+static void test_layout_absorbed(void) {
+  for (int side = 0; side < 2; side++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", side ? shape_of(2, 16, 8) : shape_of(2, 8, 16));
+    TensorRef y = input(g, "y", side ? shape_of(2, 16, 12) : shape_of(2, 12, 16));
+    Params perm;
+    params_default(OP_TRANSPOSE, &perm);
+    param_set_ints(&perm, 0, (int64_t[]){1, 0}, 2);
+    TensorRef t = op(g, OP_TRANSPOSE, side ? x : y, x, 1, &perm);
+    graph_add_output(g, side ? op(g, OP_MATMUL, t, y, 2, NULL) : op(g, OP_MATMUL, x, t, 2, NULL),
+                     "z", NULL);
+    CHECK_EQ_INT(graph_canonicalize(g), 1);
+    CostModel *cm = cost_model_new();
+    OptOptions o = OPT_DEFAULTS;
+    o.budget = 20;
+    Graph *best = NULL;
+    OptStats st;
+    Diag d;
+    diag_init(&d);
+    CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+    int gemms = 0, transposes = 0;
+    for (int i = 0; best && i < best->n_nodes; i++) {
+      const Node *n = &best->nodes[i];
+      transposes += n->kind == OP_TRANSPOSE;
+      if (n->kind == OP_GEMM && n->n_in == 2 &&
+          param_int(&n->params, param_index(OP_GEMM, "transA")) == side &&
+          param_int(&n->params, param_index(OP_GEMM, "transB")) == !side)
+        gemms++;
+    }
+    CHECK_MSG(gemms == 1 && transposes == 0, "operand %d: %d gemms, %d transposes", side, gemms,
+              transposes);
+    CHECK(best && equal_outputs(g, best));
+    diag_flush(&d, stderr);
+    opt_stats_fini(&st);
+    graph_free(best);
+    cost_model_free(cm);
+    diag_fini(&d);
+    graph_free(g);
+  }
+}
+
 /* Biases split off for the search and folded back give the same graph. */
 static void test_bias_round_trip(void) {
   Graph *g = graph_new();
@@ -341,6 +386,11 @@ static void load_rules(const char *axioms) {
   Diag d;
   diag_init(&d);
   CHECK(gen_rules_run(&go, &gs, &d) == TEQ_OK);
+  /* The layout rules into the same database: products with transposed
+   * operands, as gemm's flags. */
+  GenOptions layouts = go;
+  layouts.depth = 2, layouts.ops = "matmul,transpose,gemm";
+  CHECK(gen_rules_run(&layouts, &gs, &d) == TEQ_OK);
   /* Before verify-rules nothing is proved: the set is refused. */
   OptRules *none = NULL;
   CHECK(opt_rules_load(db, false, &none, &d) == TEQ_ERR_INPUT);
@@ -387,6 +437,7 @@ int main(void) {
   test_no_match_unchanged();
   test_search_equivalent();
   test_bias_round_trip();
+  test_layout_absorbed();
   test_every_rule_on_itself();
   opt_rules_free(rules);
   char cmd[400];
