@@ -2,8 +2,8 @@
 """The benchmark suite: the whole pipeline over the papers' models, in one run.
 
     bench_suite.py [--models a,b|all] [--depth 3 | --rules DB] [--budget N]
-                   [--time-limit S] [--repeat N] [--gpu auto|on|off] [--build DIR]
-                   [--out DIR] [--cache DIR] [--no-plot]
+                   [--time-limit S] [--repeat N] [--gpu auto|on|off] [--ort auto|off]
+                   [--record FILE] [--build DIR] [--out DIR] [--cache DIR] [--no-plot]
 
 First gen-rules at --depth and verify-rules on its database (wall time, peak RSS and the
 counts of each), unless --rules names a database made earlier. Then for every model:
@@ -11,7 +11,8 @@ counts of each), unless --rules names a database made earlier. Then for every mo
   optimize    the model with those rules (its JSON report: operators, estimated cost before
               and after, search time; its own end-to-end check on the CPU executor)
   cpu         Teq's CPU executor (run-model) on the original and on the optimized model
-  ort         ONNX Runtime (onnxruntime-node, CPU) on both, on the same input
+  ort         ONNX Runtime (onnxruntime-node, CPU) on both, on the same input (where it is
+              installed; --ort off leaves it out)
   diff        the largest relative output difference between the optimized model and the
               original: max |opt - orig| / max |orig| over every output, in ONNX Runtime
               (the independent oracle) and in Teq's executor; the larger is reported
@@ -21,7 +22,9 @@ counts of each), unless --rules names a database made earlier. Then for every mo
 
 Prints the table and writes OUT/results_suite.csv, OUT/results_suite.md and
 OUT/results_suite.png (speedup per model beside the published figures of
-tools/bench/published.tsv; needs gnuplot). Times are medians of --repeat runs after a
+tools/bench/published.tsv; needs gnuplot). --record FILE collects every operator
+configuration optimize's cost model was asked about, for measuring on a GPU later
+(teq-profile measure). Times are medians of --repeat runs after a
 warm-up; on a shared CPU machine only the ratios measured in this one run mean anything.
 Exit status: 0 when every step of every model ran and every optimized model computes what
 its original does (diff <= --tolerance), 1 otherwise (the table is written either way),
@@ -228,8 +231,9 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     report = os.path.join(work, f"{name}.report.json")
 
     log(f"{name}: optimize")
+    record = ["--record", os.path.join(work, f"{name}.configs")] if args.record else []
     r = run([tools["optimize"], "--rules", rules_db, "--budget", str(args.budget),
-             "--time-limit", str(args.time_limit), "--json", report, "-o", opt, path],
+             "--time-limit", str(args.time_limit), "--json", report, *record, "-o", opt, path],
             work, f"{name}.optimize")
     row["optimize_s"] = r.wall
     row["optimize_rss_mb"] = r.rss_mb
@@ -257,6 +261,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         row[f"cpu_ms_{which}"] = time_ms(t.stdout(), r"^time ([0-9.]+) ms") if t.rc == 0 else None
         if t.rc != 0:
             problems.append(f"run-model {which} exit {t.rc}: {t.tail(2)}")
+        if not args.use_ort:
+            continue
         o = run(["node", os.path.join(REPO, "tools", "ort", "run.js"), model, *feed, "--quiet",
                  "--repeat", str(args.repeat), "--output-dir",
                  os.path.join(work, f"{name}.ort.{which}")], work, f"{name}.ort.{which}")
@@ -264,7 +270,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         if o.rc != 0:
             problems.append(f"onnxruntime {which} exit {o.rc}: {o.tail(2)}")
     diffs = [rel_diff(os.path.join(work, f"{name}.{t}.after"),
-                      os.path.join(work, f"{name}.{t}.before"), np) for t in ("ort", "teq")]
+                      os.path.join(work, f"{name}.{t}.before"), np) if t != "ort" or args.use_ort
+             else None for t in ("ort", "teq")]
     row["diff_ort"], row["diff_teq"] = diffs
     known = [d for d in diffs if d is not None]
     row["max_rel_diff"] = max(known) if known else None
@@ -466,6 +473,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=10, help="timed CPU runs, median (default 10)")
     ap.add_argument("--gpu-repeat", type=int, default=200, help="timed GPU runs (default 200)")
     ap.add_argument("--gpu", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--ort", choices=("auto", "off"), default="auto",
+                    help="ONNX Runtime columns: where onnxruntime-node is installed (auto) or never")
+    ap.add_argument("--record", help="write every configuration optimize costed to this file")
     ap.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest relative output difference allowed (default 1e-4)")
     ap.add_argument("--build", default=os.environ.get("TEQ_BENCH_BUILD", os.path.join(REPO, "build-release")))
@@ -485,10 +495,14 @@ def main():
         print("bench_suite: --depth and --repeat must be at least 1, --budget at least 0", file=sys.stderr)
         return 2
     args.build, args.out, args.cache = (os.path.abspath(p) for p in (args.build, args.out, args.cache))
-    tools = {t: os.path.join(args.build, d, t) for d, t in (
-        ("gen", "gen-rules"), ("verify", "verify-rules"), ("optimize", "optimize"),
-        ("tools", "run-model"), ("tools", "build-model"))}
-    missing = [p for p in tools.values() if not os.access(p, os.X_OK)]
+    # A build directory, or the flat tools/ of a GPU machine's staged binaries.
+    tools = {}
+    for d, t in (("gen", "gen-rules"), ("verify", "verify-rules"), ("optimize", "optimize"),
+                 ("tools", "run-model"), ("tools", "build-model")):
+        path = os.path.join(args.build, d, t)
+        tools[t] = path if os.access(path, os.X_OK) else os.path.join(args.build, "tools", t)
+    needed = [t for t in tools if not (args.rules and t in ("gen-rules", "verify-rules"))]
+    missing = [tools[t] for t in needed if not os.access(tools[t], os.X_OK)]
     if missing:
         print(f"bench_suite: not built: {', '.join(missing)} (meson setup {args.build} "
               f"--buildtype=release -Db_ndebug=true && ninja -C {args.build})", file=sys.stderr)
@@ -496,12 +510,12 @@ def main():
     if args.rules and not os.path.exists(args.rules):
         print(f"bench_suite: {args.rules}: no such rule database", file=sys.stderr)
         return 2
-    if not shutil.which("node") or subprocess.run(
-            ["node", "-e", "require('onnxruntime-node')"], cwd=os.path.join(REPO, "tools", "ort"),
-            capture_output=True).returncode != 0:
-        print("bench_suite: onnxruntime-node is missing: (cd tools/ort && "
-              "ONNXRUNTIME_NODE_INSTALL=skip npm ci)", file=sys.stderr)
-        return 2
+    args.use_ort = args.ort == "auto" and shutil.which("node") is not None and subprocess.run(
+        ["node", "-e", "require('onnxruntime-node')"], cwd=os.path.join(REPO, "tools", "ort"),
+        capture_output=True).returncode == 0
+    if args.ort == "auto" and not args.use_ort:
+        log("onnxruntime-node is missing, so no ONNX Runtime columns "
+            "(set up: cd tools/ort && ONNXRUNTIME_NODE_INSTALL=skip npm ci)")
     mods = {}
     try:
         import numpy
@@ -551,6 +565,16 @@ def main():
                 row = {"model": name, "status": f"failed: {e}"}
             rows.append(row)
             log(f"{name}: {row['status']} ({time.monotonic() - t0:.0f} s)")
+        if args.record:
+            configs = set()
+            for name in chosen:
+                f = os.path.join(work, f"{name}.configs")
+                if os.path.exists(f):
+                    with open(f) as fh:
+                        configs.update(line.rstrip("\n") for line in fh if line.strip())
+            with open(args.record, "w") as fh:
+                fh.writelines(c + "\n" for c in sorted(configs))
+            log(f"{len(configs)} configurations written to {args.record}")
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True).stdout.strip() or "?"
         dirty = subprocess.run(["git", "-C", REPO, "diff", "--quiet"]).returncode != 0
@@ -562,7 +586,8 @@ def main():
             f"CPU times: median of {args.repeat} runs after a warm-up, batch 1, each tool's default threads; "
             "est. = optimize's cost model (see its report for the source of each cost)",
             f"max rel diff: max |optimized - original| / max |original| over every output, "
-            f"in ONNX Runtime and in Teq's executor; tolerance {args.tolerance:g}",
+            f"in {'ONNX Runtime and ' if args.use_ort else ''}Teq's executor; "
+            f"tolerance {args.tolerance:g}",
             f"total {time.monotonic() - t_start:.0f} s",
         ]
         md = write_report(rows, rule_rows, args, gpu, args.out, notes)

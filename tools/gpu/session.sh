@@ -7,7 +7,7 @@
 # returns what it finished.
 #
 #   tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16
+#   steps: tests models profile bench1 bench16 suite
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -70,6 +70,11 @@ for step in "$@"; do
     profile) profile ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
     bench16) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 16 --no-check ;;
+    # The whole suite through optimize, each model timed before and after on the GPU beside
+    # PyTorch; the configurations optimize costed are recorded for the next table.
+    suite) PYTHONUNBUFFERED=1 python3 tools/bench/bench_suite.py --build "$stage" \
+             --rules "$packed/rules.sqlite" --gpu on --cache "$models" --out "$out" \
+             --record "$out/configs_suite.txt" 2>"$out/suite.log" ;;
     *) echo "unknown step $step" ;;
   esac
   tar czf "$final/logs.tgz" -C "$out" .

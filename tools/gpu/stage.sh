@@ -2,8 +2,9 @@
 # stage.sh: gathers what a GPU machine needs to run Teq's GPU tests and
 # benchmarks into one directory (default .gpu, which git ignores): the
 # release build's GPU-side binaries, the shared libraries that machine may
-# lack (protobuf-c), and the ONNX node tests. session.sh unpacks and runs
-# them there.
+# lack (protobuf-c, SQLite), the ONNX node tests, and a verified rule
+# database for the benchmark suite (that machine has no Z3 to make one).
+# session.sh unpacks and runs them there.
 #
 #   tools/gpu/stage.sh [STAGE_DIR]
 set -euo pipefail
@@ -11,18 +12,26 @@ cd "$(dirname "$0")/../.."
 stage="${1:-.gpu}"
 build=build-gpu
 [ -d "$build" ] || meson setup "$build" --buildtype=release -Dcuda=enabled >/dev/null
-ninja -C "$build" tools/run-model tools/teq-profile tools/build-model \
+ninja -C "$build" tools/run-model tools/teq-profile tools/build-model optimize/optimize \
   tests/runtime_test_cuda tests/runtime_test_cuda_elementwise tests/runtime_test_cuda_reduce \
   tests/runtime_test_cuda_layout tests/runtime_test_cuda_linear tests/runtime_test_cuda_profile \
   tests/runtime_test_conformance_gpu >/dev/null
 rm -rf "$stage"
 mkdir -p "$stage/tools" "$stage/tests" "$stage/lib"
 cp "$build"/tools/run-model "$build"/tools/teq-profile "$build"/tools/build-model "$stage/tools/"
+cp "$build"/optimize/optimize "$stage/tools/"
 for t in "$build"/tests/runtime_test_cuda "$build"/tests/runtime_test_cuda_* "$build"/tests/runtime_test_conformance_gpu; do [ -f "$t" ] && cp "$t" "$stage/tests/"; done
 # Shared libraries the binaries need besides CUDA's, in case that machine lacks them.
-for lib in $(ldd "$build/tools/run-model" | awk '/=>/ {print $3}' | grep -E 'protobuf-c|openblas|gfortran|quadmath'); do
+for lib in $(ldd "$build/tools/run-model" "$build/optimize/optimize" | awk '/=>/ {print $3}' |
+             grep -E 'protobuf-c|openblas|gfortran|quadmath|sqlite3' | sort -u); do
   cp -L "$lib" "$stage/lib/"
 done
+# The suite's rules, made and proved here: depth 3 and the layout rules.
+ninja -C "$build" gen/gen-rules verify/verify-rules >/dev/null
+"$build"/gen/gen-rules --depth 3 --db "$stage/rules.sqlite" --quiet >/dev/null
+"$build"/gen/gen-rules --depth 2 --ops matmul,transpose,gemm --db "$stage/rules.sqlite" --quiet >/dev/null
+"$build"/verify/verify-rules --db "$stage/rules.sqlite" --quiet specs/ops.axioms | grep -E "proved|unknown"
+sqlite3 "$stage/rules.sqlite" "PRAGMA journal_mode = DELETE;" >/dev/null  # one file to carry
 strip "$stage"/tools/* "$stage"/tests/*
 # Every binary holds the same kernels: one compressed archive of them all
 # is a few MB where the files are 60.
