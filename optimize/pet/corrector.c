@@ -1,0 +1,255 @@
+/* corrector.c: PET's random tests (section 5.2, step 2): which boxes of a
+ * mutant's outputs differ from the original's.
+ *
+ * Both programs run exactly in Z_p (p = 2^31 - 1) on t random inputs, each
+ * element uniform in Z_p and drawn from the caller's seed. In every box of
+ * the common refinement of both programs' boxes, the positions v0 and
+ * v0 + e_k of Theorem 1 are compared (e_k only along axes where the box is
+ * at least 2 wide: the theorem asks that the differences span the box, and
+ * a 1-wide axis has nothing to span). v0 is drawn from the seed inside the
+ * box, far enough from its end that every v0 + e_k stays inside. A box of
+ * unknown structure (is_whole) is compared at every position instead.
+ *
+ * Why (n/p)^t: if the programs differ somewhere in a box, Theorem 1 says
+ * they differ at one of the tested positions as polynomials in the inputs,
+ * a polynomial of degree at most n; Schwartz-Zippel (Theorem 2) makes each
+ * trial miss that with probability at most n/p, independently. The
+ * executor evaluates whole tensors, so the positions cost nothing to read;
+ * all_positions uses that to cross-check Theorem 1. The rebuilding of the
+ * differing boxes is in correct.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/pet/pet.h"
+#include "runtime/exec.h"
+#include "runtime/modp.h"
+
+/* Trials when the degree is unknown: no bound holds, so only a margin. */
+#define TRIALS_NO_DEGREE 4
+/* Differing boxes listed per output by pet_report_print. */
+#define PRINT_MAX 32
+
+int pet_default_trials(int degree) {
+  double per = log2((double)MODP_P) - log2(degree < 1 ? 1.0 : (double)degree);
+  if (per <= 0) return 1000;
+  int t = (int)ceil(60.0 / per);
+  return t < 1 ? 1 : t;
+}
+
+/* Same inputs (count, shapes, element types) and outputs (count, shapes). */
+static int check_interface(const Graph *a, const Graph *b, Diag *d) {
+  char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+  if (a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs)
+    return diag_error(d, "pet: the original has %d inputs and %d outputs, the mutant %d and %d",
+                      a->n_inputs, a->n_outputs, b->n_inputs, b->n_outputs);
+  for (int i = 0; i < a->n_inputs; i++) {
+    const Node *x = &a->nodes[a->inputs[i]], *y = &b->nodes[b->inputs[i]];
+    if (!shape_equal(&x->out[0], &y->out[0]) || x->dtype != y->dtype)
+      return diag_error(d, "pet: input %d is %s %s in the original but %s %s in the mutant", i,
+                        dtype_name(x->dtype), shape_format(&x->out[0], sa, sizeof sa),
+                        dtype_name(y->dtype), shape_format(&y->out[0], sb, sizeof sb));
+  }
+  for (int j = 0; j < a->n_outputs; j++) {
+    const Shape *x = graph_shape(a, a->outputs[j]), *y = graph_shape(b, b->outputs[j]);
+    if (!shape_equal(x, y) || !shape_is_known(x))
+      return diag_error(d, "pet: output %d has shape %s in the original but %s in the mutant", j,
+                        shape_format(x, sa, sizeof sa), shape_format(y, sb, sizeof sb));
+  }
+  return TEQ_OK;
+}
+
+void pet_report_fini(PetReport *rep) {
+  for (int j = 0; rep->out && j < rep->n_outputs; j++) {
+    pet_boxes_fini(&rep->out[j].boxes);
+    free(rep->out[j].differs);
+  }
+  free(rep->out);
+  memset(rep, 0, sizeof *rep);
+}
+
+/* The boxes of every output of both graphs, refined. */
+static int report_boxes(const Graph *orig, const Graph *mutant, PetReport *rep, Diag *d) {
+  rep->n_outputs = orig->n_outputs;
+  rep->out = calloc((size_t)rep->n_outputs + 1, sizeof *rep->out);
+  if (!rep->out) return TEQ_ERR_NOMEM;
+  for (int j = 0; j < rep->n_outputs; j++) {
+    PetOutputReport *o = &rep->out[j];
+    PetBoxes a, b;
+    int rc = pet_boxes(orig, j, &a, d);
+    if (rc) return rc;
+    if ((rc = pet_boxes(mutant, j, &b, d))) {
+      pet_boxes_fini(&a);
+      return rc;
+    }
+    rc = pet_boxes_refine(&a, &b, &o->boxes, d);
+    pet_boxes_fini(&a);
+    pet_boxes_fini(&b);
+    if (rc) return rc;
+    o->n_boxes = pet_boxes_count(&o->boxes);
+    o->differs = calloc((size_t)o->n_boxes + 1, 1);
+    if (!o->differs) return TEQ_ERR_NOMEM;
+    rep->n_boxes += o->n_boxes;
+  }
+  return TEQ_OK;
+}
+
+/* Fresh random inputs for trial k: element-wise uniform in Z_p. */
+static int make_inputs(const Graph *g, uint64_t seed, int k, Tensor **in) {
+  for (int i = 0; i < g->n_inputs; i++) {
+    const Node *x = &g->nodes[g->inputs[i]];
+    in[i] = tensor_new_uninit(x->dtype == DT_I64 ? DT_I64 : DT_MODP, &x->out[0]);
+    if (!in[i]) return TEQ_ERR_NOMEM;
+    tensor_fill_random(in[i], hash_mix(hash_mix(seed, (uint64_t)k + 1), (uint64_t)i + 1));
+  }
+  return TEQ_OK;
+}
+
+static bool same_at(const Tensor *a, const Tensor *b, int64_t flat) {
+  size_t es = dtype_size(a->dtype);
+  return memcmp((const char *)a->data + (size_t)flat * es, (const char *)b->data + (size_t)flat * es,
+                es) == 0;
+}
+
+/* Every position of box [lo, hi), odometer order. */
+static bool same_everywhere(const Tensor *a, const Tensor *b, const int64_t *lo,
+                            const int64_t *hi, int64_t *count) {
+  int nd = a->shape.ndim;
+  int64_t st[TEQ_MAX_DIMS], v[TEQ_MAX_DIMS];
+  shape_strides(&a->shape, st);
+  int64_t n = 1;
+  for (int k = 0; k < nd; k++) n *= hi[k] - lo[k];
+  *count += n;
+  if (n <= 0) return true;
+  memcpy(v, lo, (size_t)nd * sizeof *v);
+  for (;;) {
+    int64_t flat = 0;
+    for (int k = 0; k < nd; k++) flat += v[k] * st[k];
+    if (!same_at(a, b, flat)) return false;
+    int k = nd - 1;
+    while (k >= 0 && ++v[k] == hi[k]) v[k] = lo[k], k--;
+    if (k < 0) return true;
+  }
+}
+
+/* Theorem 1's positions in box [lo, hi): v0, then v0 + e_k wherever the
+ * box is 2 or more wide. The same v0 in every trial: it depends on the
+ * seed, the output and the box only. */
+static bool same_at_theorem1(const Tensor *a, const Tensor *b, const int64_t *lo,
+                             const int64_t *hi, uint64_t pos_seed, int64_t *count) {
+  int nd = a->shape.ndim;
+  int64_t st[TEQ_MAX_DIMS], flat0 = 0;
+  uint64_t rng = pos_seed;
+  shape_strides(&a->shape, st);
+  ++*count;
+  for (int k = 0; k < nd; k++) {
+    int64_t w = hi[k] - lo[k];
+    flat0 += (lo[k] + (w >= 2 ? (int64_t)(rng_next(&rng) % (uint64_t)(w - 1)) : 0)) * st[k];
+    *count += w >= 2;
+  }
+  bool same = same_at(a, b, flat0);
+  for (int k = 0; k < nd && same; k++)
+    if (hi[k] - lo[k] >= 2) same = same_at(a, b, flat0 + st[k]);
+  return same;
+}
+
+/* One trial's outputs compared box by box; boxes already found to differ
+ * are skipped. count is the positions of the plan (the first trial tests
+ * them all), whether or not a comparison stopped at the first difference. */
+static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Tensor *b,
+                           const PetTestOptions *opt, bool first) {
+  int64_t lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS], count = 0;
+  for (int64_t i = 0; i < o->n_boxes; i++) {
+    if (o->differs[i]) continue;
+    pet_box_bounds(&o->boxes, i, lo, hi);
+    uint64_t ps = hash_mix(hash_mix(opt->seed ^ 0x5045545f424f58ull, (uint64_t)j), (uint64_t)i);
+    bool same = o->boxes.is_whole ? same_everywhere(a, b, lo, hi, &count)
+                                  : same_at_theorem1(a, b, lo, hi, ps, &count);
+    if (opt->all_positions && !o->boxes.is_whole)
+      same = same_everywhere(a, b, lo, hi, &count) && same;
+    if (!same) o->differs[i] = 1;
+  }
+  if (first) o->n_positions = count;
+}
+
+static int run_trial(const Graph *orig, const Graph *mutant, const PetTestOptions *opt, int k,
+                     PetReport *rep, Diag *d) {
+  int n = orig->n_inputs, m = orig->n_outputs;
+  Tensor **in = calloc((size_t)n + 1, sizeof *in), **oa = calloc((size_t)m + 1, sizeof *oa),
+         **ob = calloc((size_t)m + 1, sizeof *ob);
+  int rc = in && oa && ob ? make_inputs(orig, opt->seed, k, in) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
+  if (!rc && (rc = exec_run(orig, EXEC_MODP, in, oa, d)))
+    diag_error(d, "pet: the original does not run in Z_p");
+  if (!rc && (rc = exec_run(mutant, EXEC_MODP, in, ob, d))) {
+    diag_error(d, "pet: the mutant does not run in Z_p");
+    for (int j = 0; j < m; j++) tensor_unref(oa[j]);
+  }
+  for (int j = 0; j < m && !rc; j++) {
+    compare_output(&rep->out[j], j, oa[j], ob[j], opt, k == 0);
+    tensor_unref(oa[j]);
+    tensor_unref(ob[j]);
+  }
+  for (int i = 0; in && i < n; i++) tensor_unref(in[i]);
+  free(in);
+  free(oa);
+  free(ob);
+  return rc;
+}
+
+int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o, PetReport *rep,
+                Diag *d) {
+  PetReport r;
+  memset(&r, 0, sizeof r);
+  int rc = check_interface(orig, mutant, d);
+  if (rc) return rc;
+  int da = pet_degree(orig), db = pet_degree(mutant);
+  r.degree = da < 0 || db < 0 ? -1 : da > db ? da : db;
+  r.trials = o->trials > 0 ? o->trials
+             : r.degree < 0 ? TRIALS_NO_DEGREE
+                            : pet_default_trials(r.degree);
+  r.seed = o->seed;
+  r.log2_bound = r.degree < 0 ? 0.0
+                 : r.trials * (log2(r.degree < 1 ? 1.0 : (double)r.degree) - log2((double)MODP_P));
+  if ((rc = report_boxes(orig, mutant, &r, d)) == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
+  for (int k = 0; k < r.trials && !rc; k++) rc = run_trial(orig, mutant, o, k, &r, d);
+  if (rc) {
+    pet_report_fini(&r);
+    return rc;
+  }
+  for (int j = 0; j < r.n_outputs; j++) {
+    PetOutputReport *out = &r.out[j];
+    for (int64_t i = 0; i < out->n_boxes; i++) out->n_differ += out->differs[i];
+    r.n_differ += out->n_differ;
+    r.n_positions += out->n_positions;
+  }
+  *rep = r;
+  return TEQ_OK;
+}
+
+void pet_report_print(const PetReport *rep, FILE *f) {
+  fprintf(f, "pet: t = %d trials, degree n = ", rep->trials);
+  if (rep->degree < 0) fprintf(f, "unknown (no bound)");
+  else fprintf(f, "%d, a differing box passes with probability <= 2^%.1f", rep->degree,
+               rep->log2_bound);
+  fprintf(f, "\npet: %lld boxes, %lld differ, %lld positions per trial, seed %llu\n",
+          (long long)rep->n_boxes, (long long)rep->n_differ, (long long)rep->n_positions,
+          (unsigned long long)rep->seed);
+  for (int j = 0; j < rep->n_outputs; j++) {
+    const PetOutputReport *o = &rep->out[j];
+    int64_t lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS], shown = 0;
+    fprintf(f, "output %d: ", j);
+    pet_boxes_print(&o->boxes, f);
+    fprintf(f, "\n  %lld boxes, %lld differ\n", (long long)o->n_boxes, (long long)o->n_differ);
+    for (int64_t i = 0; i < o->n_boxes && shown < PRINT_MAX; i++) {
+      if (!o->differs[i]) continue;
+      pet_box_bounds(&o->boxes, i, lo, hi);
+      fprintf(f, "  differs: [");
+      for (int k = 0; k < o->boxes.ndim; k++)
+        fprintf(f, "%s%lld:%lld", k ? ", " : "", (long long)lo[k], (long long)hi[k]);
+      fprintf(f, "]\n");
+      shown++;
+    }
+    if (o->n_differ > shown) fprintf(f, "  ... %lld more\n", (long long)(o->n_differ - shown));
+  }
+}

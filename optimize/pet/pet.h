@@ -1,0 +1,135 @@
+/* pet.h: PET's mutation corrector (OSDI'21, section 5): which output boxes
+ * of a mutant differ from its original multi-linear program, and a corrected
+ * mutant that recomputes exactly those boxes with the original operators.
+ *
+ * Three steps, one file each. Box propagation (box.c) carries per-dimension
+ * split points from a graph's inputs to its outputs; the boxes of a tensor
+ * are the cells of the grid those points cut, and inside one box every
+ * position has the same summation interval. The tester (corrector.c)
+ * evaluates both programs exactly in Z_p, p = 2^31 - 1, on t random inputs
+ * and compares, in every box of the common refinement of both programs'
+ * boxes, the m+1 positions of PET's Theorem 1 (v0 and v0 + e_i); by
+ * Theorem 2 (Schwartz-Zippel) a box that differs anywhere passes all t
+ * trials with probability at most (n/p)^t, n the polynomial degree of the
+ * programs. The correction (correct.c) rebuilds every differing region from
+ * the original operators on sliced inputs and splices it into the mutant's
+ * output with slice and concat.
+ *
+ * Constants (weights) keep their values: the tests check the programs that
+ * will run, polynomials in the graph inputs only. A constant therefore gets
+ * split points where its values change (between any two unequal adjacent
+ * hyperplanes), so that inside a box it is constant along every axis that
+ * reaches the output.
+ *
+ * Ownership: the caller provides PetBoxes, PetReport and PetRegions and
+ * releases them with their _fini; everything else is borrowed. */
+#ifndef TEQ_OPTIMIZE_PET_PET_H
+#define TEQ_OPTIMIZE_PET_PET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/err.h"
+#include "runtime/graph.h"
+
+/* ---- boxes ---- */
+
+/* The boxes of one tensor: the grid cut by points[k][0..n_points[k]) along
+ * each dimension k, sorted and strictly inside (0, extent[k]). */
+typedef struct PetBoxes {
+  int32_t ndim;
+  int64_t extent[TEQ_MAX_DIMS];
+  int32_t n_points[TEQ_MAX_DIMS];
+  int64_t *points[TEQ_MAX_DIMS];
+  int32_t cap[TEQ_MAX_DIMS];     /* room in points[k] */
+  bool is_whole;  /* no structure known (an operator outside the analysis feeds it): one box,
+                     compared at every position */
+  char why[160];  /* for is_whole: the first operator that made it so */
+} PetBoxes;
+
+/* The boxes of output `output` of g. An operator outside the analysis does
+ * not fail: the tensors it reaches become is_whole, and why names it.
+ * Errors: TEQ_ERR_INPUT (bad output index, unknown shape), TEQ_ERR_NOMEM. */
+TEQ_API int pet_boxes(const Graph *g, int output, PetBoxes *out, Diag *d);
+TEQ_API void pet_boxes_fini(PetBoxes *b);
+/* The common refinement of a and b (same shape): every split point of
+ * either; is_whole if either is. out must not alias a or b. */
+TEQ_API int pet_boxes_refine(const PetBoxes *a, const PetBoxes *b, PetBoxes *out, Diag *d);
+/* Number of boxes (the product of n_points[k] + 1; 1 for is_whole). */
+TEQ_API int64_t pet_boxes_count(const PetBoxes *b);
+/* Bounds [lo[k], hi[k]) of box `index` (row-major over the interval grid). */
+TEQ_API void pet_box_bounds(const PetBoxes *b, int64_t index, int64_t *lo, int64_t *hi);
+/* "H {1, 7}" style text of the split points, for reports and tests. */
+TEQ_API void pet_boxes_print(const PetBoxes *b, FILE *f);
+
+/* The total degree of g's outputs as polynomials in its inputs (weights
+ * are constants of degree 0): Theorem 2's n. -1 when an operator outside
+ * the analysis (a non-linear stand-in, a division) leaves it unbounded. */
+TEQ_API int pet_degree(const Graph *g);
+
+/* ---- random tests ---- */
+
+typedef struct PetTestOptions {
+  int trials;          /* t random inputs; 0: the smallest t with (n/p)^t <= 2^-60 */
+  uint64_t seed;       /* inputs and the positions v0 derive from it alone */
+  bool all_positions;  /* also compare every position of every box (a cross-check; the
+                          verdict is then per position, not by Theorem 1 alone) */
+} PetTestOptions;
+
+typedef struct PetOutputReport {
+  PetBoxes boxes;        /* the common refinement of both programs' boxes */
+  int64_t n_boxes;
+  uint8_t *differs;      /* per box: 1 if some tested position differed in some trial */
+  int64_t n_differ;
+  int64_t n_positions;   /* positions tested in this output (per trial) */
+} PetOutputReport;
+
+typedef struct PetReport {
+  int32_t n_outputs;
+  PetOutputReport *out;
+  int trials;            /* t used */
+  int degree;            /* n of Theorem 2: max of both programs' degrees; -1 unknown */
+  double log2_bound;     /* log2 (n/p)^t: the chance a differing box passes; 0 if unknown */
+  int64_t n_boxes, n_differ, n_positions;
+  uint64_t seed;
+} PetReport;
+
+/* Tests mutant against orig. Both must have the same inputs (count,
+ * shapes, element types) and outputs (count, shapes): TEQ_ERR_INPUT naming
+ * the shapes otherwise. rep is written only on success. */
+TEQ_API int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
+                        PetReport *rep, Diag *d);
+TEQ_API void pet_report_fini(PetReport *rep);
+/* Boxes, which differ, positions, t and the probability bound, as text. */
+TEQ_API void pet_report_print(const PetReport *rep, FILE *f);
+/* The smallest t with (n/p)^t <= 2^-60 (n < 1 is taken as 1). */
+TEQ_API int pet_default_trials(int degree);
+
+/* ---- correction ---- */
+
+/* One region of an output recomputed with the original operators. */
+typedef struct PetRegion {
+  int32_t output;
+  int32_t ndim;
+  int64_t lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS];
+} PetRegion;
+
+typedef struct PetRegions {
+  int32_t n;
+  PetRegion *v;
+} PetRegions;
+
+/* A new graph: mutant, with every differing box of rep (adjacent ones
+ * merged into larger regions) recomputed from orig's operators on the
+ * needed input slices and written into the mutant's output. regions (may
+ * be NULL) receives what was recomputed. Errors: TEQ_ERR_INPUT (rep does
+ * not fit the graphs), TEQ_ERR_UNSUPPORTED (a region would need an operator
+ * the correction does not know, named in the message, or the mutant holds
+ * an opaque node), TEQ_ERR_NOMEM. *corrected is written only on success and
+ * passes graph_check. */
+TEQ_API int pet_correct(const Graph *orig, const Graph *mutant, const PetReport *rep,
+                        Graph **corrected, PetRegions *regions, Diag *d);
+TEQ_API void pet_regions_fini(PetRegions *r);
+
+#endif
