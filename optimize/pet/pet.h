@@ -132,4 +132,42 @@ TEQ_API int pet_correct(const Graph *orig, const Graph *mutant, const PetReport 
                         Graph **corrected, PetRegions *regions, Diag *d);
 TEQ_API void pet_regions_fini(PetRegions *r);
 
+/* ---- mutation generation (mutate.c) ---- */
+
+/* PET's Algorithm 1: programs over the same inputs and weights whose
+ * outputs have the original's shapes, built one operator at a time with
+ * parameters derived from the shapes and the original's operators: layouts
+ * (reshape + transpose fused) moving batch to H/W and back, dilation phases
+ * into the batch, space-to-depth of inputs and kernels; conv with the
+ * original's parameters or with dilation or stride folded away; matmul;
+ * splits into the original's outputs; and weight-only operators (kernel
+ * zero-padding, concatenation), which optimize folds into constants. */
+#define PET_MUTATE_DEPTH 3
+#define PET_MUTATE_MAX_MUTANTS 64
+#define PET_MUTANT_DESC_MAX 256
+
+typedef struct PetMutateOptions {
+  int depth;        /* operators per mutant, weight-only ones not counted; 0: PET_MUTATE_DEPTH */
+  int max_mutants;  /* 0: PET_MUTATE_MAX_MUTANTS */
+  uint64_t seed;    /* of the random tests (PetTestOptions.seed) */
+  int trials;       /* PetTestOptions.trials; 0: the default */
+} PetMutateOptions;
+
+typedef struct PetMutant {
+  Graph *graph;                   /* owned; the raw mutant, uncorrected */
+  char desc[PET_MUTANT_DESC_MAX]; /* how it was built: "layout H,W phases 2 -> batch, conv2d..." */
+  PetReport report;               /* pet_compare(original, graph) */
+} PetMutant;
+
+/* Generates the mutants of the multi-linear subprogram orig, tests each
+ * with pet_compare and returns, in search order, those that do not differ
+ * in every box (at most max_mutants, neither the original nor duplicates
+ * by graph_hash). o may be NULL (defaults). Errors: TEQ_ERR_INPUT (an
+ * operator outside PET's Table 1 or with a fused activation or bias, named
+ * in the message), TEQ_ERR_NOMEM. *out and *n_out are written only on
+ * success; release with pet_mutants_free. */
+TEQ_API int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, int *n_out,
+                       Diag *d);
+TEQ_API void pet_mutants_free(PetMutant *m, int n);
+
 #endif

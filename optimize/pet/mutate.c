@@ -1,0 +1,725 @@
+/* mutate.c: PET's mutation generator (OSDI'21, section 4, Algorithm 1).
+ *
+ * A depth-first search builds programs over the original's inputs one
+ * PET-level operator at a time and keeps those whose outputs have the
+ * original's shapes. Parameters are never enumerated blindly: they come from
+ * the shapes at hand and from the original's own operators (its convs' pads,
+ * strides and dilations, its outputs' extents), as PET's generator derives
+ * its candidate operators from the subprogram it mutates. The operators:
+ *   - layout: reshape, transpose, reshape fused into one (PET's "reshape &
+ *     transpose"), in five forms: batch into H or W side by side (Fig. 1)
+ *     and back, H and W phases into the batch (Fig. 3) and back, and
+ *     space-to-depth after a zero pad (stride s -> stride 1), which applies
+ *     to an input and a kernel alike;
+ *   - conv2d with an original conv's parameters, or with its dilation or
+ *     its stride folded away; matmul where the original has one;
+ *   - split of a result into the original's outputs;
+ *   - weight-only operators: centred zero-padding of a kernel to another's
+ *     size, concatenation of kernels, space-to-depth of a kernel. They do
+ *     not count in the depth (optimize folds them into constants), but a
+ *     mutant holds at most MAX_WEIGHT_OPS of them.
+ * Pruning follows PET's code: no layout of a layout's output (the fused
+ * operator already covers it), no compute operator fed by another, no more
+ * compute operators than the original, a complete mutant is not extended,
+ * and a state reached again in another order is cut. Every mutant is then
+ * tested with pet_compare; one that differs in every box is dropped (its
+ * correction would be the original), the others keep their report. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/pet/pet.h"
+
+enum {
+  MAX_AVAIL = 40,      /* tensors one candidate can hold */
+  MAX_WEIGHT_OPS = 2,  /* a kernel padded and concatenated is the most any family needs */
+  MAX_PSETS = 12,
+  MAX_FACTORS = 6,
+  MAX_STRIDED = 4,
+  DESC_MAX = PET_MUTANT_DESC_MAX,
+};
+
+/* The five fused layouts on [N, C, H, W]. AX_H, AX_W select the axes. */
+typedef enum LayoutKind { L_N2S, L_S2N, L_D2N, L_N2D, L_S2D } LayoutKind;
+enum { AX_H = 1, AX_W = 2 };
+
+typedef struct Layout {
+  LayoutKind kind;
+  int axes;
+  int64_t f;
+  int64_t pads[8]; /* L_S2D: ONNX pads applied first (negative crops) */
+} Layout;
+
+/* A tensor a candidate can use. */
+typedef struct Avail {
+  TensorRef ref;
+  bool is_weight;  /* computed from weights alone */
+  bool is_orig;    /* an input or constant of the original */
+  bool is_layout;  /* a layout's result */
+  bool computed;   /* a compute operator lies on its path */
+  int uses;
+} Avail;
+
+/* An original conv with stride > 1: what space-to-depth needs of it. */
+typedef struct Strided {
+  Shape x, w;     /* its input and kernel shapes */
+  int64_t s;
+  int64_t pt, pl; /* its top and left pads */
+  Shape y;        /* its output */
+} Strided;
+
+typedef struct Cand {
+  Graph *g;
+  uint64_t hash;
+  char desc[DESC_MAX];
+} Cand;
+
+typedef struct Gen {
+  const Graph *orig;
+  Diag *d;
+  int depth, max_cands;
+  int n_compute;          /* conv and matmul nodes in the original */
+  bool has_conv, has_matmul;
+  Params psets[MAX_PSETS];
+  int n_psets;
+  int64_t factors[MAX_FACTORS];
+  int n_factors;
+  Strided strided[MAX_STRIDED];
+  int n_strided;
+  uint64_t orig_hash;
+  int n_base;             /* nodes of the original's inputs and constants */
+
+  /* the candidate being built */
+  Avail av[MAX_AVAIL];
+  int n_av, n_counted, n_weight_ops, n_comp;
+  char desc[DESC_MAX];
+  TensorRef assign[TEQ_MAX_PARAM_LEN]; /* output j of a complete candidate */
+
+  uint64_t *seen;         /* visited states, open addressing, 0 = empty */
+  size_t cap_seen, n_seen;
+  Cand *cands;
+  int n_cands;
+  int rc;                 /* first hard error: allocation */
+} Gen;
+
+/* ---- validation ---- */
+
+/* PET's Table 1: multi-linear operators, in their plain form. */
+static int check_multilinear(const Graph *g, Diag *d) {
+  char lab[GRAPH_LABEL_MAX];
+  for (int i = 0; i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    const OpDef *def = op_def(n->kind);
+    if (def->flags & OPF_SOURCE) continue;
+    int act = param_index(n->kind, "act");
+    bool ok = (def->flags & OPF_MULTILINEAR) && !(def->flags & OPF_OPAQUE);
+    if (act >= 0 && param_int(&n->params, act) != ACT_NONE) ok = false;
+    if ((n->kind == OP_CONV2D || n->kind == OP_GEMM) && n->n_in > 2) ok = false; /* bias: affine */
+    if (n->kind == OP_PAD && (param_float(&n->params, param_index(OP_PAD, "value")) != 0 ||
+                              param_int(&n->params, param_index(OP_PAD, "mode")) != 0))
+      ok = false;
+    if (!ok)
+      return diag_error(d, "pet_mutate: %s is not multi-linear (PET mutates multi-linear "
+                        "subprograms only: conv, matmul, add, mul, layout operators)",
+                        graph_node_label(g, i, lab, sizeof lab));
+  }
+  return TEQ_OK;
+}
+
+/* ---- what the original says about parameters ---- */
+
+static void add_factor(Gen *G, int64_t f) {
+  if (f < 2) return;
+  for (int i = 0; i < G->n_factors; i++)
+    if (G->factors[i] == f) return;
+  if (G->n_factors < MAX_FACTORS) G->factors[G->n_factors++] = f;
+}
+
+static void add_pset(Gen *G, const Params *p) {
+  for (int i = 0; i < G->n_psets; i++)
+    if (!memcmp(&G->psets[i], p, sizeof *p)) return;
+  if (G->n_psets < MAX_PSETS) G->psets[G->n_psets++] = *p;
+}
+
+/* Conv parameter sets: each original conv's own; with its dilation d
+ * folded away (dilation 1, pads / d: the conv on d x d phase images); with
+ * its stride folded away (stride 1, no pads: the conv after space-to-depth,
+ * whose zero pad is explicit). Factors: 2, every dilation and stride, and
+ * the small batch extents, for the layouts. */
+static void derive(Gen *G) {
+  const Graph *g = G->orig;
+  int ist = param_index(OP_CONV2D, "stride"), ipd = param_index(OP_CONV2D, "pads");
+  int idl = param_index(OP_CONV2D, "dilation");
+  add_factor(G, 2);
+  for (int i = 0; i < g->n_inputs; i++) {
+    const Shape *s = &g->nodes[g->inputs[i]].out[0];
+    if (s->ndim == 4 && s->d[0] <= 8) add_factor(G, s->d[0]);
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if (n->kind == OP_MATMUL || n->kind == OP_GEMM) G->n_compute++, G->has_matmul = true;
+    if (n->kind != OP_CONV2D) continue;
+    G->n_compute++, G->has_conv = true;
+    Params p = n->params;
+    add_pset(G, &p);
+    const ParamValue *st = &p.v[ist], *pd = &p.v[ipd], *dl = &p.v[idl];
+    int64_t dil = dl->i[0], s = st->i[0];
+    add_factor(G, dil);
+    add_factor(G, s);
+    if (dil > 1 && dl->i[1] == dil) {
+      Params q = p;
+      bool ok = true;
+      int64_t pads[4];
+      for (int k = 0; k < 4; k++) ok = ok && pd->i[k] % dil == 0, pads[k] = pd->i[k] / dil;
+      param_set_ints(&q, idl, (int64_t[]){1, 1}, 2);
+      param_set_ints(&q, ipd, pads, 4);
+      if (ok) add_pset(G, &q);
+    }
+    if (s > 1 && st->i[1] == s && dl->i[0] == 1 && dl->i[1] == 1) {
+      Params q = p;
+      param_set_ints(&q, ist, (int64_t[]){1, 1}, 2);
+      param_set_ints(&q, ipd, (int64_t[]){0, 0, 0, 0}, 4);
+      add_pset(G, &q);
+      if (G->n_strided < MAX_STRIDED)
+        G->strided[G->n_strided++] = (Strided){
+          .x = *graph_shape(g, n->in[0]), .w = *graph_shape(g, n->in[1]), .s = s,
+          .pt = pd->i[0], .pl = pd->i[1], .y = n->out[0]};
+    }
+  }
+}
+
+/* ---- building the operators ---- */
+
+/* graph_add_node for one output; TEQ_ERR_INPUT means "not applicable here". */
+static int add(Graph *g, OpKind k, const TensorRef *in, int n_in, const Params *p, TensorRef *out) {
+  int id = graph_add_node(g, k, in, n_in, 1, p, NULL, NULL);
+  if (id < 0) return id;
+  *out = (TensorRef){id, 0};
+  return TEQ_OK;
+}
+
+static int reshape(Graph *g, TensorRef x, int r, const int64_t *dims, TensorRef *out) {
+  Params p;
+  params_default(OP_RESHAPE, &p);
+  param_set_ints(&p, 0, dims, r);
+  return add(g, OP_RESHAPE, &x, 1, &p, out);
+}
+
+static int transpose(Graph *g, TensorRef x, int r, const int64_t *perm, TensorRef *out) {
+  Params p;
+  params_default(OP_TRANSPOSE, &p);
+  param_set_ints(&p, 0, perm, r);
+  return add(g, OP_TRANSPOSE, &x, 1, &p, out);
+}
+
+static int zero_pad(Graph *g, TensorRef x, const int64_t *pads, TensorRef *out) {
+  Params p;
+  params_default(OP_PAD, &p);
+  param_set_ints(&p, param_index(OP_PAD, "pads"), pads, 8);
+  return add(g, OP_PAD, &x, 1, &p, out);
+}
+
+/* reshape to r dims, permute, reshape to the 4 dims of `to`. */
+static int relinearize(Graph *g, TensorRef x, int r, const int64_t *split, const int64_t *perm,
+                       const int64_t *to, TensorRef *out) {
+  TensorRef a, b;
+  int rc = reshape(g, x, r, split, &a);
+  if (!rc) rc = transpose(g, a, r, perm, &b);
+  if (!rc) rc = reshape(g, b, 4, to, out);
+  return rc;
+}
+
+/* The layouts, each exactly inverted by its partner (N2S by S2N, D2N by
+ * N2D) when given the same axes and factor:
+ *   N2S  [N, C, H, W] -> [N/f, C, H, f W]: consecutive images side by side
+ *        (the factor is the batch's inner part, the new axis's outer part);
+ *   S2N  [N, C, H, W] -> [N f, C, H, W/f]: W cut into f blocks, into the batch;
+ *   D2N  [N, C, H, W] -> [f f N, C, H/f, W/f]: the f x f phases (h mod f,
+ *        w mod f) as images, phase major: a conv with dilation f on the
+ *        original is a conv with dilation 1 on each phase;
+ *   N2D  its inverse;
+ *   S2D  [N, C, H, W] -> [N, C f f, H/f, W/f] after a zero pad, channel
+ *        major, phases minor; kernels get the same layout, so a stride-f
+ *        conv is a stride-1 conv on both. */
+static int layout_apply(Graph *g, TensorRef x, const Layout *L, TensorRef *out) {
+  Shape s = *graph_shape(g, x);
+  if (s.ndim != 4) return TEQ_ERR_INPUT;
+  int64_t N = s.d[0], C = s.d[1], H = s.d[2], W = s.d[3], f = L->f;
+  int64_t fh = L->axes & AX_H ? f : 1, fw = L->axes & AX_W ? f : 1;
+  bool on_w = L->axes == AX_W;
+  switch (L->kind) {
+  case L_N2S:
+    if (N % f || (L->axes != AX_H && !on_w)) return TEQ_ERR_INPUT;
+    return relinearize(g, x, 5, (int64_t[]){N / f, f, C, H, W},
+                       on_w ? (int64_t[]){0, 2, 3, 1, 4} : (int64_t[]){0, 2, 1, 3, 4},
+                       on_w ? (int64_t[]){N / f, C, H, f * W} : (int64_t[]){N / f, C, f * H, W}, out);
+  case L_S2N:
+    if (on_w ? W % f : H % f) return TEQ_ERR_INPUT;
+    if (on_w)
+      return relinearize(g, x, 5, (int64_t[]){N, C, H, f, W / f}, (int64_t[]){0, 3, 1, 2, 4},
+                         (int64_t[]){N * f, C, H, W / f}, out);
+    return relinearize(g, x, 5, (int64_t[]){N, C, f, H / f, W}, (int64_t[]){0, 2, 1, 3, 4},
+                       (int64_t[]){N * f, C, H / f, W}, out);
+  case L_D2N:
+    if (H % fh || W % fw) return TEQ_ERR_INPUT;
+    return relinearize(g, x, 6, (int64_t[]){N, C, H / fh, fh, W / fw, fw},
+                       (int64_t[]){3, 5, 0, 1, 2, 4}, (int64_t[]){fh * fw * N, C, H / fh, W / fw},
+                       out);
+  case L_N2D:
+    if (N % (fh * fw)) return TEQ_ERR_INPUT;
+    return relinearize(g, x, 6, (int64_t[]){fh, fw, N / (fh * fw), C, H, W},
+                       (int64_t[]){2, 3, 4, 0, 5, 1}, (int64_t[]){N / (fh * fw), C, H * fh, W * fw},
+                       out);
+  case L_S2D: {
+    TensorRef p = x;
+    bool any = false;
+    for (int k = 0; k < 8; k++) any = any || L->pads[k];
+    int rc = any ? zero_pad(g, x, L->pads, &p) : TEQ_OK;
+    if (rc) return rc;
+    H = graph_shape(g, p)->d[2], W = graph_shape(g, p)->d[3];
+    if (H % f || W % f) return TEQ_ERR_INPUT;
+    return relinearize(g, p, 6, (int64_t[]){N, C, H / f, f, W / f, f},
+                       (int64_t[]){0, 1, 3, 5, 2, 4}, (int64_t[]){N, C * f * f, H / f, W / f}, out);
+  }
+  }
+  return TEQ_ERR_INPUT;
+}
+
+static void layout_text(const Layout *L, bool kernel, char *buf, size_t size) {
+  const char *ax = L->axes == (AX_H | AX_W) ? "H,W" : L->axes == AX_H ? "H" : "W";
+  long long f = (long long)L->f;
+  switch (L->kind) {
+  case L_N2S: snprintf(buf, size, "layout batch/%lld -> %s side by side", f, ax); break;
+  case L_S2N: snprintf(buf, size, "layout %s/%lld -> batch", ax, f); break;
+  case L_D2N: snprintf(buf, size, "layout %s phases %lld -> batch", ax, f); break;
+  case L_N2D: snprintf(buf, size, "layout batch -> %s phases %lld", ax, f); break;
+  case L_S2D:
+    snprintf(buf, size, "%s pad (%lld %lld %lld %lld), space-to-depth %lld",
+             kernel ? "kernel" : "layout", (long long)L->pads[2], (long long)L->pads[3], (long long)L->pads[6],
+             (long long)L->pads[7], f);
+    break;
+  }
+}
+
+/* ---- the search ---- */
+
+typedef enum StepKind { S_LAYOUT, S_CONV, S_MATMUL, S_SPLIT, S_WPAD, S_WCONCAT } StepKind;
+
+typedef struct Step {
+  StepKind kind;
+  int a, b;          /* avail indices */
+  Layout L;          /* S_LAYOUT */
+  int pset;          /* S_CONV */
+  int axis;          /* S_SPLIT, S_WCONCAT */
+  int64_t pads[8];   /* S_WPAD */
+} Step;
+
+static void build(Gen *G, const Graph *g);
+
+/* Adds s's nodes to g; fills outs. TEQ_ERR_INPUT: not applicable. */
+static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_outs,
+                      char *text, size_t size) {
+  TensorRef a = G->av[s->a].ref, b = s->b >= 0 ? G->av[s->b].ref : a;
+  char buf[160];
+  *n_outs = 1;
+  switch (s->kind) {
+  case S_LAYOUT:
+    layout_text(&s->L, G->av[s->a].is_weight, text, size);
+    return layout_apply(g, a, &s->L, &outs[0]);
+  case S_CONV:
+    params_format(OP_CONV2D, &G->psets[s->pset], true, buf, sizeof buf);
+    snprintf(text, size, "conv2d%s%s", *buf ? " " : "", buf);
+    return add(g, OP_CONV2D, (TensorRef[]){a, b}, 2, &G->psets[s->pset], &outs[0]);
+  case S_MATMUL:
+    snprintf(text, size, "matmul");
+    return add(g, OP_MATMUL, (TensorRef[]){a, b}, 2, NULL, &outs[0]);
+  case S_WPAD:
+    snprintf(text, size, "kernel zero-padded to %lldx%lld",
+             (long long)(graph_shape(g, a)->d[2] + s->pads[2] + s->pads[6]),
+             (long long)(graph_shape(g, a)->d[3] + s->pads[3] + s->pads[7]));
+    return zero_pad(g, a, s->pads, &outs[0]);
+  case S_WCONCAT: {
+    Params p;
+    params_default(OP_CONCAT, &p);
+    param_set_int(&p, 0, s->axis);
+    snprintf(text, size, "kernels concatenated on axis %d", s->axis);
+    return add(g, OP_CONCAT, (TensorRef[]){a, b}, 2, &p, &outs[0]);
+  }
+  case S_SPLIT: {
+    const Graph *o = G->orig;
+    int64_t sizes[TEQ_MAX_PARAM_LEN];
+    int n = o->n_outputs;
+    for (int j = 0; j < n; j++) sizes[j] = graph_shape(o, o->outputs[j])->d[s->axis];
+    Params p;
+    params_default(OP_SPLIT, &p);
+    param_set_int(&p, param_index(OP_SPLIT, "axis"), s->axis);
+    param_set_ints(&p, param_index(OP_SPLIT, "sizes"), sizes, n);
+    snprintf(text, size, "split on axis %d", s->axis);
+    int id = graph_add_node(g, OP_SPLIT, &a, 1, n, &p, NULL, NULL);
+    if (id < 0) return id;
+    for (int j = 0; j < n; j++) outs[j] = (TensorRef){id, j};
+    *n_outs = n;
+    return TEQ_OK;
+  }
+  }
+  return TEQ_ERR_INPUT;
+}
+
+/* Tries s on a copy of g and searches on from there. */
+static void extend(Gen *G, const Graph *g, const Step *s) {
+  if (G->rc || G->n_cands >= G->max_cands) return;
+  TensorRef outs[TEQ_MAX_PARAM_LEN];
+  int n_outs = 0;
+  char text[DESC_MAX];
+  Graph *h = graph_copy(g);
+  if (!h) {
+    G->rc = TEQ_ERR_NOMEM;
+    return;
+  }
+  int rc = step_apply(G, h, s, outs, &n_outs, text, sizeof text);
+  if (rc || G->n_av + n_outs > MAX_AVAIL) {
+    if (rc && rc != TEQ_ERR_INPUT) G->rc = rc;
+    graph_free(h);
+    return;
+  }
+  bool weight = s->kind == S_WPAD || s->kind == S_WCONCAT ||
+                (s->kind == S_LAYOUT && G->av[s->a].is_weight);
+  bool compute = s->kind == S_CONV || s->kind == S_MATMUL;
+  bool computed = compute || G->av[s->a].computed;
+  for (int j = 0; j < n_outs; j++)
+    G->av[G->n_av + j] = (Avail){.ref = outs[j], .is_weight = weight, .computed = computed,
+                                 .is_layout = s->kind == S_LAYOUT};
+  G->av[s->a].uses++;
+  if (s->b >= 0) G->av[s->b].uses++;
+  G->n_av += n_outs;
+  G->n_counted += !weight, G->n_weight_ops += weight, G->n_comp += compute;
+  size_t len = strlen(G->desc);
+  snprintf(G->desc + len, sizeof G->desc - len, "%s%s", len ? ", " : "", text);
+
+  build(G, h);
+
+  G->desc[len] = 0;
+  G->n_counted -= !weight, G->n_weight_ops -= weight, G->n_comp -= compute;
+  G->n_av -= n_outs;
+  G->av[s->a].uses--;
+  if (s->b >= 0) G->av[s->b].uses--;
+  graph_free(h);
+}
+
+/* A state is its multiset of nodes, whatever order built them. Nodes come
+ * after their inputs, so one forward pass hashes them; the original's
+ * inputs and constants hash by id, the same in every candidate (graph_hash
+ * would rehash every weight's contents in every state). 0: no memory. */
+static uint64_t state_hash(Gen *G, const Graph *g) {
+  uint64_t *nh = malloc(((size_t)g->n_nodes + 1) * sizeof *nh), h = 0;
+  if (!nh) {
+    G->rc = TEQ_ERR_NOMEM;
+    return 0;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    nh[i] = hash_mix(0x70657473, (uint64_t)i);
+    if (i < G->n_base) continue;
+    nh[i] = hash_bytes(hash_mix(nh[i], (uint64_t)n->kind), &n->params, sizeof n->params);
+    for (int k = 0; k < n->n_in; k++)
+      nh[i] = hash_mix(hash_mix(nh[i], nh[n->in[k].node]), (uint64_t)n->in[k].out);
+    h += nh[i];
+  }
+  free(nh);
+  return h ? h : 1;
+}
+
+/* Inserts h; false if it was there. */
+static bool seen_insert(Gen *G, uint64_t h) {
+  if (2 * (G->n_seen + 1) > G->cap_seen) {
+    size_t cap = G->cap_seen ? 2 * G->cap_seen : 1024;
+    uint64_t *t = calloc(cap, sizeof *t);
+    if (!t) {
+      G->rc = TEQ_ERR_NOMEM;
+      return false;
+    }
+    for (size_t i = 0; i < G->cap_seen; i++)
+      if (G->seen[i])
+        for (size_t j = G->seen[i] & (cap - 1);; j = (j + 1) & (cap - 1))
+          if (!t[j]) {
+            t[j] = G->seen[i];
+            break;
+          }
+    free(G->seen);
+    G->seen = t, G->cap_seen = cap;
+  }
+  for (size_t j = h & (G->cap_seen - 1);; j = (j + 1) & (G->cap_seen - 1)) {
+    if (G->seen[j] == h) return false;
+    if (!G->seen[j]) {
+      G->seen[j] = h, G->n_seen++;
+      return true;
+    }
+  }
+}
+
+
+/* Algorithm 1's test: every input of the original is used, and the
+ * computed tensors nobody uses are weight-free and have the original's
+ * output shapes; output j takes the first such tensor of its shape. Fills
+ * G->assign. */
+static bool is_mutant(Gen *G, const Graph *g) {
+  const Graph *o = G->orig;
+  bool taken[MAX_AVAIL] = {false};
+  int n_sinks = 0;
+  for (int i = 0; i < G->n_av; i++) {
+    const Avail *v = &G->av[i];
+    if (v->is_orig ? !v->uses : !v->uses && v->is_weight) return false;
+    n_sinks += !v->is_orig && !v->uses;
+  }
+  if (n_sinks != o->n_outputs) return false;
+  for (int j = 0; j < o->n_outputs; j++) {
+    int i = 0;
+    for (; i < G->n_av; i++) {
+      const Avail *v = &G->av[i];
+      if (!v->is_orig && !v->uses && !taken[i] &&
+          shape_equal(graph_shape(g, v->ref), graph_shape(o, o->outputs[j])))
+        break;
+    }
+    if (i == G->n_av) return false;
+    taken[i] = true;
+    G->assign[j] = G->av[i].ref;
+  }
+  return true;
+}
+
+/* Stores a complete candidate unless it is the original or one already
+ * kept (the same program built in another order). */
+static void keep(Gen *G, const Graph *g) {
+  const Graph *o = G->orig;
+  Graph *h = graph_copy(g);
+  if (!h) {
+    G->rc = TEQ_ERR_NOMEM;
+    return;
+  }
+  for (int j = 0; j < o->n_outputs; j++)
+    if (graph_add_output(h, G->assign[j], o->output_names ? o->output_names[j] : NULL, G->d) < 0) {
+      G->rc = TEQ_ERR_INTERNAL;
+      graph_free(h);
+      return;
+    }
+  graph_remove_dead(h);
+  uint64_t hash = graph_hash(h, NULL);
+  bool dup = hash == G->orig_hash;
+  for (int i = 0; i < G->n_cands && !dup; i++) dup = G->cands[i].hash == hash;
+  if (dup) {
+    graph_free(h);
+    return;
+  }
+  Cand *c = &G->cands[G->n_cands++];
+  c->g = h, c->hash = hash;
+  snprintf(c->desc, sizeof c->desc, "%s", G->desc);
+}
+
+/* Layouts of data tensor i, factors and pads from the original. */
+static void try_layouts(Gen *G, const Graph *g, int i) {
+  const Shape *s = graph_shape(g, G->av[i].ref);
+  Step st = {.kind = S_LAYOUT, .a = i, .b = -1};
+  for (int k = 0; k < G->n_factors; k++) {
+    int64_t f = G->factors[k];
+    static const struct { LayoutKind kind; int axes; } forms[] = {
+      {L_N2S, AX_H}, {L_N2S, AX_W}, {L_S2N, AX_H}, {L_S2N, AX_W},
+      {L_D2N, AX_H | AX_W}, {L_N2D, AX_H | AX_W},
+    };
+    for (size_t m = 0; m < sizeof forms / sizeof *forms; m++) {
+      st.L = (Layout){.kind = forms[m].kind, .axes = forms[m].axes, .f = f};
+      extend(G, g, &st);
+    }
+  }
+  /* space-to-depth where an original strided conv reads this shape: its
+   * own top/left pads, and the bottom/right ones that make the padded
+   * extent s (out + ceil(k/s) - 1), what a 1-strided conv with the
+   * ceil(k/s) kernel needs (negative ones crop rows no tap reads). */
+  for (int k = 0; k < G->n_strided; k++) {
+    const Strided *q = &G->strided[k];
+    if (!shape_equal(s, &q->x)) continue;
+    int64_t kh = (q->w.d[2] + q->s - 1) / q->s, kw = (q->w.d[3] + q->s - 1) / q->s;
+    int64_t ph = q->s * (q->y.d[2] + kh - 1), pw = q->s * (q->y.d[3] + kw - 1);
+    st.L = (Layout){.kind = L_S2D, .axes = AX_H | AX_W, .f = q->s,
+                    .pads = {0, 0, q->pt, q->pl, 0, 0, ph - s->d[2] - q->pt, pw - s->d[3] - q->pl}};
+    extend(G, g, &st);
+  }
+}
+
+/* Weight-only operators on the original kernel i. */
+static void try_weight_ops(Gen *G, const Graph *g, int i) {
+  const Shape *s = graph_shape(g, G->av[i].ref);
+  Step st = {.kind = S_LAYOUT, .a = i, .b = -1};
+  if (s->ndim != 4) return;
+  /* space-to-depth of a strided conv's kernel, zero-padded at the end to a
+   * multiple of the stride */
+  for (int k = 0; k < G->n_strided; k++) {
+    const Strided *q = &G->strided[k];
+    if (!shape_equal(s, &q->w)) continue;
+    int64_t kh = (s->d[2] + q->s - 1) / q->s * q->s, kw = (s->d[3] + q->s - 1) / q->s * q->s;
+    st.L = (Layout){.kind = L_S2D, .axes = AX_H | AX_W, .f = q->s,
+                    .pads = {0, 0, 0, 0, 0, 0, kh - s->d[2], kw - s->d[3]}};
+    extend(G, g, &st);
+  }
+  /* centred zero pad to a larger kernel of the same input channels: with
+   * the larger kernel's conv pads it computes the same conv */
+  st.kind = S_WPAD;
+  for (int j = 0; j < G->n_av; j++) {
+    const Shape *t = graph_shape(g, G->av[j].ref);
+    if (j == i || !G->av[j].is_weight || t->ndim != 4 || t->d[1] != s->d[1]) continue;
+    int64_t dh = t->d[2] - s->d[2], dw = t->d[3] - s->d[3];
+    if (dh < 0 || dw < 0 || dh % 2 || dw % 2 || dh + dw == 0) continue;
+    memcpy(st.pads, (int64_t[]){0, 0, dh / 2, dw / 2, 0, 0, dh / 2, dw / 2}, sizeof st.pads);
+    extend(G, g, &st);
+  }
+}
+
+static void build(Gen *G, const Graph *g) {
+  if (G->rc || G->n_cands >= G->max_cands) return;
+  uint64_t sh = state_hash(G, g);
+  if (!sh || !seen_insert(G, sh)) return;
+  if (is_mutant(G, g)) {
+    keep(G, g);
+    return;
+  }
+  if (G->n_counted >= G->depth) return;
+  const Graph *o = G->orig;
+  int n = G->n_av; /* extend appends; only what exists now is a choice */
+  for (int i = 0; i < n; i++) {
+    const Avail *v = &G->av[i];
+    if (graph_shape(g, v->ref)->ndim != 4 || v->is_layout) continue;
+    if (!v->is_weight) try_layouts(G, g, i);
+    else if (v->is_orig && !v->uses && G->n_weight_ops < MAX_WEIGHT_OPS) try_weight_ops(G, g, i);
+  }
+  for (int i = 0; i < n && G->n_comp < G->n_compute; i++) {
+    if (G->av[i].is_weight || G->av[i].computed) continue;
+    for (int j = 0; j < n; j++) {
+      if (!G->av[j].is_weight) continue;
+      for (int p = 0; p < G->n_psets && G->has_conv; p++)
+        extend(G, g, &(Step){.kind = S_CONV, .a = i, .b = j, .pset = p});
+      if (G->has_matmul) extend(G, g, &(Step){.kind = S_MATMUL, .a = i, .b = j});
+    }
+  }
+  /* merging: kernels side by side along their output axis (0 for a conv
+   * kernel, the last for a matmul's), a split into the original's outputs */
+  for (int i = 0; i < n && G->n_compute > 1 && G->n_weight_ops < MAX_WEIGHT_OPS; i++)
+    for (int j = 0; j < n; j++) {
+      const Avail *a = &G->av[i], *b = &G->av[j];
+      if (i == j || !a->is_weight || !b->is_weight || a->uses || b->uses) continue;
+      int r = graph_shape(g, a->ref)->ndim;
+      if (G->has_conv && r == 4) extend(G, g, &(Step){.kind = S_WCONCAT, .a = i, .b = j, .axis = 0});
+      if (G->has_matmul && r >= 2)
+        extend(G, g, &(Step){.kind = S_WCONCAT, .a = i, .b = j, .axis = r - 1});
+    }
+  for (int i = 0; i < n && o->n_outputs > 1 && o->n_outputs <= TEQ_MAX_PARAM_LEN; i++) {
+    const Avail *v = &G->av[i];
+    if (v->is_weight || !v->computed || v->uses) continue;
+    const Shape *s = graph_shape(g, v->ref);
+    for (int axis = 0; axis < s->ndim; axis++) {
+      int64_t sum = 0;
+      bool fits = true;
+      for (int j = 0; j < o->n_outputs && fits; j++) {
+        const Shape *t = graph_shape(o, o->outputs[j]);
+        fits = t->ndim == s->ndim;
+        for (int k = 0; k < s->ndim && fits; k++) fits = k == axis || t->d[k] == s->d[k];
+        sum += fits ? t->d[axis] : 0;
+      }
+      if (fits && sum == s->d[axis])
+        extend(G, g, &(Step){.kind = S_SPLIT, .a = i, .b = -1, .axis = axis});
+    }
+  }
+}
+
+/* ---- the entry point ---- */
+
+/* The original's inputs and constants, in its order, as the start of every
+ * candidate. A weight is a constant or an input some conv or matmul reads
+ * as its second operand. */
+static int base_graph(Gen *G, Graph **out) {
+  const Graph *o = G->orig;
+  Graph *g = graph_new();
+  bool *weight = calloc((size_t)o->n_nodes + 1, sizeof *weight);
+  int rc = g && weight ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int i = 0; i < o->n_nodes && !rc; i++) {
+    const Node *n = &o->nodes[i];
+    if (n->kind == OP_CONST) weight[i] = true;
+    if ((n->kind == OP_CONV2D || n->kind == OP_MATMUL || n->kind == OP_GEMM) && n->n_in >= 2)
+      weight[n->in[1].node] = true;
+  }
+  for (int pass = 0; pass < 2 && !rc; pass++)
+    for (int k = 0; k < (pass ? o->n_nodes : o->n_inputs) && !rc; k++) {
+      int i = pass ? k : o->inputs[k];
+      const Node *n = &o->nodes[i];
+      if (pass && n->kind != OP_CONST) continue;
+      if (G->n_av == MAX_AVAIL) {
+        rc = TEQ_ERR_UNSUPPORTED;
+        diag_error(G->d, "pet_mutate: more than %d inputs and weights", MAX_AVAIL);
+        break;
+      }
+      int id = pass ? graph_add_const(g, n->name, tensor_ref(n->value), G->d)
+                    : graph_add_input(g, n->name, &n->out[0], n->dtype, G->d);
+      if (id < 0) rc = id;
+      else G->av[G->n_av++] = (Avail){.ref = {id, 0}, .is_weight = weight[i], .is_orig = true};
+    }
+  free(weight);
+  if (rc) graph_free(g);
+  else *out = g, G->n_base = g->n_nodes;
+  return rc;
+}
+
+void pet_mutants_free(PetMutant *m, int n) {
+  for (int i = 0; m && i < n; i++) {
+    graph_free(m[i].graph);
+    pet_report_fini(&m[i].report);
+  }
+  free(m);
+}
+
+int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, int *n_out,
+               Diag *d) {
+  static const PetMutateOptions defaults = {0};
+  if (!o) o = &defaults;
+  if (orig->n_outputs < 1)
+    return diag_error(d, "pet_mutate: the subprogram has no outputs");
+  if (orig->n_outputs > TEQ_MAX_PARAM_LEN)
+    return diag_error(d, "pet_mutate: %d outputs, at most %d", orig->n_outputs,
+                      TEQ_MAX_PARAM_LEN);
+  int rc = check_multilinear(orig, d);
+  if (rc) return rc;
+  int max_mutants = o->max_mutants > 0 ? o->max_mutants : PET_MUTATE_MAX_MUTANTS;
+  Gen G = {.orig = orig, .d = d, .depth = o->depth > 0 ? o->depth : PET_MUTATE_DEPTH};
+  /* room for the mutants that pet_compare will drop */
+  G.max_cands = 4 * max_mutants < 64 ? 64 : 4 * max_mutants;
+  G.cands = calloc((size_t)G.max_cands, sizeof *G.cands);
+  PetMutant *res = calloc((size_t)max_mutants, sizeof *res);
+  int n_res = 0;
+  Graph *base = NULL;
+  rc = G.cands && res ? base_graph(&G, &base) : TEQ_ERR_NOMEM;
+  if (rc) goto out;
+  derive(&G);
+  G.orig_hash = graph_hash(orig, NULL);
+  build(&G, base);
+  graph_free(base);
+  if ((rc = G.rc)) goto out;
+
+  PetTestOptions to = {.trials = o->trials, .seed = o->seed};
+  for (int i = 0; i < G.n_cands && n_res < max_mutants; i++) {
+    PetMutant *m = &res[n_res];
+    if ((rc = pet_compare(orig, G.cands[i].g, &to, &m->report, d))) goto out;
+    if (m->report.n_differ == m->report.n_boxes) {
+      pet_report_fini(&m->report);
+      continue;
+    }
+    m->graph = G.cands[i].g, G.cands[i].g = NULL;
+    memcpy(m->desc, G.cands[i].desc, sizeof m->desc);
+    n_res++;
+  }
+out:
+  for (int i = 0; i < G.n_cands; i++) graph_free(G.cands[i].g);
+  free(G.cands);
+  free(G.seen);
+  if (rc) {
+    pet_mutants_free(res, n_res);
+    return rc;
+  }
+  *out = res, *n_out = n_res;
+  return TEQ_OK;
+}

@@ -1,0 +1,378 @@
+/* test_pet_mutate.c: PET's mutation generator (optimize/pet/pet.h,
+ * pet_mutate).
+ *
+ * For each of PET's four example families the original is built at small
+ * odd-ish shapes and the family's mutant must be among those generated,
+ * recognised by its description and its operator kinds: batch -> width
+ * around a conv (Fig. 1, wrong only at the seam, which pet_correct fixes),
+ * dilated conv -> dilation 1 on phase images (Fig. 3), two convs -> one
+ * conv on concatenated, zero-padded kernels and a split (Fig. 10a), and a
+ * stride-2 conv -> stride 1 on space-to-depth input and kernel (exact).
+ * Every mutant must have the original's output shapes and pass
+ * graph_check; the exact ones, and the corrected inexact ones, must equal
+ * the original at every position in Z_p and within 1e-4 in float32. */
+#include <string.h>
+
+#include "optimize/pet/pet.h"
+#include "runtime/exec.h"
+#include "tests/check.h"
+
+static Diag diag;
+
+static int must(int id) {
+  if (id < 0) {
+    diag_flush(&diag, stderr);
+    fprintf(stderr, "graph construction failed\n");
+    exit(1);
+  }
+  return id;
+}
+
+static TensorRef input(Graph *g, const char *name, Shape s) {
+  return (TensorRef){must(graph_add_input(g, name, &s, DT_F32, &diag)), 0};
+}
+
+static TensorRef conv(Graph *g, TensorRef x, TensorRef w, int pad, int stride, int dil) {
+  Params p;
+  params_default(OP_CONV2D, &p);
+  int64_t pads[4] = {pad, pad, pad, pad}, st[2] = {stride, stride}, dl[2] = {dil, dil};
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
+  param_set_ints(&p, param_index(OP_CONV2D, "stride"), st, 2);
+  param_set_ints(&p, param_index(OP_CONV2D, "dilation"), dl, 2);
+  return (TensorRef){must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, NULL, &diag)), 0};
+}
+
+static void output(Graph *g, TensorRef r) { must(graph_add_output(g, r, NULL, &diag)); }
+
+static PetMutant *mutate(const Graph *g, int depth, int max, int *n) {
+  PetMutateOptions o = {.depth = depth, .max_mutants = max, .seed = 77};
+  PetMutant *m = NULL;
+  *n = 0;
+  int rc = pet_mutate(g, &o, &m, n, &diag);
+  CHECK(rc == TEQ_OK);
+  if (rc) {
+    diag_flush(&diag, stderr);
+    exit(1);
+  }
+  return m;
+}
+
+static int count_kind(const Graph *g, OpKind k) {
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;
+  return n;
+}
+
+/* Only these kinds compute in g (sources aside). */
+static bool kinds_within(const Graph *g, const OpKind *ok, int n_ok) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    OpKind k = g->nodes[i].kind;
+    bool found = op_def(k)->flags & OPF_SOURCE;
+    for (int j = 0; j < n_ok && !found; j++) found = ok[j] == k;
+    if (!found) return false;
+  }
+  return true;
+}
+
+static const Node *the_conv(const Graph *g) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].kind == OP_CONV2D) return &g->nodes[i];
+  return NULL;
+}
+
+static int64_t conv_param(const Node *n, const char *name, int k) {
+  return n->params.v[param_index(OP_CONV2D, name)].i[k];
+}
+
+/* The first mutant whose description holds every one of words (NULL-ended). */
+static PetMutant *find(PetMutant *m, int n, const char *const *words) {
+  for (int i = 0; i < n; i++) {
+    bool all = true;
+    for (int j = 0; words[j] && all; j++) all = strstr(m[i].desc, words[j]) != NULL;
+    if (all) return &m[i];
+  }
+  return NULL;
+}
+
+static bool equal_everywhere(const Graph *a, const Graph *b, bool quiet) {
+  bool ok = true;
+  for (int mode = 0; mode < 2; mode++)
+    for (int draw = 0; draw < 2; draw++) {
+      ExecDiff diff;
+      int rc = exec_compare(a, b, mode ? EXEC_F32 : EXEC_MODP, 99 + draw, draw, mode ? 1e-4 : 0,
+                            &diff, &diag);
+      CHECK(rc == TEQ_OK);
+      if (rc) continue;
+      if (diff.differ && !quiet)
+        fprintf(stderr, "%s: output %d differs at %lld elements\n", mode ? "f32" : "Z_p",
+                diff.output, (long long)diff.count);
+      ok = ok && !diff.differ;
+      exec_diff_fini(&diff);
+    }
+  diag_flush(&diag, stderr);
+  return ok;
+}
+
+/* Every mutant: the original's output shapes, a valid graph, neither the
+ * original nor another mutant, and not wrong in every box. */
+static void check_all(const Graph *orig, PetMutant *m, int n) {
+  uint64_t h0 = graph_hash(orig, NULL);
+  for (int i = 0; i < n; i++) {
+    const Graph *g = m[i].graph;
+    CHECK_MSG(g->n_outputs == orig->n_outputs, "mutant %d: %s", i, m[i].desc);
+    for (int j = 0; j < g->n_outputs && j < orig->n_outputs; j++)
+      CHECK_MSG(shape_equal(graph_shape(g, g->outputs[j]), graph_shape(orig, orig->outputs[j])),
+                "mutant %d output %d: %s", i, j, m[i].desc);
+    CHECK_MSG(graph_check(g, &diag) == TEQ_OK, "mutant %d: %s", i, m[i].desc);
+    CHECK(g->n_inputs == orig->n_inputs);
+    uint64_t h = graph_hash(g, NULL);
+    CHECK_MSG(h != h0, "mutant %d is the original: %s", i, m[i].desc);
+    for (int k = 0; k < i; k++) CHECK_MSG(h != graph_hash(m[k].graph, NULL), "%d = %d", i, k);
+    CHECK(m[i].report.n_differ < m[i].report.n_boxes);
+  }
+  diag_flush(&diag, stderr);
+}
+
+static void print_all(const char *what, PetMutant *m, int n) {
+  printf("%s: %d mutants\n", what, n);
+  for (int i = 0; i < n; i++)
+    printf("  %s  (%lld of %lld boxes differ)\n", m[i].desc, (long long)m[i].report.n_differ,
+           (long long)m[i].report.n_boxes);
+}
+
+/* PET's Figure 1 found, not built: the two images of a [2, 3, 6, 7] batch
+ * side by side along W, one conv, apart again. Wrong exactly at the seam
+ * (image 0's last column, image 1's first), right after pet_correct. */
+static void test_batch_to_width(void) {
+  enum { N = 2, C = 3, H = 6, W = 7, M = 4 };
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, N, C, H, W)), w = input(g, "w", shape_of(4, M, C, 3, 3));
+  output(g, conv(g, x, w, 1, 1, 1));
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  print_all("conv [2, 3, 6, 7]", m, n);
+  check_all(g, m, n);
+  PetMutant *f = find(m, n, (const char *[]){"batch/2 -> W side by side", "W/2 -> batch", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    const Graph *mg = f->graph;
+    CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+    CHECK_EQ_INT(count_kind(mg, OP_TRANSPOSE), 2);
+    CHECK(kinds_within(mg, (OpKind[]){OP_CONV2D, OP_RESHAPE, OP_TRANSPOSE}, 3));
+    CHECK(the_conv(mg) && graph_shape(mg, (TensorRef){(int)(the_conv(mg) - mg->nodes), 0})->d[3] == 2 * W);
+    const PetOutputReport *o = &f->report.out[0];
+    CHECK(o->n_differ > 0);
+    int64_t seam_boxes = 0;
+    for (int64_t i = 0; i < o->n_boxes; i++) {
+      int64_t lo[4], hi[4];
+      pet_box_bounds(&o->boxes, i, lo, hi);
+      bool seam = (lo[0] == 0 && lo[3] == W - 1) || (lo[0] == 1 && hi[3] == 1);
+      seam_boxes += seam;
+      CHECK_MSG(o->differs[i] == seam, "box %lld", (long long)i);
+    }
+    CHECK_EQ_INT(o->n_differ, seam_boxes);
+    CHECK(!equal_everywhere(g, mg, true)); /* the seam really is wrong */
+    Graph *c = NULL;
+    PetRegions rg = {0};
+    CHECK(pet_correct(g, mg, &f->report, &c, &rg, &diag) == TEQ_OK);
+    if (c) {
+      CHECK(graph_check(c, &diag) == TEQ_OK);
+      CHECK(equal_everywhere(g, c, false));
+      int64_t covered = 0;
+      for (int i = 0; i < rg.n; i++) {
+        int64_t k = 1;
+        for (int j = 0; j < rg.v[i].ndim; j++) k *= rg.v[i].hi[j] - rg.v[i].lo[j];
+        covered += k;
+      }
+      CHECK_EQ_INT(covered, 2 * M * H); /* one column of each image */
+    }
+    pet_regions_fini(&rg);
+    graph_free(c);
+  }
+  /* the family needs three operators */
+  pet_mutants_free(m, n);
+  m = mutate(g, 2, 0, &n);
+  CHECK(find(m, n, (const char *[]){"side by side", NULL}) == NULL);
+  pet_mutants_free(m, n);
+  m = mutate(g, 3, 1, &n);
+  CHECK_EQ_INT(n, 1);
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+/* PET's Figure 3: dilation 2 on [1, 2, 8, 8] is dilation 1 on the four
+ * phase images (pads 2 -> 1), exact. */
+static void test_dilated(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 8, 8)), w = input(g, "w", shape_of(4, 3, 2, 3, 3));
+  output(g, conv(g, x, w, 2, 1, 2));
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  print_all("dilated conv [1, 2, 8, 8]", m, n);
+  check_all(g, m, n);
+  PetMutant *f =
+      find(m, n, (const char *[]){"H,W phases 2 -> batch", "batch -> H,W phases 2", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    const Graph *mg = f->graph;
+    CHECK(kinds_within(mg, (OpKind[]){OP_CONV2D, OP_RESHAPE, OP_TRANSPOSE}, 3));
+    const Node *cv = the_conv(mg);
+    CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+    CHECK(cv && conv_param(cv, "dilation", 0) == 1 && conv_param(cv, "dilation", 1) == 1);
+    CHECK(cv && graph_shape(mg, cv->in[0])->d[0] == 4); /* the phases are the batch */
+    CHECK_EQ_INT(f->report.n_differ, 0);
+    CHECK(f->report.n_boxes > 1);
+    CHECK(equal_everywhere(g, mg, false));
+  }
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+/* PET's Figure 10a on one input: convs 3x3 (4 channels) and 1x1 (6) become
+ * one conv on the concatenation of the first kernel and the second, zero-
+ * padded to 3x3, and a split. Exact. */
+static void test_merged_convs(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 3, 5, 5));
+  TensorRef w1 = input(g, "w1", shape_of(4, 4, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, 6, 3, 1, 1));
+  output(g, conv(g, x, w1, 1, 1, 1));
+  output(g, conv(g, x, w2, 0, 1, 1));
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  print_all("two convs [1, 3, 5, 5]", m, n);
+  check_all(g, m, n);
+  PetMutant *f = find(m, n, (const char *[]){"zero-padded to 3x3", "concatenated", "split", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    const Graph *mg = f->graph;
+    CHECK(kinds_within(mg, (OpKind[]){OP_CONV2D, OP_PAD, OP_CONCAT, OP_SPLIT}, 4));
+    CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+    CHECK_EQ_INT(count_kind(mg, OP_SPLIT), 1);
+    const Node *cv = the_conv(mg);
+    CHECK(cv && shape_equal(graph_shape(mg, cv->in[1]), &(Shape){4, {10, 3, 3, 3}}));
+    CHECK(cv && mg->nodes[cv->in[1].node].kind == OP_CONCAT);
+    CHECK_EQ_INT(f->report.n_differ, 0);
+    CHECK(equal_everywhere(g, mg, false));
+  }
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+/* Stride 2 on [1, 2, 8, 8] (3x3, pads 1): the input zero-padded to 10x10
+ * and its kernel to 4x4, both space-to-depth, one stride-1 2x2 conv. */
+static void test_strided(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 8, 8)), w = input(g, "w", shape_of(4, 3, 2, 3, 3));
+  output(g, conv(g, x, w, 1, 2, 1));
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  print_all("strided conv [1, 2, 8, 8]", m, n);
+  check_all(g, m, n);
+  PetMutant *f = find(m, n, (const char *[]){"layout pad (1 1 1 1), space-to-depth 2",
+                                             "kernel pad (0 0 1 1), space-to-depth 2", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    const Graph *mg = f->graph;
+    CHECK(kinds_within(mg, (OpKind[]){OP_CONV2D, OP_PAD, OP_RESHAPE, OP_TRANSPOSE}, 4));
+    const Node *cv = the_conv(mg);
+    CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+    CHECK(cv && conv_param(cv, "stride", 0) == 1 && conv_param(cv, "stride", 1) == 1);
+    CHECK(cv && shape_equal(graph_shape(mg, cv->in[0]), &(Shape){4, {1, 8, 5, 5}}));
+    CHECK(cv && shape_equal(graph_shape(mg, cv->in[1]), &(Shape){4, {3, 8, 2, 2}}));
+    CHECK_EQ_INT(f->report.n_differ, 0);
+    CHECK(equal_everywhere(g, mg, false));
+  }
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+/* Weights as constants: the mutant keeps them (transformed by weight-only
+ * operators) and is still exact. */
+static void test_const_weights(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 8, 8));
+  Shape ws = shape_of(4, 3, 2, 3, 3);
+  Tensor *t = tensor_new(DT_F32, &ws);
+  for (int64_t i = 0; i < tensor_numel(t); i++) ((float *)t->data)[i] = (float)(i % 7) - 3;
+  TensorRef w = {must(graph_add_const(g, "w", t, &diag)), 0};
+  output(g, conv(g, x, w, 1, 2, 1));
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  check_all(g, m, n);
+  PetMutant *f = find(m, n, (const char *[]){"kernel pad (0 0 1 1), space-to-depth 2", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    CHECK_EQ_INT(count_kind(f->graph, OP_CONST), 1);
+    CHECK_EQ_INT(f->report.n_differ, 0);
+    CHECK(equal_everywhere(g, f->graph, false));
+  }
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+/* Two matmuls reading the same A: one matmul on the concatenated B's and a
+ * split (the merge family beyond convs). */
+static void test_merged_matmuls(void) {
+  Graph *g = graph_new();
+  TensorRef a = input(g, "a", shape_of(2, 5, 4));
+  TensorRef b1 = input(g, "b1", shape_of(2, 4, 3)), b2 = input(g, "b2", shape_of(2, 4, 6));
+  for (int i = 0; i < 2; i++)
+    output(g, (TensorRef){must(graph_add_node(g, OP_MATMUL, (TensorRef[]){a, i ? b2 : b1}, 2, 1,
+                                              NULL, NULL, &diag)), 0});
+  int n;
+  PetMutant *m = mutate(g, 0, 0, &n);
+  print_all("two matmuls [5, 4]", m, n);
+  check_all(g, m, n);
+  PetMutant *f = find(m, n, (const char *[]){"concatenated on axis 1", "split on axis 1", NULL});
+  CHECK(f != NULL);
+  if (f) {
+    CHECK_EQ_INT(count_kind(f->graph, OP_MATMUL), 1);
+    CHECK_EQ_INT(f->report.n_differ, 0);
+    CHECK(equal_everywhere(g, f->graph, false));
+  }
+  pet_mutants_free(m, n);
+  graph_free(g);
+}
+
+static void test_bad_input(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 6, 6)), w = input(g, "w", shape_of(4, 2, 2, 3, 3));
+  TensorRef y = conv(g, x, w, 1, 1, 1);
+  output(g, (TensorRef){must(graph_add_node(g, OP_RELU, &y, 1, 1, NULL, NULL, &diag)), 0});
+  Diag d;
+  diag_init(&d);
+  PetMutant *m = (PetMutant *)&d; /* must stay untouched */
+  int n = -7;
+  CHECK_EQ_INT(pet_mutate(g, NULL, &m, &n, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "relu") != NULL, "message: %s", diag_last(&d));
+  CHECK(m == (PetMutant *)&d && n == -7);
+  diag_fini(&d);
+  graph_free(g);
+
+  /* a conv with a fused activation is not multi-linear either */
+  g = graph_new();
+  x = input(g, "x", shape_of(4, 1, 2, 6, 6)), w = input(g, "w", shape_of(4, 2, 2, 3, 3));
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  output(g, (TensorRef){must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, NULL, &diag)), 0});
+  diag_init(&d);
+  CHECK_EQ_INT(pet_mutate(g, NULL, &m, &n, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "conv2d") != NULL, "message: %s", diag_last(&d));
+  diag_fini(&d);
+  graph_free(g);
+}
+
+int main(void) {
+  diag_init(&diag);
+  test_batch_to_width();
+  test_dilated();
+  test_merged_convs();
+  test_strided();
+  test_const_weights();
+  test_merged_matmuls();
+  test_bad_input();
+  diag_flush(&diag, stderr);
+  diag_fini(&diag);
+  return check_exit();
+}
