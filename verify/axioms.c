@@ -847,28 +847,29 @@ bool iexpr_eval(const IExpr *e, const Binding *b, int64_t *v) {
   }
 }
 
-bool conds_hold(const Axiom *a, const Binding *b) {
-  for (int i = 0; i < a->n_conds; i++) {
-    int64_t x, y;
-    const IExpr *l = a->conds[i].a, *r = a->conds[i].b;
-    if (l->kind == I_SHAPE || r->kind == I_SHAPE) {
-      if (l->kind != r->kind || !b->shape[l->var] || !b->shape[r->var]) return false;
-      bool same = shape_equal(b->shape[l->var], b->shape[r->var]);
-      if (a->conds[i].op == CMP_EQ ? !same : a->conds[i].op == CMP_NE ? same : true) return false;
-      continue;
-    }
-    if (!iexpr_eval(a->conds[i].a, b, &x) || !iexpr_eval(a->conds[i].b, b, &y)) return false;
-    bool ok = false;
-    switch (a->conds[i].op) {
-    case CMP_EQ: ok = x == y; break;
-    case CMP_NE: ok = x != y; break;
-    case CMP_LT: ok = x < y; break;
-    case CMP_LE: ok = x <= y; break;
-    case CMP_GT: ok = x > y; break;
-    case CMP_GE: ok = x >= y; break;
-    }
-    if (!ok) return false;
+bool cond_holds(const Cond *c, const Binding *b) {
+  int64_t x, y;
+  const IExpr *l = c->a, *r = c->b;
+  if (l->kind == I_SHAPE || r->kind == I_SHAPE) {
+    if (l->kind != r->kind || !b->shape[l->var] || !b->shape[r->var]) return false;
+    bool same = shape_equal(b->shape[l->var], b->shape[r->var]);
+    return c->op == CMP_EQ ? same : c->op == CMP_NE ? !same : false;
   }
+  if (!iexpr_eval(l, b, &x) || !iexpr_eval(r, b, &y)) return false;
+  switch (c->op) {
+  case CMP_EQ: return x == y;
+  case CMP_NE: return x != y;
+  case CMP_LT: return x < y;
+  case CMP_LE: return x <= y;
+  case CMP_GT: return x > y;
+  case CMP_GE: return x >= y;
+  }
+  return false;
+}
+
+bool conds_hold(const Axiom *a, const Binding *b) {
+  for (int i = 0; i < a->n_conds; i++)
+    if (!cond_holds(&a->conds[i], b)) return false;
   return true;
 }
 

@@ -115,6 +115,9 @@ typedef struct Binding {
  * out-of-range thing. */
 bool iexpr_eval(const IExpr *e, const Binding *b, int64_t *v);
 bool conds_hold(const Axiom *a, const Binding *b);
+/* One condition of conds_hold (validation checks each as soon as its
+ * variables are set). */
+bool cond_holds(const Cond *c, const Binding *b);
 /* Params of a node of decl with the given integer arguments. */
 void decl_params(const AxDecl *decl, const int64_t *iargs, Params *p);
 /* Whether p has decl's registry defaults everywhere decl names nothing,
