@@ -3,14 +3,20 @@
  *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N]
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
- *            [--window N] [--zp-check-flops F] [--batch N] [--record FILE] [--dump] [--quiet] model.onnx
+ *            [--window N] [--zp-check-flops F] [--batch N] [--record FILE] [--dump] [--quiet]
+ *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
+ *            [--pet-max-flops F] model.onnx
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
  * exports the result, and checks it end to end on the CPU executor: both
  * models run on the same seeded random inputs, and the command fails
  * (status 1) when the largest relative difference of an output exceeds the
- * tolerance. The report goes to stdout (and as JSON with --json), progress
+ * tolerance. With PET (optimize/pet), partially equivalent mutants of the
+ * multi-linear subprograms compete with the rules in the same search; the
+ * report lists those in the result with their corrections, cost changes and
+ * the probability bound of the tests that accepted them. The report goes
+ * to stdout (and as JSON with --json), progress
  * to stderr. Bad arguments, a missing or foreign rule database, an empty
  * rule set or a model the importer rejects exit with status 2. */
 #include <errno.h>
@@ -49,6 +55,13 @@ static const char usage[] =
   "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
   "  --batch N           value of symbolic dimensions (default 1)\n"
   "  --dump              print the optimized graph, one node per line\n"
+  "  --pet, --no-pet     PET's partially equivalent mutations in the search (default off:\n"
+  "                      testing mutants in Z_p on the CPU takes seconds per subprogram)\n"
+  "  --pet-depth N       operators per mutant (default 3)\n"
+  "  --pet-trials T      random tests in Z_p per mutant (default 0: from (n/p)^t <= 2^-60)\n"
+  "  --pet-mutants K     corrected mutants kept per subprogram (default 8)\n"
+  "  --pet-max-flops F   mutate subprograms up to F flops (default 2e8; the tests run\n"
+  "                      both programs in Z_p on the CPU)\n"
   "  --quiet             no progress on stderr\n";
 
 typedef struct Args {
@@ -98,6 +111,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--no-check")) {
       a->check = false;
       continue;
+    } else if (!strcmp(k, "--pet") || !strcmp(k, "--no-pet")) {
+      a->opt.pet = k[2] == 'p';
+      continue;
     } else if (k[0] != '-') {
       if (a->model) return bad("unexpected argument '%s' (one model)", k);
       a->model = k;
@@ -126,6 +142,18 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--tolerance")) {
       if (!parse_real(v, 0, 1, &x)) return bad("--tolerance '%s': expected 0 to 1", v);
       a->tolerance = x;
+    } else if (!strcmp(k, "--pet-depth")) {
+      if (!teq_parse_int(v, 1, 6, &n)) return bad("--pet-depth '%s': expected 1 to 6", v);
+      a->opt.pet_depth = (int)n;
+    } else if (!strcmp(k, "--pet-trials")) {
+      if (!teq_parse_int(v, 0, 1000, &n)) return bad("--pet-trials '%s': expected 0 to 1000", v);
+      a->opt.pet_trials = (int)n;
+    } else if (!strcmp(k, "--pet-mutants")) {
+      if (!teq_parse_int(v, 1, 64, &n)) return bad("--pet-mutants '%s': expected 1 to 64", v);
+      a->opt.pet_mutants = (int)n;
+    } else if (!strcmp(k, "--pet-max-flops")) {
+      if (!parse_real(v, 0, 1e15, &x)) return bad("--pet-max-flops '%s': expected a number >= 0", v);
+      a->opt.pet_max_flops = x;
     } else if (!strcmp(k, "--budget")) {
       if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--budget '%s': expected an integer >= 0", v);
       a->opt.budget = (int)n;
@@ -251,6 +279,7 @@ typedef struct Report {
   bool checked;
   const OptStats *st;
   const OptRules *rs;
+  const OptOptions *opt;
 } Report;
 
 static void print_sources(FILE *f, const int *src) {
@@ -288,6 +317,23 @@ static void report_text(const Report *r, FILE *f) {
             r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED");
   else
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
+  if (r->opt->pet) {
+    int times = 0;
+    for (int i = 0; i < st->n_pet_applied; i++) times += st->pet_applied[i].times;
+    fprintf(f, "  %-26s %lld subprograms mutated (%lld over %.3g flops skipped), %lld mutants "
+            "corrected (%lld failed), %lld candidates built, %lld queued, %d applied, %.2f s\n",
+            "PET", (long long)st->pet_subprograms, (long long)st->pet_too_large,
+            r->opt->pet_max_flops, (long long)st->pet_mutants, (long long)st->pet_failed,
+            (long long)st->pet_built, (long long)st->pet_kept, times, st->pet_s);
+    for (int i = 0; i < st->n_pet_applied; i++) {
+      const OptPetApplied *p = &st->pet_applied[i];
+      fprintf(f, "    %3dx  %s\n          correction: %s\n          cost %+.2f us, tests: "
+              "t = %d, a wrong box passes with probability <= 2^%.1f\n", p->times, p->desc,
+              p->correction, p->cost_delta_us, p->trials, p->log2_bound);
+    }
+  } else {
+    fprintf(f, "  %-26s off (--pet turns it on)\n", "PET");
+  }
   int any = 0;
   for (int i = 0; i < st->n_rules; i++) any += st->applied[i];
   fprintf(f, "  rules applied (%d rewrites):\n", any);
@@ -335,6 +381,26 @@ static int report_json(const Report *r, const char *path, Diag *d) {
             r->check_err, r->tolerance, r->check_err <= r->tolerance ? "true" : "false");
   else
     fprintf(f, "  \"check\": null,\n");
+  if (r->opt->pet) {
+    fprintf(f, "  \"pet\": {\"subprograms\": %lld, \"too_large\": %lld, \"max_flops\": %.6g, "
+            "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"kept\": %lld, "
+            "\"seconds\": %.4f, \"applied\": [", (long long)st->pet_subprograms,
+            (long long)st->pet_too_large, r->opt->pet_max_flops, (long long)st->pet_mutants,
+            (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_kept,
+            st->pet_s);
+    for (int i = 0; i < st->n_pet_applied; i++) {
+      const OptPetApplied *p = &st->pet_applied[i];
+      fprintf(f, "%s\n    {\"times\": %d, \"mutation\": ", i ? "," : "", p->times);
+      json_string(f, p->desc);
+      fprintf(f, ", \"correction\": ");
+      json_string(f, p->correction);
+      fprintf(f, ", \"cost_delta_us\": %.6g, \"trials\": %d, \"log2_bound\": %.4g}",
+              isnan(p->cost_delta_us) ? 0.0 : p->cost_delta_us, p->trials, p->log2_bound);
+    }
+    fprintf(f, "%s]},\n", st->n_pet_applied ? "\n  " : "");
+  } else {
+    fprintf(f, "  \"pet\": null,\n");
+  }
   fprintf(f, "  \"applied\": [");
   const char *sep = "";
   for (int i = 0; i < st->n_rules; i++)
@@ -374,7 +440,8 @@ int main(int argc, char **argv) {
   FILE *record = NULL;
   char *out_default = NULL;
   OptStats st = {0};
-  Report r = {.model = a.model, .rules_path = a.rules, .tolerance = a.tolerance, .st = &st};
+  Report r = {.model = a.model, .rules_path = a.rules, .tolerance = a.tolerance, .st = &st,
+              .opt = &a.opt};
   char what[512] = "";
   int rc = opt_rules_load(a.rules, a.unproved, &rs, &d);
   if (rc == TEQ_OK) {

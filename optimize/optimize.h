@@ -14,7 +14,12 @@
  * Large graphs are searched in windows of consecutive operators, so search
  * time grows about linearly with the model. Costs come from the runtime's
  * cost model (runtime/cost.h); operators whose inputs are all weights cost
- * nothing, because they are computed once and exported as initializers. */
+ * nothing, because they are computed once and exported as initializers.
+ *
+ * With PET on (OptOptions.pet), the search also tries partially equivalent
+ * mutations (optimize/pet/pet.h): the multi-linear subprograms of each
+ * candidate are mutated, the mutants corrected where random tests in Z_p
+ * find them wrong, and spliced in as candidates like rule rewrites. */
 #ifndef TEQ_OPTIMIZE_OPTIMIZE_H
 #define TEQ_OPTIMIZE_OPTIMIZE_H
 
@@ -61,11 +66,29 @@ typedef struct OptOptions {
   uint64_t seed;
   bool quiet;
   FILE *progress;        /* stderr, or NULL */
+  /* PET: partially equivalent mutants of multi-linear subprograms */
+  bool pet;              /* compete with the rules (default off in OPT_DEFAULTS) */
+  int pet_depth;         /* operators per mutant (pet_mutate's depth; default 3) */
+  int pet_trials;        /* random tests per mutant; 0: from the bound (n/p)^t <= 2^-60 */
+  int pet_mutants;       /* K: corrected mutants kept per subprogram (default 8) */
+  double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): each mutant
+                            is tested by running both programs in Z_p on the CPU */
 } OptOptions;
 
 #define OPT_DEFAULTS                                                                  \
   ((OptOptions){.alpha = 1.05, .budget = 300, .window = 150, .max_matches = 64,       \
-                .zp_check_flops = 3e7, .seed = 1})
+                .zp_check_flops = 3e7, .seed = 1, .pet_depth = 3, .pet_mutants = 8,   \
+                .pet_max_flops = 2e8})
+
+/* One PET mutation in the search's result. */
+typedef struct OptPetApplied {
+  char desc[256];        /* how the mutant was built (pet_mutate's description) */
+  char correction[256];  /* the regions recomputed with the original operators, or "none" */
+  double cost_delta_us;  /* the candidate's cost change when the mutant was spliced in */
+  double log2_bound;     /* log2 of the chance that a wrong box passed its tests */
+  int trials;            /* random tests t */
+  int times;             /* places applied in the result */
+} OptPetApplied;
 
 typedef struct OptStats {
   int64_t explored;        /* graphs taken off the queue and expanded */
@@ -82,6 +105,16 @@ typedef struct OptStats {
   double search_s;
   int *applied;            /* per directed rule: times applied in the result */
   int n_rules;
+  /* PET */
+  int64_t pet_subprograms; /* distinct subprograms (by structural hash) mutated */
+  int64_t pet_too_large;   /* ... skipped: over pet_max_flops */
+  int64_t pet_mutants;     /* corrected mutants generated */
+  int64_t pet_failed;      /* mutants whose correction failed */
+  int64_t pet_built;       /* candidates built by splicing a mutant in */
+  int64_t pet_kept;        /* ... within alpha of the best, queued */
+  double pet_s;            /* seconds in pet_split, pet_mutate and pet_correct */
+  OptPetApplied *pet_applied; /* the mutations in the result */
+  int n_pet_applied;
 } OptStats;
 
 TEQ_API void opt_stats_fini(OptStats *st);

@@ -14,13 +14,31 @@
  * tensors read outside; the best rewrite of the window is spliced back. A
  * second pass with windows shifted by half their size lets rewrites span
  * the seams of the first. Each window costs about the same, so time grows
- * linearly with the model. */
+ * linearly with the model.
+ *
+ * PET's partially equivalent mutations compete in the same queue (with
+ * OptOptions.pet). Expanding a candidate also splits it into multi-linear
+ * subprograms (pet_split), and each corrected mutant of each subprogram is
+ * spliced in, costed with its corrections by the same model and kept or
+ * dropped by the same alpha rule and hash. Mutants depend only on a
+ * subprogram's operators and shapes, so they are generated once per
+ * structural hash for the whole search (every window), and tested once.
+ *
+ * PET's Algorithm 2 keeps the top K programs per subprogram over r rounds
+ * of mutation. Here the queue plays both parts: K bounds the corrected
+ * mutants per subprogram (pet_mutants); a candidate within alpha of the
+ * best stays in the queue, as a program stays in PET's top-K heap; and a
+ * candidate holding a mutant is split again when it is expanded, so the
+ * mutant's own operators are mutated in a later step: the rounds. Rule
+ * rewrites and mutations interleave freely, which PET's greedy pass over
+ * the subprograms in a fixed order does not allow. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "optimize/opt_int.h"
+#include "optimize/pet/pet.h"
 #include "runtime/exec.h"
 
 static double now_s(void) {
@@ -31,7 +49,10 @@ static double now_s(void) {
 
 void opt_stats_fini(OptStats *st) {
   free(st->applied);
+  free(st->pet_applied);
   st->applied = NULL;
+  st->pet_applied = NULL;
+  st->n_pet_applied = 0;
 }
 
 /* ---- a set of 64-bit keys, with a small value each ---- */
@@ -87,10 +108,37 @@ static int keyset_put(KeySet *s, uint64_t k, uint8_t v) {
 
 /* ---- candidates and the queue ---- */
 
+/* ---- PET's mutants, once per subprogram ---- */
+
+/* One corrected mutant. Its inputs and outputs are the subprogram's. */
+typedef struct PetMut {
+  Graph *g;
+  OptPetApplied info; /* cost_delta_us is NAN until it is first spliced in */
+} PetMut;
+
+/* The mutants of one subprogram: muts[first .. first + n). */
+typedef struct PetEntry {
+  uint64_t hash;
+  int first, n;
+} PetEntry;
+
+typedef struct PetCache {
+  PetEntry *e;
+  int n_e, cap_e;
+  PetMut *m;
+  int n_m, cap_m;
+} PetCache;
+
+static void pet_cache_fini(PetCache *pc) {
+  for (int i = 0; i < pc->n_m; i++) graph_free(pc->m[i].g);
+  free(pc->e), free(pc->m);
+  memset(pc, 0, sizeof *pc);
+}
+
 typedef struct Cand {
   Graph *g;
   double cost;
-  int32_t *hist; /* directed rules applied so far, in order */
+  int32_t *hist; /* steps so far, in order: a directed rule, or -1 - k for PET mutant k */
   int n_hist;
 } Cand;
 
@@ -137,6 +185,24 @@ static Cand heap_pop(Heap *h) {
   return top;
 }
 
+/* ---- prices ---- */
+
+/* What g costs as it will be exported. With PET on, biases and activations
+ * are first folded back into the convolutions that can take them, as
+ * opt_fuse_bias does after the search: a mutant that merges two convs
+ * behind a split leaves their biases and activations as separate
+ * operators, and the plain cost would call that free when it costs two
+ * launches each. Without PET the search prices as it always did. */
+static int price(CostModel *cm, const OptOptions *o, const Graph *g, double *us, Diag *d) {
+  if (!o->pet) return opt_graph_cost(cm, g, us, NULL, d);
+  Graph *f = graph_copy(g);
+  if (!f) return TEQ_ERR_NOMEM;
+  int rc = opt_fuse_bias(f, NULL, d);
+  if (rc == TEQ_OK) rc = opt_graph_cost(cm, f, us, NULL, d);
+  graph_free(f);
+  return rc;
+}
+
 /* ---- one window's search ---- */
 
 typedef struct Ctx {
@@ -151,6 +217,9 @@ typedef struct Ctx {
   Cand best;
   const Cand *parent;
   int rule;        /* the rule being applied */
+  int step;        /* its entry in the history: rule, or -1 - k for PET mutant k */
+  PetCache *pet;   /* shared by every window */
+  bool queued;     /* offer's verdict on the last graph */
   const Graph *g;  /* the graph it is applied to */
   int rc;
   double deadline;
@@ -244,17 +313,11 @@ static int rewrite(Ctx *c, const OptMatch *m, Graph **out) {
   return rc;
 }
 
-static bool on_match(const OptMatch *m, void *ctx) {
-  Ctx *c = ctx;
-  Graph *ng = NULL;
-  c->rc = rewrite(c, m, &ng);
-  if (c->rc) return false;
-  if (!ng) return true;
-  c->st->generated++;
-  if (c->take) { /* opt_apply_rule */
-    if (!c->take(ng, c->take_ctx)) graph_free(ng);
-    return true;
-  }
+/* A rewritten graph of c->parent (taken): dropped when seen before, else
+ * costed, made the best if it is, and queued within alpha of the best.
+ * False to stop expanding (an error in c->rc, or the time is up). */
+static bool offer(Ctx *c, Graph *ng) {
+  c->queued = false;
   uint64_t h = graph_hash(ng, NULL);
   if (keyset_get(&c->seen, h)) {
     c->st->duplicates++;
@@ -266,10 +329,12 @@ static bool on_match(const OptMatch *m, void *ctx) {
     return false;
   }
   double cost;
-  if ((c->rc = opt_graph_cost(c->cm, ng, &cost, NULL, c->d))) {
+  if ((c->rc = price(c->cm, c->o, ng, &cost, c->d))) {
     graph_free(ng);
     return false;
   }
+  if (c->step < 0 && isnan(c->pet->m[-1 - c->step].info.cost_delta_us))
+    c->pet->m[-1 - c->step].info.cost_delta_us = cost - c->parent->cost;
   const Cand *p = c->parent;
   Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + 1};
   nc.hist = malloc((size_t)nc.n_hist * sizeof *nc.hist);
@@ -279,7 +344,7 @@ static bool on_match(const OptMatch *m, void *ctx) {
     return false;
   }
   if (p->n_hist) memcpy(nc.hist, p->hist, (size_t)p->n_hist * sizeof *nc.hist);
-  nc.hist[p->n_hist] = c->rule;
+  nc.hist[p->n_hist] = c->step;
   if (cost < c->best.cost) {
     Cand copy = {.g = graph_copy(ng), .cost = cost, .n_hist = nc.n_hist};
     copy.hist = malloc((size_t)nc.n_hist * sizeof *copy.hist);
@@ -295,6 +360,7 @@ static bool on_match(const OptMatch *m, void *ctx) {
   }
   if (cost < c->o->alpha * c->best.cost && c->heap.n < 8 * c->o->budget + 64) {
     c->st->kept++;
+    c->queued = true;
     if ((c->rc = heap_push(&c->heap, nc))) {
       cand_free(&nc);
       return false;
@@ -303,6 +369,147 @@ static bool on_match(const OptMatch *m, void *ctx) {
     cand_free(&nc);
   }
   return now_s() < c->deadline;
+}
+
+static bool on_match(const OptMatch *m, void *ctx) {
+  Ctx *c = ctx;
+  Graph *ng = NULL;
+  c->rc = rewrite(c, m, &ng);
+  if (c->rc) return false;
+  if (!ng) return true;
+  c->st->generated++;
+  if (c->take) { /* opt_apply_rule */
+    if (!c->take(ng, c->take_ctx)) graph_free(ng);
+    return true;
+  }
+  c->step = c->rule;
+  return offer(c, ng);
+}
+
+/* What the regions a correction recomputes look like in a report:
+ * "2 regions, 896 elements: out0 [0:1, 0:64, 0:28, 13:15] ...". */
+static void regions_text(const PetRegions *rg, char *buf, size_t size) {
+  if (rg->n == 0) {
+    snprintf(buf, size, "none (exact)");
+    return;
+  }
+  int64_t elems = 0;
+  for (int i = 0; i < rg->n; i++) {
+    int64_t k = 1;
+    for (int j = 0; j < rg->v[i].ndim; j++) k *= rg->v[i].hi[j] - rg->v[i].lo[j];
+    elems += k;
+  }
+  size_t len = (size_t)snprintf(buf, size, "%d region%s, %lld elements:", rg->n,
+                                rg->n == 1 ? "" : "s", (long long)elems);
+  for (int i = 0; i < rg->n && i < 3 && len < size; i++) {
+    len += (size_t)snprintf(buf + len, size - len, " out%d [", rg->v[i].output);
+    for (int j = 0; j < rg->v[i].ndim && len < size; j++)
+      len += (size_t)snprintf(buf + len, size - len, "%s%lld:%lld", j ? ", " : "",
+                              (long long)rg->v[i].lo[j], (long long)rg->v[i].hi[j]);
+    if (len < size) len += (size_t)snprintf(buf + len, size - len, "]");
+  }
+  if (rg->n > 3 && len < size) snprintf(buf + len, size - len, " ...");
+}
+
+/* The corrected mutants of subprogram sp, generated on first sight; NULL
+ * (with c->rc set) on a hard error, or an entry with none. */
+static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
+  PetCache *pc = c->pet;
+  for (int i = 0; i < pc->n_e; i++)
+    if (pc->e[i].hash == sp->hash) return &pc->e[i];
+  if (pc->n_e == pc->cap_e) {
+    int cap = pc->cap_e ? 2 * pc->cap_e : 64;
+    PetEntry *e = realloc(pc->e, (size_t)cap * sizeof *e);
+    if (!e) return c->rc = TEQ_ERR_NOMEM, NULL;
+    pc->e = e, pc->cap_e = cap;
+  }
+  PetEntry *e = &pc->e[pc->n_e++];
+  *e = (PetEntry){.hash = sp->hash, .first = pc->n_m};
+  if (sp->flops > c->o->pet_max_flops) {
+    c->st->pet_too_large++;
+    return e;
+  }
+  c->st->pet_subprograms++;
+  PetMutateOptions mo = {.depth = c->o->pet_depth, .max_mutants = c->o->pet_mutants,
+                         .seed = c->o->seed, .trials = c->o->pet_trials};
+  PetMutant *mut = NULL;
+  int n_mut = 0;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = pet_mutate(sp->graph, &mo, &mut, &n_mut, &quiet);
+  if (rc == TEQ_ERR_NOMEM) c->rc = rc;
+  for (int k = 0; k < n_mut && !c->rc; k++) {
+    Graph *fixed = NULL;
+    PetRegions rg = {0};
+    rc = pet_correct(sp->graph, mut[k].graph, &mut[k].report, &fixed, &rg, &quiet);
+    if (rc == TEQ_ERR_NOMEM) c->rc = rc;
+    if (rc) {
+      c->st->pet_failed++;
+      continue;
+    }
+    if (pc->n_m == pc->cap_m) {
+      int cap = pc->cap_m ? 2 * pc->cap_m : 64;
+      PetMut *m = realloc(pc->m, (size_t)cap * sizeof *m);
+      if (!m) {
+        c->rc = TEQ_ERR_NOMEM;
+        graph_free(fixed);
+        pet_regions_fini(&rg);
+        break;
+      }
+      pc->m = m, pc->cap_m = cap;
+    }
+    PetMut *pm = &pc->m[pc->n_m++];
+    *pm = (PetMut){.g = fixed};
+    snprintf(pm->info.desc, sizeof pm->info.desc, "%s", mut[k].desc);
+    regions_text(&rg, pm->info.correction, sizeof pm->info.correction);
+    pm->info.cost_delta_us = NAN;
+    pm->info.log2_bound = mut[k].report.log2_bound;
+    pm->info.trials = mut[k].report.trials;
+    e->n++;
+    c->st->pet_mutants++;
+    pet_regions_fini(&rg);
+  }
+  pet_mutants_free(mut, n_mut);
+  diag_fini(&quiet);
+  return c->rc ? NULL : e;
+}
+
+/* Every corrected mutant of every subprogram of c->g, spliced in. */
+static int expand_pet(Ctx *c) {
+  double t0 = now_s();
+  PetSplit sp;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = pet_split(c->g, NULL, &sp, &quiet);
+  c->st->pet_s += now_s() - t0;
+  for (int i = 0; i < sp.n && rc == TEQ_OK && now_s() < c->deadline; i++) {
+    t0 = now_s();
+    const PetEntry *e = pet_entry(c, &sp.v[i]);
+    c->st->pet_s += now_s() - t0;
+    if (!e) {
+      rc = c->rc;
+      break;
+    }
+    for (int k = e->first; k < e->first + e->n && rc == TEQ_OK; k++) {
+      Graph *ng = NULL;
+      rc = opt_splice(c->g, c->pet->m[k].g, sp.v[i].in, sp.v[i].out, &ng, &quiet);
+      if (rc == TEQ_ERR_INPUT) { /* a cycle through the subprogram's outside */
+        c->st->rejected_cycle++;
+        rc = TEQ_OK;
+        continue;
+      }
+      if (rc) break;
+      c->st->generated++, c->st->pet_built++;
+      c->step = -1 - k;
+      bool go = offer(c, ng);
+      c->st->pet_kept += c->queued;
+      rc = c->rc;
+      if (!go) break;
+    }
+  }
+  pet_split_fini(&sp);
+  diag_fini(&quiet);
+  return rc;
 }
 
 /* Every rule at every match in c->g. */
@@ -331,16 +538,18 @@ static int expand(Ctx *c) {
   }
   opt_uses_fini(&u);
   free(weights);
+  if (rc == TEQ_OK && c->pet && now_s() < c->deadline) rc = expand_pet(c);
   return rc;
 }
 
 /* Searches g alone; *best_out receives the best candidate. */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
-                        KeySet *checked, double deadline, OptStats *st, Cand *best_out, Diag *d) {
-  Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked,
+                        KeySet *checked, PetCache *pet, double deadline, OptStats *st,
+                        Cand *best_out, Diag *d) {
+  Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
            .deadline = deadline};
   double cost;
-  int rc = opt_graph_cost(cm, g, &cost, NULL, d);
+  int rc = price(cm, o, g, &cost, d);
   if (rc) return rc;
   Cand start = {.g = graph_copy(g), .cost = cost};
   c.best = (Cand){.g = graph_copy(g), .cost = cost};
@@ -484,6 +693,23 @@ static int cut_window(const Graph *g, const int32_t *mov, int lo, int hi, Graph 
   return TEQ_OK;
 }
 
+/* Counts PET mutant k once more in the result. */
+static int pet_applied(OptStats *st, const PetCache *pc, int k, int **idx) {
+  for (int i = 0; i < st->n_pet_applied; i++)
+    if ((*idx)[i] == k) return st->pet_applied[i].times++, TEQ_OK;
+  int n = st->n_pet_applied + 1;
+  OptPetApplied *a = realloc(st->pet_applied, (size_t)n * sizeof *a);
+  if (a) st->pet_applied = a;
+  int *x = realloc(*idx, (size_t)n * sizeof *x);
+  if (x) *idx = x;
+  if (!a || !x) return TEQ_ERR_NOMEM;
+  a[n - 1] = pc->m[k].info;
+  a[n - 1].times = 1;
+  x[n - 1] = k;
+  st->n_pet_applied = n;
+  return TEQ_OK;
+}
+
 int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
                Graph **out, OptStats *st, Diag *d) {
   double t0 = now_s();
@@ -492,6 +718,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   st->n_rules = rs->n;
   st->applied = calloc((size_t)rs->n + 1, sizeof *st->applied);
   KeySet checked = {0};
+  PetCache pet = {0};
+  int *pet_idx = NULL; /* the mutant of each st->pet_applied entry */
   Graph *cur = graph_copy(g);
   int rc = st->applied && cur ? TEQ_OK : TEQ_ERR_NOMEM;
   int window = o->window > 8 ? o->window : 8;
@@ -531,8 +759,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       double wd = isinf(deadline) ? deadline : now_s() + (deadline - now_s()) / (left > 0 ? left : 1);
       Cand best = {0};
       double before = 0;
-      rc = opt_graph_cost(cm, w, &before, NULL, d);
-      if (!rc) rc = search_graph(w, rs, cm, o, &checked, wd, st, &best, d);
+      rc = price(cm, o, w, &before, d);
+      if (!rc) rc = search_graph(w, rs, cm, o, &checked, o->pet ? &pet : NULL, wd, st, &best, d);
       st->windows++;
       if (!rc && best.cost < before) {
         Graph *next = NULL;
@@ -543,7 +771,9 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
         if (rc == TEQ_OK) {
           graph_free(cur);
           cur = next;
-          for (int k = 0; k < best.n_hist; k++) st->applied[best.hist[k]]++;
+          for (int k = 0; k < best.n_hist && rc == TEQ_OK; k++)
+            if (best.hist[k] >= 0) st->applied[best.hist[k]]++;
+            else rc = pet_applied(st, &pet, -1 - best.hist[k], &pet_idx);
         } else if (rc == TEQ_ERR_INPUT) {
           rc = TEQ_OK; /* cannot happen for a window cut at a topological run; keep cur */
         }
@@ -560,6 +790,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
     }
   }
   keyset_fini(&checked);
+  pet_cache_fini(&pet);
+  free(pet_idx);
   st->search_s = now_s() - t0;
   if (rc) {
     graph_free(cur);

@@ -172,37 +172,92 @@ static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Ten
   if (first) o->n_positions = count;
 }
 
-static int run_trial(const Graph *orig, const Graph *mutant, const PetTestOptions *opt, int k,
-                     PetReport *rep, Diag *d) {
-  int n = orig->n_inputs, m = orig->n_outputs;
-  Tensor **in = calloc((size_t)n + 1, sizeof *in), **oa = calloc((size_t)m + 1, sizeof *oa),
-         **ob = calloc((size_t)m + 1, sizeof *ob);
-  int rc = in && oa && ob ? make_inputs(orig, opt->seed, k, in) : TEQ_ERR_NOMEM;
-  if (rc == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
-  if (!rc && (rc = exec_run(orig, EXEC_MODP, in, oa, d)))
-    diag_error(d, "pet: the original does not run in Z_p");
-  if (!rc && (rc = exec_run(mutant, EXEC_MODP, in, ob, d))) {
-    diag_error(d, "pet: the mutant does not run in Z_p");
-    for (int j = 0; j < m; j++) tensor_unref(oa[j]);
+/* The original's inputs and outputs per trial: the same for every mutant
+ * tested against it with the same seed (pet_mutate tests dozens). */
+struct PetOrigRuns {
+  const Graph *orig;
+  uint64_t seed;
+  int n_trials;
+  Tensor ***in, ***out; /* per trial: n_inputs, n_outputs tensors; NULL until run */
+};
+
+void pet_orig_runs_free(PetOrigRuns *c) {
+  if (!c) return;
+  for (int k = 0; k < c->n_trials; k++) {
+    for (int i = 0; c->in[k] && i < c->orig->n_inputs; i++) tensor_unref(c->in[k][i]);
+    for (int j = 0; c->out[k] && j < c->orig->n_outputs; j++) tensor_unref(c->out[k][j]);
+    free(c->in[k]), free(c->out[k]);
   }
-  for (int j = 0; j < m && !rc; j++) {
-    compare_output(&rep->out[j], j, oa[j], ob[j], opt, k == 0);
-    tensor_unref(oa[j]);
+  free(c->in), free(c->out);
+  free(c);
+}
+
+/* Trial k's inputs and original outputs, run on first use. */
+static int orig_trial(PetOrigRuns *c, int k, Diag *d) {
+  if (k >= c->n_trials) {
+    int n = k + 4;
+    Tensor ***in = realloc(c->in, (size_t)n * sizeof *in);
+    if (in) c->in = in;
+    Tensor ***out = realloc(c->out, (size_t)n * sizeof *out);
+    if (out) c->out = out;
+    if (!in || !out) return TEQ_ERR_NOMEM;
+    for (int i = c->n_trials; i < n; i++) c->in[i] = NULL, c->out[i] = NULL;
+    c->n_trials = n;
+  }
+  if (c->out[k]) return TEQ_OK;
+  const Graph *g = c->orig;
+  Tensor **in = calloc((size_t)g->n_inputs + 1, sizeof *in);
+  Tensor **out = calloc((size_t)g->n_outputs + 1, sizeof *out);
+  int rc = in && out ? make_inputs(g, c->seed, k, in) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
+  if (!rc && (rc = exec_run(g, EXEC_MODP, in, out, d)))
+    diag_error(d, "pet: the original does not run in Z_p");
+  if (rc) {
+    for (int i = 0; in && i < g->n_inputs; i++) tensor_unref(in[i]);
+    free(in), free(out);
+    return rc;
+  }
+  c->in[k] = in, c->out[k] = out;
+  return TEQ_OK;
+}
+
+static int run_trial(PetOrigRuns *c, const Graph *mutant, const PetTestOptions *opt, int k,
+                     PetReport *rep, Diag *d) {
+  int m = c->orig->n_outputs;
+  int rc = orig_trial(c, k, d);
+  if (rc) return rc;
+  Tensor **ob = calloc((size_t)m + 1, sizeof *ob);
+  if (!ob) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+  if ((rc = exec_run(mutant, EXEC_MODP, c->in[k], ob, d))) {
+    diag_error(d, "pet: the mutant does not run in Z_p");
+    free(ob);
+    return rc;
+  }
+  for (int j = 0; j < m; j++) {
+    compare_output(&rep->out[j], j, c->out[k][j], ob[j], opt, k == 0);
     tensor_unref(ob[j]);
   }
-  for (int i = 0; in && i < n; i++) tensor_unref(in[i]);
-  free(in);
-  free(oa);
   free(ob);
   return rc;
 }
 
-int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o, PetReport *rep,
-                Diag *d) {
+int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
+                       PetOrigRuns **cache, PetReport *rep, Diag *d) {
   PetReport r;
   memset(&r, 0, sizeof r);
   int rc = check_interface(orig, mutant, d);
   if (rc) return rc;
+  PetOrigRuns *c = cache ? *cache : NULL;
+  if (c && (c->orig != orig || c->seed != o->seed)) {
+    pet_orig_runs_free(c);
+    c = *cache = NULL;
+  }
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+    c->orig = orig, c->seed = o->seed;
+    if (cache) *cache = c;
+  }
   int da = pet_degree(orig), db = pet_degree(mutant);
   r.degree = da < 0 || db < 0 ? -1 : da > db ? da : db;
   r.trials = o->trials > 0 ? o->trials
@@ -212,7 +267,8 @@ int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
   r.log2_bound = r.degree < 0 ? 0.0
                  : r.trials * (log2(r.degree < 1 ? 1.0 : (double)r.degree) - log2((double)MODP_P));
   if ((rc = report_boxes(orig, mutant, &r, d)) == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
-  for (int k = 0; k < r.trials && !rc; k++) rc = run_trial(orig, mutant, o, k, &r, d);
+  for (int k = 0; k < r.trials && !rc; k++) rc = run_trial(c, mutant, o, k, &r, d);
+  if (!cache) pet_orig_runs_free(c);
   if (rc) {
     pet_report_fini(&r);
     return rc;
@@ -225,6 +281,11 @@ int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
   }
   *rep = r;
   return TEQ_OK;
+}
+
+int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o, PetReport *rep,
+                Diag *d) {
+  return pet_compare_cached(orig, mutant, o, NULL, rep, d);
 }
 
 void pet_report_print(const PetReport *rep, FILE *f) {

@@ -106,22 +106,11 @@ typedef struct Gen {
 /* PET's Table 1: multi-linear operators, in their plain form. */
 static int check_multilinear(const Graph *g, Diag *d) {
   char lab[GRAPH_LABEL_MAX];
-  for (int i = 0; i < g->n_nodes; i++) {
-    const Node *n = &g->nodes[i];
-    const OpDef *def = op_def(n->kind);
-    if (def->flags & OPF_SOURCE) continue;
-    int act = param_index(n->kind, "act");
-    bool ok = (def->flags & OPF_MULTILINEAR) && !(def->flags & OPF_OPAQUE);
-    if (act >= 0 && param_int(&n->params, act) != ACT_NONE) ok = false;
-    if ((n->kind == OP_CONV2D || n->kind == OP_GEMM) && n->n_in > 2) ok = false; /* bias: affine */
-    if (n->kind == OP_PAD && (param_float(&n->params, param_index(OP_PAD, "value")) != 0 ||
-                              param_int(&n->params, param_index(OP_PAD, "mode")) != 0))
-      ok = false;
-    if (!ok)
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!(op_def(g->nodes[i].kind)->flags & OPF_SOURCE) && !pet_is_multilinear(g, i))
       return diag_error(d, "pet_mutate: %s is not multi-linear (PET mutates multi-linear "
                         "subprograms only: conv, matmul, add, mul, layout operators)",
                         graph_node_label(g, i, lab, sizeof lab));
-  }
   return TEQ_OK;
 }
 
@@ -692,6 +681,7 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   PetMutant *res = calloc((size_t)max_mutants, sizeof *res);
   int n_res = 0;
   Graph *base = NULL;
+  PetOrigRuns *runs = NULL; /* the original runs once per trial, not once per mutant */
   rc = G.cands && res ? base_graph(&G, &base) : TEQ_ERR_NOMEM;
   if (rc) goto out;
   derive(&G);
@@ -703,7 +693,7 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   PetTestOptions to = {.trials = o->trials, .seed = o->seed};
   for (int i = 0; i < G.n_cands && n_res < max_mutants; i++) {
     PetMutant *m = &res[n_res];
-    if ((rc = pet_compare(orig, G.cands[i].g, &to, &m->report, d))) goto out;
+    if ((rc = pet_compare_cached(orig, G.cands[i].g, &to, &runs, &m->report, d))) goto out;
     if (m->report.n_differ == m->report.n_boxes) {
       pet_report_fini(&m->report);
       continue;
@@ -713,6 +703,7 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
     n_res++;
   }
 out:
+  pet_orig_runs_free(runs);
   for (int i = 0; i < G.n_cands; i++) graph_free(G.cands[i].g);
   free(G.cands);
   free(G.seen);

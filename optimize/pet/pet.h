@@ -101,6 +101,14 @@ typedef struct PetReport {
 TEQ_API int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
                         PetReport *rep, Diag *d);
 TEQ_API void pet_report_fini(PetReport *rep);
+/* pet_compare for many mutants of one original: *cache (NULL at first)
+ * keeps the original's random inputs and outputs per trial, so that it
+ * runs once per trial, not once per mutant. The original must outlive the
+ * cache and stay unchanged; release it with pet_orig_runs_free. */
+typedef struct PetOrigRuns PetOrigRuns;
+TEQ_API int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
+                               PetOrigRuns **cache, PetReport *rep, Diag *d);
+TEQ_API void pet_orig_runs_free(PetOrigRuns *c);
 /* Boxes, which differ, positions, t and the probability bound, as text. */
 TEQ_API void pet_report_print(const PetReport *rep, FILE *f);
 /* The smallest t with (n/p)^t <= 2^-60 (n < 1 is taken as 1). */
@@ -169,5 +177,43 @@ typedef struct PetMutant {
 TEQ_API int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, int *n_out,
                        Diag *d);
 TEQ_API void pet_mutants_free(PetMutant *m, int n);
+/* Whether node id of g is one of PET's Table 1 operators in its plain form
+ * (no fused activation, no bias, zero padding): what pet_mutate accepts. */
+TEQ_API bool pet_is_multilinear(const Graph *g, int id);
+
+/* ---- program splitting (split.c) ---- */
+
+/* The regions of a graph (maximal connected sets of multi-linear operators
+ * that compute on data) and, inside them, the subprograms the search asks
+ * pet_mutate about: each plain conv or matmul whose second operand is a
+ * weight, and each pair of them reading the same tensor (Fig. 10a). */
+#define PET_SPLIT_MAX_SUBPROGRAMS 64
+
+typedef struct PetSplitOptions {
+  int max_subprograms;  /* 0: PET_SPLIT_MAX_SUBPROGRAMS */
+} PetSplitOptions;
+
+typedef struct PetSubprogram {
+  Graph *graph;     /* owned: inputs are the tensors it reads (weights too: the tests in Z_p
+                       need integers, and a mutant then holds for any weights), outputs
+                       the tensors read outside it */
+  int32_t region;   /* a node id of the region it lies in (its union-find root) */
+  int32_t n_nodes;
+  int32_t *nodes;   /* the big graph's nodes, in topological order */
+  TensorRef *in;    /* per graph input: the big graph's tensor it reads */
+  TensorRef *out;   /* per graph output: the big graph's tensor it replaces */
+  double flops;     /* of its nodes (cost_node_flops): what a test in Z_p costs, roughly */
+  uint64_t hash;    /* graph_hash(graph): equal for the same operators at the same shapes */
+} PetSubprogram;
+
+typedef struct PetSplit {
+  int n_regions;
+  int n;
+  PetSubprogram *v;
+} PetSplit;
+
+/* Splits g (no cycle). o may be NULL. Errors: TEQ_ERR_NOMEM. */
+TEQ_API int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d);
+TEQ_API void pet_split_fini(PetSplit *s);
 
 #endif
