@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# PET inside optimize, end to end: CSRNet (dilated convs), ResNet-18 and
+# Inception-v3 optimized with PET's mutations competing with the proved
+# rules, each optimized model run in ONNX Runtime (onnxruntime-node) and
+# compared with the original (rel <= 1e-4). Prints per model what PET
+# considered and applied.
+#
+#   tests/scripts/test_pet.sh
+#
+# The search is bounded (--budget, --time-limit, --pet-max-flops: every
+# mutant is tested by running both programs in Z_p on the CPU, which is
+# what costs time under ASan): this checks that what optimize writes with
+# PET on is right, not how far it gets.
+# Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
+# TEQ_PYTHON (/usr/bin/python3).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+BUILD=$(abspath "${TEQ_BUILD:-build}")
+CACHE=$(abspath "${TEQ_CACHE:-.cache/models}")
+PY=${TEQ_PYTHON:-/usr/bin/python3}
+ORT_DIR=$ROOT/tools/ort
+OPT=$BUILD/optimize/optimize
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
+require_ort "$ORT_DIR"
+require_python "$PY" numpy onnx
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-pet.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+checks=0
+ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
+fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
+
+# --- rules, as tests/scripts/test_optimize.sh makes them.
+db=$WORK/rules.sqlite
+"$BUILD/gen/gen-rules" --depth 3 --db "$db" --quiet >"$WORK/gen.log"
+"$BUILD/gen/gen-rules" --depth 2 --ops matmul,transpose,gemm --db "$db" --quiet >>"$WORK/gen.log"
+"$BUILD/verify/verify-rules" --db "$db" --quiet "$ROOT/specs/ops.axioms" >"$WORK/verify.log"
+
+# --- bad PET options are refused with status 2.
+"$BUILD/tools/build-model" tiny-cnn "$WORK/tiny.onnx" 2>/dev/null
+for bad in "--pet-depth 0" "--pet-trials -1" "--pet-mutants 0" "--pet-max-flops x"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$OPT" --rules "$db" --pet $bad "$WORK/tiny.onnx" >/dev/null 2>"$WORK/err.log" || rc=$?
+  if ((rc == 2)) && grep -q -- "${bad%% *}" "$WORK/err.log"; then ok "refused: $bad"
+  else fail "$bad: exit $rc: $(tail -n1 "$WORK/err.log")"; fi
+done
+
+# --- models.
+models=()
+"$BUILD/tools/build-model" csrnet "$WORK/csrnet.onnx" 2>/dev/null && models+=("csrnet:$WORK/csrnet.onnx")
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
+  "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models resnet18,inception_v3 >/dev/null
+  models+=("resnet18:$CACHE/resnet18/model.onnx" "inception_v3:$CACHE/inception_v3/model.onnx")
+else
+  echo "(PyTorch missing: ResNet-18 and Inception-v3 are left out)"
+fi
+
+for entry in "${models[@]}"; do
+  name=${entry%%:*} model=${entry#*:}
+  w=$WORK/$name
+  mkdir -p "$w"
+  t0=$(date +%s)
+  rc=0
+  "$OPT" --rules "$db" --quiet --pet --budget 10 --time-limit 40 --pet-max-flops 1e8 \
+    --json "$w/report.json" -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
+  if ((rc != 0)); then
+    fail "$name: optimize --pet exited $rc: $(tail -n1 "$w/err.log")"
+    continue
+  fi
+  if "$PY" - "$w/report.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["check"]["ok"], r["check"]
+p = r["pet"]
+assert p is not None and p["subprograms"] + p["too_large"] > 0, p
+for a in p["applied"]:
+    assert a["log2_bound"] <= -60 and a["mutation"], a
+PYEOF
+  then ok "$name: report.json: PET ran, CPU check ok"
+  else fail "$name: report.json"; continue; fi
+  args=()
+  while IFS=' ' read -r iname file; do args+=(--input "$iname=$file"); done < <(
+    "$PY" - "$model" "$w" <<'PYEOF'
+import sys, numpy as np, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+init = {i.name for i in m.graph.initializer}
+rng = np.random.default_rng(1)
+for k, vi in enumerate(x for x in m.graph.input if x.name not in init):
+    t = vi.type.tensor_type
+    dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+    a = rng.uniform(-1, 1, dims).astype(np.float32)
+    path = f"{sys.argv[2]}/in{k}.bin"
+    a.tofile(path)
+    print(vi.name, path)
+PYEOF
+  )
+  if ! node "$ORT_DIR/run.js" "$model" "${args[@]}" --output-dir "$w/ref" --quiet >"$w/ort.log" 2>&1; then
+    fail "$name: ONNX Runtime on the original: $(tail -n1 "$w/ort.log")"
+    continue
+  fi
+  if ! node "$ORT_DIR/run.js" "$w/opt.onnx" "${args[@]}" --output-dir "$w/got" --quiet >"$w/ort_opt.log" 2>&1; then
+    fail "$name: ONNX Runtime on the optimized model: $(tail -n1 "$w/ort_opt.log")"
+    continue
+  fi
+  for ref in "$w"/ref/output_*.bin; do
+    out=$(basename "$ref")
+    if line=$("$PY" "$ROOT/tools/compare.py" --rtol 1e-4 --label "$name $out" "$w/got/$out" "$ref" 2>&1); then
+      ok "$line"
+    else
+      fail "$line"
+    fi
+  done
+  summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
+  echo "     $name: $summary $(($(date +%s) - t0)) s"
+  # what PET did: the summary line and each applied mutation
+  sed -n '/^  PET /,/^  rules applied/p' "$w/report.txt" | sed '$d' | sed 's/^/     /'
+done
+
+echo "$((checks - failures))/$checks checks ok"
+((failures == 0))
