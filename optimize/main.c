@@ -277,6 +277,7 @@ typedef struct Report {
   double cost_before, cost_after, check_err, tolerance;
   int src_before[COST__SOURCES], src_after[COST__SOURCES];
   bool checked;
+  bool kept_original; /* the search's best came out dearer after folding */
   const OptStats *st;
   const OptRules *rs;
   const OptOptions *opt;
@@ -294,8 +295,9 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
   fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
   fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
-  fprintf(f, "  %-26s %.1f -> %.1f us (%+.1f%%)\n", "estimated cost", r->cost_before,
-          r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0);
+  fprintf(f, "  %-26s %.1f -> %.1f us (%+.1f%%)%s\n", "estimated cost", r->cost_before,
+          r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0,
+          r->kept_original ? " (the original: nothing cheaper was found)" : "");
   fprintf(f, "  %-26s before: ", "cost sources (operators)");
   print_sources(f, r->src_before);
   fprintf(f, "; after: ");
@@ -359,6 +361,7 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           r->ops_after);
   fprintf(f, "  \"cost_before_us\": %.6g,\n  \"cost_after_us\": %.6g,\n", r->cost_before,
           r->cost_after);
+  fprintf(f, "  \"kept_original\": %s,\n", r->kept_original ? "true" : "false");
   for (int w = 0; w < 2; w++) {
     const int *src = w ? r->src_after : r->src_before;
     fprintf(f, "  \"cost_sources_%s\": {", w ? "after" : "before");
@@ -474,6 +477,20 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK) rc = opt_fold_weights(best, &r.folded, &d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(best, &r.fused, &d);
   if (rc == TEQ_OK) rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
+  if (rc == TEQ_OK && r.cost_after > r.cost_before) {
+    /* The search prices graphs as they will be exported, but folding
+     * weights and biases afterwards can still land above the original: a
+     * dearer model is never the answer, the original is. */
+    Graph *orig = graph_copy(g);
+    if (!orig) rc = TEQ_ERR_NOMEM;
+    if (rc == TEQ_OK) {
+      graph_free(best);
+      best = orig;
+      r.kept_original = true;
+      r.folded = r.fused = 0;
+      rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
+    }
+  }
   if (rc == TEQ_OK) rc = graph_check(best, &d);
   if (rc == TEQ_OK) {
     r.ops_after = graph_count_ops(best);
