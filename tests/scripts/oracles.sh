@@ -24,3 +24,48 @@ require_ort() {
     exit 77
   fi
 }
+
+# ort_same_outputs NAME ORIG OPT DIR: seeded inputs for ORIG's graph inputs
+# (uniform [-1, 1) floats from seed 1, zeros for int64) written into DIR,
+# both models run in ONNX Runtime on them, every output of OPT held to
+# ORIG's by tools/compare.py (rel <= 1e-4). Reports through the caller's
+# ok and fail; returns 1 when ONNX Runtime could not run a model. Needs
+# ROOT, PY and ORT_DIR.
+ort_same_outputs() {
+  local name=$1 orig=$2 opt=$3 w=$4 iname file ref out line
+  local args=()
+  while IFS=' ' read -r iname file; do args+=(--input "$iname=$file"); done < <(
+    "$PY" - "$orig" "$w" <<'PYEOF'
+import sys, numpy as np, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+init = {i.name for i in m.graph.initializer}
+rng = np.random.default_rng(1)
+for k, vi in enumerate(x for x in m.graph.input if x.name not in init):
+    t = vi.type.tensor_type
+    dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+    if t.elem_type == onnx.TensorProto.INT64:
+        a = np.zeros(dims, dtype=np.int64)
+    else:
+        a = rng.uniform(-1, 1, dims).astype(np.float32)
+    path = f"{sys.argv[2]}/in{k}.bin"
+    a.tofile(path)
+    print(vi.name, path)
+PYEOF
+  )
+  if ! node "$ORT_DIR/run.js" "$orig" "${args[@]}" --output-dir "$w/ref" --quiet >"$w/ort.log" 2>&1; then
+    fail "$name: ONNX Runtime on the original: $(tail -n1 "$w/ort.log")"
+    return 1
+  fi
+  if ! node "$ORT_DIR/run.js" "$opt" "${args[@]}" --output-dir "$w/got" --quiet >"$w/ort_opt.log" 2>&1; then
+    fail "$name: ONNX Runtime on the optimized model: $(tail -n1 "$w/ort_opt.log")"
+    return 1
+  fi
+  for ref in "$w"/ref/output_*.bin; do
+    out=$(basename "$ref")
+    if line=$("$PY" "$ROOT/tools/compare.py" --rtol 1e-4 --label "$name $out" "$w/got/$out" "$ref" 2>&1); then
+      ok "$line"
+    else
+      fail "$line"
+    fi
+  done
+}

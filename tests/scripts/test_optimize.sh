@@ -96,42 +96,7 @@ for entry in "${models[@]}"; do
   fi
   "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["check"]["ok"], r' \
     "$w/report.json" || { fail "$name: report.json says the check failed"; continue; }
-  # One seeded input per model input, written as raw data in the input's type.
-  args=()
-  while IFS=' ' read -r iname file; do args+=(--input "$iname=$file"); done < <(
-    "$PY" - "$model" "$w" <<'PYEOF'
-import sys, numpy as np, onnx
-m = onnx.load(sys.argv[1], load_external_data=False)
-init = {i.name for i in m.graph.initializer}
-rng = np.random.default_rng(1)
-for k, vi in enumerate(x for x in m.graph.input if x.name not in init):
-    t = vi.type.tensor_type
-    dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-    if t.elem_type == onnx.TensorProto.INT64:
-        a = np.zeros(dims, dtype=np.int64)
-    else:
-        a = rng.uniform(-1, 1, dims).astype(np.float32)
-    path = f"{sys.argv[2]}/in{k}.bin"
-    a.tofile(path)
-    print(vi.name, path)
-PYEOF
-  )
-  if ! node "$ORT_DIR/run.js" "$model" "${args[@]}" --output-dir "$w/ref" --quiet >"$w/ort.log" 2>&1; then
-    fail "$name: ONNX Runtime on the original: $(tail -n1 "$w/ort.log")"
-    continue
-  fi
-  if ! node "$ORT_DIR/run.js" "$w/opt.onnx" "${args[@]}" --output-dir "$w/got" --quiet >"$w/ort_opt.log" 2>&1; then
-    fail "$name: ONNX Runtime on the optimized model: $(tail -n1 "$w/ort_opt.log")"
-    continue
-  fi
-  for ref in "$w"/ref/output_*.bin; do
-    out=$(basename "$ref")
-    if line=$("$PY" "$ROOT/tools/compare.py" --rtol 1e-4 --label "$name $out" "$w/got/$out" "$ref" 2>&1); then
-      ok "$line"
-    else
-      fail "$line"
-    fi
-  done
+  ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || continue
   summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
   echo "     $name: $summary $(($(date +%s) - t0)) s"
 done
