@@ -73,18 +73,21 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   return rc;
 }
 
-/* The only consumer of node id's output 0, or -1 (also when it is a graph
- * output). */
-static int only_use(const Graph *g, int id) {
-  int user = -1;
-  for (int o = 0; o < g->n_outputs; o++)
-    if (g->outputs[o].node == id) return -1;
+/* Per node, the only consumer of its output 0: -1 when it has none, more
+ * than one, or is a graph output. One pass over the edges: the search
+ * refolds biases in every candidate it prices, so this is on its hot path. */
+static int32_t *only_users(const Graph *g) {
+  int32_t *user = malloc(((size_t)g->n_nodes + 1) * sizeof *user);
+  if (!user) return NULL;
+  for (int i = 0; i < g->n_nodes; i++) user[i] = -2; /* -2: none yet */
   for (int i = 0; i < g->n_nodes; i++)
-    for (int j = 0; j < g->nodes[i].n_in; j++)
-      if (g->nodes[i].in[j].node == id) {
-        if (user >= 0) return -1;
-        user = i;
-      }
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      int src = g->nodes[i].in[j].node;
+      user[src] = user[src] == -2 ? i : -1;
+    }
+  for (int o = 0; o < g->n_outputs; o++) user[g->outputs[o].node] = -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (user[i] == -2) user[i] = -1;
   return user;
 }
 
@@ -114,10 +117,15 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), fused = 0;
   for (bool again = true; again;) {
     again = false;
-    for (int id = 0; id < g->n_nodes; id++) {
+    /* Consumers as the pass starts: a fused conv is added at the end and
+     * taken up by the next pass, which recomputes them. */
+    int n = g->n_nodes;
+    int32_t *user = only_users(g);
+    if (!user) return TEQ_ERR_NOMEM;
+    for (int id = 0; id < n; id++) {
       const Node *c = &g->nodes[id];
       if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE) continue;
-      int u = only_use(g, id);
+      int u = user[id];
       if (u < 0) continue;
       const Node *un = &g->nodes[u];
       TensorRef in[3] = {c->in[0], c->in[1], {-1, 0}};
@@ -129,13 +137,19 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         if (other.node == id || bn->kind != OP_CONST || c->out[0].ndim != 4) continue;
         Shape flat = shape_of(1, (int)c->out[0].d[1]);
         Tensor *t = tensor_new(DT_F32, &flat);
-        if (!t) return TEQ_ERR_NOMEM;
+        if (!t) {
+          free(user);
+          return TEQ_ERR_NOMEM;
+        }
         if (!per_channel(bn->value, &c->out[0], t->data)) {
           tensor_unref(t);
           continue;
         }
         int bid = graph_add_const(g, bn->name, t, d);
-        if (bid < 0) return bid;
+        if (bid < 0) {
+          free(user);
+          return bid;
+        }
         in[2] = (TensorRef){bid, 0};
         n_in = 3;
       } else if (un->kind == OP_RELU || un->kind == OP_SIGMOID || un->kind == OP_TANH) {
@@ -146,11 +160,15 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         continue;
       }
       int nid = graph_add_node(g, OP_CONV2D, in, n_in, 1, &p, g->nodes[id].name, d);
-      if (nid < 0) return nid;
+      if (nid < 0) {
+        free(user);
+        return nid;
+      }
       graph_replace_uses(g, (TensorRef){u, 0}, (TensorRef){nid, 0});
       fused++;
       again = true;
     }
+    free(user);
     if (again) {
       int r = graph_remove_dead(g);
       if (r < 0) return r;

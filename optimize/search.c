@@ -196,8 +196,7 @@ static Cand heap_pop(Heap *h) {
  * (MobileNetV2: +1.5%; priced as exported: -1.7%, and ResNet-18 -17.1%
  * against -14.7%, SqueezeNet -14.2% against -8.0%, at about twice the
  * search time). */
-static int price(CostModel *cm, const OptOptions *o, const Graph *g, double *us, Diag *d) {
-  (void)o;
+static int price(CostModel *cm, const Graph *g, double *us, Diag *d) {
   Graph *f = graph_copy(g);
   if (!f) return TEQ_ERR_NOMEM;
   int rc = opt_fuse_bias(f, NULL, d);
@@ -332,7 +331,7 @@ static bool offer(Ctx *c, Graph *ng) {
     return false;
   }
   double cost;
-  if ((c->rc = price(c->cm, c->o, ng, &cost, c->d))) {
+  if ((c->rc = price(c->cm, ng, &cost, c->d))) {
     graph_free(ng);
     return false;
   }
@@ -552,7 +551,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
            .deadline = deadline};
   double cost;
-  int rc = price(cm, o, g, &cost, d);
+  int rc = price(cm, g, &cost, d);
   if (rc) return rc;
   Cand start = {.g = graph_copy(g), .cost = cost};
   c.best = (Cand){.g = graph_copy(g), .cost = cost};
@@ -762,7 +761,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       double wd = isinf(deadline) ? deadline : now_s() + (deadline - now_s()) / (left > 0 ? left : 1);
       Cand best = {0};
       double before = 0;
-      rc = price(cm, o, w, &before, d);
+      rc = price(cm, w, &before, d);
       if (!rc) rc = search_graph(w, rs, cm, o, &checked, o->pet ? &pet : NULL, wd, st, &best, d);
       st->windows++;
       if (!rc && best.cost < before) {

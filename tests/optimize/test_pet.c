@@ -10,39 +10,7 @@
 #include <string.h>
 
 #include "optimize/pet/pet.h"
-#include "runtime/exec.h"
-#include "tests/check.h"
-
-static Diag diag;
-
-static int must(int id) {
-  if (id < 0) {
-    diag_flush(&diag, stderr);
-    fprintf(stderr, "graph construction failed\n");
-    exit(1);
-  }
-  return id;
-}
-
-static TensorRef input(Graph *g, const char *name, Shape s) {
-  return (TensorRef){must(graph_add_input(g, name, &s, DT_F32, &diag)), 0};
-}
-
-static TensorRef node(Graph *g, OpKind k, const TensorRef *in, int n_in, const Params *p) {
-  return (TensorRef){must(graph_add_node(g, k, in, n_in, 1, p, NULL, &diag)), 0};
-}
-
-static TensorRef conv(Graph *g, TensorRef x, TensorRef w, int pad, int stride, int dil,
-                      int groups) {
-  Params p;
-  params_default(OP_CONV2D, &p);
-  int64_t pads[4] = {pad, pad, pad, pad}, st[2] = {stride, stride}, dl[2] = {dil, dil};
-  param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
-  param_set_ints(&p, param_index(OP_CONV2D, "stride"), st, 2);
-  param_set_ints(&p, param_index(OP_CONV2D, "dilation"), dl, 2);
-  param_set_int(&p, param_index(OP_CONV2D, "groups"), groups);
-  return node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, &p);
-}
+#include "tests/optimize/pet_graphs.h"
 
 /* pads in ONNX order: every begin, then every end. */
 static TensorRef pad(Graph *g, TensorRef x, const int64_t *pads) {
@@ -84,8 +52,6 @@ static TensorRef double_region(Graph *g, TensorRef y, const int64_t *lo, const i
   for (int k = 0; k < r; k++) pads[k] = lo[k], pads[r + k] = s->d[k] - hi[k];
   return add(g, y, pad(g, slice(g, y, lo, hi, NULL), pads));
 }
-
-static void output(Graph *g, TensorRef r) { must(graph_add_output(g, r, NULL, &diag)); }
 
 static bool points_are(const PetBoxes *b, int dim, const int64_t *want, int n) {
   bool ok = b->n_points[dim] == n;
@@ -222,25 +188,6 @@ static PetReport compare(const Graph *a, const Graph *b, bool all) {
   return rep;
 }
 
-static bool equal_everywhere(const Graph *a, const Graph *b) {
-  bool ok = true;
-  for (int mode = 0; mode < 2; mode++)
-    for (int draw = 0; draw < 2; draw++) {
-      ExecDiff diff;
-      int rc = exec_compare(a, b, mode ? EXEC_F32 : EXEC_MODP, 99 + draw, draw, mode ? 1e-4 : 0,
-                            &diff, &diag);
-      CHECK(rc == TEQ_OK);
-      if (rc) continue;
-      if (diff.differ)
-        fprintf(stderr, "%s: output %d differs at %lld elements\n", mode ? "f32" : "Z_p",
-                diff.output, (long long)diff.count);
-      ok = ok && !diff.differ;
-      exec_diff_fini(&diff);
-    }
-  diag_flush(&diag, stderr);
-  return ok;
-}
-
 static bool in_regions(const PetRegions *rg, int output, const int64_t *v, int nd) {
   for (int i = 0; i < rg->n; i++) {
     bool in = rg->v[i].output == output;
@@ -263,7 +210,7 @@ static void check_correction(const Graph *orig, const Graph *mutant, const PetRe
     return;
   }
   CHECK(graph_check(c, &diag) == TEQ_OK);
-  CHECK(equal_everywhere(orig, c));
+  CHECK(equal_everywhere(orig, c, 2, false));
   int64_t covered = 0;
   for (int i = 0; i < rg->n; i++) {
     int64_t n = 1;

@@ -14,35 +14,7 @@
 #include <string.h>
 
 #include "optimize/pet/pet.h"
-#include "runtime/exec.h"
-#include "tests/check.h"
-
-static Diag diag;
-
-static int must(int id) {
-  if (id < 0) {
-    diag_flush(&diag, stderr);
-    fprintf(stderr, "graph construction failed\n");
-    exit(1);
-  }
-  return id;
-}
-
-static TensorRef input(Graph *g, const char *name, Shape s) {
-  return (TensorRef){must(graph_add_input(g, name, &s, DT_F32, &diag)), 0};
-}
-
-static TensorRef conv(Graph *g, TensorRef x, TensorRef w, int pad, int stride, int dil) {
-  Params p;
-  params_default(OP_CONV2D, &p);
-  int64_t pads[4] = {pad, pad, pad, pad}, st[2] = {stride, stride}, dl[2] = {dil, dil};
-  param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
-  param_set_ints(&p, param_index(OP_CONV2D, "stride"), st, 2);
-  param_set_ints(&p, param_index(OP_CONV2D, "dilation"), dl, 2);
-  return (TensorRef){must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, NULL, &diag)), 0};
-}
-
-static void output(Graph *g, TensorRef r) { must(graph_add_output(g, r, NULL, &diag)); }
+#include "tests/optimize/pet_graphs.h"
 
 static PetMutant *mutate(const Graph *g, int depth, int max, int *n) {
   PetMutateOptions o = {.depth = depth, .max_mutants = max, .seed = 77};
@@ -55,12 +27,6 @@ static PetMutant *mutate(const Graph *g, int depth, int max, int *n) {
     exit(1);
   }
   return m;
-}
-
-static int count_kind(const Graph *g, OpKind k) {
-  int n = 0;
-  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;
-  return n;
 }
 
 /* Only these kinds compute in g (sources aside). */
@@ -92,25 +58,6 @@ static PetMutant *find(PetMutant *m, int n, const char *const *words) {
     if (all) return &m[i];
   }
   return NULL;
-}
-
-static bool equal_everywhere(const Graph *a, const Graph *b, bool quiet) {
-  bool ok = true;
-  for (int mode = 0; mode < 2; mode++)
-    for (int draw = 0; draw < 2; draw++) {
-      ExecDiff diff;
-      int rc = exec_compare(a, b, mode ? EXEC_F32 : EXEC_MODP, 99 + draw, draw, mode ? 1e-4 : 0,
-                            &diff, &diag);
-      CHECK(rc == TEQ_OK);
-      if (rc) continue;
-      if (diff.differ && !quiet)
-        fprintf(stderr, "%s: output %d differs at %lld elements\n", mode ? "f32" : "Z_p",
-                diff.output, (long long)diff.count);
-      ok = ok && !diff.differ;
-      exec_diff_fini(&diff);
-    }
-  diag_flush(&diag, stderr);
-  return ok;
 }
 
 /* Every mutant: the original's output shapes, a valid graph, neither the
@@ -147,7 +94,7 @@ static void test_batch_to_width(void) {
   enum { N = 2, C = 3, H = 6, W = 7, M = 4 };
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, N, C, H, W)), w = input(g, "w", shape_of(4, M, C, 3, 3));
-  output(g, conv(g, x, w, 1, 1, 1));
+  output(g, conv(g, x, w, 1, 1, 1, 1));
   int n;
   PetMutant *m = mutate(g, 0, 0, &n);
   print_all("conv [2, 3, 6, 7]", m, n);
@@ -171,13 +118,13 @@ static void test_batch_to_width(void) {
       CHECK_MSG(o->differs[i] == seam, "box %lld", (long long)i);
     }
     CHECK_EQ_INT(o->n_differ, seam_boxes);
-    CHECK(!equal_everywhere(g, mg, true)); /* the seam really is wrong */
+    CHECK(!equal_everywhere(g, mg, 2, true)); /* the seam really is wrong */
     Graph *c = NULL;
     PetRegions rg = {0};
     CHECK(pet_correct(g, mg, &f->report, &c, &rg, &diag) == TEQ_OK);
     if (c) {
       CHECK(graph_check(c, &diag) == TEQ_OK);
-      CHECK(equal_everywhere(g, c, false));
+      CHECK(equal_everywhere(g, c, 2, false));
       int64_t covered = 0;
       for (int i = 0; i < rg.n; i++) {
         int64_t k = 1;
@@ -205,7 +152,7 @@ static void test_batch_to_width(void) {
 static void test_dilated(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 1, 2, 8, 8)), w = input(g, "w", shape_of(4, 3, 2, 3, 3));
-  output(g, conv(g, x, w, 2, 1, 2));
+  output(g, conv(g, x, w, 2, 1, 2, 1));
   int n;
   PetMutant *m = mutate(g, 0, 0, &n);
   print_all("dilated conv [1, 2, 8, 8]", m, n);
@@ -222,7 +169,7 @@ static void test_dilated(void) {
     CHECK(cv && graph_shape(mg, cv->in[0])->d[0] == 4); /* the phases are the batch */
     CHECK_EQ_INT(f->report.n_differ, 0);
     CHECK(f->report.n_boxes > 1);
-    CHECK(equal_everywhere(g, mg, false));
+    CHECK(equal_everywhere(g, mg, 2, false));
   }
   pet_mutants_free(m, n);
   graph_free(g);
@@ -235,8 +182,8 @@ static void test_merged_convs(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 1, 3, 5, 5));
   TensorRef w1 = input(g, "w1", shape_of(4, 4, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, 6, 3, 1, 1));
-  output(g, conv(g, x, w1, 1, 1, 1));
-  output(g, conv(g, x, w2, 0, 1, 1));
+  output(g, conv(g, x, w1, 1, 1, 1, 1));
+  output(g, conv(g, x, w2, 0, 1, 1, 1));
   int n;
   PetMutant *m = mutate(g, 0, 0, &n);
   print_all("two convs [1, 3, 5, 5]", m, n);
@@ -252,7 +199,7 @@ static void test_merged_convs(void) {
     CHECK(cv && shape_equal(graph_shape(mg, cv->in[1]), &(Shape){4, {10, 3, 3, 3}}));
     CHECK(cv && mg->nodes[cv->in[1].node].kind == OP_CONCAT);
     CHECK_EQ_INT(f->report.n_differ, 0);
-    CHECK(equal_everywhere(g, mg, false));
+    CHECK(equal_everywhere(g, mg, 2, false));
   }
   pet_mutants_free(m, n);
   graph_free(g);
@@ -263,7 +210,7 @@ static void test_merged_convs(void) {
 static void test_strided(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 1, 2, 8, 8)), w = input(g, "w", shape_of(4, 3, 2, 3, 3));
-  output(g, conv(g, x, w, 1, 2, 1));
+  output(g, conv(g, x, w, 1, 2, 1, 1));
   int n;
   PetMutant *m = mutate(g, 0, 0, &n);
   print_all("strided conv [1, 2, 8, 8]", m, n);
@@ -280,7 +227,7 @@ static void test_strided(void) {
     CHECK(cv && shape_equal(graph_shape(mg, cv->in[0]), &(Shape){4, {1, 8, 5, 5}}));
     CHECK(cv && shape_equal(graph_shape(mg, cv->in[1]), &(Shape){4, {3, 8, 2, 2}}));
     CHECK_EQ_INT(f->report.n_differ, 0);
-    CHECK(equal_everywhere(g, mg, false));
+    CHECK(equal_everywhere(g, mg, 2, false));
   }
   pet_mutants_free(m, n);
   graph_free(g);
@@ -295,7 +242,7 @@ static void test_const_weights(void) {
   Tensor *t = tensor_new(DT_F32, &ws);
   for (int64_t i = 0; i < tensor_numel(t); i++) ((float *)t->data)[i] = (float)(i % 7) - 3;
   TensorRef w = {must(graph_add_const(g, "w", t, &diag)), 0};
-  output(g, conv(g, x, w, 1, 2, 1));
+  output(g, conv(g, x, w, 1, 2, 1, 1));
   int n;
   PetMutant *m = mutate(g, 0, 0, &n);
   check_all(g, m, n);
@@ -304,7 +251,7 @@ static void test_const_weights(void) {
   if (f) {
     CHECK_EQ_INT(count_kind(f->graph, OP_CONST), 1);
     CHECK_EQ_INT(f->report.n_differ, 0);
-    CHECK(equal_everywhere(g, f->graph, false));
+    CHECK(equal_everywhere(g, f->graph, 2, false));
   }
   pet_mutants_free(m, n);
   graph_free(g);
@@ -328,7 +275,7 @@ static void test_merged_matmuls(void) {
   if (f) {
     CHECK_EQ_INT(count_kind(f->graph, OP_MATMUL), 1);
     CHECK_EQ_INT(f->report.n_differ, 0);
-    CHECK(equal_everywhere(g, f->graph, false));
+    CHECK(equal_everywhere(g, f->graph, 2, false));
   }
   pet_mutants_free(m, n);
   graph_free(g);
@@ -337,7 +284,7 @@ static void test_merged_matmuls(void) {
 static void test_bad_input(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 1, 2, 6, 6)), w = input(g, "w", shape_of(4, 2, 2, 3, 3));
-  TensorRef y = conv(g, x, w, 1, 1, 1);
+  TensorRef y = conv(g, x, w, 1, 1, 1, 1);
   output(g, (TensorRef){must(graph_add_node(g, OP_RELU, &y, 1, 1, NULL, NULL, &diag)), 0});
   Diag d;
   diag_init(&d);

@@ -17,19 +17,7 @@
 
 #include "optimize/optimize.h"
 #include "optimize/pet/pet.h"
-#include "runtime/exec.h"
-#include "tests/check.h"
-
-static Diag diag;
-
-static int must(int id) {
-  if (id < 0) {
-    diag_flush(&diag, stderr);
-    fprintf(stderr, "graph construction failed\n");
-    exit(1);
-  }
-  return id;
-}
+#include "tests/optimize/pet_graphs.h"
 
 /* A constant of small integers in [-3, 3], so that the graph runs in Z_p. */
 static TensorRef weight(Graph *g, Shape s, uint64_t seed) {
@@ -43,33 +31,8 @@ static TensorRef weight(Graph *g, Shape s, uint64_t seed) {
   return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
 }
 
-static TensorRef conv(Graph *g, TensorRef x, TensorRef w, int pad) {
-  Params p;
-  params_default(OP_CONV2D, &p);
-  int64_t pads[4] = {pad, pad, pad, pad};
-  param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
-  return (TensorRef){must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, NULL, &diag)), 0};
-}
-
 static TensorRef unary(Graph *g, OpKind k, TensorRef x) {
   return (TensorRef){must(graph_add_node(g, k, &x, 1, 1, NULL, NULL, &diag)), 0};
-}
-
-static bool equal_everywhere(const Graph *a, const Graph *b) {
-  bool ok = true;
-  for (int mode = 0; mode < 2; mode++) {
-    ExecDiff diff;
-    int rc = exec_compare(a, b, mode ? EXEC_F32 : EXEC_MODP, 5, 0, mode ? 1e-4 : 0, &diff, &diag);
-    CHECK(rc == TEQ_OK);
-    if (rc) continue;
-    if (diff.differ)
-      fprintf(stderr, "%s: output %d differs at %lld elements\n", mode ? "f32" : "Z_p", diff.output,
-              (long long)diff.count);
-    ok = ok && !diff.differ;
-    exec_diff_fini(&diff);
-  }
-  diag_flush(&diag, stderr);
-  return ok;
 }
 
 /* Convs in g that read data (not weights alone). */
@@ -77,12 +40,6 @@ static int data_convs(const Graph *g) {
   int n = 0;
   for (int i = 0; i < g->n_nodes; i++)
     n += g->nodes[i].kind == OP_CONV2D && g->nodes[g->nodes[i].in[0].node].kind != OP_CONST;
-  return n;
-}
-
-static int count_kind(const Graph *g, OpKind k) {
-  int n = 0;
-  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;
   return n;
 }
 
@@ -101,8 +58,8 @@ static Graph *two_convs(void) {
   Graph *g = graph_new();
   Shape xs = shape_of(4, 1, 8, 12, 12);
   TensorRef x = {must(graph_add_input(g, "x", &xs, DT_F32, &diag)), 0};
-  TensorRef a = conv(g, x, weight(g, shape_of(4, 4, 8, 1, 1), 1), 0);
-  TensorRef b = conv(g, x, weight(g, shape_of(4, 6, 8, 3, 3), 2), 1);
+  TensorRef a = conv(g, x, weight(g, shape_of(4, 4, 8, 1, 1), 1), 0, 1, 1, 1);
+  TensorRef b = conv(g, x, weight(g, shape_of(4, 6, 8, 3, 3), 2), 1, 1, 1, 1);
   must(graph_add_output(g, a, "a", &diag));
   must(graph_add_output(g, b, "b", &diag));
   return g;
@@ -138,13 +95,13 @@ static void test_merge_only_by_pet(void) {
     CHECK(after < before);
     CHECK_EQ_INT(data_convs(best), 1);
     CHECK_EQ_INT(count_kind(best, OP_SPLIT), 1);
-    CHECK(equal_everywhere(g, best));
+    CHECK(equal_everywhere(g, best, 1, false));
     /* the weight-only kernel operators fold into constants, as optimize exports */
     Graph *folded = graph_copy(best);
     CHECK(folded && opt_fold_weights(folded, NULL, &diag) == TEQ_OK);
     if (folded) {
       CHECK_EQ_INT(count_kind(folded, OP_PAD) + count_kind(folded, OP_CONCAT), 0);
-      CHECK(equal_everywhere(g, folded));
+      CHECK(equal_everywhere(g, folded, 1, false));
     }
     graph_free(folded);
   }
@@ -196,12 +153,12 @@ static void test_split(void) {
   Graph *g = graph_new();
   Shape xs = shape_of(4, 1, 4, 6, 6);
   TensorRef x = {must(graph_add_input(g, "x", &xs, DT_F32, &diag)), 0};
-  TensorRef a = conv(g, x, weight(g, shape_of(4, 2, 4, 1, 1), 3), 0);
-  TensorRef b = conv(g, x, weight(g, shape_of(4, 3, 4, 1, 1), 4), 0);
-  TensorRef c = conv(g, x, weight(g, shape_of(4, 2, 4, 3, 3), 5), 1);
+  TensorRef a = conv(g, x, weight(g, shape_of(4, 2, 4, 1, 1), 3), 0, 1, 1, 1);
+  TensorRef b = conv(g, x, weight(g, shape_of(4, 3, 4, 1, 1), 4), 0, 1, 1, 1);
+  TensorRef c = conv(g, x, weight(g, shape_of(4, 2, 4, 3, 3), 5), 1, 1, 1, 1);
   TensorRef r = unary(g, OP_RELU, b);
-  TensorRef e = conv(g, r, weight(g, shape_of(4, 2, 3, 3, 3), 6), 1);
-  TensorRef f = conv(g, e, weight(g, shape_of(4, 2, 2, 1, 1), 7), 0);
+  TensorRef e = conv(g, r, weight(g, shape_of(4, 2, 3, 3, 3), 6), 1, 1, 1, 1);
+  TensorRef f = conv(g, e, weight(g, shape_of(4, 2, 2, 1, 1), 7), 0, 1, 1, 1);
   Params p;
   params_default(OP_CONV2D, &p);
   param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
