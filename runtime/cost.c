@@ -305,27 +305,38 @@ double cost_analytic(const CostCalib *c, const Graph *g, int id) {
 enum { ANCHOR_NEIGHBOURS = 3 };
 #define ANCHOR_REACH 0.5
 #define ANCHOR_ARITY 0.5   /* distance of one more input or output */
+#define ANCHOR_KIND 0.5    /* distance of another kind of the same cost family */
+
+/* The kind whose calibration and measurements price `kind`: its cost
+ * family's (a gemm is priced among matmuls), or its own. */
+static OpKind family_of(OpKind kind) {
+  OpKind f = op_def(kind)->cost_family;
+  return f ? f : kind;
+}
 
 /* The roofline alone misjudges whole regimes of an operator (one fitted
  * efficiency cannot be right for both a GEMV of 1 MB and a GEMM of 64 MB),
  * but its error varies slowly with size. So the estimate is the roofline
  * times the geometric mean of measured/roofline over the nearest measured
- * configurations of the same kind, each weighted by its closeness; with no
- * measurement of the kind it is the roofline. skip leaves one anchor out
- * (cross-validation). */
+ * configurations of the same kind or cost family, each weighted by its
+ * closeness; with no such measurement it is the roofline. Within a family
+ * every roofline uses the family's calibration, so that the ratios carry
+ * over. skip leaves one anchor out (cross-validation). */
 double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, double bytes,
                      int skip) {
   const CostCalib *c = &m->calib;
-  double base = roofline(c, kind, flops, bytes);
+  OpKind fam = family_of(kind);
+  if (fam != kind && !c->fitted[fam] && c->fitted[kind]) fam = kind; /* family never measured */
+  double base = roofline(c, fam, flops, bytes);
   int best[ANCHOR_NEIGHBOURS];
   double dist[ANCHOR_NEIGHBOURS];
   int n_best = 0;
   double lf = log(flops + 1), lb = log(bytes + 1);
   for (int i = 0; i < m->n_anchors; i++) {
     const CostAnchor *a = &m->anchors[i];
-    if (a->kind != kind || i == skip) continue;
+    if (family_of(a->kind) != family_of(kind) || i == skip) continue;
     double dd = fabs(log(a->flops + 1) - lf) + fabs(log(a->bytes + 1) - lb) +
-                ANCHOR_ARITY * abs(a->arity - arity);
+                ANCHOR_ARITY * abs(a->arity - arity) + (a->kind != kind ? ANCHOR_KIND : 0);
     int at = n_best < ANCHOR_NEIGHBOURS ? n_best++ : ANCHOR_NEIGHBOURS;
     while (at > 0 && dist[at - 1] > dd) {
       if (at < ANCHOR_NEIGHBOURS) best[at] = best[at - 1], dist[at] = dist[at - 1];
@@ -338,7 +349,7 @@ double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, d
   for (int k = 0; k < n_best; k++) {
     const CostAnchor *a = &m->anchors[best[k]];
     double w = 1.0 / (ANCHOR_REACH + dist[k]);
-    lsum += w * log(a->us / roofline(c, kind, a->flops, a->bytes));
+    lsum += w * log(a->us / roofline(c, fam, a->flops, a->bytes));
     wsum += w;
   }
   return base * exp(lsum / wsum);
@@ -385,11 +396,20 @@ static bool costs_nothing(const Node *n) {
   return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
 }
 
+/* A view (op_view: a reshape, a split or slice cutting whole rows) is a
+ * pointer into its input on the GPU: no kernel runs, so nothing to pay. */
+static bool is_view(const Graph *g, const Node *n) {
+  Shape in[8];
+  if (!op_def(n->kind)->view || n->n_in > 8) return false;
+  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
+  return op_view(n, in, NULL);
+}
+
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
   const Node *n = &g->nodes[id];
   out->us = 0;
   out->source = COST_ANALYTIC;
-  if (costs_nothing(n)) return TEQ_OK;
+  if (costs_nothing(n) || is_view(g, n)) return TEQ_OK;
   char key[COST_KEY_MAX];
   if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key)
     return diag_error(d, "cost: configuration of node %d too long for a key", id);
@@ -407,13 +427,8 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    /* A gemm without a bias is one BLAS call reading its operands in
-     * either layout, as matmul's is: until measured it is estimated as the
-     * matmul of the same extents (the table's gemms all add a bias, a
-     * second kernel on the GPU, and would price the layout choice wrong). */
-    OpKind like = n->kind == OP_GEMM && n->n_in == 2 ? OP_MATMUL : n->kind;
     e = insert(m, key,
-               cost_anchored(m, like, n->n_in + n->n_out, cost_node_flops(g, id),
+               cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
                              cost_node_bytes(g, id), -1),
                COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");

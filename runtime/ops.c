@@ -23,6 +23,18 @@ static const OpDef *const op_table[OP__COUNT] = {
 
 const OpDef *op_def(OpKind kind) { return op_table[kind]; }
 
+bool op_view(const Node *n, const Shape *in, int64_t *first) {
+  const OpDef *o = op_def(n->kind);
+  if (!o->view || n->n_in < 1 || !shape_is_known(&in[0])) return false;
+  int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+  for (int j = 0; j < n->n_out; j++) {
+    int64_t at = 0;
+    if (!o->view(n, in, j, &at) || (at * elem) % OP_VIEW_ALIGN) return false;
+    if (first) first[j] = at;
+  }
+  return true;
+}
+
 int op_by_name(const char *name) {
   for (int k = 0; k < OP__COUNT; k++)
     if (strcmp(op_table[k]->name, name) == 0) return k;

@@ -134,6 +134,19 @@ typedef struct OpDef {
    * which use one spelling, match either. NULL: every spelling is unique. */
   void (*canonical)(struct Node *n, const Shape *in);
 
+  /* Whether output `out` of n, at input shapes `in`, is a run of input 0's
+   * elements in their order (a reshape; a split or slice that cuts whole
+   * rows), so that it needs no kernel, only a pointer into input 0: true,
+   * with *first the element it starts at. NULL: never. Callers ask op_view,
+   * which adds the alignment rule. */
+  bool (*view)(const struct Node *n, const Shape *in, int out, int64_t *first);
+
+  /* Another kind whose measured costs predict this one's, because both run
+   * the same kernel (gemm is matmul's BLAS call, plus a bias add where it
+   * has one): the cost model corrects estimates of either with
+   * measurements of both. 0 (OP_INPUT, never computed): only its own. */
+  OpKind cost_family;
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);
@@ -159,6 +172,16 @@ TEQ_API int op_by_onnx(const char *op_type);
  * ordered, every non-opaque row has shape inference and both kernels.
  * Returns TEQ_OK or TEQ_ERR_INTERNAL with a message per problem. */
 TEQ_API int op_registry_check(Diag *d);
+
+/* Whether every output of n (at input shapes `in`) is a view of input 0
+ * that a runtime may alias instead of computing: the row's view hook says
+ * so and each one starts a multiple of OP_VIEW_ALIGN bytes into input 0,
+ * the alignment any device kernel may assume of an operand. first (NULL, or
+ * n->n_out entries) receives each output's first element. The cost model
+ * charges such a node nothing and the GPU planner gives it no kernel, so
+ * both must ask here. */
+#define OP_VIEW_ALIGN 256
+TEQ_API bool op_view(const struct Node *n, const Shape *in, int64_t *first);
 
 /* ---- parameter access ---- */
 

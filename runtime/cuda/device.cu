@@ -312,6 +312,16 @@ static int fill_random_inputs(CudaPlan *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* Whether n is a view (op_view) at the plan's shapes; first receives where
+ * each output starts in input 0, in elements. */
+static bool plan_view(const CudaPlan *p, const Node *n, std::vector<int64_t> &first) {
+  Shape in[8];
+  if (n->n_in > 8) return false;
+  for (int j = 0; j < n->n_in; j++) in[j] = p->values[p->offset[n->in[j].node] + n->in[j].out].shape;
+  first.assign(n->n_out, 0);
+  return op_view(n, in, first.data());
+}
+
 static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   Graph *g = p->g = graph_copy(g0);
   if (!g) return diag_error(d, "out of memory copying the graph");
@@ -337,6 +347,11 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   p->values.assign(n_slots + 1, CudaTensor{nullptr, Shape{}, DT_F32});
   std::vector<int> def_step(n_slots, -1), last_step(n_slots, -1);
   std::vector<Tensor *> host_consts(n_slots, nullptr); /* constants, and source tensors computed here */
+  /* Views (op_view) get no step and no memory: slot s is alias_at[s] bytes
+   * into the value of slot alias_of[s], which is never itself a view. */
+  std::vector<int> alias_of(n_slots, -1);
+  std::vector<size_t> alias_at(n_slots, 0);
+  std::vector<int64_t> first;
   int rc = TEQ_OK;
   for (int k = 0; k < nn && rc == TEQ_OK; k++) {
     int id = order[k];
@@ -366,6 +381,14 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
         return diag_error(d, "node %s failed", label);
       }
       host_consts[p->offset[id]] = t;
+    } else if (plan_view(p, n, first)) {
+      int src = p->offset[n->in[0].node] + n->in[0].out;
+      size_t base = 0, elem = n->dtype == DT_I64 ? 8 : 4;
+      if (alias_of[src] >= 0) base = alias_at[src], src = alias_of[src];
+      for (int j = 0; j < n->n_out; j++) {
+        alias_of[p->offset[id] + j] = src;
+        alias_at[p->offset[id] + j] = base + (size_t)first[j] * elem;
+      }
     } else if (!o->eval_cuda) {
       diag_error(d, "node %s: %s has no GPU kernel", label,
                  n->opaque ? "an opaque operator" : "the operator");
@@ -386,6 +409,10 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
     p->output_slot.push_back(slot);
     last_step[slot] = end; /* read back after the last step */
   }
+
+  /* A value lives as long as any view of it is read. */
+  for (int s = 0; s < n_slots; s++)
+    if (alias_of[s] >= 0) last_step[alias_of[s]] = std::max(last_step[alias_of[s]], last_step[s]);
 
   /* Arena: graph inputs live throughout, every computed value from its step
    * to its last use; constants get their own block. */
@@ -419,6 +446,8 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
       p->values[s].data = (char *)p->consts + const_at[s];
       if (rc == TEQ_OK) rc = upload(p, host_consts[s], p->values[s].data, d);
     }
+  for (int s = 0; s < n_slots; s++)
+    if (alias_of[s] >= 0) p->values[s].data = (char *)p->values[alias_of[s]].data + alias_at[s];
   CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
   for (Tensor *t : host_consts) tensor_unref(t);
   if (rc) return rc;

@@ -316,6 +316,13 @@ static int reshape_eval(const Node *n, Tensor *const *in, Tensor *const *out, Di
   return TEQ_OK;
 }
 
+/* Row-major order is all a reshape changes: its output is its input. */
+static bool reshape_view(const Node *n, const Shape *in, int out, int64_t *first) {
+  (void)n, (void)in, (void)out;
+  *first = 0;
+  return true;
+}
+
 /* ONNX Reshape: 0 copies the input's dimension (unless allowzero), one -1
  * is inferred from the element count. */
 static int reshape_resolve(OnnxNodeIn *v, const Shape *x, int64_t *dims, int *nd, Diag *d) {
@@ -447,7 +454,7 @@ const OpDef op_def_reshape = {
   .params = reshape_params, .n_params = 1,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = reshape_infer, .eval_f32 = reshape_eval, .eval_modp = reshape_eval,
-  .onnx_read = reshape_onnx_read, .onnx_write = reshape_onnx_write,
+  .onnx_read = reshape_onnx_read, .onnx_write = reshape_onnx_write, .view = reshape_view,
   .eval_cuda = CUDA_EVAL(reshape),
 };
 
@@ -570,6 +577,17 @@ static int split_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag
   return TEQ_OK;
 }
 
+/* With nothing but extent-1 dimensions before the axis, each part is one
+ * block of the input (a batch-1 matmul's merged output cut by column). */
+static bool split_view(const Node *n, const Shape *in, int out, int64_t *first) {
+  int axis = (int)param_int(&n->params, SPLIT_AXIS);
+  if (axis >= in[0].ndim || prod_dims(&in[0], 0, axis) != 1) return false;
+  int64_t len = in[0].d[axis], inner = prod_dims(&in[0], axis + 1, in[0].ndim), at = 0;
+  for (int k = 0; k < out; k++) at += split_size(n, len, k);
+  *first = at * inner;
+  return true;
+}
+
 /* Opset 18's num_outputs allows a smaller last part: ceil-sized parts. */
 static int split_uneven(OnnxNodeIn *v, int64_t len, int parts, int64_t *sizes, Diag *d) {
   int64_t chunk = (len + parts - 1) / parts;
@@ -617,6 +635,7 @@ const OpDef op_def_split = {
   .params = split_params, .n_params = 2,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = split_infer, .eval_f32 = split_eval, .eval_modp = split_eval,
+  .view = split_view,
   .onnx_read = split_onnx_read, .onnx_write = split_onnx_write,
   .eval_cuda = CUDA_EVAL(split),
 };
@@ -930,6 +949,32 @@ static int slice_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag
   return TEQ_OK;
 }
 
+/* Contiguous when, past the last dimension it cuts, every dimension is
+ * whole, and before it every kept extent is 1 (then steps do not matter
+ * there); the cut dimension itself must step by 1. */
+static bool slice_view(const Node *n, const Shape *in, int out, int64_t *first) {
+  (void)out;
+  const Params *p = &n->params;
+  const int64_t *b = p->v[SLICE_STARTS].i, *e = p->v[SLICE_ENDS].i, *st = p->v[SLICE_STEPS].i;
+  int r = in[0].ndim, cut = -1;
+  if (p->v[SLICE_STARTS].n != r) return false;
+  int64_t ext[TEQ_MAX_DIMS], strides[TEQ_MAX_DIMS], at = 0;
+  for (int i = 0; i < r; i++) {
+    ext[i] = slice_count(b[i], e[i], st[i]);
+    if (ext[i] == 0) return false;
+    if (ext[i] != in[0].d[i]) cut = i;
+  }
+  shape_strides(&in[0], strides);
+  for (int i = 0; i < r; i++) {
+    if (i > cut && (b[i] != 0 || st[i] != 1)) return false; /* whole, in order */
+    if (i < cut && ext[i] != 1) return false;
+    if (i == cut && st[i] != 1 && ext[i] > 1) return false;
+    at += b[i] * strides[i];
+  }
+  *first = at;
+  return true;
+}
+
 /* ONNX's clamping of one dimension's start and end (Slice-13 spec). */
 static void slice_clamp(int64_t len, int64_t step, int64_t *start, int64_t *end) {
   int64_t b = *start < 0 ? *start + len : *start, e = *end < 0 ? *end + len : *end;
@@ -1005,6 +1050,7 @@ const OpDef op_def_slice = {
   .params = slice_params, .n_params = 3,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = slice_infer, .eval_f32 = slice_eval, .eval_modp = slice_eval,
+  .view = slice_view,
   .onnx_read = slice_onnx_read, .onnx_write = slice_onnx_write,
   .eval_cuda = CUDA_EVAL(slice),
 };

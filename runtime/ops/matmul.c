@@ -313,5 +313,5 @@ const OpDef op_def_gemm = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = gemm_infer,
   .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
-  .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops,
+  .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops, .cost_family = OP_MATMUL,
 };

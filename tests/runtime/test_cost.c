@@ -3,7 +3,7 @@
  * key); a cost table's measurements are what cost_node answers, marked
  * "table", and anything else is analytic; a malformed table is refused with
  * its file and line; recording writes each configuration once; the analytic
- * model grows with the work; and the committed H100 table, when present,
+ * model grows with the work; views cost nothing; and the committed H100 table, when present,
  * loads and covers the built-in model. */
 #include <math.h>
 #include <stdio.h>
@@ -261,8 +261,44 @@ static void test_committed_table(const char *root) {
   diag_fini(&d);
 }
 
+/* A split of x into two along axis 1, x's batch given. */
+static Graph *split_graph(int batch, int *split_id) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape xs = shape_of(2, batch, 1024);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &d);
+  Params p;
+  params_default(OP_SPLIT, &p);
+  param_set_int(&p, 0, 1);
+  *split_id = graph_add_node(g, OP_SPLIT, (TensorRef[]){{x, 0}}, 1, 2, &p, "split", &d);
+  CHECK(*split_id >= 0);
+  graph_add_output(g, (TensorRef){*split_id, 0}, "a", &d);
+  graph_add_output(g, (TensorRef){*split_id, 1}, "b", &d);
+  diag_fini(&d);
+  return g;
+}
+
+/* A view (op_view) is free, as the GPU planner aliases it; the same split
+ * cutting strided pieces is a copy and costs a kernel. */
+static void test_views_free(void) {
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  int a, b;
+  Graph *one = split_graph(1, &a), *many = split_graph(64, &b);
+  CostEstimate e;
+  CHECK(cost_node(m, one, a, &e, &d) == TEQ_OK && e.us == 0);
+  CHECK(cost_node(m, many, b, &e, &d) == TEQ_OK && e.us > 1);
+  cost_model_free(m);
+  graph_free(one);
+  graph_free(many);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_keys_round_trip();
+  test_views_free();
   test_table_and_sources();
   test_record_and_analytic();
   const char *data = getenv("TEQ_ONNX_TEST_DATA");

@@ -10,7 +10,8 @@
  * 1 and about 1M elements; int64 data through the copy kernels (gather,
  * concat, transpose, reshape, pad, slice on int64 constants); and resize
  * in both modes under every coordinate transformation and every nearest
- * rounding rule, up and down, by scales and by sizes. */
+ * rounding rule, up and down, by scales and by sizes; and views (split and
+ * reshape made pointers into their input, not steps). */
 #include <stdarg.h>
 
 #include "tests/cuda_check.h"
@@ -448,8 +449,57 @@ static void test_resize(void) {
               0.5, 0, 0);
 }
 
+/* ---- views ----
+ * Reshapes and splits cutting whole blocks are pointers into their input
+ * (op_view), not steps: a computed value cut into views of views, a view
+ * of a graph input, and views read as graph outputs, all as on the CPU,
+ * with only the computing nodes left as steps. */
+
+static TensorRef add1(Graph *g, OpKind kind, TensorRef a, const Params *p, Diag *d) {
+  Params q;
+  if (!p) params_default(kind, &q);
+  return (TensorRef){graph_add_node(g, kind, &a, 1, 1, p ? p : &q, NULL, d), 0};
+}
+
+static void test_views(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape xs = dims(2, 1, 1024);
+  TensorRef x = {graph_add_input(g, "x", &xs, DT_F32, &d), 0};
+  TensorRef r = add1(g, OP_RELU, x, NULL, &d);
+  Params sp, rp;
+  params_default(OP_SPLIT, &sp);
+  param_set_int(&sp, 0, 1);
+  int s = graph_add_node(g, OP_SPLIT, &r, 1, 4, &sp, "cut", &d);
+  int sx = graph_add_node(g, OP_SPLIT, &x, 1, 2, &sp, "cut_input", &d);
+  params_default(OP_RESHAPE, &rp);
+  param_set_ints(&rp, 0, (int64_t[]){16, 16}, 2);
+  TensorRef q[4];
+  for (int k = 0; k < 4; k++) q[k] = add1(g, OP_RESHAPE, (TensorRef){s, k}, &rp, &d);
+  TensorRef t = add1(g, OP_TANH, q[0], NULL, &d);
+  Params ap;
+  params_default(OP_EWADD, &ap);
+  int sum = graph_add_node(g, OP_EWADD, (TensorRef[]){q[2], q[3]}, 2, 1, &ap, "sum", &d);
+  graph_add_output(g, t, "tanh", &d);
+  graph_add_output(g, q[1], "view", &d);
+  graph_add_output(g, (TensorRef){sum, 0}, "sum", &d);
+  graph_add_output(g, (TensorRef){sx, 1}, "input_view", &d);
+  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "views graph: %s", d.text ? d.text : "?");
+  double e = cuda_check_graph(dev, g, 77, false, "views");
+  CHECK_MSG(e <= 1e-6, "views: error %.3g", e);
+  CudaPlan *plan = NULL;
+  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
+  /* relu, tanh and the add; the two splits and four reshapes are views. */
+  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 3);
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 int main(void) {
   dev = cuda_check_open();
+  test_views();
   test_transpose();
   test_reshape();
   test_concat();

@@ -697,6 +697,71 @@ static void test_flags(void) {
     CHECK(op_by_onnx(op_def(added[i])->onnx_op) == (int)added[i]);
   }
 }
+/* ---- views ----
+ * op_view's claim checked against the kernel: where it says an output is a
+ * run of the input from element `first`, the kernel's output must be
+ * exactly those elements; and it must say so in the cases the cost model
+ * and the GPU planner rely on, and not where the pieces are strided or
+ * would start off the alignment. */
+
+static void check_view(const char *label, OpKind kind, const Params *p, Shape s, int n_out,
+                       bool want) {
+  Diag d;
+  diag_init(&d);
+  Op o;
+  op_init(&o, kind, 1);
+  o.node.n_out = n_out;
+  if (p) o.node.params = *p;
+  o.node.dtype = DT_F32;
+  int64_t first[8] = {0};
+  bool view = op_view(&o.node, &s, first);
+  CHECK_MSG(view == want, "%s: op_view says %d", label, view);
+  Tensor *x = iota_from(s, 0), *y[8] = {0};
+  CHECK_EQ_INT(run_layout_op(kind, p, &x, 1, n_out, false, y, &d), TEQ_OK);
+  for (int j = 0; view && j < n_out && y[j]; j++)
+    CHECK_MSG(first[j] + tensor_numel(y[j]) <= tensor_numel(x) &&
+                  memcmp(y[j]->data, (float *)x->data + first[j], tensor_bytes(y[j])) == 0,
+              "%s: output %d is not the input from element %lld", label, j, (long long)first[j]);
+  for (int j = 0; j < n_out; j++) tensor_unref(y[j]);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_views(void) {
+  Params p = params_with_ints(OP_RESHAPE, "shape", (int64_t[]){4, 128}, 2);
+  check_view("reshape", OP_RESHAPE, &p, shape_of(3, 2, 16, 16), 1, true);
+
+  /* A batch-1 matmul's merged output cut by columns: eight blocks. */
+  params_default(OP_SPLIT, &p);
+  param_set_int(&p, 0, 1);
+  check_view("split [1,4096] into 8", OP_SPLIT, &p, shape_of(2, 1, 4096), 8, true);
+  check_view("split [1,96,28,28] axis 1 into 3", OP_SPLIT, &p, shape_of(4, 1, 96, 28, 28), 3,
+             true);
+  check_view("split [2,128] axis 1 (strided)", OP_SPLIT, &p, shape_of(2, 2, 128), 2, false);
+  check_view("split [1,6] (off the alignment)", OP_SPLIT, &p, shape_of(2, 1, 6), 2, false);
+  param_set_int(&p, 0, 0);
+  param_set_ints(&p, 1, (int64_t[]){64, 192}, 2);
+  check_view("split [256,4] axis 0 64,192", OP_SPLIT, &p, shape_of(2, 256, 4), 2, true);
+
+  p = params_with_ints(OP_SLICE, "starts", (int64_t[]){0, 64, 0}, 3);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){1, 128, 8}, 3);
+  param_set_ints(&p, param_index(OP_SLICE, "steps"), (int64_t[]){1, 1, 1}, 3);
+  check_view("slice whole rows", OP_SLICE, &p, shape_of(3, 1, 256, 8), 1, true);
+  check_view("slice rows of item 0 of 2", OP_SLICE, &p, shape_of(3, 2, 256, 8), 1, true);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){2, 128, 8}, 3);
+  check_view("slice rows of both items (strided)", OP_SLICE, &p, shape_of(3, 2, 256, 8), 1,
+             false);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){1, 128, 8}, 3);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){1, 128, 4}, 3);
+  check_view("slice part of each row", OP_SLICE, &p, shape_of(3, 1, 256, 8), 1, false);
+  param_set_ints(&p, param_index(OP_SLICE, "starts"), (int64_t[]){0, 127, 0}, 3);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){1, 63, 8}, 3);
+  param_set_ints(&p, param_index(OP_SLICE, "steps"), (int64_t[]){1, -1, 1}, 3);
+  check_view("slice rows reversed", OP_SLICE, &p, shape_of(3, 1, 256, 8), 1, false);
+
+  Params t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 0}, 2);
+  check_view("transpose", OP_TRANSPOSE, &t, shape_of(2, 64, 64), 1, false);
+}
 
 int main(void) {
   test_transpose();
@@ -717,5 +782,6 @@ int main(void) {
   test_dtype_errors();
   test_int64_through_exec();
   test_flags();
+  test_views();
   return check_exit();
 }
