@@ -278,6 +278,7 @@ typedef struct Report {
   int src_before[COST__SOURCES], src_after[COST__SOURCES];
   bool checked;
   bool kept_original; /* the search's best came out dearer after folding */
+  int merged;         /* duplicate nodes of the model merged before the search */
   const OptStats *st;
   const OptRules *rs;
   const OptOptions *opt;
@@ -295,6 +296,9 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
   fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
   fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
+  if (r->merged)
+    fprintf(f, "  %-26s %d nodes that repeated another merged before the search\n",
+            "duplicates", r->merged);
   fprintf(f, "  %-26s %.1f -> %.1f us (%+.1f%%)%s\n", "estimated cost", r->cost_before,
           r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0,
           r->kept_original ? " (the original: nothing cheaper was found)" : "");
@@ -362,6 +366,7 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   fprintf(f, "  \"cost_before_us\": %.6g,\n  \"cost_after_us\": %.6g,\n", r->cost_before,
           r->cost_after);
   fprintf(f, "  \"kept_original\": %s,\n", r->kept_original ? "true" : "false");
+  fprintf(f, "  \"duplicates_merged\": %d,\n", r->merged);
   for (int w = 0; w < 2; w++) {
     const int *src = w ? r->src_after : r->src_before;
     fprintf(f, "  \"cost_sources_%s\": {", w ? "after" : "before");
@@ -471,6 +476,7 @@ int main(int argc, char **argv) {
   Graph *plain = NULL;
   if (rc == TEQ_OK) rc = (plain = graph_copy(g)) ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) graph_canonicalize(plain); /* rules use one spelling of each operator */
+  if (rc == TEQ_OK && (r.merged = graph_merge_duplicates(plain)) < 0) rc = r.merged;
   if (rc == TEQ_OK) rc = opt_split_bias(plain, NULL, &d);
   if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
   graph_free(plain);

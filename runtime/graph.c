@@ -615,6 +615,76 @@ int graph_remove_dead(Graph *g) {
   return n - k;
 }
 
+/* Whether nodes a and b compute the same value, their inputs already
+ * pointing at merged nodes. */
+static bool same_node(const Graph *g, int a, int b) {
+  const Node *x = &g->nodes[a], *y = &g->nodes[b];
+  if (x->kind != y->kind || x->n_in != y->n_in || x->n_out != y->n_out || x->dtype != y->dtype ||
+      memcmp(&x->params, &y->params, sizeof x->params) != 0)
+    return false;
+  for (int j = 0; j < x->n_out; j++)
+    if (!shape_equal(&x->out[j], &y->out[j])) return false;
+  if (x->kind == OP_CONST) {
+    const Tensor *u = x->value, *v = y->value;
+    return u == v || (u->dtype == v->dtype && shape_equal(&u->shape, &v->shape) &&
+                      memcmp(u->data, v->data, tensor_bytes(u)) == 0);
+  }
+  bool same = true;
+  for (int j = 0; j < x->n_in && same; j++)
+    same = x->in[j].node == y->in[j].node && x->in[j].out == y->in[j].out;
+  if (!same && x->n_in == 2 && (op_def(x->kind)->flags & OPF_COMMUTATIVE))
+    same = x->in[0].node == y->in[1].node && x->in[0].out == y->in[1].out &&
+           x->in[1].node == y->in[0].node && x->in[1].out == y->in[0].out;
+  return same;
+}
+
+int graph_merge_duplicates(Graph *g) {
+  int n = g->n_nodes;
+  size_t cap = 16;
+  while (cap < 2 * (size_t)n) cap *= 2;
+  int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
+  int32_t *rep = malloc(((size_t)n + 1) * sizeof *rep);
+  int32_t *table = malloc(cap * sizeof *table);
+  uint64_t *hashes = malloc(((size_t)n + 1) * sizeof *hashes);
+  int merged = 0;
+  if (!order || !rep || !table || !hashes) {
+    merged = TEQ_ERR_NOMEM;
+    goto out;
+  }
+  if (graph_topo_order(g, order) != TEQ_OK) {
+    merged = TEQ_ERR_INPUT;
+    goto out;
+  }
+  /* Equal values hash alike (graph_hash is structural), so only nodes of
+   * one hash are compared. */
+  graph_hash(g, hashes);
+  for (size_t i = 0; i < cap; i++) table[i] = -1;
+  for (int k = 0; k < n; k++) {
+    int id = order[k];
+    Node *v = &g->nodes[id];
+    rep[id] = id;
+    for (int j = 0; j < v->n_in; j++) v->in[j].node = rep[v->in[j].node];
+    if (v->kind == OP_INPUT || v->opaque) continue;
+    size_t at = (size_t)hashes[id] & (cap - 1);
+    for (; table[at] >= 0; at = (at + 1) & (cap - 1))
+      if (hashes[table[at]] == hashes[id] && same_node(g, table[at], id)) break;
+    if (table[at] >= 0) {
+      rep[id] = table[at];
+      merged++;
+    } else {
+      table[at] = id;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++) g->outputs[i].node = rep[g->outputs[i].node];
+  if (merged > 0) {
+    int rc = graph_remove_dead(g);
+    if (rc < 0) merged = rc;
+  }
+out:
+  free(order), free(rep), free(table), free(hashes);
+  return merged;
+}
+
 /* ---- show ---- */
 
 void graph_dump(const Graph *g, FILE *f) {

@@ -119,6 +119,14 @@ TEQ_API int graph_check(const Graph *g, Diag *d);
 /* Gives every node's parameters their canonical spelling (OpDef.canonical),
  * so that equal operators compare equal; returns how many changed. */
 TEQ_API int graph_canonicalize(Graph *g);
+/* Merges nodes that compute the same value: the same kind, parameters and
+ * inputs (commutative inputs in either order), or constants holding equal
+ * values. Uses of the later one move to the earlier, and nodes left unused
+ * are removed (graph_remove_dead). Graph inputs and opaque nodes are never
+ * merged. Returns how many nodes were merged, or a negative error. Rewrites
+ * leave such twins behind (two rules each building concat(x, h)), and a
+ * rule that needs one shared input matches only once they are one. */
+TEQ_API int graph_merge_duplicates(Graph *g);
 /* Counts nodes that compute (not inputs, constants or no-ops). */
 TEQ_API int graph_count_ops(const Graph *g);
 

@@ -1,7 +1,9 @@
-/* test_graph.c: building, ordering, hashing, copying, checking and
- * rewriting graphs, on small graphs whose answers are known by hand. */
+/* test_graph.c: building, ordering, hashing, copying, checking,
+ * rewriting graphs and merging duplicate nodes, on small graphs whose
+ * answers are known by hand. */
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "tests/check.h"
 
@@ -160,8 +162,54 @@ static void test_rewrite(void) {
   diag_fini(&d);
 }
 
+/* Twins left by rewrites: two concat(x, h), two copies of one weight, and
+ * ewadd(a, b) beside ewadd(b, a) become one each; concat(h, x) is another
+ * value and stays; the merged graph computes what the original did. */
+static void test_merge_duplicates(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = shape_of(2, 1, 4), sw = shape_of(2, 8, 3);
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  int h = graph_add_input(g, "h", &sx, DT_F32, &d);
+  Tensor *wv = tensor_new(DT_F32, &sw);
+  tensor_fill_random(wv, 7);
+  int w1 = graph_add_const(g, "w1", wv, &d);
+  int w2 = graph_add_const(g, "w2", tensor_clone(wv), &d);
+  Params cat;
+  params_default(OP_CONCAT, &cat);
+  param_set_int(&cat, 0, 1);
+  int c1 = graph_add_node(g, OP_CONCAT, (TensorRef[]){ref(x), ref(h)}, 2, 1, &cat, "c1", &d);
+  int c2 = graph_add_node(g, OP_CONCAT, (TensorRef[]){ref(x), ref(h)}, 2, 1, &cat, "c2", &d);
+  int c3 = graph_add_node(g, OP_CONCAT, (TensorRef[]){ref(h), ref(x)}, 2, 1, &cat, "c3", &d);
+  int m1 = graph_add_node(g, OP_MATMUL, (TensorRef[]){ref(c1), ref(w1)}, 2, 1, NULL, "m1", &d);
+  int m2 = graph_add_node(g, OP_MATMUL, (TensorRef[]){ref(c2), ref(w2)}, 2, 1, NULL, "m2", &d);
+  int m3 = graph_add_node(g, OP_MATMUL, (TensorRef[]){ref(c3), ref(w1)}, 2, 1, NULL, "m3", &d);
+  int e1 = graph_add_node(g, OP_EWADD, (TensorRef[]){ref(m1), ref(m3)}, 2, 1, NULL, "e1", &d);
+  int e2 = graph_add_node(g, OP_EWADD, (TensorRef[]){ref(m3), ref(m2)}, 2, 1, NULL, "e2", &d);
+  graph_add_output(g, ref(e1), "y1", &d);
+  graph_add_output(g, ref(e2), "y2", &d);
+  CHECK_EQ_INT(graph_check(g, &d), TEQ_OK);
+  Graph *before = graph_copy(g);
+  /* c2, w2, then m2 (same inputs once c2 and w2 are merged), then e2. */
+  CHECK_EQ_INT(graph_merge_duplicates(g), 4);
+  CHECK_EQ_INT(graph_check(g, &d), TEQ_OK);
+  CHECK_EQ_INT(graph_count_ops(g), 5); /* c1, c3, m1, m3, e1 */
+  CHECK(g->outputs[0].node == g->outputs[1].node);
+  ExecDiff diff;
+  CHECK_EQ_INT(exec_compare(before, g, EXEC_F32, 3, 0, 0, &diff, &d), TEQ_OK);
+  CHECK(!diff.differ);
+  exec_diff_fini(&diff);
+  /* Nothing left to merge. */
+  CHECK_EQ_INT(graph_merge_duplicates(g), 0);
+  graph_free(before);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_build_and_order();
+  test_merge_duplicates();
   test_hash_and_copy();
   test_errors();
   test_rewrite();
