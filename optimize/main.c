@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "optimize/optimize.h"
+#include "optimize/pet/pet.h"
 #include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
@@ -279,6 +280,7 @@ typedef struct Report {
   bool checked;
   bool kept_original; /* the search's best came out dearer after folding */
   int merged;         /* duplicate nodes of the model merged before the search */
+  PetPostStats post;  /* PET's post-optimization of the whole result (--pet) */
   const OptStats *st;
   const OptRules *rs;
   const OptOptions *opt;
@@ -331,6 +333,12 @@ static void report_text(const Report *r, FILE *f) {
             "PET", (long long)st->pet_subprograms, (long long)st->pet_too_large,
             r->opt->pet_max_flops, (long long)st->pet_mutants, (long long)st->pet_failed,
             (long long)st->pet_built, (long long)st->pet_kept, times, st->pet_s);
+    fprintf(f, "  %-26s reshapes/transposes in the candidates built: %lld moved past "
+            "element-wise operators, %lld inverse groups removed, %lld pairs fused; on the "
+            "result: %lld moved, %lld removed, %lld fused\n", "PET post-optimization",
+            (long long)st->pet_post_moved,
+            (long long)st->pet_post_removed, (long long)st->pet_post_fused,
+            (long long)r->post.moved, (long long)r->post.removed, (long long)r->post.fused);
     for (int i = 0; i < st->n_pet_applied; i++) {
       const OptPetApplied *p = &st->pet_applied[i];
       fprintf(f, "    %3dx  %s\n          correction: %s\n          cost %+.2f us, tests: "
@@ -392,10 +400,14 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   if (r->opt->pet) {
     fprintf(f, "  \"pet\": {\"subprograms\": %lld, \"too_large\": %lld, \"max_flops\": %.6g, "
             "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"kept\": %lld, "
-            "\"seconds\": %.4f, \"applied\": [", (long long)st->pet_subprograms,
+            "\"seconds\": %.4f, \"post\": {\"candidates\": {\"moved\": %lld, \"removed\": "
+            "%lld, \"fused\": %lld}, \"result\": {\"moved\": %lld, \"removed\": %lld, "
+            "\"fused\": %lld}}, \"applied\": [", (long long)st->pet_subprograms,
             (long long)st->pet_too_large, r->opt->pet_max_flops, (long long)st->pet_mutants,
             (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_kept,
-            st->pet_s);
+            st->pet_s, (long long)st->pet_post_moved, (long long)st->pet_post_removed,
+            (long long)st->pet_post_fused, (long long)r->post.moved, (long long)r->post.removed,
+            (long long)r->post.fused);
     for (int i = 0; i < st->n_pet_applied; i++) {
       const OptPetApplied *p = &st->pet_applied[i];
       fprintf(f, "%s\n    {\"times\": %d, \"mutation\": ", i ? "," : "", p->times);
@@ -480,6 +492,10 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK) rc = opt_split_bias(plain, NULL, &d);
   if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
   graph_free(plain);
+  /* The search post-optimized each candidate it built with a mutant, one
+   * window at a time; layouts that meet across a window's seam, or that
+   * rule rewrites left, are taken up here. */
+  if (rc == TEQ_OK && a.opt.pet) rc = pet_post_optimize(&best, &r.post, &d);
   if (rc == TEQ_OK) rc = opt_fold_weights(best, &r.folded, &d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(best, &r.fused, &d);
   if (rc == TEQ_OK) rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
@@ -494,6 +510,7 @@ int main(int argc, char **argv) {
       best = orig;
       r.kept_original = true;
       r.folded = r.fused = 0;
+      r.post = (PetPostStats){0};
       rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
     }
   }

@@ -113,6 +113,9 @@ typedef struct OptStats {
   int64_t pet_built;       /* candidates built by splicing a mutant in */
   int64_t pet_kept;        /* ... within alpha of the best, queued */
   double pet_s;            /* seconds in pet_split, pet_mutate and pet_correct */
+  /* pet_post_optimize over the candidates built: reshapes and transposes
+   * moved past element-wise operators, inverse groups removed, pairs fused */
+  int64_t pet_post_moved, pet_post_removed, pet_post_fused;
   OptPetApplied *pet_applied; /* the mutations in the result */
   int n_pet_applied;
 } OptStats;

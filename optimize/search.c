@@ -19,10 +19,12 @@
  * PET's partially equivalent mutations compete in the same queue (with
  * OptOptions.pet). Expanding a candidate also splits it into multi-linear
  * subprograms (pet_split), and each corrected mutant of each subprogram is
- * spliced in, costed with its corrections by the same model and kept or
- * dropped by the same alpha rule and hash. Mutants depend only on a
- * subprogram's operators and shapes, so they are generated once per
- * structural hash for the whole search (every window), and tested once.
+ * spliced in, post-optimized (pet_post_optimize: the layouts of mutants
+ * that meet across an activation cancel), costed with its corrections by
+ * the same model and kept or dropped by the same alpha rule and hash.
+ * Mutants depend only on a subprogram's operators and shapes, so they are
+ * generated once per structural hash for the whole search (every window),
+ * and tested once.
  *
  * PET's Algorithm 2 keeps the top K programs per subprogram over r rounds
  * of mutation. Here the queue plays both parts: K bounds the corrected
@@ -500,7 +502,11 @@ static int expand_pet(Ctx *c) {
         rc = TEQ_OK;
         continue;
       }
+      PetPostStats post;
+      if (rc == TEQ_OK && (rc = pet_post_optimize(&ng, &post, c->d))) graph_free(ng);
       if (rc) break;
+      c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
+      c->st->pet_post_fused += post.fused;
       c->st->generated++, c->st->pet_built++;
       c->step = -1 - k;
       bool go = offer(c, ng);

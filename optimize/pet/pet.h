@@ -21,6 +21,10 @@
  * hyperplanes), so that inside a box it is constant along every axis that
  * reaches the output.
  *
+ * Around the corrector: the mutation generator (mutate.c), the splitting
+ * of a program into subprograms (split.c) and the post-optimization of a
+ * program with mutants spliced in (post.c).
+ *
  * Ownership: the caller provides PetBoxes, PetReport and PetRegions and
  * releases them with their _fini; everything else is borrowed. */
 #ifndef TEQ_OPTIMIZE_PET_PET_H
@@ -215,5 +219,27 @@ typedef struct PetSplit {
 /* Splits g (no cycle). o may be NULL. Errors: TEQ_ERR_NOMEM. */
 TEQ_API int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d);
 TEQ_API void pet_split_fini(PetSplit *s);
+
+/* ---- post-optimization (post.c) ---- */
+
+/* Section 6.3 on a whole program with mutants spliced in: reshapes and
+ * transposes moved after the element-wise operators they feed, chains of
+ * them that compose to the identity (inverse groups, checked by running
+ * the chain on its index map in Z_p) removed, and consecutive ones fused.
+ * Operators computed from weights alone are optimize's (opt_fold_weights). */
+typedef struct PetPostStats {
+  int64_t moved;    /* reshapes and transposes moved after an element-wise operator */
+  int64_t removed;  /* chains of them found to be the identity, removed */
+  int64_t fused;    /* reshape pairs, or transpose pairs, made one operator */
+} PetPostStats;
+
+/* Rewrites *g until none of the three applies. Graph outputs keep their
+ * names and values (one may come to be computed by another node, never to
+ * pass a graph input or weight straight through), opaque nodes are not
+ * rewritten, and nodes no output needs are removed. On success *g
+ * is the result (the old graph freed; the same graph when nothing applied)
+ * and passes graph_check, and *stats (may be NULL) receives the counts; on
+ * failure *g is unchanged. Errors: TEQ_ERR_NOMEM, TEQ_ERR_INTERNAL. */
+TEQ_API int pet_post_optimize(Graph **g, PetPostStats *stats, Diag *d);
 
 #endif

@@ -78,6 +78,8 @@ r = json.load(open(sys.argv[1]))
 assert r["check"]["ok"], r["check"]
 p = r["pet"]
 assert p is not None and p["subprograms"] + p["too_large"] > 0, p
+assert all(p["post"][w][k] >= 0 for w in ("candidates", "result")
+           for k in ("moved", "removed", "fused")), p["post"]
 for a in p["applied"]:
     assert a["log2_bound"] <= -60 and a["mutation"], a
 PYEOF

@@ -1,0 +1,361 @@
+/* post.c: PET's post-optimization (OSDI'21, section 6.3): the reshapes and
+ * transposes (R/T) that mutants leave at their boundaries, cleaned up once
+ * spliced mutants meet across the element-wise operators between them.
+ *
+ * Three rewrites, tried in this order and repeated until none applies:
+ *   - inverse groups: a chain of R/T whose composition is the identity is
+ *     removed. Whether it is, is decided by evaluation, as PET decides it
+ *     with its random tests (section 7): the chain runs in Z_p on its
+ *     index map, the tensor holding 0..n-1, and is removed only when every
+ *     position gets its own index back. That evaluation is exact, not
+ *     probabilistic: an R/T moves elements and computes nothing, so one
+ *     input whose elements are all distinct shows where each one goes.
+ *   - fusion: a reshape of a reshape is one reshape, a transpose of a
+ *     transpose one transpose with the composed perm;
+ *   - motion: an R/T whose only reader is an element-wise operator (what
+ *     the registry marks OPF_ELEMENTWISE, of any arity) moves after it,
+ *     when each other input of that operator comes through the same R/T or
+ *     is a constant. A constant is moved back through the R/T's inverse
+ *     here: that is a conv's bias, which optimize spreads to the conv's
+ *     output shape for the search.
+ * Each rewrite removes an operator or moves an R/T downstream, so the
+ * repetition ends. Motion is what lets the transpose-back of one mutated
+ * conv meet the transpose-forth of the next across a relu (the Fig. 1
+ * batch/width layouts on consecutive layers, Fig. 7 (b)); it also leaves
+ * the relu and the bias right after their conv, where opt_fuse_bias
+ * folds them back in (Fig. 7 (c)).
+ *
+ * Reshape and transpose are named by kind: this file composes and inverts
+ * their parameters, which is knowledge of those two rows. Other layout
+ * operators are left alone (a pad inserts values an element-wise
+ * operator would change, a slice would make it compute more).
+ *
+ * Section 6.3's preprocessing (operators whose inputs are all weights) is
+ * not here: optimize prices those as free and computes them into
+ * constants before export (opt_fold_weights in optimize/weights.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/pet/pet.h"
+#include "runtime/exec.h"
+#include "runtime/modp.h"
+
+enum {
+  MAX_CHAIN = 8,   /* R/T followed back from a chain's end */
+  MAX_MEMO = 64,   /* chains remembered as not the identity */
+  MAX_EW_IN = 16,  /* inputs of an element-wise operator considered */
+};
+
+typedef struct Post {
+  Graph *g;
+  int32_t *uses, *off;        /* graph_use_counts, refreshed after each rewrite */
+  uint64_t memo[MAX_MEMO];    /* chains evaluated and found not the identity */
+  int n_memo;
+  PetPostStats st;
+} Post;
+
+static bool is_rt(const Node *n) { return n->kind == OP_RESHAPE || n->kind == OP_TRANSPOSE; }
+
+/* Readers of node id's output 0, graph outputs included. A node nothing
+ * reads (dead before the pass began) is left to itself. */
+static int32_t uses_of(const Post *p, int id) { return p->uses[p->off[id]]; }
+
+/* The perm a transpose applies at rank r; an empty perm reverses, as in ONNX. */
+static void perm_of(const Node *n, int r, int64_t *perm) {
+  const ParamValue *v = &n->params.v[0];
+  for (int i = 0; i < r; i++) perm[i] = v->n ? v->i[i] : r - 1 - i;
+}
+
+static int refresh(Post *p) {
+  free(p->uses), free(p->off);
+  p->off = NULL;
+  p->uses = graph_use_counts(p->g, &p->off);
+  return p->uses ? TEQ_OK : TEQ_ERR_NOMEM;
+}
+
+/* A graph node like n (kind, parameters, name) on inputs in; *id < 0
+ * when it does not apply there (shapes that do not infer). */
+static int add_like(Graph *g, const Node *n, const TensorRef *in, int n_in, int *id) {
+  Params prm = n->params; /* n may move when the node array grows */
+  OpKind kind = n->kind;
+  const char *name = n->name;
+  *id = graph_add_node(g, kind, in, n_in, 1, &prm, name, NULL);
+  return *id == TEQ_ERR_NOMEM ? TEQ_ERR_NOMEM : TEQ_OK;
+}
+
+/* ---- inverse groups ---- */
+
+static uint64_t chain_key(const Graph *g, const int32_t *c, int len) {
+  const Shape *s = graph_shape(g, g->nodes[c[len - 1]].in[0]);
+  uint64_t h = hash_bytes(hash_mix(0x706f7374, (uint64_t)s->ndim), s->d,
+                          (size_t)s->ndim * sizeof s->d[0]);
+  for (int k = len - 1; k >= 0; k--) {
+    const Node *n = &g->nodes[c[k]];
+    h = hash_bytes(hash_mix(h, (uint64_t)n->kind), &n->params, sizeof n->params);
+  }
+  return h;
+}
+
+/* Whether the chain c[len-1], ..., c[0] (c[0] last) returns every element
+ * to its place. The evaluation test PET runs on R/T chains, in its exact
+ * form: the chain runs in Z_p (the registry's own kernels, as for any
+ * random test) on the tensor holding 0..n-1, its index map, so every
+ * position is compared and a chain that moves any element fails. */
+static int chain_is_identity(Post *p, const int32_t *c, int len, bool *yes) {
+  const Graph *g = p->g;
+  const Shape *s = graph_shape(g, g->nodes[c[len - 1]].in[0]);
+  int64_t n = shape_numel(s);
+  *yes = false;
+  if (n >= (int64_t)MODP_P) return TEQ_OK; /* indices would not be distinct residues */
+  uint64_t key = chain_key(g, c, len);
+  for (int i = 0; i < p->n_memo; i++)
+    if (p->memo[i] == key) return TEQ_OK;
+  Graph *m = graph_new();
+  Tensor *x = tensor_new(DT_MODP, s), *y = NULL;
+  int rc = m && x ? TEQ_OK : TEQ_ERR_NOMEM;
+  int id = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
+  if (id == TEQ_ERR_NOMEM) rc = id;
+  for (int k = len - 1; k >= 0 && id >= 0; k--)
+    rc = add_like(m, &g->nodes[c[k]], &(TensorRef){id, 0}, 1, &id);
+  if (rc == TEQ_OK && id >= 0 && graph_add_output(m, (TensorRef){id, 0}, NULL, NULL) < 0)
+    rc = TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK && id >= 0) {
+    uint32_t *v = x->data;
+    for (int64_t i = 0; i < n; i++) v[i] = (uint32_t)i;
+    if (exec_run(m, EXEC_MODP, &x, &y, NULL) == TEQ_OK) {
+      const uint32_t *w = y->data;
+      int64_t i = 0;
+      bool same_shape = shape_equal(&y->shape, s);
+      while (same_shape && i < n && w[i] == (uint32_t)i) i++;
+      *yes = same_shape && i == n;
+      tensor_unref(y);
+    }
+  }
+  if (rc == TEQ_OK && !*yes && p->n_memo < MAX_MEMO) p->memo[p->n_memo++] = key;
+  tensor_unref(x);
+  graph_free(m);
+  return rc;
+}
+
+/* The longest chain of R/T ending at node e that is the identity: e's
+ * readers read the chain's input instead. A graph output may come to read
+ * a computed tensor that way (same values), never a graph input or a
+ * weight: the model would pass it straight through. */
+static int try_inverse(Post *p, int e, bool *done) {
+  Graph *g = p->g;
+  if (!is_rt(&g->nodes[e]) || !uses_of(p, e) || !shape_is_known(&g->nodes[e].out[0]))
+    return TEQ_OK;
+  bool is_output = false;
+  for (int i = 0; i < g->n_outputs; i++) is_output = is_output || g->outputs[i].node == e;
+  int32_t c[MAX_CHAIN];
+  int len = 0;
+  for (int id = e; len < MAX_CHAIN && is_rt(&g->nodes[id]); id = g->nodes[id].in[0].node)
+    c[len++] = id;
+  for (int k = len; k >= 1; k--) {
+    TensorRef s = g->nodes[c[k - 1]].in[0];
+    if (!shape_equal(graph_shape(g, s), &g->nodes[e].out[0])) continue;
+    if (is_output && (op_def(g->nodes[s.node].kind)->flags & OPF_SOURCE)) continue;
+    bool yes = false;
+    int rc = chain_is_identity(p, c, k, &yes);
+    if (rc) return rc;
+    if (yes) {
+      graph_replace_uses(g, (TensorRef){e, 0}, s);
+      p->st.removed++;
+      *done = true;
+      return TEQ_OK;
+    }
+  }
+  return TEQ_OK;
+}
+
+/* ---- fusion ---- */
+
+/* reshape(reshape(x)) = reshape(x); transpose(transpose(x, a), b) =
+ * transpose(x, a o b), where the inner one has no other reader. */
+static int try_fuse(Post *p, int e, bool *done) {
+  Graph *g = p->g;
+  const Node *n = &g->nodes[e];
+  if (!is_rt(n) || !uses_of(p, e)) return TEQ_OK;
+  int inner = n->in[0].node;
+  const Node *in = &g->nodes[inner];
+  if (in->kind != n->kind || uses_of(p, inner) != 1 || !shape_is_known(graph_shape(g, in->in[0])))
+    return TEQ_OK;
+  Node like = *n; /* kind, name and the parameters of the fused operator */
+  TensorRef x = in->in[0];
+  if (n->kind == OP_TRANSPOSE) {
+    const Shape *xs = graph_shape(g, x);
+    int r = xs->ndim;
+    int64_t a[TEQ_MAX_DIMS], b[TEQ_MAX_DIMS], ab[TEQ_MAX_DIMS];
+    perm_of(in, r, a);
+    perm_of(n, r, b);
+    for (int i = 0; i < r; i++) ab[i] = a[b[i]]; /* out[i] = mid[b[i]] = x[a[b[i]]] */
+    param_set_ints(&like.params, 0, ab, r);
+    if (op_def(OP_TRANSPOSE)->canonical) op_def(OP_TRANSPOSE)->canonical(&like, xs);
+  }
+  int id = -1;
+  int rc = add_like(g, &like, &x, 1, &id);
+  if (rc || id < 0) return rc;
+  graph_replace_uses(g, (TensorRef){e, 0}, (TensorRef){id, 0});
+  p->st.fused++;
+  *done = true;
+  return TEQ_OK;
+}
+
+/* ---- motion ---- */
+
+/* For a constant c read by an element-wise operator next to L(y): a
+ * constant c2 of L's input shape with L(c2) = c spread to L's output
+ * shape, so that f(L(y), c) = L(f(y, c2)). Computed by running c through
+ * the inverse of L (reshape back, transpose by the inverse perm), and kept
+ * only if L takes it back to c exactly. A one-element constant spreads
+ * alike over any shape and stays. *out.node < 0 when c does not fit. */
+static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
+  Graph *g = p->g;
+  const Node *ln = &g->nodes[l];
+  Tensor *t = g->nodes[c.node].value;
+  Shape s_in = *graph_shape(g, ln->in[0]), s_out = ln->out[0], spread;
+  *out = (TensorRef){-1, 0};
+  if (t->dtype != DT_F32) return TEQ_OK;
+  if (tensor_numel(t) == 1 && t->shape.ndim <= s_in.ndim) {
+    *out = c;
+    return TEQ_OK;
+  }
+  if (shape_broadcast(&t->shape, &s_out, &spread, NULL) || !shape_equal(&spread, &s_out))
+    return TEQ_OK;
+  Node back = *ln; /* L's inverse */
+  if (ln->kind == OP_RESHAPE) {
+    param_set_ints(&back.params, 0, s_in.d, s_in.ndim);
+  } else {
+    int64_t perm[TEQ_MAX_DIMS], inv[TEQ_MAX_DIMS];
+    perm_of(ln, s_in.ndim, perm);
+    for (int i = 0; i < s_in.ndim; i++) inv[perm[i]] = i;
+    param_set_ints(&back.params, 0, inv, s_in.ndim);
+  }
+  Node lcopy = *ln;
+  Graph *m = graph_new();
+  int rc = m ? TEQ_OK : TEQ_ERR_NOMEM, k = -1, c2 = -1, again = -1;
+  if (rc == TEQ_OK && (k = graph_add_const(m, NULL, tensor_ref(t), NULL)) < 0) rc = k;
+  if (rc == TEQ_OK && !shape_equal(&t->shape, &s_out)) {
+    Params e;
+    params_default(OP_EXPAND, &e);
+    param_set_ints(&e, 0, s_out.d, s_out.ndim);
+    k = graph_add_node(m, OP_EXPAND, &(TensorRef){k, 0}, 1, 1, &e, NULL, NULL);
+    if (k < 0) rc = k == TEQ_ERR_NOMEM ? k : TEQ_ERR_INTERNAL;
+  }
+  if (rc == TEQ_OK) rc = add_like(m, &back, &(TensorRef){k, 0}, 1, &c2);
+  if (rc == TEQ_OK && c2 >= 0) rc = add_like(m, &lcopy, &(TensorRef){c2, 0}, 1, &again);
+  Tensor *v[3] = {NULL, NULL, NULL};
+  if (rc == TEQ_OK && again >= 0) {
+    TensorRef outs[3] = {{c2, 0}, {again, 0}, {k, 0}};
+    for (int i = 0; i < 3 && rc == TEQ_OK; i++)
+      if (graph_add_output(m, outs[i], NULL, NULL) < 0) rc = TEQ_ERR_NOMEM;
+    if (rc == TEQ_OK && exec_run(m, EXEC_F32, NULL, v, NULL) == TEQ_OK) {
+      bool same = shape_equal(&v[1]->shape, &v[2]->shape) &&
+                  !memcmp(v[1]->data, v[2]->data, tensor_bytes(v[2]));
+      if (same) {
+        int id = graph_add_const(g, g->nodes[c.node].name, tensor_ref(v[0]), NULL);
+        if (id < 0) rc = id;
+        else *out = (TensorRef){id, 0};
+      }
+      for (int i = 0; i < 3; i++) tensor_unref(v[i]);
+    }
+  }
+  graph_free(m);
+  return rc;
+}
+
+/* f(L(y1), ..., c, ...) = L(f(y1, ..., c2, ...)) for an element-wise f
+ * whose inputs are each L (the same R/T, read by f alone) or a constant. */
+static int try_move(Post *p, int f, bool *done) {
+  Graph *g = p->g;
+  const Node *fn = &g->nodes[f];
+  unsigned flags = op_def(fn->kind)->flags;
+  if (!(flags & OPF_ELEMENTWISE) ||
+      (flags & (OPF_LAYOUT_ONLY | OPF_SOURCE | OPF_OPAQUE | OPF_NOOP | OPF_INT64_OUT)) ||
+      fn->n_out != 1 || fn->n_in > MAX_EW_IN || !uses_of(p, f))
+    return TEQ_OK;
+  int l = -1;
+  for (int j = 0; j < fn->n_in && l < 0; j++)
+    if (is_rt(&g->nodes[fn->in[j].node])) l = fn->in[j].node;
+  if (l < 0) return TEQ_OK;
+  const Node *ln = &g->nodes[l];
+  const Shape s_in = *graph_shape(g, ln->in[0]);
+  if (!shape_is_known(&s_in) || !shape_equal(&fn->out[0], &ln->out[0]))
+    return TEQ_OK; /* unknown, or f spreads L(y) out */
+  /* Check every input before any node is added. */
+  for (int j = 0; j < fn->n_in; j++) {
+    const Node *a = &g->nodes[fn->in[j].node];
+    if (a->kind == OP_CONST) continue;
+    if (a->kind != ln->kind || memcmp(&a->params, &ln->params, sizeof a->params) ||
+        !shape_equal(graph_shape(g, a->in[0]), &s_in))
+      return TEQ_OK;
+    int reads = 0;
+    for (int k = 0; k < fn->n_in; k++) reads += fn->in[k].node == fn->in[j].node;
+    if (uses_of(p, fn->in[j].node) != reads) return TEQ_OK; /* L is read elsewhere too */
+  }
+  int n_in = fn->n_in;
+  TensorRef in[MAX_EW_IN], was[MAX_EW_IN];
+  memcpy(was, fn->in, (size_t)n_in * sizeof *was);
+  for (int j = 0; j < n_in; j++) {
+    const Node *a = &g->nodes[was[j].node];
+    if (a->kind != OP_CONST) {
+      in[j] = a->in[0];
+      continue;
+    }
+    int rc = side_constant(p, was[j], l, &in[j]);
+    if (rc || in[j].node < 0) return rc;
+  }
+  Node fcopy = g->nodes[f], lcopy = g->nodes[l];
+  int f2 = -1, l2 = -1;
+  int rc = add_like(g, &fcopy, in, n_in, &f2);
+  if (rc || f2 < 0) return rc;
+  if (!shape_equal(&g->nodes[f2].out[0], &s_in)) return TEQ_OK; /* left dead, removed later */
+  if ((rc = add_like(g, &lcopy, &(TensorRef){f2, 0}, 1, &l2)) || l2 < 0) return rc;
+  graph_replace_uses(g, (TensorRef){f, 0}, (TensorRef){l2, 0});
+  p->st.moved++;
+  *done = true;
+  return TEQ_OK;
+}
+
+/* ---- the pass ---- */
+
+typedef int (*Rewrite)(Post *p, int id, bool *done);
+
+int pet_post_optimize(Graph **gp, PetPostStats *stats, Diag *d) {
+  static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move};
+  Post p = {.g = graph_copy(*gp)};
+  int rc = p.g ? refresh(&p) : TEQ_ERR_NOMEM;
+  bool changed = false;
+  /* Each rewrite removes an operator or moves an R/T past one, so there
+   * are fewer rewrites than (nodes)^2; the bound only guards against a bug
+   * turning that into a loop. */
+  int64_t n0 = (*gp)->n_nodes, limit = n0 * n0 + 64;
+  for (int round = 0; rc == TEQ_OK && round < limit; round++) {
+    bool done = false;
+    for (size_t r = 0; r < sizeof rewrites / sizeof *rewrites && !done && rc == TEQ_OK; r++)
+      for (int id = 0; id < p.g->n_nodes && !done && rc == TEQ_OK; id++)
+        rc = rewrites[r](&p, id, &done);
+    if (rc || !done) break;
+    changed = true;
+    int removed = graph_remove_dead(p.g);
+    rc = removed < 0 ? removed : refresh(&p);
+  }
+  if (rc == TEQ_OK && changed) {
+    int removed = graph_remove_dead(p.g); /* a motion that gave up leaves a node behind */
+    if (removed < 0) {
+      rc = removed;
+    } else if (graph_check(p.g, d) != TEQ_OK) {
+      diag_error(d, "pet_post_optimize: the rewritten graph fails graph_check");
+      rc = TEQ_ERR_INTERNAL;
+    }
+  }
+  free(p.uses), free(p.off);
+  if (rc || !changed) {
+    graph_free(p.g);
+  } else {
+    graph_free(*gp);
+    *gp = p.g;
+  }
+  if (rc == TEQ_OK && stats) *stats = p.st;
+  return rc;
+}

@@ -1,0 +1,536 @@
+/* test_pet_post.c: PET's post-optimization (optimize/pet/post.c): reshapes
+ * and transposes moved past element-wise operators, inverse groups removed,
+ * consecutive ones fused, and the pass inside optimize's search.
+ *
+ * Every rewritten graph must pass graph_check and equal its original at
+ * every output position, exactly in Z_p and within 1e-4 in float32 (weights
+ * are small integers, so that the graphs run in Z_p); operator counts and
+ * the pass's own counts say what was rewritten. Chains that are not the
+ * identity, layout operators read twice, opaque nodes and graph outputs
+ * read through a layout operator must survive. The last test is PET's
+ * Fig. 1 on two consecutive 1x1 convs with a relu between them: a cost
+ * table makes the batch-into-width conv cheap, the search applies the
+ * mutation to both, and the transpose-back of the first and the
+ * transpose-forth of the second must be gone from between them. */
+#include <string.h>
+#include <unistd.h>
+
+#include "optimize/optimize.h"
+#include "optimize/pet/pet.h"
+#include "tests/optimize/pet_graphs.h"
+
+/* A constant of small integers in [-3, 3]. */
+static TensorRef weight(Graph *g, Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  float *p = t->data;
+  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < shape_numel(&s); i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = (float)((int)(r >> 33) % 7 - 3);
+  }
+  return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
+}
+
+static TensorRef unary(Graph *g, OpKind k, TensorRef x) { return node(g, k, &x, 1, NULL); }
+
+static TensorRef binary(Graph *g, OpKind k, TensorRef a, TensorRef b) {
+  return node(g, k, (TensorRef[]){a, b}, 2, NULL);
+}
+
+static TensorRef transpose(Graph *g, TensorRef x, int r, const int64_t *perm) {
+  Params p;
+  params_default(OP_TRANSPOSE, &p);
+  param_set_ints(&p, 0, perm, r);
+  return node(g, OP_TRANSPOSE, &x, 1, &p);
+}
+
+static TensorRef reshape(Graph *g, TensorRef x, int r, const int64_t *dims) {
+  Params p;
+  params_default(OP_RESHAPE, &p);
+  param_set_ints(&p, 0, dims, r);
+  return node(g, OP_RESHAPE, &x, 1, &p);
+}
+
+static int count_layout(const Graph *g) {
+  return count_kind(g, OP_RESHAPE) + count_kind(g, OP_TRANSPOSE);
+}
+
+/* Runs the pass on a copy of g; checks it and that it computes what g does. */
+static Graph *post(const Graph *g, PetPostStats *st) {
+  Graph *h = graph_copy(g);
+  CHECK(h != NULL);
+  int rc = pet_post_optimize(&h, st, &diag);
+  CHECK(rc == TEQ_OK);
+  if (rc) diag_flush(&diag, stderr);
+  CHECK(graph_check(h, &diag) == TEQ_OK);
+  return h;
+}
+
+static void print_stats(const char *what, const PetPostStats *st, const Graph *g) {
+  printf("%s: %lld moved, %lld removed, %lld fused; %d operators left\n", what,
+         (long long)st->moved, (long long)st->removed, (long long)st->fused, graph_count_ops(g));
+}
+
+/* transpose -> relu -> inverse transpose is the relu alone; so are longer
+ * runs of unary operators, and a binary one whose inputs come through the
+ * same transpose. */
+static void test_inverse_around_elementwise(void) {
+  static const int64_t p[] = {0, 2, 3, 1}, q[] = {0, 3, 1, 2}; /* q = p^-1 */
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 2, 3, 4, 5));
+  output(g, transpose(g, unary(g, OP_RELU, transpose(g, x, 4, p)), 4, q));
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  print_stats("transpose, relu, inverse", &st, h);
+  CHECK_EQ_INT(graph_count_ops(h), 1);
+  CHECK_EQ_INT(count_kind(h, OP_RELU), 1);
+  CHECK_EQ_INT(st.moved, 1);
+  CHECK_EQ_INT(st.removed, 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  /* relu then sigmoid then tanh: each moved, then the pair removed */
+  g = graph_new();
+  x = input(g, "x", shape_of(4, 2, 3, 4, 5));
+  TensorRef t = transpose(g, x, 4, p);
+  t = unary(g, OP_TANH, unary(g, OP_SIGMOID, unary(g, OP_RELU, t)));
+  output(g, transpose(g, t, 4, q));
+  h = post(g, &st);
+  print_stats("transpose, three unary, inverse", &st, h);
+  CHECK_EQ_INT(graph_count_ops(h), 3);
+  CHECK_EQ_INT(count_layout(h), 0);
+  CHECK_EQ_INT(st.moved, 3);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  /* T(a) + T(b), then T^-1: one add */
+  g = graph_new();
+  TensorRef a = input(g, "a", shape_of(4, 2, 3, 4, 5)), b = input(g, "b", shape_of(4, 2, 3, 4, 5));
+  output(g, transpose(g, binary(g, OP_EWADD, transpose(g, a, 4, p), transpose(g, b, 4, p)), 4, q));
+  h = post(g, &st);
+  print_stats("T(a) + T(b), inverse", &st, h);
+  CHECK_EQ_INT(graph_count_ops(h), 1);
+  CHECK_EQ_INT(count_kind(h, OP_EWADD), 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  /* constants beside T(x): one broadcast along the last axis (moved back
+   * through T^-1 as a constant of x's shape) and a scalar (kept) */
+  g = graph_new();
+  x = input(g, "x", shape_of(4, 2, 3, 4, 5));
+  t = binary(g, OP_EWADD, transpose(g, x, 4, p), weight(g, shape_of(1, 3), 4));
+  t = binary(g, OP_SMUL, t, weight(g, shape_of(1, 1), 5));
+  output(g, transpose(g, t, 4, q));
+  h = post(g, &st);
+  print_stats("T(x) + c, * s, inverse", &st, h);
+  CHECK_EQ_INT(graph_count_ops(h), 2);
+  CHECK_EQ_INT(count_layout(h), 0);
+  CHECK_EQ_INT(st.moved, 2);
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].kind == OP_EWADD) /* c' spread to x's shape */
+      CHECK(shape_equal(graph_shape(h, h->nodes[i].in[1]), &(Shape){4, {2, 3, 4, 5}}));
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  /* a constant that spreads T(x) to a larger shape: f's result is not a
+   * layout of anything f could compute before T */
+  g = graph_new();
+  x = input(g, "x", shape_of(2, 1, 4));
+  t = binary(g, OP_EWADD, transpose(g, x, 2, (int64_t[]){1, 0}), weight(g, shape_of(2, 4, 3), 6));
+  output(g, t);
+  h = post(g, &st);
+  CHECK_EQ_INT(st.moved, 0);
+  CHECK(graph_hash(h, NULL) == graph_hash(g, NULL));
+  graph_free(h);
+  graph_free(g);
+
+  /* T(a) + T(b) with different perms: not moved; nothing to remove */
+  g = graph_new();
+  a = input(g, "a", shape_of(3, 4, 4, 4)), b = input(g, "b", shape_of(3, 4, 4, 4));
+  output(g, binary(g, OP_EWMUL, transpose(g, a, 3, (int64_t[]){1, 0, 2}),
+                   transpose(g, b, 3, (int64_t[]){0, 2, 1})));
+  h = post(g, &st);
+  CHECK_EQ_INT(graph_count_ops(h), 3);
+  CHECK_EQ_INT(st.moved + st.removed + st.fused, 0);
+  CHECK(h && graph_hash(h, NULL) == graph_hash(g, NULL));
+  graph_free(h);
+  graph_free(g);
+}
+
+/* A per-channel bias, spread to the conv's output shape as optimize does
+ * for the search (opt_split_bias). */
+static TensorRef spread_bias(Graph *g, Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  float *v = t->data;
+  int64_t plane = s.d[2] * s.d[3];
+  for (int64_t i = 0; i < shape_numel(&s); i++)
+    v[i] = (float)((int)((i / plane % s.d[1]) * seed % 5) - 2);
+  return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
+}
+
+/* Fig. 1's layout, batch 2 side by side along W, and back: reshape,
+ * transpose, reshape, as mutate.c builds them. */
+static TensorRef batch_to_width(Graph *g, TensorRef x) {
+  const Shape *s = graph_shape(g, x);
+  int64_t N = s->d[0], C = s->d[1], H = s->d[2], W = s->d[3];
+  TensorRef a = reshape(g, x, 5, (int64_t[]){N / 2, 2, C, H, W});
+  a = transpose(g, a, 5, (int64_t[]){0, 2, 3, 1, 4});
+  return reshape(g, a, 4, (int64_t[]){N / 2, C, H, 2 * W});
+}
+
+static TensorRef width_to_batch(Graph *g, TensorRef x) {
+  const Shape *s = graph_shape(g, x);
+  int64_t N = s->d[0], C = s->d[1], H = s->d[2], W = s->d[3];
+  TensorRef a = reshape(g, x, 5, (int64_t[]){N, C, H, 2, W / 2});
+  a = transpose(g, a, 5, (int64_t[]){0, 3, 1, 2, 4});
+  return reshape(g, a, 4, (int64_t[]){2 * N, C, H, W / 2});
+}
+
+/* Whether a reshape or transpose lies on the way back from node id to
+ * node stop through element-wise operators. */
+static bool layout_between(const Graph *g, int id, int stop) {
+  while (id != stop) {
+    const Node *n = &g->nodes[id];
+    if (n->kind == OP_RESHAPE || n->kind == OP_TRANSPOSE) return true;
+    if (!(op_def(n->kind)->flags & OPF_ELEMENTWISE) || n->n_in < 1) return true;
+    id = n->in[0].node;
+  }
+  return false;
+}
+
+/* conv, batch-to-width inverse, bias, relu, batch-to-width, conv, and back
+ * (two Fig. 1 mutants spliced in): nothing is left between the convs, and
+ * the bias and relu follow the first conv directly. */
+static void test_fig1_between_convs(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 2, 4, 6, 6));
+  TensorRef c1 = conv(g, batch_to_width(g, x), weight(g, shape_of(4, 4, 4, 3, 3), 1), 1, 1, 1, 1);
+  TensorRef y = width_to_batch(g, c1);
+  y = unary(g, OP_RELU, binary(g, OP_EWADD, y, spread_bias(g, shape_of(4, 2, 4, 6, 6), 3)));
+  TensorRef c2 = conv(g, batch_to_width(g, y), weight(g, shape_of(4, 4, 4, 1, 1), 2), 0, 1, 1, 1);
+  output(g, width_to_batch(g, c2));
+  CHECK_EQ_INT(count_layout(g), 12);
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  print_stats("Fig. 1 between two convs", &st, h);
+  int conv1 = -1, conv2 = -1;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].kind == OP_CONV2D) {
+      if (h->nodes[h->nodes[i].in[1].node].value->shape.d[2] == 3) conv1 = i;
+      else conv2 = i;
+    }
+  CHECK(conv1 >= 0 && conv2 >= 0);
+  if (conv1 >= 0 && conv2 >= 0) {
+    CHECK(!layout_between(h, h->nodes[conv2].in[0].node, conv1));
+    /* relu(ewadd(conv1, B')): ready to fold into the conv */
+    const Node *r = &h->nodes[h->nodes[conv2].in[0].node];
+    CHECK_EQ_INT(r->kind, OP_RELU);
+    CHECK_EQ_INT(h->nodes[r->in[0].node].kind, OP_EWADD);
+  }
+  CHECK_EQ_INT(count_layout(h), 6);
+  CHECK_EQ_INT(st.moved, 6); /* bias add and relu, past three each */
+  CHECK(st.removed >= 1);     /* one group, or pairs as they meet */
+  CHECK(equal_everywhere(g, h, 2, false));
+  /* the moved bias is still one value per channel: optimize folds it */
+  Graph *f = graph_copy(h);
+  int fused = 0;
+  CHECK(f && opt_fuse_bias(f, &fused, &diag) == TEQ_OK);
+  CHECK_EQ_INT(fused, 2); /* conv1's bias and relu */
+  CHECK_EQ_INT(count_kind(f, OP_EWADD) + count_kind(f, OP_RELU), 0);
+  CHECK(equal_everywhere(g, f, 1, false));
+  graph_free(f);
+  graph_free(h);
+  graph_free(g);
+}
+
+/* Chains decided by their index map: p of order 3 twice is p^-1, not the
+ * identity (one transpose remains, fused), three times it is; a transpose
+ * of a square matrix keeps the shape but is not the identity; reshapes
+ * there and back are. */
+static void test_chains(void) {
+  static const int64_t p[] = {1, 2, 0};
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(3, 2, 3, 4));
+  output(g, unary(g, OP_RELU, transpose(g, transpose(g, x, 3, p), 3, p)));
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  print_stats("transpose by p twice", &st, h);
+  CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 1);
+  CHECK_EQ_INT(st.removed, 0);
+  CHECK_EQ_INT(st.fused, 1);
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].kind == OP_TRANSPOSE) { /* p o p = (2 0 1) */
+      const ParamValue *v = &h->nodes[i].params.v[0];
+      CHECK(v->n == 3 && v->i[0] == 2 && v->i[1] == 0 && v->i[2] == 1);
+    }
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  g = graph_new();
+  x = input(g, "x", shape_of(3, 2, 3, 4));
+  output(g, unary(g, OP_RELU, transpose(g, transpose(g, transpose(g, x, 3, p), 3, p), 3, p)));
+  h = post(g, &st);
+  print_stats("transpose by p three times", &st, h);
+  CHECK_EQ_INT(graph_count_ops(h), 1);
+  CHECK_EQ_INT(st.removed, 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  g = graph_new();
+  x = input(g, "x", shape_of(2, 5, 5));
+  output(g, unary(g, OP_NEG, transpose(g, x, 2, (int64_t[]){1, 0})));
+  h = post(g, &st);
+  CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 1);
+  CHECK_EQ_INT(st.removed, 0);
+  CHECK_EQ_INT(st.moved, 1); /* neg(T(x)) = T(neg(x)) */
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  g = graph_new();
+  x = input(g, "x", shape_of(3, 2, 3, 4));
+  TensorRef r = reshape(g, reshape(g, reshape(g, x, 2, (int64_t[]){6, 4}), 1, (int64_t[]){24}),
+                        3, (int64_t[]){4, 3, 2});
+  output(g, unary(g, OP_EXP, reshape(g, r, 3, (int64_t[]){2, 3, 4})));
+  h = post(g, &st);
+  print_stats("four reshapes there and back", &st, h);
+  CHECK_EQ_INT(count_layout(h), 0);
+  CHECK_EQ_INT(graph_count_ops(h), 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  g = graph_new();
+  x = input(g, "x", shape_of(3, 2, 3, 4));
+  r = reshape(g, reshape(g, x, 2, (int64_t[]){6, 4}), 2, (int64_t[]){3, 8});
+  output(g, unary(g, OP_EXP, r));
+  h = post(g, &st);
+  CHECK_EQ_INT(count_kind(h, OP_RESHAPE), 1); /* fused, and moved after exp */
+  CHECK_EQ_INT(st.fused, 1);
+  CHECK_EQ_INT(st.moved, 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+}
+
+/* An opaque node reading a transpose, and a transpose that is a graph
+ * output and also read by a relu whose result goes back through the
+ * inverse: nothing may move (the second transpose is read twice), nothing
+ * is removed, the graph is the same. */
+static void test_opaque_and_outputs(void) {
+  static const int64_t p[] = {0, 2, 1}, q[] = {0, 2, 1};
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(3, 2, 3, 4));
+  TensorRef a = transpose(g, x, 3, p);
+  OpaqueInfo *info = calloc(1, sizeof *info);
+  info->op_type = strdup("MysteryOp");
+  info->domain = strdup("com.example");
+  info->proto_len = 5;
+  info->proto = malloc(5);
+  memcpy(info->proto, "\x0a\x03" "abc", 5);
+  Shape s = shape_of(3, 2, 4, 3);
+  DType f32 = DT_F32;
+  int q_id = must(graph_add_opaque(g, info, &a, 1, 1, &s, &f32, "mystery", &diag));
+  output(g, (TensorRef){q_id, 0});
+  TensorRef b = transpose(g, x, 3, p);
+  output(g, b);
+  output(g, transpose(g, unary(g, OP_RELU, b), 3, q));
+  uint64_t before = graph_hash(g, NULL);
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  CHECK_EQ_INT(st.moved + st.removed + st.fused, 0);
+  CHECK(graph_hash(h, NULL) == before);
+  CHECK_EQ_INT(count_kind(h, OP_OPAQUE), 1);
+  CHECK_EQ_INT(h->nodes[h->outputs[0].node].kind, OP_OPAQUE);
+  CHECK_EQ_INT(h->nodes[h->outputs[1].node].kind, OP_TRANSPOSE);
+  graph_free(h);
+
+  /* the transpose into the opaque node stays; the relu chain, read by
+   * nothing else, collapses, and its output becomes the relu's */
+  graph_free(g);
+  g = graph_new();
+  x = input(g, "x", shape_of(3, 2, 3, 4));
+  a = transpose(g, x, 3, p);
+  info = calloc(1, sizeof *info);
+  info->op_type = strdup("MysteryOp");
+  info->domain = strdup("com.example");
+  info->proto = malloc(1);
+  q_id = must(graph_add_opaque(g, info, &a, 1, 1, &s, &f32, "mystery", &diag));
+  output(g, (TensorRef){q_id, 0});
+  output(g, transpose(g, unary(g, OP_RELU, transpose(g, x, 3, p)), 3, q));
+  h = post(g, &st);
+  print_stats("opaque, and an output through an inverse pair", &st, h);
+  CHECK_EQ_INT(st.removed, 1);
+  CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 1);
+  CHECK_EQ_INT(h->nodes[h->outputs[0].node].kind, OP_OPAQUE);
+  CHECK_EQ_INT(h->nodes[h->nodes[h->outputs[0].node].in[0].node].kind, OP_TRANSPOSE);
+  CHECK_EQ_INT(h->nodes[h->outputs[1].node].kind, OP_RELU);
+  graph_free(h);
+  graph_free(g);
+
+  /* an inverse pair straight from an input to an output stays: the output
+   * would pass the input through */
+  g = graph_new();
+  x = input(g, "x", shape_of(3, 2, 3, 4));
+  output(g, transpose(g, transpose(g, x, 3, p), 3, q));
+  h = post(g, &st);
+  CHECK_EQ_INT(st.removed, 0);
+  CHECK(h->nodes[h->outputs[0].node].kind != OP_INPUT);
+  CHECK(equal_everywhere(g, h, 1, false));
+  graph_free(h);
+  graph_free(g);
+}
+
+/* A transpose read twice (by a relu and a sigmoid) is not moved past
+ * either: that would need two transposes. Moved past a relu read twice it
+ * is, and the pair after it cancels on one path only. */
+static void test_two_readers(void) {
+  static const int64_t p[] = {0, 2, 3, 1}, q[] = {0, 3, 1, 2};
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 2, 3, 4, 5));
+  TensorRef t = transpose(g, x, 4, p);
+  output(g, transpose(g, unary(g, OP_RELU, t), 4, q));
+  output(g, unary(g, OP_SIGMOID, t));
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  print_stats("transpose read twice", &st, h);
+  CHECK_EQ_INT(st.moved, 0);
+  CHECK_EQ_INT(graph_count_ops(h), 4);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+
+  g = graph_new();
+  x = input(g, "x", shape_of(4, 2, 3, 4, 5));
+  TensorRef r = unary(g, OP_RELU, transpose(g, x, 4, p));
+  output(g, transpose(g, r, 4, q));
+  output(g, binary(g, OP_EWMUL, r, r));
+  h = post(g, &st);
+  print_stats("relu read twice", &st, h);
+  CHECK_EQ_INT(st.moved, 2); /* past the relu, then past r * r */
+  CHECK_EQ_INT(st.removed, 1);
+  CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 1);
+  CHECK_EQ_INT(graph_count_ops(h), 3);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h);
+  graph_free(g);
+}
+
+/* ---- end to end: the search applies Fig. 1 to two consecutive convs ---- */
+
+static void conv_keys(int n, int c, int h, int w, char keys[2][COST_KEY_MAX]) {
+  for (int act = 0; act < 2; act++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", shape_of(4, n, c, h, w));
+    Params p;
+    params_default(OP_CONV2D, &p);
+    param_set_int(&p, param_index(OP_CONV2D, "act"), act ? ACT_RELU : ACT_NONE);
+    TensorRef k = weight(g, shape_of(4, c, c, 1, 1), 9);
+    int id = must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, k}, 2, 1, &p, NULL, &diag));
+    cost_config_key(g, id, keys[act], COST_KEY_MAX);
+    graph_free(g);
+  }
+}
+
+/* A GPU that likes wide images: the 1x1 conv on two images side by side
+ * along W costs a twentieth of the conv on the batch of two. */
+static CostModel *wide_model(int c, int hw) {
+  char narrow[2][COST_KEY_MAX], wide[2][COST_KEY_MAX];
+  conv_keys(2, c, hw, hw, narrow);
+  conv_keys(1, c, hw, 2 * hw, wide);
+  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char path[512];
+  snprintf(path, sizeof path, "%s/teq-pet-post-XXXXXX", tmp);
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  for (int act = 0; act < 2; act++) {
+    fprintf(f, "Wide GPU\t%s\t100\t100\t-\n", narrow[act]);
+    fprintf(f, "Wide GPU\t%s\t5\t5\t-\n", wide[act]);
+  }
+  fclose(f);
+  CostModel *cm = cost_model_new();
+  CHECK(cost_model_load_table(cm, path, NULL, &diag) == TEQ_OK);
+  unlink(path);
+  return cm;
+}
+
+static void test_search_fig1(void) {
+  enum { C = 4, HW = 6 };
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 2, C, HW, HW));
+  TensorRef c1 = conv(g, x, weight(g, shape_of(4, C, C, 1, 1), 1), 0, 1, 1, 1);
+  TensorRef c2 = conv(g, unary(g, OP_RELU, c1), weight(g, shape_of(4, C, C, 1, 1), 2), 0, 1, 1, 1);
+  output(g, c2);
+  CostModel *cm = wide_model(C, HW);
+  OptRules *rs = opt_rules_new();
+  OptOptions o = OPT_DEFAULTS;
+  o.pet = true;
+  o.pet_mutants = 64;
+  o.budget = 20;
+  OptStats st;
+  Graph *best = NULL;
+  int rc = opt_search(g, rs, cm, &o, &best, &st, &diag);
+  CHECK(rc == TEQ_OK);
+  if (rc) diag_flush(&diag, stderr);
+  if (best) {
+    double before = 0, after = 0;
+    CHECK(opt_graph_cost(cm, g, &before, NULL, &diag) == TEQ_OK);
+    CHECK(opt_graph_cost(cm, best, &after, NULL, &diag) == TEQ_OK);
+    printf("search: cost %.2f -> %.2f us; %d PET mutations applied; post-optimization over the "
+           "candidates: %lld moved, %lld removed, %lld fused\n", before, after, st.n_pet_applied,
+           (long long)st.pet_post_moved, (long long)st.pet_post_removed,
+           (long long)st.pet_post_fused);
+    graph_dump(best, stdout);
+    CHECK(graph_check(best, &diag) == TEQ_OK);
+    CHECK(after < before);
+    int convs[2], n = 0;
+    for (int i = 0; i < best->n_nodes; i++)
+      if (best->nodes[i].kind == OP_CONV2D && n < 2) convs[n++] = i;
+    CHECK_EQ_INT(n, 2);
+    const Shape wide = {4, {1, C, HW, 2 * HW}};
+    for (int k = 0; k < n; k++) /* both convs on the wide layout */
+      CHECK(shape_equal(&best->nodes[convs[k]].out[0], &wide));
+    if (n == 2) {
+      /* conv1 -> relu -> conv2 with nothing in between, either way round */
+      int first = best->nodes[convs[1]].in[0].node == convs[0] ? convs[1] : convs[0];
+      int second = first == convs[0] ? convs[1] : convs[0];
+      CHECK(!layout_between(best, best->nodes[second].in[0].node, first));
+    }
+    CHECK_EQ_INT(count_layout(best), 6); /* into the wide layout once, out once */
+    CHECK(st.pet_post_removed >= 1);
+    CHECK(st.pet_post_moved >= 1);
+    int times = 0;
+    for (int i = 0; i < st.n_pet_applied; i++) {
+      times += st.pet_applied[i].times;
+      printf("  %dx %s\n", st.pet_applied[i].times, st.pet_applied[i].desc);
+      CHECK(strstr(st.pet_applied[i].desc, "W side by side") != NULL);
+    }
+    CHECK_EQ_INT(times, 2);
+    CHECK(equal_everywhere(g, best, 2, false));
+  }
+  opt_stats_fini(&st);
+  graph_free(best);
+  opt_rules_free(rs);
+  cost_model_free(cm);
+  graph_free(g);
+}
+
+int main(void) {
+  diag_init(&diag);
+  test_inverse_around_elementwise();
+  test_fig1_between_convs();
+  test_chains();
+  test_opaque_and_outputs();
+  test_two_readers();
+  test_search_fig1();
+  diag_flush(&diag, stderr);
+  diag_fini(&diag);
+  return check_exit();
+}
