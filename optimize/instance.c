@@ -277,7 +277,11 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
   }
   if (rc == TEQ_OK && graph_topo_order(r, order) != TEQ_OK) rc = TEQ_ERR_INPUT; /* a cycle */
   if (rc == TEQ_OK) {
-    int removed = graph_remove_dead(r);
+    /* The rewrite may rebuild a value the graph already has (two rules
+     * each making concat(x, h)); one copy is cheaper, and rules that need
+     * a shared input match only once the copies are one. */
+    int removed = graph_merge_duplicates(r);
+    if (removed >= 0) removed = graph_remove_dead(r);
     if (removed < 0) rc = removed;
   }
   free(map);

@@ -270,6 +270,23 @@ static void transpose_canonical(Node *n, const Shape *in) {
   memset(p, 0, sizeof *p); /* the default's bytes: parameters compare as bytes */
 }
 
+/* Moving only extent-1 axes keeps every element where it was ([1, 512]
+ * to [512, 1]): the axes longer than 1 must keep their order. */
+static bool transpose_view(const Node *n, const Shape *in, int out, int64_t *first) {
+  (void)out;
+  int r = in[0].ndim;
+  int64_t perm[TEQ_MAX_DIMS], last = -1;
+  if (n->params.v[0].n && n->params.v[0].n != r) return false;
+  transpose_perm(n, r, perm);
+  for (int i = 0; i < r; i++) {
+    if (in[0].d[perm[i]] == 1) continue;
+    if (perm[i] < last) return false;
+    last = perm[i];
+  }
+  *first = 0;
+  return true;
+}
+
 const OpDef op_def_transpose = {
   .kind = OP_TRANSPOSE, .name = "transpose", .axiom_name = "transpose", .onnx_op = "Transpose",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
@@ -277,7 +294,7 @@ const OpDef op_def_transpose = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = transpose_infer, .eval_f32 = transpose_eval, .eval_modp = transpose_eval,
   .onnx_write = transpose_onnx_write, .canonical = transpose_canonical,
-  .eval_cuda = CUDA_EVAL(transpose),
+  .view = transpose_view, .eval_cuda = CUDA_EVAL(transpose),
 };
 
 /* ---- reshape (and ONNX Flatten, Squeeze, Unsqueeze) ---- */

@@ -761,6 +761,13 @@ static void test_views(void) {
 
   Params t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 0}, 2);
   check_view("transpose", OP_TRANSPOSE, &t, shape_of(2, 64, 64), 1, false);
+  check_view("transpose [1,512] -> [512,1]", OP_TRANSPOSE, &t, shape_of(2, 1, 512), 1, true);
+  t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){0, 2, 1, 3}, 4);
+  check_view("transpose moving extent-1 axes", OP_TRANSPOSE, &t, shape_of(4, 1, 8, 1, 64), 1,
+             true);
+  t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){2, 0, 3, 1}, 4);
+  check_view("transpose swapping two long axes", OP_TRANSPOSE, &t, shape_of(4, 8, 1, 64, 2), 1,
+             false);
 }
 
 int main(void) {
