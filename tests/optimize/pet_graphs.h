@@ -47,6 +47,18 @@ static inline TensorRef conv(Graph *g, TensorRef x, TensorRef w, int pad, int st
 
 static inline void output(Graph *g, TensorRef r) { must(graph_add_output(g, r, NULL, &diag)); }
 
+/* A constant of small integers in [-3, 3], so that the graph runs in Z_p. */
+static inline TensorRef small_int_weight(Graph *g, Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  float *p = t->data;
+  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < shape_numel(&s); i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = (float)((int)(r >> 33) % 7 - 3);
+  }
+  return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
+}
+
 static inline int count_kind(const Graph *g, OpKind k) {
   int n = 0;
   for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;

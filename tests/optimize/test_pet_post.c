@@ -19,18 +19,6 @@
 #include "optimize/pet/pet.h"
 #include "tests/optimize/pet_graphs.h"
 
-/* A constant of small integers in [-3, 3]. */
-static TensorRef weight(Graph *g, Shape s, uint64_t seed) {
-  Tensor *t = tensor_new(DT_F32, &s);
-  float *p = t->data;
-  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < shape_numel(&s); i++) {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((int)(r >> 33) % 7 - 3);
-  }
-  return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
-}
-
 static TensorRef unary(Graph *g, OpKind k, TensorRef x) { return node(g, k, &x, 1, NULL); }
 
 static TensorRef binary(Graph *g, OpKind k, TensorRef a, TensorRef b) {
@@ -121,8 +109,8 @@ static void test_inverse_around_elementwise(void) {
    * through T^-1 as a constant of x's shape) and a scalar (kept) */
   g = graph_new();
   x = input(g, "x", shape_of(4, 2, 3, 4, 5));
-  t = binary(g, OP_EWADD, transpose(g, x, 4, p), weight(g, shape_of(1, 3), 4));
-  t = binary(g, OP_SMUL, t, weight(g, shape_of(1, 1), 5));
+  t = binary(g, OP_EWADD, transpose(g, x, 4, p), small_int_weight(g, shape_of(1, 3), 4));
+  t = binary(g, OP_SMUL, t, small_int_weight(g, shape_of(1, 1), 5));
   output(g, transpose(g, t, 4, q));
   h = post(g, &st);
   print_stats("T(x) + c, * s, inverse", &st, h);
@@ -140,7 +128,7 @@ static void test_inverse_around_elementwise(void) {
    * layout of anything f could compute before T */
   g = graph_new();
   x = input(g, "x", shape_of(2, 1, 4));
-  t = binary(g, OP_EWADD, transpose(g, x, 2, (int64_t[]){1, 0}), weight(g, shape_of(2, 4, 3), 6));
+  t = binary(g, OP_EWADD, transpose(g, x, 2, (int64_t[]){1, 0}), small_int_weight(g, shape_of(2, 4, 3), 6));
   output(g, t);
   h = post(g, &st);
   CHECK_EQ_INT(st.moved, 0);
@@ -208,10 +196,10 @@ static bool layout_between(const Graph *g, int id, int stop) {
 static void test_fig1_between_convs(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 2, 4, 6, 6));
-  TensorRef c1 = conv(g, batch_to_width(g, x), weight(g, shape_of(4, 4, 4, 3, 3), 1), 1, 1, 1, 1);
+  TensorRef c1 = conv(g, batch_to_width(g, x), small_int_weight(g, shape_of(4, 4, 4, 3, 3), 1), 1, 1, 1, 1);
   TensorRef y = width_to_batch(g, c1);
   y = unary(g, OP_RELU, binary(g, OP_EWADD, y, spread_bias(g, shape_of(4, 2, 4, 6, 6), 3)));
-  TensorRef c2 = conv(g, batch_to_width(g, y), weight(g, shape_of(4, 4, 4, 1, 1), 2), 0, 1, 1, 1);
+  TensorRef c2 = conv(g, batch_to_width(g, y), small_int_weight(g, shape_of(4, 4, 4, 1, 1), 2), 0, 1, 1, 1);
   output(g, width_to_batch(g, c2));
   CHECK_EQ_INT(count_layout(g), 12);
   PetPostStats st;
@@ -431,7 +419,7 @@ static void conv_keys(int n, int c, int h, int w, char keys[2][COST_KEY_MAX]) {
     Params p;
     params_default(OP_CONV2D, &p);
     param_set_int(&p, param_index(OP_CONV2D, "act"), act ? ACT_RELU : ACT_NONE);
-    TensorRef k = weight(g, shape_of(4, c, c, 1, 1), 9);
+    TensorRef k = small_int_weight(g, shape_of(4, c, c, 1, 1), 9);
     int id = must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, k}, 2, 1, &p, NULL, &diag));
     cost_config_key(g, id, keys[act], COST_KEY_MAX);
     graph_free(g);
@@ -465,8 +453,8 @@ static void test_search_fig1(void) {
   enum { C = 4, HW = 6 };
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 2, C, HW, HW));
-  TensorRef c1 = conv(g, x, weight(g, shape_of(4, C, C, 1, 1), 1), 0, 1, 1, 1);
-  TensorRef c2 = conv(g, unary(g, OP_RELU, c1), weight(g, shape_of(4, C, C, 1, 1), 2), 0, 1, 1, 1);
+  TensorRef c1 = conv(g, x, small_int_weight(g, shape_of(4, C, C, 1, 1), 1), 0, 1, 1, 1);
+  TensorRef c2 = conv(g, unary(g, OP_RELU, c1), small_int_weight(g, shape_of(4, C, C, 1, 1), 2), 0, 1, 1, 1);
   output(g, c2);
   CostModel *cm = wide_model(C, HW);
   OptRules *rs = opt_rules_new();

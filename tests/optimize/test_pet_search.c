@@ -19,18 +19,6 @@
 #include "optimize/pet/pet.h"
 #include "tests/optimize/pet_graphs.h"
 
-/* A constant of small integers in [-3, 3], so that the graph runs in Z_p. */
-static TensorRef weight(Graph *g, Shape s, uint64_t seed) {
-  Tensor *t = tensor_new(DT_F32, &s);
-  float *p = t->data;
-  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < shape_numel(&s); i++) {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((int)(r >> 33) % 7 - 3);
-  }
-  return (TensorRef){must(graph_add_const(g, NULL, t, &diag)), 0};
-}
-
 static TensorRef unary(Graph *g, OpKind k, TensorRef x) {
   return (TensorRef){must(graph_add_node(g, k, &x, 1, 1, NULL, NULL, &diag)), 0};
 }
@@ -58,8 +46,8 @@ static Graph *two_convs(void) {
   Graph *g = graph_new();
   Shape xs = shape_of(4, 1, 8, 12, 12);
   TensorRef x = {must(graph_add_input(g, "x", &xs, DT_F32, &diag)), 0};
-  TensorRef a = conv(g, x, weight(g, shape_of(4, 4, 8, 1, 1), 1), 0, 1, 1, 1);
-  TensorRef b = conv(g, x, weight(g, shape_of(4, 6, 8, 3, 3), 2), 1, 1, 1, 1);
+  TensorRef a = conv(g, x, small_int_weight(g, shape_of(4, 4, 8, 1, 1), 1), 0, 1, 1, 1);
+  TensorRef b = conv(g, x, small_int_weight(g, shape_of(4, 6, 8, 3, 3), 2), 1, 1, 1, 1);
   must(graph_add_output(g, a, "a", &diag));
   must(graph_add_output(g, b, "b", &diag));
   return g;
@@ -153,16 +141,16 @@ static void test_split(void) {
   Graph *g = graph_new();
   Shape xs = shape_of(4, 1, 4, 6, 6);
   TensorRef x = {must(graph_add_input(g, "x", &xs, DT_F32, &diag)), 0};
-  TensorRef a = conv(g, x, weight(g, shape_of(4, 2, 4, 1, 1), 3), 0, 1, 1, 1);
-  TensorRef b = conv(g, x, weight(g, shape_of(4, 3, 4, 1, 1), 4), 0, 1, 1, 1);
-  TensorRef c = conv(g, x, weight(g, shape_of(4, 2, 4, 3, 3), 5), 1, 1, 1, 1);
+  TensorRef a = conv(g, x, small_int_weight(g, shape_of(4, 2, 4, 1, 1), 3), 0, 1, 1, 1);
+  TensorRef b = conv(g, x, small_int_weight(g, shape_of(4, 3, 4, 1, 1), 4), 0, 1, 1, 1);
+  TensorRef c = conv(g, x, small_int_weight(g, shape_of(4, 2, 4, 3, 3), 5), 1, 1, 1, 1);
   TensorRef r = unary(g, OP_RELU, b);
-  TensorRef e = conv(g, r, weight(g, shape_of(4, 2, 3, 3, 3), 6), 1, 1, 1, 1);
-  TensorRef f = conv(g, e, weight(g, shape_of(4, 2, 2, 1, 1), 7), 0, 1, 1, 1);
+  TensorRef e = conv(g, r, small_int_weight(g, shape_of(4, 2, 3, 3, 3), 6), 1, 1, 1, 1);
+  TensorRef f = conv(g, e, small_int_weight(g, shape_of(4, 2, 2, 1, 1), 7), 0, 1, 1, 1);
   Params p;
   params_default(OP_CONV2D, &p);
   param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
-  TensorRef w = weight(g, shape_of(4, 2, 4, 1, 1), 8);
+  TensorRef w = small_int_weight(g, shape_of(4, 2, 4, 1, 1), 8);
   TensorRef h = {must(graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, NULL, &diag)), 0};
   must(graph_add_output(g, a, "a", &diag));
   must(graph_add_output(g, c, "c", &diag));
