@@ -396,20 +396,12 @@ static bool costs_nothing(const Node *n) {
   return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
 }
 
-/* A view (op_view: a reshape, a split or slice cutting whole rows) is a
- * pointer into its input on the GPU: no kernel runs, so nothing to pay. */
-static bool is_view(const Graph *g, const Node *n) {
-  Shape in[8];
-  if (!op_def(n->kind)->view || n->n_in > 8) return false;
-  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
-  return op_view(n, in, NULL);
-}
-
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
   const Node *n = &g->nodes[id];
   out->us = 0;
   out->source = COST_ANALYTIC;
-  if (costs_nothing(n) || is_view(g, n)) return TEQ_OK;
+  /* A view is a pointer into its input on the GPU: no kernel to pay for. */
+  if (costs_nothing(n) || graph_node_is_view(g, id, NULL)) return TEQ_OK;
   char key[COST_KEY_MAX];
   if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key)
     return diag_error(d, "cost: configuration of node %d too long for a key", id);

@@ -638,6 +638,14 @@ static bool same_node(const Graph *g, int a, int b) {
   return same;
 }
 
+bool graph_node_is_view(const Graph *g, int id, int64_t *first) {
+  const Node *n = &g->nodes[id];
+  Shape in[8];
+  if (!op_def(n->kind)->view || n->n_in > 8) return false;
+  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
+  return op_view(n, in, first);
+}
+
 int graph_merge_duplicates(Graph *g) {
   int n = g->n_nodes;
   size_t cap = 16;

@@ -127,6 +127,10 @@ TEQ_API int graph_canonicalize(Graph *g);
  * leave such twins behind (two rules each building concat(x, h)), and a
  * rule that needs one shared input matches only once they are one. */
 TEQ_API int graph_merge_duplicates(Graph *g);
+/* op_view (ops.h) for node id at the shapes its inputs have in g: whether
+ * every output is a run of input 0, first (NULL or n_out entries) where
+ * each starts. What the cost model and the GPU planner both ask. */
+TEQ_API bool graph_node_is_view(const Graph *g, int id, int64_t *first);
 /* Counts nodes that compute (not inputs, constants or no-ops). */
 TEQ_API int graph_count_ops(const Graph *g);
 

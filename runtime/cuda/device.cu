@@ -312,16 +312,6 @@ static int fill_random_inputs(CudaPlan *p, Diag *d) {
   return TEQ_OK;
 }
 
-/* Whether n is a view (op_view) at the plan's shapes; first receives where
- * each output starts in input 0, in elements. */
-static bool plan_view(const CudaPlan *p, const Node *n, std::vector<int64_t> &first) {
-  Shape in[8];
-  if (n->n_in > 8) return false;
-  for (int j = 0; j < n->n_in; j++) in[j] = p->values[p->offset[n->in[j].node] + n->in[j].out].shape;
-  first.assign(n->n_out, 0);
-  return op_view(n, in, first.data());
-}
-
 static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   Graph *g = p->g = graph_copy(g0);
   if (!g) return diag_error(d, "out of memory copying the graph");
@@ -367,6 +357,7 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
       p->values[slot].shape = n->out[j];
       p->values[slot].dtype = n->dtype == DT_I64 ? DT_I64 : DT_F32;
     }
+    first.assign(n->n_out, 0);
     if (n->kind == OP_INPUT) {
       p->input_slot.push_back(p->offset[id]);
     } else if (n->kind == OP_CONST) {
@@ -381,7 +372,7 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
         return diag_error(d, "node %s failed", label);
       }
       host_consts[p->offset[id]] = t;
-    } else if (plan_view(p, n, first)) {
+    } else if (graph_node_is_view(g, id, first.data())) {
       int src = p->offset[n->in[0].node] + n->in[0].out;
       size_t base = 0, elem = n->dtype == DT_I64 ? 8 : 4;
       if (alias_of[src] >= 0) base = alias_at[src], src = alias_of[src];

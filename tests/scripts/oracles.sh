@@ -2,6 +2,14 @@
 # 77, meson's code for a skipped test) when an independent oracle is missing
 # on this machine, with the command that installs it.
 
+# ok MSG, fail MSG: one check passed or failed, counted in checks and
+# failures for the caller's summary (ort_same_outputs reports through them;
+# a script with its own wording defines its own after sourcing this).
+checks=0
+failures=0
+ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
+fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
+
 # require_python PY MODULE...: PY can import every MODULE.
 require_python() {
   local py=$1; shift
@@ -28,8 +36,8 @@ require_ort() {
 # ort_same_outputs NAME ORIG OPT DIR: seeded inputs for ORIG's graph inputs
 # (uniform [-1, 1) floats from seed 1, zeros for int64) written into DIR,
 # both models run in ONNX Runtime on them, every output of OPT held to
-# ORIG's by tools/compare.py (rel <= 1e-4). Reports through the caller's
-# ok and fail; returns 1 when ONNX Runtime could not run a model. Needs
+# ORIG's by tools/compare.py (rel <= 1e-4). Reports through ok
+# and fail (above); returns 1 when ONNX Runtime could not run a model. Needs
 # ROOT, PY and ORT_DIR.
 ort_same_outputs() {
   local name=$1 orig=$2 opt=$3 w=$4 iname file ref out line

@@ -27,10 +27,6 @@ require_python "$PY" numpy onnx
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-optimize.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-failures=0
-checks=0
-ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
-fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
 
 # expect_status WANT PATTERN CMD...: CMD exits WANT and its stderr matches PATTERN.
 expect_status() {

@@ -29,10 +29,6 @@ require_python "$PY" numpy onnx
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-pet.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-failures=0
-checks=0
-ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
-fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
 
 # --- rules, as tests/scripts/test_optimize.sh makes them.
 db=$WORK/rules.sqlite
