@@ -16,11 +16,16 @@
  * (whatever its shape) becomes the
  * convolution's bias, and a relu, sigmoid or tanh of a convolution's only
  * use becomes its fused activation. Both directions only regroup the same
- * arithmetic (the bias is added to each finished sum either way). */
+ * arithmetic (the bias is added to each finished sum either way).
+ *
+ * The search prices every candidate as this folding would leave it
+ * without running it (delta.c derives the folding of a rewrite from the
+ * graph it rewrites); a change here must be made there too, and
+ * tests/optimize/test_optimize.c compares the two. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "optimize/optimize.h"
+#include "optimize/opt_int.h"
 
 static const OpKind act_kind[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
                                   [ACT_TANH] = OP_TANH};
@@ -91,25 +96,23 @@ static int32_t *only_users(const Graph *g) {
   return user;
 }
 
-/* Whether t, added to a [N, C, H, W] result of shape out, is one value per
- * channel: either [C, 1, 1]-like or spread over out's whole shape with
- * every (n, h, w) equal. *vals receives the C values. */
-static bool per_channel(const Tensor *t, const Shape *out, float *vals) {
+bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
   if (t->dtype != DT_F32 || out->ndim != 4) return false;
   const Shape *s = &t->shape;
   int64_t C = out->d[1], plane = out->d[2] * out->d[3];
   const float *x = t->data;
   if (shape_equal(s, out)) {
-    for (int64_t c = 0; c < C; c++) vals[c] = x[c * plane];
     for (int64_t nc = 0; nc < out->d[0] * C; nc++)
       for (int64_t k = 0; k < plane; k++)
-        if (x[nc * plane + k] != vals[nc % C]) return false;
+        if (x[nc * plane + k] != x[(nc % C) * plane]) return false;
+    if (vals)
+      for (int64_t c = 0; c < C; c++) vals[c] = x[c * plane];
     return true;
   }
   if (tensor_numel(t) != C || s->ndim < 3 || s->ndim > 4) return false;
   for (int k = 0; k < s->ndim; k++)
     if (s->d[k] != (s->ndim - k == 3 ? C : 1)) return false;
-  memcpy(vals, x, (size_t)C * sizeof *vals);
+  if (vals) memcpy(vals, x, (size_t)C * sizeof *vals);
   return true;
 }
 
@@ -141,7 +144,7 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
           free(user);
           return TEQ_ERR_NOMEM;
         }
-        if (!per_channel(bn->value, &c->out[0], t->data)) {
+        if (!opt_bias_per_channel(bn->value, &c->out[0], t->data)) {
           tensor_unref(t);
           continue;
         }

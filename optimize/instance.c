@@ -9,7 +9,9 @@
  * ranges over the extents the match binds, every node's shape must infer,
  * and the target's outputs must have exactly the shapes of the source's.
  * The solution must be unique; two different ones mean the rule does not
- * say which applies, and it is not used there. */
+ * say which applies, and it is not used there. The search keeps each
+ * instance it builds (opt_inst_get), since it meets the same rule at the
+ * same shapes in nearly every candidate. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,5 +293,184 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
     return rc;
   }
   *out = r;
+  return TEQ_OK;
+}
+
+/* ---- instances, once per rule and shapes ---- */
+
+/* The search meets the same rule at the same shapes over and over (every
+ * candidate repeats most of its parent's matches), and solving the
+ * target's free parameters is a search of its own. So each instance is
+ * kept under an exact key: what opt_instantiate reads from the match, and
+ * the matched parameters, which the Z_p verdict kept beside it depends on. */
+
+typedef struct MemoSlot {
+  uint64_t hash;
+  size_t len;
+  unsigned char *key; /* NULL: empty slot */
+  OptInstEntry e;
+} MemoSlot;
+
+struct OptInstMemo {
+  MemoSlot *slot;
+  size_t cap, n;
+  unsigned char *buf; /* room for the longest key */
+};
+
+/* The rule, a shape per variable and per output, the parameters per node. */
+enum {
+  MEMO_KEY_MAX = 8 + 3 * OPT_MAX_SIDE * (8 + 8 * TEQ_MAX_DIMS) + OPT_MAX_SIDE * sizeof(Params)
+};
+
+OptInstMemo *opt_inst_memo_new(void) {
+  OptInstMemo *memo = calloc(1, sizeof *memo);
+  if (memo && !(memo->buf = malloc(MEMO_KEY_MAX))) {
+    free(memo);
+    return NULL;
+  }
+  return memo;
+}
+
+void opt_inst_free(OptInst *in) {
+  if (!in) return;
+  graph_free(in->g);
+  free(in->order), free(in->slot), free(in->input_read);
+  free(in->hs), free(in->plain), free(in->fused);
+  free(in);
+}
+
+void opt_inst_memo_free(OptInstMemo *memo) {
+  if (!memo) return;
+  for (size_t i = 0; i < memo->cap; i++)
+    if (memo->slot[i].key) {
+      free(memo->slot[i].key);
+      opt_inst_free(memo->slot[i].e.inst);
+    }
+  free(memo->slot);
+  free(memo->buf);
+  free(memo);
+}
+
+/* Appends a shape field by field: a Shape's padding bytes are not set. */
+static size_t put_shape(unsigned char *k, size_t at, const Shape *s, int32_t tag) {
+  memcpy(k + at, &tag, 4);
+  memcpy(k + at + 4, &s->ndim, 4);
+  at += 8;
+  size_t dims = (size_t)(s->ndim > 0 ? s->ndim : 0) * sizeof s->d[0];
+  memcpy(k + at, s->d, dims);
+  return at + dims;
+}
+
+static size_t memo_key(const OptRules *rs, int i, const Graph *g, const OptMatch *m,
+                       unsigned char *k) {
+  const Graph *P = rs->r[i].src;
+  int32_t rule = i;
+  memcpy(k, &rule, 4);
+  size_t at = 4;
+  for (int v = 0; v < P->n_inputs; v++) {
+    TensorRef b = m->bind[P->inputs[v]];
+    Shape none = {.ndim = -2};
+    at = put_shape(k, at, b.node >= 0 ? graph_shape(g, b) : &none,
+                   b.node >= 0 ? (int32_t)g->nodes[b.node].dtype : -1);
+  }
+  for (int o = 0; o < P->n_outputs; o++) {
+    TensorRef r = P->outputs[o];
+    at = put_shape(k, at, graph_shape(g, (TensorRef){m->node[r.node], r.out}), 0);
+  }
+  for (int p = 0; p < P->n_nodes; p++)
+    if (m->node[p] >= 0) {
+      memcpy(k + at, &g->nodes[m->node[p]].params, sizeof(Params));
+      at += sizeof(Params);
+    }
+  return at;
+}
+
+static int memo_grow(OptInstMemo *memo) {
+  size_t cap = memo->cap ? 2 * memo->cap : 256;
+  MemoSlot *s = calloc(cap, sizeof *s);
+  if (!s) return TEQ_ERR_NOMEM;
+  for (size_t i = 0; i < memo->cap; i++) {
+    if (!memo->slot[i].key) continue;
+    size_t j = memo->slot[i].hash & (cap - 1);
+    while (s[j].key) j = (j + 1) & (cap - 1);
+    s[j] = memo->slot[i];
+  }
+  free(memo->slot);
+  memo->slot = s, memo->cap = cap;
+  return TEQ_OK;
+}
+
+/* inst wrapped with the order opt_splice adds its nodes in. */
+static int inst_wrap(Graph *g, OptInst **out) {
+  OptInst *in = calloc(1, sizeof *in);
+  int n = g->n_nodes;
+  if (in) {
+    in->g = g;
+    in->order = malloc(((size_t)n + 1) * sizeof *in->order);
+    in->slot = malloc(((size_t)n + 1) * sizeof *in->slot);
+    in->input_read = calloc((size_t)g->n_inputs + 1, sizeof *in->input_read);
+  }
+  if (!in || !in->order || !in->slot || !in->input_read) {
+    if (in) opt_inst_free(in);
+    else graph_free(g);
+    return TEQ_ERR_NOMEM;
+  }
+  int32_t *topo = malloc(((size_t)n + 1) * sizeof *topo);
+  if (!topo || graph_topo_order(g, topo) != TEQ_OK) {
+    free(topo);
+    opt_inst_free(in);
+    return topo ? TEQ_ERR_INTERNAL : TEQ_ERR_NOMEM;
+  }
+  for (int k = 0; k < g->n_inputs; k++) in->slot[g->inputs[k]] = -1 - k;
+  for (int k = 0; k < n; k++) {
+    const Node *nd = &g->nodes[topo[k]];
+    if (nd->kind == OP_INPUT) continue;
+    in->built_only |= nd->kind == OP_OPAQUE;
+    in->slot[topo[k]] = in->n_new;
+    in->order[in->n_new++] = topo[k];
+    for (int j = 0; j < nd->n_in; j++) {
+      int src = nd->in[j].node;
+      if (g->nodes[src].kind == OP_INPUT) in->input_read[-1 - in->slot[src]] = true;
+    }
+  }
+  for (int o = 0; o < g->n_outputs; o++)
+    if (g->nodes[g->outputs[o].node].kind == OP_INPUT)
+      in->input_read[-1 - in->slot[g->outputs[o].node]] = true;
+  free(topo);
+  *out = in;
+  return TEQ_OK;
+}
+
+int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
+                 const OptMatch *m, OptInstEntry **out) {
+  size_t len = memo_key(rs, i, g, m, memo->buf);
+  uint64_t h = hash_bytes(0x1a57, memo->buf, len);
+  size_t j = memo->cap ? h & (memo->cap - 1) : 0;
+  for (; memo->cap && memo->slot[j].key; j = (j + 1) & (memo->cap - 1)) {
+    const MemoSlot *s = &memo->slot[j];
+    if (s->hash == h && s->len == len && !memcmp(s->key, memo->buf, len)) {
+      *out = &memo->slot[j].e;
+      return TEQ_OK;
+    }
+  }
+  if (2 * (memo->n + 1) > memo->cap) {
+    if (memo_grow(memo)) return TEQ_ERR_NOMEM;
+    for (j = h & (memo->cap - 1); memo->slot[j].key; j = (j + 1) & (memo->cap - 1)) {}
+  }
+  OptInstEntry e = {0};
+  Graph *inst = NULL;
+  int rc = opt_instantiate(&rs->r[i], g, m, &inst);
+  if (rc == TEQ_OK) rc = inst_wrap(inst, &e.inst);
+  else if (rc == TEQ_ERR_INPUT || rc == TEQ_ERR_UNSUPPORTED) rc = TEQ_OK;
+  unsigned char *key = rc ? NULL : malloc(len ? len : 1);
+  if (!rc && !key) rc = TEQ_ERR_NOMEM;
+  if (rc) {
+    opt_inst_free(e.inst);
+    return rc;
+  }
+  memcpy(key, memo->buf, len);
+  memo->slot[j] = (MemoSlot){.hash = h, .len = len, .key = key, .e = e};
+  memo->n++;
+  *out = &memo->slot[j].e;
   return TEQ_OK;
 }

@@ -308,9 +308,10 @@ static void report_text(const Report *r, FILE *f) {
   print_sources(f, r->src_before);
   fprintf(f, "; after: ");
   print_sources(f, r->src_after);
-  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld built, %lld duplicates, "
-          "%lld queued, %.2f s%s\n", "search", st->windows, (long long)st->explored,
-          (long long)st->generated, (long long)st->duplicates, (long long)st->kept, st->search_s,
+  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld rewrites, %lld duplicates, "
+          "%lld queued, %lld built, %.2f s%s\n", "search", st->windows, (long long)st->explored,
+          (long long)st->generated, (long long)st->duplicates, (long long)st->kept,
+          (long long)st->materialized, st->search_s,
           st->stopped_by_time ? " (stopped by the time limit)" : "");
   fprintf(f, "  %-26s cycle %lld, shapes %lld, Z_p %lld\n", "rewrites rejected",
           (long long)st->rejected_cycle, (long long)st->rejected_shape,
@@ -383,10 +384,11 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     fprintf(f, "},\n");
   }
   fprintf(f, "  \"search\": {\"windows\": %d, \"expanded\": %lld, \"built\": %lld, "
-          "\"duplicates\": %lld, \"queued\": %lld, \"seconds\": %.4f, \"stopped_by_time\": %s},\n",
+          "\"duplicates\": %lld, \"queued\": %lld, \"materialized\": %lld, \"seconds\": %.4f, "
+          "\"stopped_by_time\": %s},\n",
           st->windows, (long long)st->explored, (long long)st->generated,
-          (long long)st->duplicates, (long long)st->kept, st->search_s,
-          st->stopped_by_time ? "true" : "false");
+          (long long)st->duplicates, (long long)st->kept, (long long)st->materialized,
+          st->search_s, st->stopped_by_time ? "true" : "false");
   fprintf(f, "  \"rejected\": {\"cycle\": %lld, \"shape\": %lld, \"zp\": %lld},\n",
           (long long)st->rejected_cycle, (long long)st->rejected_shape, (long long)st->rejected_zp);
   fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",

@@ -100,14 +100,14 @@ bool opt_broadcast_like(const Graph *side, int p, const Graph *g, int id) {
   return true;
 }
 
-static bool params_match(const Graph *P, int p, const Graph *G, int g) {
-  const Node *a = &P->nodes[p], *b = &G->nodes[g];
+static bool params_match(const OptRule *rule, int p, const Graph *G, int g) {
+  const Node *a = &rule->src->nodes[p], *b = &G->nodes[g];
   const OpDef *def = op_def(a->kind);
   for (int i = 0; i < def->n_params; i++) {
-    if (opt_param_is_free(P, p, i)) continue;
+    if (rule->free_params[p] >> i & 1) continue;
     if (memcmp(&a->params.v[i], &b->params.v[i], sizeof a->params.v[i])) return false;
   }
-  if (opt_is_depthwise(P, p)) {
+  if (rule->depthwise[p]) {
     const Shape *w = graph_shape(G, b->in[1]);
     if (w->ndim < 2 || w->d[1] != 1) return false;
   }
@@ -138,7 +138,7 @@ static void pair_and_go(Search *S, const State *s0, int p, int g) {
   if (pn->kind != gn->kind || pn->n_in != gn->n_in || pn->n_out != gn->n_out) return;
   for (int q = 0; q < S->P->n_nodes; q++)
     if (s0->m.node[q] == g) return; /* one graph node per source node */
-  if (!params_match(S->P, p, S->G, g)) return;
+  if (!params_match(S->rule, p, S->G, g)) return;
   if (!opt_broadcast_like(S->P, p, S->G, g)) return;
   int orders = (op_def(pn->kind)->flags & OPF_COMMUTATIVE) && pn->n_in == 2 ? 2 : 1;
   for (int ord = 0; ord < orders && !S->stop; ord++) {
@@ -225,14 +225,56 @@ static void solve(Search *S, State *s) {
   if (!S->fn(&s->m, S->ctx) || S->found >= S->max) S->stop = true;
 }
 
+/* An operand in brief: its producer's kind and output, or any. */
+static uint64_t operand_sig(const Graph *g, TensorRef r, bool var_is_any) {
+  const Node *p = &g->nodes[r.node];
+  if ((var_is_any && p->kind == OP_INPUT) || r.out >= 16) return 0xffff;
+  return (uint64_t)p->kind << 4 | (uint64_t)r.out;
+}
+
+static OptRootSig sig_of(const Graph *g, int id, bool is_rule) {
+  const Node *n = &g->nodes[id];
+  uint64_t s = (uint64_t)(n->n_in & 0xff) | (uint64_t)(n->n_out & 0xff) << 16;
+  if (is_rule && (op_def(n->kind)->flags & OPF_COMMUTATIVE) && n->n_in == 2) s |= 1u << 8;
+  s |= (n->n_in > 0 ? operand_sig(g, n->in[0], is_rule) : 0xffff) << 32;
+  s |= (n->n_in > 1 ? operand_sig(g, n->in[1], is_rule) : 0xffff) << 48;
+  return s;
+}
+
+OptRootSig opt_root_sig(const Graph *src) { return sig_of(src, src->outputs[0].node, true); }
+OptRootSig opt_node_sig(const Graph *g, int id) { return sig_of(g, id, false); }
+
+/* Whether source node p could pair with graph node g as far as their
+ * arity and their operands' kinds tell: a necessary condition of
+ * pair_and_go, checked before any state is set up. The search tries every
+ * rule with the right root kind at every node, and nearly all fail here. */
+static bool may_pair(const Graph *P, int p, const Graph *G, int g) {
+  const Node *pn = &P->nodes[p], *gn = &G->nodes[g];
+  if (pn->kind != gn->kind || pn->n_in != gn->n_in || pn->n_out != gn->n_out) return false;
+  int orders = (op_def(pn->kind)->flags & OPF_COMMUTATIVE) && pn->n_in == 2 ? 2 : 1;
+  for (int ord = 0; ord < orders; ord++) {
+    bool ok = true;
+    for (int j = 0; j < pn->n_in && ok; j++) {
+      TensorRef pr = pn->in[ord ? 1 - j : j], gr = gn->in[j];
+      const Node *pc = &P->nodes[pr.node];
+      ok = pc->kind == OP_INPUT || (pc->kind == G->nodes[gr.node].kind && pr.out == gr.out);
+    }
+    if (ok) return true;
+  }
+  return false;
+}
+
 int opt_match_at(const OptRule *rule, const Graph *g, const OptUses *u, int root, int max,
                  bool (*fn)(const OptMatch *m, void *ctx), void *ctx) {
+  const TensorRef out0 = rule->src->outputs[0];
+  if (g->nodes[root].n_out <= out0.out || !may_pair(rule->src, out0.node, g, root) ||
+      !params_match(rule, out0.node, g, root) ||
+      !opt_broadcast_like(rule->src, out0.node, g, root))
+    return 0;
   Search S = {.rule = rule, .P = rule->src, .G = g, .u = u, .max = max, .fn = fn, .ctx = ctx};
   State s;
   memset(&s, 0, sizeof s);
   for (int i = 0; i < OPT_MAX_SIDE; i++) s.m.node[i] = -1, s.m.bind[i] = (TensorRef){-1, 0};
-  const TensorRef out0 = rule->src->outputs[0];
-  if (g->nodes[root].n_out <= out0.out) return 0;
   pair_and_go(&S, &s, out0.node, root);
   return S.found;
 }

@@ -2,8 +2,11 @@
  *
  * rules.c holds the directed rules and their index by root operator;
  * match.c finds where a rule's source matches a graph; instance.c builds
- * a rule's target at the matched shapes and splices it in; search.c runs
- * the cost-based search; weights.c computes weight-only nodes. */
+ * a rule's target at the matched shapes (once per rule and shapes) and
+ * splices it in; delta.c derives a rewrite's structural hash and exported
+ * cost from the graph it rewrites, without building it; search.c runs the
+ * cost-based search; weights.c computes weight-only nodes; bias.c splits
+ * and refolds convolution biases. */
 #ifndef TEQ_OPTIMIZE_OPT_INT_H
 #define TEQ_OPTIMIZE_OPT_INT_H
 
@@ -17,13 +20,25 @@ typedef struct OptRule {
   int64_t id;        /* row in the database; 0 for rules added by hand */
   char *text;        /* "src => dst" */
   OpKind root;       /* kind of the node that makes src's output 0 */
+  /* Per src node, derived once (matching asks for every pair it tries):
+   * which parameters are free (bit i: opt_param_is_free), and whether it is
+   * a depthwise convolution (opt_is_depthwise). */
+  uint32_t free_params[OPT_MAX_SIDE];
+  bool depthwise[OPT_MAX_SIDE];
 } OptRule;
+
+/* A node in brief, as matching first sees it: its arity and, for its
+ * first two operands, the producer's kind and output index. A rule's root
+ * in brief has "any" for an operand that is a variable; a rule whose root
+ * does not fit a node (opt_root_fits) cannot match there. */
+typedef uint64_t OptRootSig;
 
 struct OptRules {
   OptRule *r;
   int n, cap;
-  int *by_root[OP__COUNT]; /* rule indices by root kind */
-  int n_by_root[OP__COUNT];
+  int *by_root[OP__COUNT];           /* rule indices by root kind */
+  OptRootSig *sig_by_root[OP__COUNT]; /* ... and their roots in brief */
+  int n_by_root[OP__COUNT], cap_by_root[OP__COUNT];
 };
 
 /* ---- match.c ---- */
@@ -45,6 +60,17 @@ typedef struct OptUses {
 
 int opt_uses_build(const Graph *g, OptUses *u);
 void opt_uses_fini(OptUses *u);
+
+OptRootSig opt_root_sig(const Graph *src);
+OptRootSig opt_node_sig(const Graph *g, int id);
+/* Whether a rule whose root is r may match at a node n (a necessary
+ * condition only; it rejects nearly every rule the search tries). */
+static inline bool opt_root_fits(OptRootSig r, OptRootSig n) {
+  if ((r ^ n) & 0x00ff00ffu) return false; /* arity */
+  uint64_t r0 = r >> 32 & 0xffff, r1 = r >> 48, n0 = n >> 32 & 0xffff, n1 = n >> 48;
+  if ((r0 == 0xffff || r0 == n0) && (r1 == 0xffff || r1 == n1)) return true;
+  return (r >> 8 & 1) && (r0 == 0xffff || r0 == n1) && (r1 == 0xffff || r1 == n0);
+}
 
 /* Calls fn on each match of rule->src rooted at graph node root, up to max
  * (fn returns false to stop early). Returns the number of matches found. */
@@ -78,6 +104,90 @@ int opt_extract_match(const OptRule *rule, const Graph *g, const OptMatch *m, Gr
  * message) if the result would have a cycle. */
 int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const TensorRef *replace,
                Graph **out, Diag *d);
+
+/* A rule's target at one match's shapes, as instance.c built it, with what
+ * delta.c derives from it once (opt_inst_prepare). Inputs are the rule's
+ * variables; the nodes opt_splice adds are the others, in its order. */
+typedef struct OptInst {
+  Graph *g;
+  int n_new;          /* nodes opt_splice adds: every non-input node */
+  int32_t *order;     /* inst node of each, in the order opt_splice adds them */
+  int32_t *slot;      /* per inst node: its index in order, or -1 - k for input k */
+  bool *input_read;   /* per input k: read by a node or an output (an edge after splicing) */
+  uint64_t *hs;       /* per new node: its structural hash before its inputs (delta.c) */
+  double *plain;      /* per new node: its cost alone, 0 when free; NAN until asked */
+  double *fused;      /* per new node and fusion (OPT_FUSE__COUNT): NAN until asked */
+  bool built_only;    /* holds something delta.c does not derive (an opaque node) */
+} OptInst;
+
+/* Instances by everything opt_instantiate reads from a match (the rule,
+ * each variable's shape and element type, the shapes replaced) and the
+ * matched parameters the Z_p check reads: built once, kept for the whole
+ * search. verdict is the search's, 0 until it decides. */
+typedef struct OptInstMemo OptInstMemo;
+typedef struct OptInstEntry {
+  OptInst *inst;      /* NULL: the target does not fit these shapes */
+  int verdict;
+} OptInstEntry;
+
+OptInstMemo *opt_inst_memo_new(void);
+void opt_inst_memo_free(OptInstMemo *memo);
+/* The entry for rule (index i of rs) at match m of g, instantiated on first
+ * sight. TEQ_ERR_NOMEM, or TEQ_OK with *out set; *out stays valid until
+ * the next call (the inst it points to, until the memo is freed). */
+int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
+                 const OptMatch *m, OptInstEntry **out);
+void opt_inst_free(OptInst *in);
+
+/* ---- delta.c ---- */
+
+/* How a convolution with no activation is refolded with its only
+ * consumer when a graph is exported (opt_fuse_bias): not at all, with a
+ * per-channel bias (an ewadd of a constant), with an activation, or with
+ * both (the bias first, then the activation of the fused result). */
+enum { OPT_FUSE_NONE, OPT_FUSE_BIAS = 4, OPT_FUSE__COUNT = 8 };
+/* OPT_FUSE_NONE + act, or OPT_FUSE_BIAS + act, act one of ACT_*. */
+
+/* Costs of operator configurations by their key's content (cost.h: the
+ * key holds everything a cost depends on), asked of the CostModel once
+ * each, and which constants are per-channel biases; for one search. */
+typedef struct OptPricer OptPricer;
+int opt_pricer_new(CostModel *cm, OptPricer **out);
+void opt_pricer_free(OptPricer *p);
+
+/* A graph about to be expanded, analysed once: node hashes, weights,
+ * uses and costs, the ground every rewrite of it is derived from. */
+typedef struct OptBase OptBase;
+/* u: g's consumers (opt_uses_build), borrowed for the base's life. */
+int opt_base_new(OptPricer *p, const Graph *g, const OptUses *u, OptBase **out, Diag *d);
+void opt_base_free(OptBase *b);
+/* Per node: computed from weights alone (opt_weight_only). */
+const bool *opt_base_weights(const OptBase *b);
+
+typedef enum OptDelta {
+  OPT_DELTA_OK,    /* derived */
+  OPT_DELTA_CYCLE, /* opt_splice would refuse it: the rewrite reads its own result */
+  OPT_DELTA_BUILD, /* not derived (a case delta.c leaves to the built graph): build it */
+} OptDelta;
+
+/* Sets up the rewrite opt_splice(g, in->g, bind, replace) would build and
+ * derives its structural hash: what graph_hash would return for it. */
+OptDelta opt_delta_hash(OptBase *b, OptInst *in, const TensorRef *bind, const TensorRef *replace,
+                        uint64_t *hash);
+/* The cost of the rewrite opt_delta_hash last set up as it will be
+ * exported (refolded by opt_fuse_bias, then opt_graph_cost), summed in the
+ * order opt_graph_cost would sum it, so it is the same double. OPT_DELTA_OK
+ * with *us, OPT_DELTA_BUILD, or a negative error code. */
+int opt_delta_cost(OptBase *b, double *us, Diag *d);
+/* Derives in->hs once, and makes room for plain and fused (asked later). */
+int opt_inst_prepare(OptInst *in);
+
+/* ---- bias.c ---- */
+
+/* Whether t, added to a convolution's [N, C, H, W] result of shape out, is
+ * one value per channel (so opt_fuse_bias folds it into the convolution);
+ * vals (C floats, may be NULL) receives them. */
+bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals);
 
 /* ---- weights.c ---- */
 

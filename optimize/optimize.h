@@ -92,9 +92,10 @@ typedef struct OptPetApplied {
 
 typedef struct OptStats {
   int64_t explored;        /* graphs taken off the queue and expanded */
-  int64_t generated;       /* rewritten graphs built */
+  int64_t generated;       /* rewritten graphs (most are hashed and priced without being built) */
   int64_t duplicates;      /* ... already seen (structural hash) */
   int64_t kept;            /* ... within alpha of the best, queued */
+  int64_t materialized;    /* ... built as graphs: queued, a new best, or not derived */
   int64_t rejected_cycle;  /* rewrites that would create a cycle (TASO Fig. 6) */
   int64_t rejected_shape;  /* targets that do not fit the matched shapes */
   int64_t rejected_zp;     /* instances that differ in Z_p: the rule does not hold there */
@@ -130,6 +131,20 @@ TEQ_API void opt_stats_fini(OptStats *st);
 TEQ_API int opt_apply_rule(const OptRules *rs, int i, const Graph *g, const OptOptions *o,
                            bool (*fn)(Graph *rewritten, void *ctx), void *ctx, OptStats *st,
                            Diag *d);
+
+/* Every place rule i matches in g as the search prices it: fn receives
+ * each rewritten graph (kept by returning true), the cost and structural
+ * hash the search derived for it from g without building it, and whether
+ * they were derived (else they come from the built graph: the cases the
+ * search builds). The cost is what opt_fuse_bias then opt_graph_cost give
+ * on a copy of the graph, to the last bit; the hash is graph_hash's. Fails
+ * with TEQ_ERR_INTERNAL where the search and opt_splice disagree on a
+ * cycle. For tests and tools. */
+typedef bool (*OptPricedFn)(Graph *rewritten, double cost_us, uint64_t hash, bool derived,
+                            void *ctx);
+TEQ_API int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *cm,
+                                  const OptOptions *o, OptPricedFn fn, void *ctx, OptStats *st,
+                                  Diag *d);
 
 /* Searches for the cheapest equivalent of g. *out receives the best graph
  * found (a copy of g if nothing was better). st is filled (its applied

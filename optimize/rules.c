@@ -5,7 +5,8 @@
  * variable its target reads, and each of its outputs must be computed by
  * an operator (a variable alone is nothing to replace). Directed rules are
  * indexed by the operator kind that computes the source's first output,
- * the node where matching starts. */
+ * the node where matching starts, with that node in brief (its arity and
+ * its operands' kinds), which turns most rules away before matching. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ void opt_rules_free(OptRules *rs) {
     graph_free(rs->r[i].dst);
     free(rs->r[i].text);
   }
-  for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]);
+  for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]), free(rs->sig_by_root[k]);
   free(rs->r);
   free(rs);
 }
@@ -75,12 +76,27 @@ int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *
     rs->r = r, rs->cap = cap;
   }
   OpKind root = src->nodes[src->outputs[0].node].kind;
-  int *idx = realloc(rs->by_root[root], (size_t)(rs->n_by_root[root] + 1) * sizeof *idx);
-  if (!idx) goto nomem;
-  rs->by_root[root] = idx;
-  idx[rs->n_by_root[root]++] = rs->n;
-  rs->r[rs->n++] = (OptRule){.src = src, .dst = dst, .id = id,
-                             .text = text ? strdup(text) : NULL, .root = root};
+  if (rs->n_by_root[root] == rs->cap_by_root[root]) {
+    int cap = rs->cap_by_root[root] ? 2 * rs->cap_by_root[root] : 16;
+    int *idx = realloc(rs->by_root[root], (size_t)cap * sizeof *idx);
+    if (!idx) goto nomem;
+    rs->by_root[root] = idx;
+    OptRootSig *sig = realloc(rs->sig_by_root[root], (size_t)cap * sizeof *sig);
+    if (!sig) goto nomem;
+    rs->sig_by_root[root] = sig;
+    rs->cap_by_root[root] = cap;
+  }
+  rs->sig_by_root[root][rs->n_by_root[root]] = opt_root_sig(src);
+  rs->by_root[root][rs->n_by_root[root]++] = rs->n;
+  OptRule *r = &rs->r[rs->n++];
+  *r = (OptRule){.src = src, .dst = dst, .id = id, .text = text ? strdup(text) : NULL,
+                 .root = root};
+  for (int p = 0; p < src->n_nodes; p++) {
+    const OpDef *def = op_def(src->nodes[p].kind);
+    for (int i = 0; i < def->n_params; i++)
+      if (opt_param_is_free(src, p, i)) r->free_params[p] |= 1u << i;
+    r->depthwise[p] = opt_is_depthwise(src, p);
+  }
   return TEQ_OK;
 nomem:
   graph_free(src);

@@ -8,6 +8,15 @@
  * one. It stops when the queue is empty, the budget of expanded graphs is
  * spent or time runs out.
  *
+ * Most rewrites are never built. The graph being expanded is analysed
+ * once, and each rewrite's structural hash and exported cost are derived
+ * from it (delta.c); only the rewrites the search keeps, queued or a new
+ * best, are spliced into graphs of their own. Derived or built, a rewrite
+ * gets the same hash and the same cost to the last bit, so the search
+ * takes the same path. Rules are first screened by their root in brief
+ * (opt_root_fits), and each rule instance is solved and checked in Z_p
+ * once per rule and shapes for the whole search (opt_inst_get).
+ *
  * A graph larger than one window is searched a window at a time: a run of
  * consecutive operators (in topological order) is cut out as a graph of its
  * own, its inputs the tensors it reads from outside, its outputs the
@@ -137,8 +146,26 @@ static void pet_cache_fini(PetCache *pc) {
   memset(pc, 0, sizeof *pc);
 }
 
-typedef struct Cand {
+/* A graph being expanded, shared by the queued rewrites of it not built
+ * yet: of the candidates queued, only one in ten or so is ever expanded. */
+typedef struct Shared {
   Graph *g;
+  int refs;
+} Shared;
+
+static void shared_drop(Shared *s) {
+  if (s && --s->refs == 0) {
+    graph_free(s->g);
+    free(s);
+  }
+}
+
+typedef struct Cand {
+  Graph *g;          /* built; or NULL until it is taken, and then built from: */
+  Shared *from;      /* the graph it rewrites, */
+  const OptInst *in; /* spliced in, */
+  TensorRef *io;     /* its inputs reading io[0 .. inputs), replacing io[inputs ..), */
+  uint64_t hash;     /* giving a graph of this hash */
   double cost;
   int32_t *hist; /* steps so far, in order: a directed rule, or -1 - k for PET mutant k */
   int n_hist;
@@ -146,6 +173,8 @@ typedef struct Cand {
 
 static void cand_free(Cand *c) {
   graph_free(c->g);
+  shared_drop(c->from);
+  free(c->io);
   free(c->hist);
   memset(c, 0, sizeof *c);
 }
@@ -197,7 +226,8 @@ static Cand heap_pop(Heap *h) {
  * looks free, and the exported model came out dearer than the original
  * (MobileNetV2: +1.5%; priced as exported: -1.7%, and ResNet-18 -17.1%
  * against -14.7%, SqueezeNet -14.2% against -8.0%, at about twice the
- * search time). */
+ * search time). Rule rewrites get this price derived (delta.c); this is
+ * for the windows, PET's mutants and what delta.c leaves to built graphs. */
 static int price(CostModel *cm, const Graph *g, double *us, Diag *d) {
   Graph *f = graph_copy(g);
   if (!f) return TEQ_ERR_NOMEM;
@@ -220,6 +250,7 @@ typedef struct Ctx {
   Heap heap;
   Cand best;
   const Cand *parent;
+  Shared *shared;  /* the parent's graph (g), for the rewrites queued unbuilt */
   int rule;        /* the rule being applied */
   int step;        /* its entry in the history: rule, or -1 - k for PET mutant k */
   PetCache *pet;   /* shared by every window */
@@ -227,8 +258,12 @@ typedef struct Ctx {
   const Graph *g;  /* the graph it is applied to */
   int rc;
   double deadline;
-  /* opt_apply_rule's caller */
+  OptPricer *pr;     /* configuration costs, shared by every window */
+  OptInstMemo *memo; /* instances and their Z_p verdicts, shared by every window */
+  OptBase *base;     /* g analysed, while it is expanded */
+  /* opt_apply_rule's caller, or opt_apply_rule_priced's */
   bool (*take)(Graph *rewritten, void *ctx);
+  OptPricedFn priced;
   void *take_ctx;
 } Ctx;
 
@@ -241,10 +276,11 @@ static double graph_flops(const Graph *g) {
   return f;
 }
 
-/* Whether this instance of the rule holds, checked exactly in Z_p on
- * random inputs at the match's shapes when that is cheap enough. */
+/* Whether this instance of the rule holds (CHECK_BAD: it does not),
+ * checked exactly in Z_p on random inputs at the match's shapes when that
+ * is cheap enough. */
 static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const Graph *inst,
-                          bool *ok) {
+                          int *out) {
   uint64_t key = hash_bytes(0x5eed, &c->rule, sizeof c->rule);
   for (int v = 0; v < rule->src->n_inputs; v++) {
     TensorRef b = m->bind[rule->src->inputs[v]];
@@ -279,8 +315,7 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
     graph_free(src);
     if (c->checked && (rc = keyset_put(c->checked, key, (uint8_t)verdict))) return rc;
   }
-  if (verdict == CHECK_BAD) c->st->rejected_zp++;
-  *ok = verdict != CHECK_BAD;
+  *out = verdict;
   return TEQ_OK;
 }
 
@@ -295,9 +330,10 @@ static int rewrite(Ctx *c, const OptMatch *m, Graph **out) {
     return TEQ_OK;
   }
   if (rc) return rc;
-  bool ok = true;
-  rc = check_instance(c, rule, m, inst, &ok);
-  if (rc == TEQ_OK && ok) {
+  int verdict = CHECK_NONE;
+  rc = check_instance(c, rule, m, inst, &verdict);
+  if (verdict == CHECK_BAD) c->st->rejected_zp++;
+  if (rc == TEQ_OK && verdict != CHECK_BAD) {
     TensorRef bind[OPT_MAX_SIDE], replace[OPT_MAX_SIDE];
     for (int v = 0; v < rule->src->n_inputs; v++) bind[v] = m->bind[rule->src->inputs[v]];
     for (int k = 0; k < rule->src->n_outputs; k++) {
@@ -317,9 +353,99 @@ static int rewrite(Ctx *c, const OptMatch *m, Graph **out) {
   return rc;
 }
 
+/* How to build a rewrite the search priced without building it. */
+typedef struct Lazy {
+  const OptInst *in;
+  const TensorRef *bind, *replace;
+  uint64_t hash;
+} Lazy;
+
+/* The rewrite of g lz describes, built; its structural hash must be the
+ * one derived (delta.c), or deduplication would have gone wrong. */
+static int build(Ctx *c, const Graph *g, const Lazy *lz, Graph **out) {
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = opt_splice(g, lz->in->g, lz->bind, lz->replace, out, &quiet);
+  diag_fini(&quiet);
+  if (rc == TEQ_ERR_INPUT) /* delta.c found no cycle */
+    return diag_error(c->d, "optimize: a rewrite delta.c found acyclic has a cycle"),
+           TEQ_ERR_INTERNAL;
+  if (rc == TEQ_OK && graph_hash(*out, NULL) != lz->hash) {
+    graph_free(*out);
+    *out = NULL;
+    return diag_error(c->d, "optimize: a rewrite's derived hash differs from its graph's"),
+           TEQ_ERR_INTERNAL;
+  }
+  return rc;
+}
+
+/* A new rewrite of c->parent costing cost: made the best if it is, and
+ * queued within alpha of the best. It is ng, or (ng NULL) the one lz
+ * describes, built now for a new best, else queued as lz until taken. False
+ * to stop expanding (an error in c->rc, or the time is up). */
+static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
+  if (c->step < 0 && isnan(c->pet->m[-1 - c->step].info.cost_delta_us))
+    c->pet->m[-1 - c->step].info.cost_delta_us = cost - c->parent->cost;
+  bool best = cost < c->best.cost;
+  bool keep = cost < c->o->alpha * (best ? cost : c->best.cost) &&
+              c->heap.n < 8 * c->o->budget + 64;
+  if (!best && !keep) {
+    graph_free(ng);
+    return now_s() < c->deadline;
+  }
+  if (!ng && best) {
+    if ((c->rc = build(c, c->g, lz, &ng))) return false;
+    c->st->materialized++;
+  }
+  const Cand *p = c->parent;
+  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + 1};
+  nc.hist = malloc((size_t)nc.n_hist * sizeof *nc.hist);
+  if (!ng) {
+    int n_in = lz->in->g->n_inputs, n_out = lz->in->g->n_outputs;
+    nc.io = malloc((size_t)(n_in + n_out) * sizeof *nc.io);
+    if (nc.io) {
+      memcpy(nc.io, lz->bind, (size_t)n_in * sizeof *nc.io);
+      memcpy(nc.io + n_in, lz->replace, (size_t)n_out * sizeof *nc.io);
+      nc.from = c->shared, nc.in = lz->in, nc.hash = lz->hash;
+      c->shared->refs++;
+    }
+  }
+  if (!nc.hist || (!ng && !nc.io)) {
+    cand_free(&nc);
+    c->rc = TEQ_ERR_NOMEM;
+    return false;
+  }
+  if (p->n_hist) memcpy(nc.hist, p->hist, (size_t)p->n_hist * sizeof *nc.hist);
+  nc.hist[p->n_hist] = c->step;
+  if (best) {
+    Cand copy = {.g = graph_copy(ng), .cost = cost, .n_hist = nc.n_hist};
+    copy.hist = malloc((size_t)nc.n_hist * sizeof *copy.hist);
+    if (!copy.g || !copy.hist) {
+      cand_free(&copy);
+      cand_free(&nc);
+      c->rc = TEQ_ERR_NOMEM;
+      return false;
+    }
+    memcpy(copy.hist, nc.hist, (size_t)nc.n_hist * sizeof *copy.hist);
+    cand_free(&c->best);
+    c->best = copy;
+  }
+  if (keep) {
+    c->st->kept++;
+    c->queued = true;
+    if ((c->rc = heap_push(&c->heap, nc))) {
+      cand_free(&nc);
+      return false;
+    }
+  } else {
+    cand_free(&nc);
+  }
+  return now_s() < c->deadline;
+}
+
 /* A rewritten graph of c->parent (taken): dropped when seen before, else
- * costed, made the best if it is, and queued within alpha of the best.
- * False to stop expanding (an error in c->rc, or the time is up). */
+ * costed and settled. False to stop expanding (an error in c->rc, or the
+ * time is up). */
 static bool offer(Ctx *c, Graph *ng) {
   c->queued = false;
   uint64_t h = graph_hash(ng, NULL);
@@ -337,57 +463,145 @@ static bool offer(Ctx *c, Graph *ng) {
     graph_free(ng);
     return false;
   }
-  if (c->step < 0 && isnan(c->pet->m[-1 - c->step].info.cost_delta_us))
-    c->pet->m[-1 - c->step].info.cost_delta_us = cost - c->parent->cost;
-  const Cand *p = c->parent;
-  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + 1};
-  nc.hist = malloc((size_t)nc.n_hist * sizeof *nc.hist);
-  if (!nc.hist) {
-    graph_free(ng);
-    c->rc = TEQ_ERR_NOMEM;
+  return settle(c, ng, cost, NULL);
+}
+
+/* The bound and replaced tensors of match m of rule c->rule. */
+static void match_tensors(const Ctx *c, const OptMatch *m, TensorRef *bind, TensorRef *replace) {
+  const OptRule *rule = &c->rs->r[c->rule];
+  for (int v = 0; v < rule->src->n_inputs; v++) bind[v] = m->bind[rule->src->inputs[v]];
+  for (int k = 0; k < rule->src->n_outputs; k++) {
+    TensorRef r = rule->src->outputs[k];
+    replace[k] = (TensorRef){m->node[r.node], r.out};
+  }
+}
+
+/* The rewrite of c->g by instance in at match m: derived (delta.c) and
+ * built only if the search keeps it; what delta.c leaves to the built
+ * graph is built and offered as every rewrite once was. */
+static bool offer_derived(Ctx *c, OptInst *in, const OptMatch *m) {
+  TensorRef bind[OPT_MAX_SIDE], replace[OPT_MAX_SIDE];
+  match_tensors(c, m, bind, replace);
+  Lazy lz = {.in = in, .bind = bind, .replace = replace};
+  c->queued = false;
+  OptDelta v = opt_delta_hash(c->base, in, bind, replace, &lz.hash);
+  if (v == OPT_DELTA_CYCLE) {
+    c->st->rejected_cycle++;
+    return true;
+  }
+  if (v == OPT_DELTA_BUILD) {
+    Graph *ng = NULL;
+    Diag quiet;
+    diag_init(&quiet);
+    c->rc = opt_splice(c->g, in->g, bind, replace, &ng, &quiet);
+    diag_fini(&quiet);
+    if (c->rc == TEQ_ERR_INPUT) {
+      c->st->rejected_cycle++;
+      c->rc = TEQ_OK;
+      return true;
+    }
+    if (c->rc) return false;
+    c->st->generated++;
+    c->st->materialized++;
+    return offer(c, ng);
+  }
+  c->st->generated++;
+  if (keyset_get(&c->seen, lz.hash)) {
+    c->st->duplicates++;
+    return true;
+  }
+  if ((c->rc = keyset_put(&c->seen, lz.hash, 1))) return false;
+  double cost;
+  int r = opt_delta_cost(c->base, &cost, c->d);
+  if (r < 0) {
+    c->rc = r;
     return false;
   }
-  if (p->n_hist) memcpy(nc.hist, p->hist, (size_t)p->n_hist * sizeof *nc.hist);
-  nc.hist[p->n_hist] = c->step;
-  if (cost < c->best.cost) {
-    Cand copy = {.g = graph_copy(ng), .cost = cost, .n_hist = nc.n_hist};
-    copy.hist = malloc((size_t)nc.n_hist * sizeof *copy.hist);
-    if (!copy.g || !copy.hist) {
-      cand_free(&copy);
-      cand_free(&nc);
-      c->rc = TEQ_ERR_NOMEM;
+  Graph *ng = NULL;
+  if (r == OPT_DELTA_BUILD) {
+    if ((c->rc = build(c, c->g, &lz, &ng))) return false;
+    c->st->materialized++;
+    if ((c->rc = price(c->cm, ng, &cost, c->d))) {
+      graph_free(ng);
       return false;
     }
-    memcpy(copy.hist, nc.hist, (size_t)nc.n_hist * sizeof *copy.hist);
-    cand_free(&c->best);
-    c->best = copy;
   }
-  if (cost < c->o->alpha * c->best.cost && c->heap.n < 8 * c->o->budget + 64) {
-    c->st->kept++;
-    c->queued = true;
-    if ((c->rc = heap_push(&c->heap, nc))) {
-      cand_free(&nc);
+  return settle(c, ng, cost, &lz);
+}
+
+/* opt_apply_rule_priced's step: the rewrite derived as the search derives
+ * it, then built, and both handed to the caller; a rewrite delta.c calls
+ * cyclic must be one opt_splice refuses. */
+static bool priced_match(Ctx *c, OptInst *in, const OptMatch *m) {
+  TensorRef bind[OPT_MAX_SIDE], replace[OPT_MAX_SIDE];
+  match_tensors(c, m, bind, replace);
+  uint64_t hash = 0;
+  OptDelta v = opt_delta_hash(c->base, in, bind, replace, &hash);
+  double cost = 0;
+  if (v == OPT_DELTA_OK) {
+    int r = opt_delta_cost(c->base, &cost, c->d);
+    if (r < 0) return c->rc = r, false;
+    if (r == OPT_DELTA_BUILD) v = OPT_DELTA_BUILD;
+  }
+  Graph *ng = NULL;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = opt_splice(c->g, in->g, bind, replace, &ng, &quiet);
+  diag_fini(&quiet);
+  if (rc == TEQ_ERR_INPUT) {
+    c->st->rejected_cycle++;
+    if (v == OPT_DELTA_OK) c->rc = diag_error(c->d, "optimize: delta.c missed a cycle");
+    return c->rc == TEQ_OK;
+  }
+  if (rc) return c->rc = rc, false;
+  if (v == OPT_DELTA_CYCLE) {
+    graph_free(ng);
+    c->rc = diag_error(c->d, "optimize: delta.c found a cycle opt_splice did not");
+    return false;
+  }
+  c->st->generated++;
+  if (v == OPT_DELTA_BUILD) {
+    hash = graph_hash(ng, NULL);
+    if ((c->rc = price(c->cm, ng, &cost, c->d))) {
+      graph_free(ng);
       return false;
     }
-  } else {
-    cand_free(&nc);
   }
-  return now_s() < c->deadline;
+  if (!c->priced(ng, cost, hash, v == OPT_DELTA_OK, c->take_ctx)) graph_free(ng);
+  return true;
 }
 
 static bool on_match(const OptMatch *m, void *ctx) {
   Ctx *c = ctx;
-  Graph *ng = NULL;
-  c->rc = rewrite(c, m, &ng);
-  if (c->rc) return false;
-  if (!ng) return true;
-  c->st->generated++;
   if (c->take) { /* opt_apply_rule */
+    Graph *ng = NULL;
+    c->rc = rewrite(c, m, &ng);
+    if (c->rc) return false;
+    if (!ng) return true;
+    c->st->generated++;
     if (!c->take(ng, c->take_ctx)) graph_free(ng);
     return true;
   }
+  /* The search: each instance and its verdict once per rule and shapes,
+   * and the rewrite derived from c->g rather than built. */
+  OptInstEntry *e;
+  if ((c->rc = opt_inst_get(c->memo, c->rs, c->rule, c->g, m, &e))) return false;
+  OptInst *in = e->inst;
+  if (!in) {
+    c->st->rejected_shape++;
+    return true;
+  }
+  if (e->verdict == CHECK_NONE) { /* e is good until the next opt_inst_get */
+    if ((c->rc = check_instance(c, &c->rs->r[c->rule], m, in->g, &e->verdict))) return false;
+  }
+  if (e->verdict == CHECK_BAD) {
+    c->st->rejected_zp++;
+    return true;
+  }
+  if ((c->rc = opt_inst_prepare(in))) return false;
+  if (c->priced) return priced_match(c, in, m);
   c->step = c->rule;
-  return offer(c, ng);
+  return offer_derived(c, in, m);
 }
 
 /* What the regions a correction recomputes look like in a report:
@@ -525,37 +739,40 @@ static int expand(Ctx *c) {
   OptUses u;
   int rc = opt_uses_build(c->g, &u);
   if (rc) return rc;
+  rc = opt_base_new(c->pr, c->g, &u, &c->base, c->d);
   /* Nodes computed from weights alone are precomputed before export, so
    * rewriting them gains nothing; they are matched only inside rules rooted
    * elsewhere. */
-  bool *weights = NULL;
-  int32_t *order = malloc(((size_t)c->g->n_nodes + 1) * sizeof *order);
-  if (!order) rc = TEQ_ERR_NOMEM;
-  if (!rc) rc = graph_topo_order(c->g, order);
-  if (!rc && !(weights = opt_weight_only(c->g, order))) rc = TEQ_ERR_NOMEM;
-  free(order);
+  const bool *weights = rc ? NULL : opt_base_weights(c->base);
   for (int id = 0; id < c->g->n_nodes && rc == TEQ_OK; id++) {
     OpKind k = c->g->nodes[id].kind;
     if (weights[id]) continue;
+    OptRootSig sig = opt_node_sig(c->g, id);
+    const OptRootSig *rule_sig = c->rs->sig_by_root[k];
     for (int j = 0; j < c->rs->n_by_root[k] && rc == TEQ_OK; j++) {
+      /* Nearly every rule fails at the root at once; the clock is read
+       * after those that matched (each candidate reads it too). */
+      if (!opt_root_fits(rule_sig[j], sig)) continue;
       c->rule = c->rs->by_root[k][j];
-      opt_match_at(&c->rs->r[c->rule], c->g, &u, id, c->o->max_matches, on_match, c);
+      if (opt_match_at(&c->rs->r[c->rule], c->g, &u, id, c->o->max_matches, on_match, c) == 0)
+        continue;
       rc = c->rc;
       if (now_s() >= c->deadline) break;
     }
   }
+  opt_base_free(c->base);
+  c->base = NULL;
   opt_uses_fini(&u);
-  free(weights);
   if (rc == TEQ_OK && c->pet && now_s() < c->deadline) rc = expand_pet(c);
   return rc;
 }
 
 /* Searches g alone; *best_out receives the best candidate. */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
-                        KeySet *checked, PetCache *pet, double deadline, OptStats *st,
-                        Cand *best_out, Diag *d) {
+                        KeySet *checked, OptPricer *pr, OptInstMemo *memo, PetCache *pet,
+                        double deadline, OptStats *st, Cand *best_out, Diag *d) {
   Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
-           .deadline = deadline};
+           .deadline = deadline, .pr = pr, .memo = memo};
   double cost;
   int rc = price(cm, g, &cost, d);
   if (rc) return rc;
@@ -572,9 +789,28 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
     }
     Cand cur = heap_pop(&c.heap);
     st->explored++;
+    if (!cur.g) { /* queued unbuilt: build it from the graph it rewrites */
+      Lazy lz = {.in = cur.in, .bind = cur.io, .replace = cur.io + cur.in->g->n_inputs,
+                 .hash = cur.hash};
+      rc = build(&c, cur.from->g, &lz, &cur.g);
+      st->materialized += rc == TEQ_OK;
+      shared_drop(cur.from);
+      free(cur.io);
+      cur.from = NULL, cur.io = NULL;
+    }
+    c.shared = rc ? NULL : malloc(sizeof *c.shared);
+    if (!rc && !c.shared) rc = TEQ_ERR_NOMEM;
+    if (rc) {
+      cand_free(&cur);
+      break;
+    }
+    *c.shared = (Shared){.g = cur.g, .refs = 1};
+    cur.g = NULL; /* c.shared's now */
     c.parent = &cur;
-    c.g = cur.g;
+    c.g = c.shared->g;
     rc = expand(&c);
+    shared_drop(c.shared);
+    c.shared = NULL;
     cand_free(&cur);
   }
   while (c.heap.n > 0) {
@@ -607,6 +843,34 @@ int opt_apply_rule(const OptRules *rs, int i, const Graph *g, const OptOptions *
       rc = c.rc;
     }
   opt_uses_fini(&u);
+  keyset_fini(&checked);
+  return rc;
+}
+
+int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *cm,
+                          const OptOptions *opt, OptPricedFn fn, void *ctx, OptStats *st,
+                          Diag *d) {
+  bool any = false;
+  for (int id = 0; id < g->n_nodes && !any; id++) any = g->nodes[id].kind == rs->r[i].root;
+  if (!any) return TEQ_OK;
+  OptOptions o = opt ? *opt : OPT_DEFAULTS;
+  KeySet checked = {0};
+  Ctx c = {.rs = rs, .o = &o, .st = st, .d = d, .checked = &checked, .deadline = INFINITY,
+           .rule = i, .g = g, .cm = cm, .priced = fn, .take_ctx = ctx};
+  OptUses u = {0};
+  c.memo = opt_inst_memo_new();
+  int rc = c.memo ? opt_pricer_new(cm, &c.pr) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = opt_uses_build(g, &u);
+  if (rc == TEQ_OK) rc = opt_base_new(c.pr, g, &u, &c.base, d);
+  for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++)
+    if (g->nodes[id].kind == rs->r[i].root) {
+      opt_match_at(&rs->r[i], g, &u, id, o.max_matches, on_match, &c);
+      rc = c.rc;
+    }
+  opt_base_free(c.base);
+  opt_uses_fini(&u);
+  opt_pricer_free(c.pr);
+  opt_inst_memo_free(c.memo);
   keyset_fini(&checked);
   return rc;
 }
@@ -729,7 +993,10 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   PetCache pet = {0};
   int *pet_idx = NULL; /* the mutant of each st->pet_applied entry */
   Graph *cur = graph_copy(g);
-  int rc = st->applied && cur ? TEQ_OK : TEQ_ERR_NOMEM;
+  OptPricer *pr = NULL;
+  OptInstMemo *memo = opt_inst_memo_new();
+  int rc = st->applied && cur && memo ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = opt_pricer_new(cm, &pr);
   int window = o->window > 8 ? o->window : 8;
   int n_mov = 0;
   for (int i = 0; i < g->n_nodes; i++) n_mov += movable(&g->nodes[i]);
@@ -768,7 +1035,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       Cand best = {0};
       double before = 0;
       rc = price(cm, w, &before, d);
-      if (!rc) rc = search_graph(w, rs, cm, o, &checked, o->pet ? &pet : NULL, wd, st, &best, d);
+      if (!rc)
+        rc = search_graph(w, rs, cm, o, &checked, pr, memo, o->pet ? &pet : NULL, wd, st, &best, d);
       st->windows++;
       if (!rc && best.cost < before) {
         Graph *next = NULL;
@@ -800,6 +1068,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   keyset_fini(&checked);
   pet_cache_fini(&pet);
   free(pet_idx);
+  opt_pricer_free(pr);
+  opt_inst_memo_free(memo);
   st->search_s = now_s() - t0;
   if (rc) {
     graph_free(cur);

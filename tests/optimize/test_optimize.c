@@ -376,6 +376,194 @@ static void test_every_rule_on_itself(void) {
   CHECK_EQ_INT(unequal, 0);
 }
 
+/* ---- the search's derived prices ---- */
+
+typedef struct Priced {
+  CostModel *cm;
+  double orig;       /* the original's price as exported */
+  int orig_fused;    /* ... and how many folds that took */
+  int rewrites, derived, bad_cost, bad_hash, cheaper_or_dearer, refold_differs;
+  int64_t cycles;    /* rewrites both the search and opt_splice refused */
+} Priced;
+
+/* g's price as the search used to take it on every candidate: a copy
+ * refolded by opt_fuse_bias, then opt_graph_cost. */
+static double reference_price(CostModel *cm, const Graph *g, int *fused) {
+  Graph *f = graph_copy(g);
+  double us = -1;
+  Diag d;
+  diag_init(&d);
+  CHECK(f && opt_fuse_bias(f, fused, &d) == TEQ_OK && opt_graph_cost(cm, f, &us, NULL, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(f);
+  return us;
+}
+
+/* Each rewrite: the price and hash the search derived without building it
+ * must be those of the built graph, to the last bit. */
+static bool check_priced(Graph *g, double cost, uint64_t hash, bool derived, void *ctx) {
+  Priced *p = ctx;
+  int fused = 0;
+  double ref = reference_price(p->cm, g, &fused);
+  p->rewrites++;
+  p->derived += derived;
+  if (memcmp(&ref, &cost, sizeof ref)) {
+    if (p->bad_cost++ < 5) {
+      fprintf(stderr, "derived price %.17g, built graph's %.17g:\n", cost, ref);
+      graph_dump(g, stderr);
+    }
+  }
+  if (graph_hash(g, NULL) != hash) p->bad_hash++;
+  p->cheaper_or_dearer += ref != p->orig;
+  p->refold_differs += fused != p->orig_fused;
+  return false;
+}
+
+/* Every rule at every match of g, priced as the search prices it. */
+static Priced price_all(const Graph *g, CostModel *cm) {
+  Priced p = {.cm = cm};
+  p.orig = reference_price(cm, g, &p.orig_fused);
+  OptOptions o = OPT_DEFAULTS;
+  o.zp_check_flops = 0;
+  Diag d;
+  diag_init(&d);
+  for (int i = 0; i < opt_rules_count(rules); i++) {
+    OptStats st = {0};
+    CHECK(opt_apply_rule_priced(rules, i, g, cm, &o, check_priced, &p, &st, &d) == TEQ_OK);
+    p.cycles += st.rejected_cycle;
+  }
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  return p;
+}
+
+static TensorRef weight(Graph *g, const char *name, Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_F32, &s);
+  tensor_fill_random(t, seed);
+  return (TensorRef){graph_add_const(g, name, t, NULL), 0};
+}
+
+static TensorRef conv(Graph *g, TensorRef x, TensorRef k, TensorRef b, int pad, int act) {
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){pad, pad, pad, pad}, 4);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), act);
+  TensorRef in[3] = {x, k, b};
+  int id = graph_add_node(g, OP_CONV2D, in, b.node >= 0 ? 3 : 2, 1, &p, NULL, NULL);
+  CHECK(id >= 0);
+  return (TensorRef){id, 0};
+}
+
+/* Convolutions with biases and activations, split for the search as
+ * optimize splits them: merging two of them, or moving an ewadd, changes
+ * which ones refold on export, and weight-only nodes appear. */
+static void test_priced_convs(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 8, 10, 10)), none = {-1, 0};
+  TensorRef a = conv(g, x, weight(g, "k1", shape_of(4, 8, 8, 3, 3), 1),
+                     weight(g, "b1", shape_of(1, 8), 2), 1, ACT_RELU);
+  TensorRef b = conv(g, x, weight(g, "k2", shape_of(4, 8, 8, 3, 3), 3),
+                     weight(g, "b2", shape_of(1, 8), 4), 1, ACT_RELU);
+  TensorRef c = conv(g, a, weight(g, "k3", shape_of(4, 8, 8, 1, 1), 5),
+                     weight(g, "b3", shape_of(1, 8), 6), 0, ACT_NONE);
+  TensorRef e = conv(g, x, weight(g, "k4", shape_of(4, 4, 8, 1, 1), 7), none, 0, ACT_SIGMOID);
+  graph_add_output(g, op(g, OP_EWADD, b, c, 2, NULL), "y", NULL);
+  graph_add_output(g, op(g, OP_RELU, e, e, 1, NULL), "z", NULL);
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_split_bias(g, NULL, &d) == TEQ_OK);
+  diag_fini(&d);
+  CostModel *cm = cost_model_new();
+  Priced p = price_all(g, cm);
+  printf("convolutions: %d rewrites priced, %d derived, %d with another price, %d refolded "
+         "otherwise\n", p.rewrites, p.derived, p.cheaper_or_dearer, p.refold_differs);
+  CHECK(p.derived > 0 && p.cheaper_or_dearer > 0 && p.refold_differs > 0);
+  CHECK_EQ_INT(p.bad_cost, 0);
+  CHECK_EQ_INT(p.bad_hash, 0);
+  cost_model_free(cm);
+  graph_free(g);
+}
+
+/* Products with weights (a transposed weight is a weight-only node),
+ * element-wise tails, a sum of a tensor with itself (variables bound to
+ * what a match computes), a product that reads the other's result (merging
+ * them is a cycle), and three outputs. */
+static void test_priced_matmuls(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 32, 32));
+  TensorRef w1 = weight(g, "w1", shape_of(2, 32, 32), 1), w2 = weight(g, "w2", shape_of(2, 32, 32), 2);
+  TensorRef t = op(g, OP_TRANSPOSE, w2, w2, 1, NULL);
+  TensorRef a = op(g, OP_MATMUL, x, w1, 2, NULL), b = op(g, OP_MATMUL, x, t, 2, NULL);
+  TensorRef s = op(g, OP_EWADD, a, b, 2, NULL), ra = op(g, OP_RELU, a, a, 1, NULL);
+  graph_add_output(g, op(g, OP_RELU, s, s, 1, NULL), "y", NULL);
+  graph_add_output(g, op(g, OP_MATMUL, ra, w1, 2, NULL), "z", NULL);
+  graph_add_output(g, op(g, OP_EWADD, op(g, OP_MATMUL, x, ra, 2, NULL), ra, 2, NULL), "u", NULL);
+  CostModel *cm = cost_model_new();
+  Priced p = price_all(g, cm);
+  printf("products: %d rewrites priced, %d derived, %d with another price, %lld cycles refused\n",
+         p.rewrites, p.derived, p.cheaper_or_dearer, (long long)p.cycles);
+  CHECK(p.derived > 0 && p.cheaper_or_dearer > 0 && p.cycles > 0);
+  CHECK_EQ_INT(p.bad_cost, 0);
+  CHECK_EQ_INT(p.bad_hash, 0);
+  cost_model_free(cm);
+  graph_free(g);
+}
+
+/* A rewrite that computes a value the graph has: x*A + h*B as one product
+ * of concat(x, h), which z already reads. opt_splice merges the two
+ * concats (graph_merge_duplicates), so that rewrite costs one concat less
+ * than its nodes: it must be priced from the built graph. */
+static void test_priced_duplicates(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 4, 16)), h = input(g, "h", shape_of(2, 4, 16));
+  TensorRef a = weight(g, "A", shape_of(2, 16, 16), 1), b = weight(g, "B", shape_of(2, 16, 16), 2);
+  TensorRef c = weight(g, "C", shape_of(2, 32, 16), 3);
+  Params axis1;
+  params_default(OP_CONCAT, &axis1);
+  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
+  TensorRef xh_in[2] = {x, h};
+  TensorRef xh = {graph_add_node(g, OP_CONCAT, xh_in, 2, 1, &axis1, NULL, NULL), 0};
+  TensorRef s = op(g, OP_EWADD, op(g, OP_MATMUL, x, a, 2, NULL), op(g, OP_MATMUL, h, b, 2, NULL), 2,
+                   NULL);
+  graph_add_output(g, op(g, OP_RELU, s, s, 1, NULL), "y", NULL);
+  graph_add_output(g, op(g, OP_MATMUL, xh, c, 2, NULL), "z", NULL);
+  CostModel *cm = cost_model_new();
+  Priced p = price_all(g, cm);
+  printf("duplicates: %d rewrites priced, %d derived, %d with another price\n", p.rewrites,
+         p.derived, p.cheaper_or_dearer);
+  CHECK(p.derived > 0 && p.derived < p.rewrites);
+  CHECK_EQ_INT(p.bad_cost, 0);
+  CHECK_EQ_INT(p.bad_hash, 0);
+  cost_model_free(cm);
+  graph_free(g);
+}
+
+/* Every directed rule on its own source side: the whole graph replaced,
+ * graph outputs among the replaced tensors. */
+static void test_priced_rule_sources(void) {
+  CostModel *cm = cost_model_new();
+  OptOptions o = OPT_DEFAULTS;
+  o.zp_check_flops = 0;
+  int rewrites = 0, derived = 0, bad = 0;
+  for (int i = 0; i < opt_rules_count(rules); i++) {
+    const Graph *src = opt_rules_source(rules, i);
+    Priced p = {.cm = cm};
+    p.orig = reference_price(cm, src, &p.orig_fused);
+    OptStats st = {0};
+    Diag d;
+    diag_init(&d);
+    CHECK(opt_apply_rule_priced(rules, i, src, cm, &o, check_priced, &p, &st, &d) == TEQ_OK);
+    diag_flush(&d, stderr);
+    diag_fini(&d);
+    rewrites += p.rewrites, derived += p.derived, bad += p.bad_cost + p.bad_hash;
+  }
+  printf("rule sources: %d rewrites priced, %d derived\n", rewrites, derived);
+  CHECK(derived > rewrites / 2);
+  CHECK_EQ_INT(bad, 0);
+  cost_model_free(cm);
+}
+
 static void load_rules(const char *axioms) {
   char db[320];
   snprintf(db, sizeof db, "%s/rules.sqlite", tmpdir);
@@ -439,6 +627,10 @@ int main(void) {
   test_bias_round_trip();
   test_layout_absorbed();
   test_every_rule_on_itself();
+  test_priced_convs();
+  test_priced_matmuls();
+  test_priced_duplicates();
+  test_priced_rule_sources();
   opt_rules_free(rules);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
