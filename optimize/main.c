@@ -56,8 +56,8 @@ static const char usage[] =
   "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
   "  --batch N           value of symbolic dimensions (default 1)\n"
   "  --dump              print the optimized graph, one node per line\n"
-  "  --pet, --no-pet     PET's partially equivalent mutations in the search (default off:\n"
-  "                      testing mutants in Z_p on the CPU takes seconds per subprogram)\n"
+  "  --pet, --no-pet     PET's partially equivalent mutations in the search (default on;\n"
+  "                      --no-pet: the proved rules alone)\n"
   "  --pet-depth N       operators per mutant (default 3)\n"
   "  --pet-trials T      random tests in Z_p per mutant (default 0: from (n/p)^t <= 2^-60)\n"
   "  --pet-mutants K     corrected mutants kept per subprogram (default 8)\n"
@@ -93,6 +93,7 @@ static int parse_args(int argc, char **argv, Args *a) {
   *a = (Args){.cost_mode = "auto", .cost_table = TEQ_PROFILE_DIR "/h100.tsv", .opt = OPT_DEFAULTS,
               .tolerance = 1e-4, .batch = 1, .check = true};
   a->opt.progress = stderr;
+  a->opt.pet = true; /* the command competes with PET's mutants unless told --no-pet */
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long long n;
@@ -347,7 +348,7 @@ static void report_text(const Report *r, FILE *f) {
               p->correction, p->cost_delta_us, p->trials, p->log2_bound);
     }
   } else {
-    fprintf(f, "  %-26s off (--pet turns it on)\n", "PET");
+    fprintf(f, "  %-26s off (--no-pet)\n", "PET");
   }
   int any = 0;
   for (int i = 0; i < st->n_rules; i++) any += st->applied[i];

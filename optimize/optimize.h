@@ -67,7 +67,8 @@ typedef struct OptOptions {
   bool quiet;
   FILE *progress;        /* stderr, or NULL */
   /* PET: partially equivalent mutants of multi-linear subprograms */
-  bool pet;              /* compete with the rules (default off in OPT_DEFAULTS) */
+  bool pet;              /* compete with the rules (off in OPT_DEFAULTS; the optimize
+                            command turns it on unless --no-pet) */
   int pet_depth;         /* operators per mutant (pet_mutate's depth; default 3) */
   int pet_trials;        /* random tests per mutant; 0: from the bound (n/p)^t <= 2^-60 */
   int pet_mutants;       /* K: corrected mutants kept per subprogram (default 8) */

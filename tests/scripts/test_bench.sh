@@ -5,7 +5,8 @@
 # verify-rules, optimize, Teq's CPU executor and ONNX Runtime on the original and the
 # optimized model. Checks that it exits 0, that its CSV has the model's row with every
 # number filled in and the optimized model's outputs within 1e-4 of the original's, that
-# the Markdown has the gen-rules and verify-rules rows, and that the plot was drawn; and
+# the Markdown has the gen-rules and verify-rules rows and the PET table (tiny-cnn also
+# optimized with the rules alone), and that the plot was drawn; and
 # that an unknown model name is refused with exit status 2. Timings are not checked.
 # Exit: 0 ok, 1 failure, 77 (skipped) if python3's onnx/numpy, node or onnxruntime-node
 # is missing.
@@ -31,7 +32,7 @@ check() { # check NAME CONDITION-EXIT-STATUS DETAIL
 
 rc=0
 "$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models tiny-cnn --depth 2 \
-  --repeat 2 --budget 10 --time-limit 30 --gpu off --out "$WORK/out" \
+  --repeat 2 --budget 10 --time-limit 30 --gpu off --pet-models tiny-cnn --out "$WORK/out" \
   --cache "$WORK/cache" >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
 check "harness exits 0" "$rc" "exit $rc: $(tail -n 5 "$WORK/stderr" | tr '\n' ' ')"
 
@@ -45,7 +46,8 @@ assert len(rows) == 1 and rows[0]["model"] == "tiny-cnn", rows
 r = rows[0]
 for key in ("ops_before", "ops_after", "cost_before_us", "cost_after_us", "search_s",
             "optimize_s", "cpu_ms_before", "cpu_ms_after", "ort_ms_before", "ort_ms_after",
-            "max_rel_diff", "diff_ort", "diff_teq"):
+            "max_rel_diff", "diff_ort", "diff_teq", "rules_cost_after_us", "rules_search_s",
+            "pet_mutants", "pet_applied", "pet_s"):
     float(r[key])  # raises on an empty cell
 assert int(r["ops_before"]) == 21, r["ops_before"]
 assert int(r["ops_after"]) <= 21, r["ops_after"]
@@ -57,7 +59,9 @@ check "CSV row of tiny-cnn" "$row_ok" "$(tail -n 3 "$WORK/csv.log" | tr '\n' ' '
 md_ok=0
 grep -q '^| gen-rules | 2 |' "$WORK/out/results_suite.md" &&
   grep -q '^| verify-rules | 2 | .* proved, 0 refuted, 0 unknown |$' "$WORK/out/results_suite.md" &&
-  grep -q '^| tiny-cnn | 21 |' "$WORK/out/results_suite.md" || md_ok=1
+  grep -q '^| tiny-cnn | 21 |' "$WORK/out/results_suite.md" &&
+  grep -q '^| model | est. us before | est. us, rules | est. us, rules + PET |' "$WORK/out/results_suite.md" &&
+  [[ $(grep -c '^| tiny-cnn |' "$WORK/out/results_suite.md") == 2 ]] || md_ok=1
 check "Markdown table" "$md_ok" "$(cat "$WORK/out/results_suite.md" 2>/dev/null | head -20)"
 
 if command -v gnuplot >/dev/null 2>&1; then

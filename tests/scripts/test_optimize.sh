@@ -8,7 +8,8 @@
 # Models: Teq's tiny-cnn and TASO's NasRNN and BERT shapes (build-model), and
 # the torchvision models the runtime tests export (skipped where PyTorch is
 # missing). Each search is bounded (--budget, --time-limit): this checks
-# that what optimize writes is right, not how far it gets.
+# that what optimize writes is right, not how far it gets. These runs are
+# the rules alone (--no-pet); PET's default is test_pet.sh's.
 # Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
 # TEQ_PYTHON (/usr/bin/python3), TEQ_OPT_MODELS (torchvision models to use).
 set -euo pipefail
@@ -84,7 +85,7 @@ for entry in "${models[@]}"; do
   mkdir -p "$w"
   t0=$(date +%s)
   rc=0
-  "$OPT" --rules "$db" --quiet --budget 20 --time-limit 60 --json "$w/report.json" \
+  "$OPT" --rules "$db" --quiet --no-pet --budget 20 --time-limit 60 --json "$w/report.json" \
     -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
   if ((rc != 0)); then
     fail "$name: optimize exited $rc: $(tail -n1 "$w/err.log")"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PET inside optimize, end to end: CSRNet (dilated convs), ResNet-18 and
 # Inception-v3 optimized with PET's mutations competing with the proved
-# rules, each optimized model run in ONNX Runtime (onnxruntime-node) and
+# rules (optimize's default), each optimized model run in ONNX Runtime (onnxruntime-node) and
 # compared with the original (rel <= 1e-4). Prints per model what PET
 # considered and applied.
 #
@@ -46,6 +46,19 @@ for bad in "--pet-depth 0" "--pet-trials -1" "--pet-mutants 0" "--pet-max-flops 
   else fail "$bad: exit $rc: $(tail -n1 "$WORK/err.log")"; fi
 done
 
+# --- PET is on by default, and --no-pet leaves it out.
+for flag in "" --no-pet; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$OPT" --rules "$db" --quiet --budget 5 --no-check $flag --json "$WORK/flag.json" \
+    -o "$WORK/flag.onnx" "$WORK/tiny.onnx" >/dev/null 2>"$WORK/err.log" || rc=$?
+  want=$([ -z "$flag" ] && echo on || echo off)
+  got=$("$PY" -c 'import json, sys; print("off" if json.load(open(sys.argv[1]))["pet"] is None else "on")' \
+    "$WORK/flag.json" 2>/dev/null || echo "no report")
+  if ((rc == 0)) && [ "$got" = "$want" ]; then ok "PET ${want} with '${flag:-no flag}'"
+  else fail "'${flag:-no flag}': exit $rc, PET $got (want $want)"; fi
+done
+
 # --- models.
 models=()
 "$BUILD/tools/build-model" csrnet "$WORK/csrnet.onnx" 2>/dev/null && models+=("csrnet:$WORK/csrnet.onnx")
@@ -62,7 +75,7 @@ for entry in "${models[@]}"; do
   mkdir -p "$w"
   t0=$(date +%s)
   rc=0
-  "$OPT" --rules "$db" --quiet --pet --budget 10 --time-limit 40 --pet-max-flops 1e8 \
+  "$OPT" --rules "$db" --quiet --budget 10 --time-limit 40 --pet-max-flops 1e8 \
     --json "$w/report.json" -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
   if ((rc != 0)); then
     fail "$name: optimize --pet exited $rc: $(tail -n1 "$w/err.log")"

@@ -3,13 +3,18 @@
 
     bench_suite.py [--models a,b|all] [--depth 3 | --rules DB] [--budget N]
                    [--time-limit S] [--repeat N] [--gpu auto|on|off] [--ort auto|off]
-                   [--record FILE] [--build DIR] [--out DIR] [--cache DIR] [--no-plot]
+                   [--record FILE] [--pet-models a,b|none] [--build DIR] [--out DIR]
+                   [--cache DIR] [--no-plot]
 
 First gen-rules at --depth and verify-rules on its database (wall time, peak RSS and the
 counts of each), unless --rules names a database made earlier. Then for every model:
 
-  optimize    the model with those rules (its JSON report: operators, estimated cost before
-              and after, search time; its own end-to-end check on the CPU executor)
+  optimize    the model with those rules and PET (optimize's default; its JSON report:
+              operators, estimated cost before and after, search time; its own end-to-end
+              check on the CPU executor)
+  rules alone for the models of --pet-models (default: the four of PET's end-to-end
+              benchmark, ResNet-18, CSRNet, Inception-v3 and BERT), optimize again with
+              --no-pet: the second table sets rules + PET against the rules alone
   cpu         Teq's CPU executor (run-model) on the original and on the optimized model
   ort         ONNX Runtime (onnxruntime-node, CPU) on both, on the same input (where it is
               installed; --ort off leaves it out)
@@ -221,7 +226,6 @@ def rel_diff(got_dir, ref_dir, np):
 def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     np, onnx = mods["numpy"], mods["onnx"]
     row = {"model": name, "status": "ok"}
-    problems = []
     if kind == "teq":
         path, inputs = prepare_teq_model(name, args.cache, tools, work, np, onnx)
     else:
@@ -235,6 +239,7 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     r = run([tools["optimize"], "--rules", rules_db, "--budget", str(args.budget),
              "--time-limit", str(args.time_limit), "--json", report, *record, "-o", opt, path],
             work, f"{name}.optimize")
+    problems = []
     row["optimize_s"] = r.wall
     row["optimize_rss_mb"] = r.rss_mb
     if r.rc != 0 or not os.path.exists(report):
@@ -250,6 +255,24 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         "rewrites": sum(a["times"] for a in rep["applied"]),
         "check_rel": rep["check"]["max_relative_error"],
     })
+    pet = rep.get("pet")
+    if pet:
+        row["pet_s"] = pet["seconds"]
+        row["pet_mutants"] = pet["mutants"]
+        row["pet_applied"] = sum(a["times"] for a in pet["applied"])
+    if name in args.pet_models:
+        log(f"{name}: optimize, rules alone (--no-pet)")
+        alone = os.path.join(work, f"{name}.rules.report.json")
+        a = run([tools["optimize"], "--rules", rules_db, "--no-pet", "--no-check", "--budget",
+                 str(args.budget), "--time-limit", str(args.time_limit), "--json", alone,
+                 "-o", os.path.join(work, f"{name}.rules.onnx"), path], work, f"{name}.rules")
+        if a.rc == 0 and os.path.exists(alone):
+            with open(alone) as f:
+                ra = json.load(f)
+            row["rules_cost_after_us"] = ra["cost_after_us"]
+            row["rules_search_s"] = ra["search"]["seconds"]
+        else:
+            problems.append(f"optimize --no-pet exit {a.rc}: {a.tail(2)}")
     src = rep["cost_sources_after"]
     row["cost_sources"] = "/".join(str(src[k]) for k in ("measured", "table", "analytic"))
 
@@ -325,7 +348,17 @@ GPU_COLUMNS = [
     ("gpu_ms_before", "Teq GPU ms before", "{:.3f}"), ("gpu_ms_after", "Teq GPU ms after", "{:.3f}"),
     ("eager_ms", "eager ms", "{:.3f}"), ("compiled_ms", "compiled ms", "{:.3f}"),
 ]
-CSV_EXTRA = ["rewrites", "cost_sources", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
+PET_COLUMNS = [  # the second table: rules + PET against the rules alone
+    ("model", "model", "{}"),
+    ("cost_before_us", "est. us before", "{:.1f}"),
+    ("rules_cost_after_us", "est. us, rules", "{:.1f}"),
+    ("cost_after_us", "est. us, rules + PET", "{:.1f}"),
+    ("pet_gain", "rules + PET over rules", "{:.3f}"),
+    ("pet_mutants", "PET mutants", "{:.0f}"), ("pet_applied", "PET applied", "{:.0f}"),
+    ("rules_search_s", "search s, rules", "{:.1f}"), ("search_s", "search s, rules + PET", "{:.1f}"),
+    ("pet_s", "of which PET s", "{:.1f}"),
+]
+CSV_EXTRA = ["rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
              "status"]
 
 
@@ -434,6 +467,8 @@ def write_report(rows, rule_rows, args, gpu, out, header_notes):
     for r in rows:
         if r.get("cost_before_us") and r.get("cost_after_us"):
             r["est_speedup"] = r["cost_before_us"] / r["cost_after_us"]
+        if r.get("rules_cost_after_us") and r.get("cost_after_us"):
+            r["pet_gain"] = r["rules_cost_after_us"] / r["cost_after_us"]
     with open(os.path.join(out, "results_suite.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow([c[0] for c in cols] + CSV_EXTRA)
@@ -451,6 +486,14 @@ def write_report(rows, rule_rows, args, gpu, out, header_notes):
     lines.append("|" + "---|" * len(cols))
     for r in rows:
         lines.append("| " + " | ".join(fmt(r, *c[::2]) for c in cols) + " |")
+    pet_rows = [r for r in rows if r.get("rules_cost_after_us") is not None]
+    if pet_rows:
+        lines += ["", "PET: the same search with PET's mutants competing (optimize's default) "
+                  "and with the rules alone (--no-pet)", ""]
+        lines.append("| " + " | ".join(c[1] for c in PET_COLUMNS) + " |")
+        lines.append("|" + "---|" * len(PET_COLUMNS))
+        for r in pet_rows:
+            lines.append("| " + " | ".join(fmt(r, *c[::2]) for c in PET_COLUMNS) + " |")
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         lines.append("")
@@ -476,6 +519,9 @@ def main():
     ap.add_argument("--ort", choices=("auto", "off"), default="auto",
                     help="ONNX Runtime columns: where onnxruntime-node is installed (auto) or never")
     ap.add_argument("--record", help="write every configuration optimize costed to this file")
+    ap.add_argument("--pet-models", default="resnet18,csrnet,inception_v3,bert",
+                    help="models also optimized with the rules alone (--no-pet), for the PET "
+                    "table; 'none' for no second run (default: PET's end-to-end four)")
     ap.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest relative output difference allowed (default 1e-4)")
     ap.add_argument("--build", default=os.environ.get("TEQ_BENCH_BUILD", os.path.join(REPO, "build-release")))
@@ -486,7 +532,9 @@ def main():
     args = ap.parse_args()
 
     chosen = names if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in names]
+    args.pet_models = [] if args.pet_models == "none" else \
+        [m.strip() for m in args.pet_models.split(",") if m.strip()]
+    unknown = [m for m in chosen + args.pet_models if m not in names]
     if unknown or not chosen:
         print(f"bench_suite: unknown model(s) {', '.join(unknown) or '(none given)'}; "
               f"the suite: {', '.join(names)}", file=sys.stderr)
