@@ -240,7 +240,11 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
   TensorRef *map = malloc(((size_t)inst->n_nodes + 1) * sizeof *map);
   size_t most = (size_t)(g->n_nodes > inst->n_nodes ? g->n_nodes : inst->n_nodes);
   int32_t *order = malloc((most + (size_t)inst->n_nodes + 1) * sizeof *order);
-  int rc = map && order ? TEQ_OK : TEQ_ERR_NOMEM;
+  int widest = 1;
+  for (int id = 0; id < inst->n_nodes; id++)
+    if (inst->nodes[id].n_in > widest) widest = inst->nodes[id].n_in;
+  TensorRef *in = malloc((size_t)widest * sizeof *in);
+  int rc = map && order && in ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int k = 0; k < inst->n_inputs && rc == TEQ_OK; k++) map[inst->inputs[k]] = bind[k];
   /* In topological order: a rewritten window's new nodes come after the
    * nodes that read them. */
@@ -256,11 +260,6 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
       rc = TEQ_ERR_INTERNAL; /* windows never move opaque nodes */
       break;
     } else {
-      TensorRef in[16];
-      if (n->n_in > 16) {
-        rc = TEQ_ERR_UNSUPPORTED;
-        break;
-      }
       for (int j = 0; j < n->n_in; j++) {
         TensorRef m = map[n->in[j].node];
         in[j] = inst->nodes[n->in[j].node].kind == OP_INPUT ? m : (TensorRef){m.node, n->in[j].out};
@@ -288,6 +287,7 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
   }
   free(map);
   free(order);
+  free(in);
   if (rc) {
     graph_free(r);
     return rc;

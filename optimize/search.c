@@ -877,9 +877,14 @@ int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *
 
 /* ---- windows ---- */
 
-/* Whether the search may move node id into a window. */
+enum { WINDOW_MAX_IN = 16, WINDOW_MAX_OUT = 8 };
+
+/* Whether the search may move node id into a window. A node wider than a
+ * window's bookkeeping (a concat of many corrected regions) stays where it
+ * is, as an opaque node does: the window reads it as an input. */
 static bool movable(const Node *n) {
-  return n->kind != OP_INPUT && n->kind != OP_CONST && n->kind != OP_OPAQUE;
+  return n->kind != OP_INPUT && n->kind != OP_CONST && n->kind != OP_OPAQUE &&
+         n->n_in <= WINDOW_MAX_IN && n->n_out <= WINDOW_MAX_OUT;
 }
 
 /* Cuts the movable nodes at positions [lo, hi) of order out of g as a
@@ -888,30 +893,28 @@ static bool movable(const Node *n) {
 static int cut_window(const Graph *g, const int32_t *mov, int lo, int hi, Graph **out,
                       TensorRef **ext_in, TensorRef **ext_out, Diag *d) {
   int n = g->n_nodes;
-  int32_t *map = malloc((size_t)n * sizeof *map);        /* node -> window node */
-  int32_t *in_of = malloc((size_t)n * 8 * sizeof *in_of); /* (node, out) -> window input */
-  TensorRef *xi = malloc(((size_t)n + 1) * sizeof *xi), *xo = malloc(((size_t)n * 8 + 1) * sizeof *xo);
+  int32_t *off = NULL, *uses = graph_use_counts(g, &off); /* off: (node, out) -> tensor */
+  size_t n_t = uses ? (size_t)off[n] : 0;
+  int32_t *map = malloc((size_t)n * sizeof *map);            /* node -> window node */
+  int32_t *in_of = malloc((n_t + 1) * sizeof *in_of);        /* tensor -> window input */
+  TensorRef *xi = malloc((n_t + 1) * sizeof *xi), *xo = malloc((n_t + 1) * sizeof *xo);
   Graph *w = graph_new();
-  int rc = map && in_of && xi && xo && w ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = uses && map && in_of && xi && xo && w ? TEQ_OK : TEQ_ERR_NOMEM;
   int n_xi = 0;
   if (rc == TEQ_OK) {
     for (int i = 0; i < n; i++) map[i] = -1;
-    for (int i = 0; i < n * 8; i++) in_of[i] = -1;
+    for (size_t i = 0; i < n_t; i++) in_of[i] = -1;
   }
   for (int k = lo; k < hi && rc == TEQ_OK; k++) {
     const Node *nd = &g->nodes[mov[k]];
-    TensorRef in[16];
-    if (nd->n_in > 16 || nd->n_out > 8) {
-      rc = TEQ_ERR_UNSUPPORTED;
-      break;
-    }
+    TensorRef in[WINDOW_MAX_IN];
     for (int j = 0; j < nd->n_in && rc == TEQ_OK; j++) {
       TensorRef r = nd->in[j];
       if (map[r.node] >= 0) {
         in[j] = (TensorRef){map[r.node], r.out};
         continue;
       }
-      int *slot = &in_of[r.node * 8 + (r.out < 8 ? r.out : 0)];
+      int *slot = &in_of[off[r.node] + r.out];
       if (*slot < 0) {
         const Node *p = &g->nodes[r.node];
         int id = p->kind == OP_CONST ? graph_add_const(w, p->name, tensor_ref(p->value), d)
@@ -933,8 +936,6 @@ static int cut_window(const Graph *g, const int32_t *mov, int lo, int hi, Graph 
   /* Outputs: window tensors read outside the window or by the graph. */
   int n_xo = 0;
   if (rc == TEQ_OK) {
-    int32_t *off = NULL, *uses = graph_use_counts(g, &off);
-    if (!uses) rc = TEQ_ERR_NOMEM;
     for (int k = lo; k < hi && rc == TEQ_OK; k++) {
       int id = mov[k];
       for (int o = 0; o < g->nodes[id].n_out && rc == TEQ_OK; o++) {
@@ -950,9 +951,8 @@ static int cut_window(const Graph *g, const int32_t *mov, int lo, int hi, Graph 
         }
       }
     }
-    free(uses);
-    free(off);
   }
+  free(uses), free(off);
   free(map);
   free(in_of);
   if (rc) {

@@ -63,8 +63,9 @@ static int fold_node(Graph *g, int id, Diag *d) {
   const int n_out = n->n_out;
   Graph *one = graph_new();
   if (!one) return TEQ_ERR_NOMEM;
-  TensorRef in[16];
-  int rc = n->n_in > 16 ? TEQ_ERR_UNSUPPORTED : TEQ_OK;
+  TensorRef *in = malloc(((size_t)n->n_in + 1) * sizeof *in);
+  Tensor **vals = calloc((size_t)n_out + 1, sizeof *vals);
+  int rc = in && vals ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int j = 0; j < n->n_in && rc == TEQ_OK; j++) {
     const Node *src = &g->nodes[n->in[j].node];
     int cid = graph_add_const(one, src->name, tensor_ref(src->value), d);
@@ -77,11 +78,10 @@ static int fold_node(Graph *g, int id, Diag *d) {
     int r = graph_add_output(one, (TensorRef){nid, o}, NULL, d);
     if (r < 0) rc = r;
   }
-  Tensor *vals[16] = {NULL};
   if (rc == TEQ_OK) rc = exec_run(one, EXEC_F32, NULL, vals, d);
   graph_free(one);
-  if (rc) return rc;
-  for (int o = 0; o < n_out; o++) { /* graph_add_const may move g->nodes */
+  free(in);
+  for (int o = 0; o < n_out && rc == TEQ_OK; o++) { /* graph_add_const may move g->nodes */
     char name[64];
     snprintf(name, sizeof name, "%s_w%d", g->nodes[id].name ? g->nodes[id].name : "folded", o);
     int cid = graph_add_const(g, name, vals[o], d); /* takes the reference */
@@ -92,7 +92,8 @@ static int fold_node(Graph *g, int id, Diag *d) {
     }
     graph_replace_uses(g, (TensorRef){id, o}, (TensorRef){cid, 0});
   }
-  for (int o = 0; o < 16; o++) tensor_unref(vals[o]);
+  for (int o = 0; vals && o < n_out; o++) tensor_unref(vals[o]);
+  free(vals);
   return rc;
 }
 
