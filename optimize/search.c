@@ -718,6 +718,12 @@ static int expand_pet(Ctx *c) {
       }
       PetPostStats post;
       if (rc == TEQ_OK && (rc = pet_post_optimize(&ng, &post, c->d))) graph_free(ng);
+      /* Moving layouts may leave two nodes computing one value; merged, the
+       * candidate's rewrites are derived (delta.c) rather than built. */
+      if (rc == TEQ_OK) {
+        int merged = graph_merge_duplicates(ng);
+        if (merged < 0) rc = merged, graph_free(ng);
+      }
       if (rc) break;
       c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
       c->st->pet_post_fused += post.fused;

@@ -13,7 +13,8 @@ counts of each), unless --rules names a database made earlier. Then for every mo
               operators, estimated cost before and after, search time; its own end-to-end
               check on the CPU executor)
   rules alone for the models of --pet-models (default: the four of PET's end-to-end
-              benchmark, ResNet-18, CSRNet, Inception-v3 and BERT), optimize again with
+              benchmark, ResNet-18, CSRNet, Inception-v3 and BERT, and ResNeXt-50, whose
+              strided grouped convolutions PET rewrites), optimize again with
               --no-pet: the second table sets rules + PET against the rules alone
   cpu         Teq's CPU executor (run-model) on the original and on the optimized model
   ort         ONNX Runtime (onnxruntime-node, CPU) on both, on the same input (where it is
@@ -519,9 +520,9 @@ def main():
     ap.add_argument("--ort", choices=("auto", "off"), default="auto",
                     help="ONNX Runtime columns: where onnxruntime-node is installed (auto) or never")
     ap.add_argument("--record", help="write every configuration optimize costed to this file")
-    ap.add_argument("--pet-models", default="resnet18,csrnet,inception_v3,bert",
+    ap.add_argument("--pet-models", default="resnet18,csrnet,inception_v3,bert,resnext50_32x4d",
                     help="models also optimized with the rules alone (--no-pet), for the PET "
-                    "table; 'none' for no second run (default: PET's end-to-end four)")
+                    "table; 'none' for no second run (default: PET's end-to-end four and ResNeXt-50)")
     ap.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest relative output difference allowed (default 1e-4)")
     ap.add_argument("--build", default=os.environ.get("TEQ_BENCH_BUILD", os.path.join(REPO, "build-release")))
