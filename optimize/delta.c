@@ -829,3 +829,34 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
   *us = total;
   return OPT_DELTA_OK;
 }
+
+/* ---- a whole graph ---- */
+
+int opt_pricer_price(OptPricer *p, const Graph *g, double *us, Diag *d) {
+  /* The rewrite that adds nothing and replaces nothing, set up on g as a
+   * base: what opt_delta_cost then sums is g refolded and priced. */
+  OptUses u;
+  OptBase *b = NULL;
+  OptInst none = {.g = graph_new()};
+  int rc = none.g ? opt_uses_build(g, &u) : TEQ_ERR_NOMEM;
+  if (rc) {
+    graph_free(none.g);
+    return rc;
+  }
+  rc = opt_base_new(p, g, &u, &b, d);
+  if (rc == TEQ_OK) rc = opt_inst_prepare(&none);
+  bool all_live = true;
+  for (int v = 0; rc == TEQ_OK && v < g->n_nodes; v++) all_live &= b->live[v];
+  uint64_t hash;
+  if (rc == TEQ_OK && all_live && opt_delta_hash(b, &none, NULL, NULL, &hash) == OPT_DELTA_OK) {
+    b->twice = false; /* g is priced as it is, merged or not */
+    rc = opt_delta_cost(b, us, d);
+  } else if (rc == TEQ_OK) {
+    rc = OPT_DELTA_BUILD; /* dead nodes, which opt_graph_cost would price: the caller's */
+  }
+  opt_base_free(b);
+  opt_uses_fini(&u);
+  free(none.hs), free(none.plain), free(none.fused);
+  graph_free(none.g);
+  return rc;
+}

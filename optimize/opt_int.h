@@ -181,6 +181,11 @@ OptDelta opt_delta_hash(OptBase *b, OptInst *in, const TensorRef *bind, const Te
 int opt_delta_cost(OptBase *b, double *us, Diag *d);
 /* Derives in->hs once, and makes room for plain and fused (asked later). */
 int opt_inst_prepare(OptInst *in);
+/* g as exported (refolded by opt_fuse_bias, then opt_graph_cost), priced
+ * through p's caches without copying or refolding it: the same double.
+ * OPT_DELTA_OK with *us, OPT_DELTA_BUILD when g holds dead nodes (price a
+ * refolded copy instead), or a negative error code. */
+int opt_pricer_price(OptPricer *p, const Graph *g, double *us, Diag *d);
 
 /* ---- bias.c ---- */
 

@@ -138,11 +138,13 @@ typedef struct PetCache {
   int n_e, cap_e;
   PetMut *m;
   int n_m, cap_m;
+  PetPostCache *post; /* constants moved through layouts, for pet_post_optimize */
 } PetCache;
 
 static void pet_cache_fini(PetCache *pc) {
   for (int i = 0; i < pc->n_m; i++) graph_free(pc->m[i].g);
   free(pc->e), free(pc->m);
+  pet_post_cache_free(pc->post);
   memset(pc, 0, sizeof *pc);
 }
 
@@ -228,7 +230,11 @@ static Cand heap_pop(Heap *h) {
  * against -14.7%, SqueezeNet -14.2% against -8.0%, at about twice the
  * search time). Rule rewrites get this price derived (delta.c); this is
  * for the windows, PET's mutants and what delta.c leaves to built graphs. */
-static int price(CostModel *cm, const Graph *g, double *us, Diag *d) {
+static int price(CostModel *cm, OptPricer *pr, const Graph *g, double *us, Diag *d) {
+  /* Through the pricer's caches when it can: the same double, without a
+   * refolded copy or a formatted key per node. */
+  int r = pr ? opt_pricer_price(pr, g, us, d) : OPT_DELTA_BUILD;
+  if (r != OPT_DELTA_BUILD) return r;
   Graph *f = graph_copy(g);
   if (!f) return TEQ_ERR_NOMEM;
   int rc = opt_fuse_bias(f, NULL, d);
@@ -459,7 +465,7 @@ static bool offer(Ctx *c, Graph *ng) {
     return false;
   }
   double cost;
-  if ((c->rc = price(c->cm, ng, &cost, c->d))) {
+  if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
     graph_free(ng);
     return false;
   }
@@ -521,7 +527,7 @@ static bool offer_derived(Ctx *c, OptInst *in, const OptMatch *m) {
   if (r == OPT_DELTA_BUILD) {
     if ((c->rc = build(c, c->g, &lz, &ng))) return false;
     c->st->materialized++;
-    if ((c->rc = price(c->cm, ng, &cost, c->d))) {
+    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
       graph_free(ng);
       return false;
     }
@@ -562,7 +568,7 @@ static bool priced_match(Ctx *c, OptInst *in, const OptMatch *m) {
   c->st->generated++;
   if (v == OPT_DELTA_BUILD) {
     hash = graph_hash(ng, NULL);
-    if ((c->rc = price(c->cm, ng, &cost, c->d))) {
+    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
       graph_free(ng);
       return false;
     }
@@ -717,7 +723,10 @@ static int expand_pet(Ctx *c) {
         continue;
       }
       PetPostStats post;
-      if (rc == TEQ_OK && (rc = pet_post_optimize(&ng, &post, c->d))) graph_free(ng);
+      if (rc == TEQ_OK && !c->pet->post && !(c->pet->post = pet_post_cache_new()))
+        rc = TEQ_ERR_NOMEM, graph_free(ng);
+      else if (rc == TEQ_OK && (rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d)))
+        graph_free(ng);
       /* Moving layouts may leave two nodes computing one value; merged, the
        * candidate's rewrites are derived (delta.c) rather than built. */
       if (rc == TEQ_OK) {
@@ -780,7 +789,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
            .deadline = deadline, .pr = pr, .memo = memo};
   double cost;
-  int rc = price(cm, g, &cost, d);
+  int rc = price(cm, pr, g, &cost, d);
   if (rc) return rc;
   Cand start = {.g = graph_copy(g), .cost = cost};
   c.best = (Cand){.g = graph_copy(g), .cost = cost};
@@ -1040,7 +1049,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       double wd = isinf(deadline) ? deadline : now_s() + (deadline - now_s()) / (left > 0 ? left : 1);
       Cand best = {0};
       double before = 0;
-      rc = price(cm, w, &before, d);
+      rc = price(cm, pr, w, &before, d);
       if (!rc)
         rc = search_graph(w, rs, cm, o, &checked, pr, memo, o->pet ? &pet : NULL, wd, st, &best, d);
       st->windows++;

@@ -241,5 +241,14 @@ typedef struct PetPostStats {
  * and passes graph_check, and *stats (may be NULL) receives the counts; on
  * failure *g is unchanged. Errors: TEQ_ERR_NOMEM, TEQ_ERR_INTERNAL. */
 TEQ_API int pet_post_optimize(Graph **g, PetPostStats *stats, Diag *d);
+/* The same, remembering across calls the constants it moved back through
+ * an R/T (a search post-optimizes the same mutant beside the same bias in
+ * graph after graph). The cache holds references to those constants;
+ * release it with pet_post_cache_free. */
+typedef struct PetPostCache PetPostCache;
+TEQ_API PetPostCache *pet_post_cache_new(void);
+TEQ_API void pet_post_cache_free(PetPostCache *c);
+TEQ_API int pet_post_optimize_cached(Graph **g, PetPostCache *cache, PetPostStats *stats,
+                                     Diag *d);
 
 #endif

@@ -46,7 +46,69 @@ enum {
   MAX_EW_IN = 16,  /* inputs of an element-wise operator considered */
 };
 
+/* Constants moved back through an R/T, remembered across calls: a search
+ * splices the same mutant next to the same bias in graph after graph, and
+ * running a spread bias through a transpose each time was most of the
+ * post-optimization's time. Each entry holds a reference to the constant
+ * it was computed from (so its address names it while cached) and to the
+ * result (NULL: the constant does not fit). */
+enum { MEMO_CONSTS = 256 };
+#define MEMO_BYTES ((size_t)128 << 20) /* held at most: spread biases are megabytes */
+typedef struct MovedConst {
+  Tensor *src, *moved;
+  OpKind kind;       /* the R/T */
+  Params params;
+  Shape in;          /* its input shape */
+} MovedConst;
+struct PetPostCache {
+  MovedConst e[MEMO_CONSTS]; /* a ring: the oldest at first, n of them */
+  int first, n;
+  size_t bytes;              /* of the tensors held */
+};
+
+static size_t held_bytes(const MovedConst *m) {
+  return tensor_bytes(m->src) + (m->moved ? tensor_bytes(m->moved) : 0);
+}
+
+PetPostCache *pet_post_cache_new(void) { return calloc(1, sizeof(PetPostCache)); }
+
+static void moved_drop_oldest(PetPostCache *c) {
+  MovedConst *m = &c->e[c->first];
+  c->bytes -= held_bytes(m);
+  tensor_unref(m->src), tensor_unref(m->moved);
+  c->first = (c->first + 1) % MEMO_CONSTS;
+  c->n--;
+}
+
+void pet_post_cache_free(PetPostCache *c) {
+  if (!c) return;
+  while (c->n) moved_drop_oldest(c);
+  free(c);
+}
+
+static MovedConst *moved_find(PetPostCache *c, const Tensor *t, const Node *l, const Shape *in) {
+  for (int i = 0; c && i < c->n; i++) {
+    MovedConst *m = &c->e[(c->first + i) % MEMO_CONSTS];
+    if (m->src == t && m->kind == l->kind && shape_equal(&m->in, in) &&
+        !memcmp(&m->params, &l->params, sizeof m->params))
+      return m;
+  }
+  return NULL;
+}
+
+static void moved_put(PetPostCache *c, Tensor *t, const Node *l, const Shape *in, Tensor *moved) {
+  if (!c) return;
+  size_t need = tensor_bytes(t) + (moved ? tensor_bytes(moved) : 0);
+  if (need > MEMO_BYTES) return;
+  while (c->n && (c->n == MEMO_CONSTS || c->bytes + need > MEMO_BYTES)) moved_drop_oldest(c);
+  MovedConst *m = &c->e[(c->first + c->n++) % MEMO_CONSTS];
+  c->bytes += need;
+  *m = (MovedConst){.src = tensor_ref(t), .moved = moved ? tensor_ref(moved) : NULL,
+                    .kind = l->kind, .params = l->params, .in = *in};
+}
+
 typedef struct Post {
+  PetPostCache *cache; /* may be NULL */
   Graph *g;
   int32_t *uses, *off;        /* graph_use_counts, refreshed after each rewrite */
   uint64_t memo[MAX_MEMO];    /* chains evaluated and found not the identity */
@@ -222,6 +284,14 @@ static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
   }
   if (shape_broadcast(&t->shape, &s_out, &spread, NULL) || !shape_equal(&spread, &s_out))
     return TEQ_OK;
+  MovedConst *known = moved_find(p->cache, t, ln, &s_in);
+  if (known) {
+    if (!known->moved) return TEQ_OK;
+    int id = graph_add_const(g, g->nodes[c.node].name, tensor_ref(known->moved), NULL);
+    if (id < 0) return id;
+    *out = (TensorRef){id, 0};
+    return TEQ_OK;
+  }
   Node back = *ln; /* L's inverse */
   if (ln->kind == OP_RESHAPE) {
     param_set_ints(&back.params, 0, s_in.d, s_in.ndim);
@@ -252,6 +322,7 @@ static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
     if (rc == TEQ_OK && exec_run(m, EXEC_F32, NULL, v, NULL) == TEQ_OK) {
       bool same = shape_equal(&v[1]->shape, &v[2]->shape) &&
                   !memcmp(v[1]->data, v[2]->data, tensor_bytes(v[2]));
+      moved_put(p->cache, t, &lcopy, &s_in, same ? v[0] : NULL);
       if (same) {
         int id = graph_add_const(g, g->nodes[c.node].name, tensor_ref(v[0]), NULL);
         if (id < 0) rc = id;
@@ -322,8 +393,12 @@ static int try_move(Post *p, int f, bool *done) {
 typedef int (*Rewrite)(Post *p, int id, bool *done);
 
 int pet_post_optimize(Graph **gp, PetPostStats *stats, Diag *d) {
+  return pet_post_optimize_cached(gp, NULL, stats, d);
+}
+
+int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stats, Diag *d) {
   static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move};
-  Post p = {.g = graph_copy(*gp)};
+  Post p = {.g = graph_copy(*gp), .cache = cache};
   int rc = p.g ? refresh(&p) : TEQ_ERR_NOMEM;
   bool changed = false;
   /* Each rewrite removes an operator or moves an R/T past one, so there

@@ -230,6 +230,20 @@ static void test_fig1_between_convs(void) {
   CHECK_EQ_INT(fused, 2); /* conv1's bias and relu */
   CHECK_EQ_INT(count_kind(f, OP_EWADD) + count_kind(f, OP_RELU), 0);
   CHECK(equal_everywhere(g, f, 1, false));
+  /* With a cache, as the search runs it: the second call takes the moved
+   * bias from the cache, and both give the graph the uncached call gave. */
+  PetPostCache *cache = pet_post_cache_new();
+  CHECK(cache != NULL);
+  for (int k = 0; k < 2 && cache; k++) {
+    Graph *c = graph_copy(g);
+    PetPostStats sc;
+    CHECK(c && pet_post_optimize_cached(&c, cache, &sc, &diag) == TEQ_OK);
+    CHECK(c && graph_hash(c, NULL) == graph_hash(h, NULL));
+    CHECK_EQ_INT(sc.moved, st.moved);
+    CHECK(c && equal_everywhere(g, c, 1, false));
+    graph_free(c);
+  }
+  pet_post_cache_free(cache);
   graph_free(f);
   graph_free(h);
   graph_free(g);
