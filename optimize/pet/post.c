@@ -53,7 +53,9 @@ enum {
  * it was computed from (so its address names it while cached) and to the
  * result (NULL: the constant does not fit). */
 enum { MEMO_CONSTS = 256 };
-#define MEMO_BYTES ((size_t)128 << 20) /* held at most: spread biases are megabytes */
+/* Moved constants held at most: spread biases are megabytes each (the
+ * constants they came from are the graphs', shared, and not counted). */
+#define MEMO_BYTES ((size_t)512 << 20)
 typedef struct MovedConst {
   Tensor *src, *moved;
   OpKind kind;       /* the R/T */
@@ -63,12 +65,10 @@ typedef struct MovedConst {
 struct PetPostCache {
   MovedConst e[MEMO_CONSTS]; /* a ring: the oldest at first, n of them */
   int first, n;
-  size_t bytes;              /* of the tensors held */
+  size_t bytes;              /* of the moved tensors held */
 };
 
-static size_t held_bytes(const MovedConst *m) {
-  return tensor_bytes(m->src) + (m->moved ? tensor_bytes(m->moved) : 0);
-}
+static size_t held_bytes(const MovedConst *m) { return m->moved ? tensor_bytes(m->moved) : 0; }
 
 PetPostCache *pet_post_cache_new(void) { return calloc(1, sizeof(PetPostCache)); }
 
@@ -98,7 +98,7 @@ static MovedConst *moved_find(PetPostCache *c, const Tensor *t, const Node *l, c
 
 static void moved_put(PetPostCache *c, Tensor *t, const Node *l, const Shape *in, Tensor *moved) {
   if (!c) return;
-  size_t need = tensor_bytes(t) + (moved ? tensor_bytes(moved) : 0);
+  size_t need = moved ? tensor_bytes(moved) : 0;
   if (need > MEMO_BYTES) return;
   while (c->n && (c->n == MEMO_CONSTS || c->bytes + need > MEMO_BYTES)) moved_drop_oldest(c);
   MovedConst *m = &c->e[(c->first + c->n++) % MEMO_CONSTS];
