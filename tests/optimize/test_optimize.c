@@ -504,6 +504,17 @@ static Priced price_all(const Graph *g, CostModel *cm) {
   return p;
 }
 
+/* price_all under a fresh cost model; every derived price and hash must
+ * be the built graph's. */
+static Priced price_all_checked(const Graph *g) {
+  CostModel *cm = cost_model_new();
+  Priced p = price_all(g, cm);
+  CHECK_EQ_INT(p.bad_cost, 0);
+  CHECK_EQ_INT(p.bad_hash, 0);
+  cost_model_free(cm);
+  return p;
+}
+
 static TensorRef conv(Graph *g, TensorRef x, TensorRef k, TensorRef b, int pad, int act) {
   Params p;
   params_default(OP_CONV2D, &p);
@@ -534,14 +545,10 @@ static void test_priced_convs(void) {
   diag_init(&d);
   CHECK(opt_split_bias(g, NULL, &d) == TEQ_OK);
   diag_fini(&d);
-  CostModel *cm = cost_model_new();
-  Priced p = price_all(g, cm);
+  Priced p = price_all_checked(g);
   printf("convolutions: %d rewrites priced, %d derived, %d with another price, %d refolded "
          "otherwise\n", p.rewrites, p.derived, p.cheaper_or_dearer, p.refold_differs);
   CHECK(p.derived > 0 && p.cheaper_or_dearer > 0 && p.refold_differs > 0);
-  CHECK_EQ_INT(p.bad_cost, 0);
-  CHECK_EQ_INT(p.bad_hash, 0);
-  cost_model_free(cm);
   graph_free(g);
 }
 
@@ -559,14 +566,10 @@ static void test_priced_matmuls(void) {
   graph_add_output(g, op(g, OP_RELU, s, s, 1, NULL), "y", NULL);
   graph_add_output(g, op(g, OP_MATMUL, ra, w1, 2, NULL), "z", NULL);
   graph_add_output(g, op(g, OP_EWADD, op(g, OP_MATMUL, x, ra, 2, NULL), ra, 2, NULL), "u", NULL);
-  CostModel *cm = cost_model_new();
-  Priced p = price_all(g, cm);
+  Priced p = price_all_checked(g);
   printf("products: %d rewrites priced, %d derived, %d with another price, %lld cycles refused\n",
          p.rewrites, p.derived, p.cheaper_or_dearer, (long long)p.cycles);
   CHECK(p.derived > 0 && p.cheaper_or_dearer > 0 && p.cycles > 0);
-  CHECK_EQ_INT(p.bad_cost, 0);
-  CHECK_EQ_INT(p.bad_hash, 0);
-  cost_model_free(cm);
   graph_free(g);
 }
 
@@ -588,14 +591,10 @@ static void test_priced_duplicates(void) {
                    NULL);
   graph_add_output(g, op(g, OP_RELU, s, s, 1, NULL), "y", NULL);
   graph_add_output(g, op(g, OP_MATMUL, xh, c, 2, NULL), "z", NULL);
-  CostModel *cm = cost_model_new();
-  Priced p = price_all(g, cm);
+  Priced p = price_all_checked(g);
   printf("duplicates: %d rewrites priced, %d derived, %d with another price\n", p.rewrites,
          p.derived, p.cheaper_or_dearer);
   CHECK(p.derived > 0 && p.derived < p.rewrites);
-  CHECK_EQ_INT(p.bad_cost, 0);
-  CHECK_EQ_INT(p.bad_hash, 0);
-  cost_model_free(cm);
   graph_free(g);
 }
 
