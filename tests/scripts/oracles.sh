@@ -70,10 +70,11 @@ PYEOF
   fi
   for ref in "$w"/ref/output_*.bin; do
     out=$(basename "$ref")
+    # compare.py's line starts with its own verdict; ok and fail print theirs
     if line=$("$PY" "$ROOT/tools/compare.py" --rtol 1e-4 --label "$name $out" "$w/got/$out" "$ref" 2>&1); then
-      ok "$line"
+      ok "${line#ok   }"
     else
-      fail "$line"
+      fail "${line#FAIL }"
     fi
   done
 }
