@@ -449,9 +449,14 @@ static void out_span(int64_t off, int64_t stride, int64_t in, int64_t n_out, int
  * mod p). Compiled for each vector width the machine may have (the
  * loader picks one): with AVX-512 eight products go at once, with the
  * baseline SSE2 two. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-modp_axpy_folded(uint64_t *restrict acc, const uint32_t *restrict x, int64_t n, int64_t stride,
-                 uint64_t w) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MODP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MODP_VECTOR_CLONES /* one build, for the baseline of the target */
+#endif
+MODP_VECTOR_CLONES static void modp_axpy_folded(uint64_t *restrict acc,
+                                                const uint32_t *restrict x, int64_t n,
+                                                int64_t stride, uint64_t w) {
   if (stride == 1) {
     for (int64_t k = 0; k < n; k++) {
       uint64_t p = x[k] * w;
