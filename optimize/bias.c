@@ -27,9 +27,6 @@
 
 #include "optimize/opt_int.h"
 
-static const OpKind act_kind[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
-                                  [ACT_TANH] = OP_TANH};
-
 int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), n = g->n_nodes, split = 0, rc = TEQ_OK;
   for (int id = 0; id < n && rc == TEQ_OK; id++) {
@@ -63,7 +60,7 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
       cur = (TensorRef){add, 0};
     }
     if (act != ACT_NONE) {
-      int a = graph_add_node(g, act_kind[act], &cur, 1, 1, NULL, NULL, d);
+      int a = graph_add_node(g, act_op_kind((int)act), &cur, 1, 1, NULL, NULL, d);
       if (a < 0) return a;
       cur = (TensorRef){a, 0};
     }
@@ -155,9 +152,8 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         }
         in[2] = (TensorRef){bid, 0};
         n_in = 3;
-      } else if (un->kind == OP_RELU || un->kind == OP_SIGMOID || un->kind == OP_TANH) {
-        p.v[act_i].i[0] = un->kind == OP_RELU ? ACT_RELU : un->kind == OP_SIGMOID ? ACT_SIGMOID
-                                                                                  : ACT_TANH;
+      } else if (act_of_op_kind(un->kind) != ACT_NONE) {
+        p.v[act_i].i[0] = act_of_op_kind(un->kind);
         if (n_in == 3) in[2] = g->nodes[id].in[2];
       } else {
         continue;

@@ -168,18 +168,29 @@ static int cfg_grow(OptPricer *p) {
   return TEQ_OK;
 }
 
+/* The slot of configuration k, with room made for it: *known when it
+ * holds k's cost already. NULL when memory runs out. */
+static CfgSlot *cfg_slot(OptPricer *p, const CfgKey *k, bool *known) {
+  size_t len = cfg_len(k);
+  if (2 * (p->cfg_n + 1) > p->cfg_cap && cfg_grow(p)) return NULL;
+  CfgSlot *s = cfg_find(p, k, hash_bytes(0xc0f1, k, len), len);
+  *known = s->key != NULL;
+  return s;
+}
+
 /* The cost of configuration k, which node id of g has: from the table, or
  * asked of the cost model on g (once per configuration, so a recorded or
  * measured configuration is recorded or measured as before). */
 static int cfg_cost(OptPricer *p, const CfgKey *k, const Graph *g, int id, double *us, Diag *d) {
-  size_t len = cfg_len(k);
-  uint64_t h = hash_bytes(0xc0f1, k, len);
-  if (2 * (p->cfg_n + 1) > p->cfg_cap && cfg_grow(p)) return TEQ_ERR_NOMEM;
-  CfgSlot *s = cfg_find(p, k, h, len);
-  if (s->key) {
+  bool known;
+  CfgSlot *s = cfg_slot(p, k, &known);
+  if (!s) return TEQ_ERR_NOMEM;
+  if (known) {
     *us = s->us;
     return TEQ_OK;
   }
+  size_t len = cfg_len(k);
+  uint64_t h = hash_bytes(0xc0f1, k, len);
   CostEstimate e;
   int rc = cost_node(p->cm, g, id, &e, d);
   if (rc) return rc;
@@ -236,11 +247,10 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
   }
   k.n_in = in[2] ? 3 : 2;
   for (int j = 0; j < k.n_in; j++) cfg_input(&k, j, in[j], dt[j]);
-  size_t len = cfg_len(&k);
-  uint64_t h = hash_bytes(0xc0f1, &k, len);
-  if (2 * (p->cfg_n + 1) > p->cfg_cap && cfg_grow(p)) return TEQ_ERR_NOMEM;
-  CfgSlot *s = cfg_find(p, &k, h, len);
-  if (s->key) {
+  bool known;
+  CfgSlot *s = cfg_slot(p, &k, &known);
+  if (!s) return TEQ_ERR_NOMEM;
+  if (known) {
     *us = s->us;
     return TEQ_OK;
   }
@@ -673,13 +683,6 @@ static void kill(OptBase *b, int v0) {
   }
 }
 
-/* The fused activation an operator of this kind becomes (opt_fuse_bias). */
-static int act_of(OpKind k) {
-  if (k == OP_RELU) return ACT_RELU;
-  if (k == OP_SIGMOID) return ACT_SIGMOID;
-  return k == OP_TANH ? ACT_TANH : ACT_NONE;
-}
-
 /* How opt_fuse_bias refolds convolution c of the rewritten graph, with
  * user2 its only consumers; marks what it absorbs. */
 static uint8_t refold(OptBase *b, int c) {
@@ -695,11 +698,11 @@ static uint8_t refold(OptBase *b, int c) {
     b->absorbed[u] = b->gen;
     uint8_t fuse = OPT_FUSE_BIAS;
     int u2 = b->user2[u]; /* the refolded convolution takes over u's uses */
-    int act = u2 >= 0 ? act_of(vnode(b, u2)->kind) : ACT_NONE;
+    int act = u2 >= 0 ? act_of_op_kind(vnode(b, u2)->kind) : ACT_NONE;
     if (act != ACT_NONE) fuse |= (uint8_t)act, b->absorbed[u2] = b->gen;
     return fuse;
   }
-  int act = act_of(un->kind);
+  int act = act_of_op_kind(un->kind);
   if (act == ACT_NONE) return OPT_FUSE_NONE;
   b->absorbed[u] = b->gen;
   return (uint8_t)act;

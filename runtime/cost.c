@@ -396,6 +396,14 @@ static bool costs_nothing(const Node *n) {
   return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
 }
 
+/* The analytic estimate of node id: its family's roofline, corrected by the
+ * nearest measurements. */
+static double analytic_us(CostModel *m, const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  return cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
+                       cost_node_bytes(g, id), -1);
+}
+
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
   const Node *n = &g->nodes[id];
   out->us = 0;
@@ -406,8 +414,7 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
   if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key) {
     /* Too wide to name (a concat of dozens of corrected pieces): no table
      * can hold it, so the analytic model prices it, unrecorded. */
-    out->us = cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
-                            cost_node_bytes(g, id), -1);
+    out->us = analytic_us(m, g, id);
     return TEQ_OK;
   }
   CostEntry *e = find(m, key);
@@ -424,10 +431,7 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    e = insert(m, key,
-               cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
-                             cost_node_bytes(g, id), -1),
-               COST_ANALYTIC);
+    e = insert(m, key, analytic_us(m, g, id), COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");
   }
   if (m->record && !e->recorded) {

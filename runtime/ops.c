@@ -331,11 +331,22 @@ void act_apply_f32(int act, float *x, int64_t n) {
   }
 }
 
+static const OpKind kind_of_act[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+                                     [ACT_TANH] = OP_TANH};
+
+OpKind act_op_kind(int act) {
+  return act > ACT_NONE && act <= ACT_TANH ? kind_of_act[act] : OP__COUNT;
+}
+
+int act_of_op_kind(OpKind k) {
+  for (int act = ACT_RELU; act <= ACT_TANH; act++)
+    if (kind_of_act[act] == k) return act;
+  return ACT_NONE;
+}
+
 void act_apply_modp(int act, uint32_t *x, int64_t n) {
   /* The fused activation uses the same stand-in as the stand-alone
    * operator, so conv+relu and relu(conv) fingerprint alike. */
-  static const OpKind kind_of_act[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
-                                       [ACT_TANH] = OP_TANH};
   if (act == ACT_NONE) return;
   uint32_t (*f)(uint32_t) = op_table[kind_of_act[act]]->modp_standin;
   for (int64_t i = 0; i < n; i++) x[i] = f(x[i]);

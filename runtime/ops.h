@@ -78,6 +78,11 @@ typedef struct Params {
 /* Values of a fused activation parameter ("act") shared by conv and matmul. */
 enum { ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH };
 extern TEQ_API const char *const act_symbols[];
+/* The operator a fused activation stands for (OP_RELU for ACT_RELU, ...;
+ * OP__COUNT for ACT_NONE), and back: the activation an operator of kind k
+ * folds into (ACT_NONE when it is not one). */
+TEQ_API OpKind act_op_kind(int act);
+TEQ_API int act_of_op_kind(OpKind k);
 
 /* ---- the row ---- */
 
