@@ -325,6 +325,16 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
   return TEQ_OK;
 }
 
+/* The bound and replaced tensors of match m of rule c->rule. */
+static void match_tensors(const Ctx *c, const OptMatch *m, TensorRef *bind, TensorRef *replace) {
+  const OptRule *rule = &c->rs->r[c->rule];
+  for (int v = 0; v < rule->src->n_inputs; v++) bind[v] = m->bind[rule->src->inputs[v]];
+  for (int k = 0; k < rule->src->n_outputs; k++) {
+    TensorRef r = rule->src->outputs[k];
+    replace[k] = (TensorRef){m->node[r.node], r.out};
+  }
+}
+
 /* Builds the rewrite of one match; *out is NULL when it does not apply. */
 static int rewrite(Ctx *c, const OptMatch *m, Graph **out) {
   const OptRule *rule = &c->rs->r[c->rule];
@@ -341,11 +351,7 @@ static int rewrite(Ctx *c, const OptMatch *m, Graph **out) {
   if (verdict == CHECK_BAD) c->st->rejected_zp++;
   if (rc == TEQ_OK && verdict != CHECK_BAD) {
     TensorRef bind[OPT_MAX_SIDE], replace[OPT_MAX_SIDE];
-    for (int v = 0; v < rule->src->n_inputs; v++) bind[v] = m->bind[rule->src->inputs[v]];
-    for (int k = 0; k < rule->src->n_outputs; k++) {
-      TensorRef r = rule->src->outputs[k];
-      replace[k] = (TensorRef){m->node[r.node], r.out};
-    }
+    match_tensors(c, m, bind, replace);
     Diag quiet;
     diag_init(&quiet);
     rc = opt_splice(c->g, inst, bind, replace, out, &quiet);
@@ -470,16 +476,6 @@ static bool offer(Ctx *c, Graph *ng) {
     return false;
   }
   return settle(c, ng, cost, NULL);
-}
-
-/* The bound and replaced tensors of match m of rule c->rule. */
-static void match_tensors(const Ctx *c, const OptMatch *m, TensorRef *bind, TensorRef *replace) {
-  const OptRule *rule = &c->rs->r[c->rule];
-  for (int v = 0; v < rule->src->n_inputs; v++) bind[v] = m->bind[rule->src->inputs[v]];
-  for (int k = 0; k < rule->src->n_outputs; k++) {
-    TensorRef r = rule->src->outputs[k];
-    replace[k] = (TensorRef){m->node[r.node], r.out};
-  }
 }
 
 /* The rewrite of c->g by instance in at match m: derived (delta.c) and
