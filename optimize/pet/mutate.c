@@ -14,6 +14,9 @@
  *   - conv2d with an original conv's parameters, or with its dilation or
  *     its stride folded away; matmul where the original has one;
  *   - split of a result into the original's outputs;
+ *   - concatenation of two of the original's data inputs along channels,
+ *     where two independent convs of one shape can run as one grouped conv
+ *     with twice the groups (section 6.1's merge of subprograms);
  *   - weight-only operators: centred zero-padding of a kernel to another's
  *     size, concatenation of kernels, space-to-depth of a kernel. They do
  *     not count in the depth (optimize folds them into constants), but a
@@ -54,7 +57,7 @@ typedef struct Avail {
   TensorRef ref;
   bool is_weight;  /* computed from weights alone */
   bool is_orig;    /* an input or constant of the original */
-  bool is_layout;  /* a layout's result */
+  bool is_layout;  /* a layout's or a data concat's result: not laid out again */
   bool computed;   /* a compute operator lies on its path */
   int uses;
 } Avail;
@@ -79,6 +82,7 @@ typedef struct Gen {
   int depth, max_cands;
   int n_compute;          /* conv and matmul nodes in the original */
   bool has_conv, has_matmul;
+  bool can_group;         /* two convs could run as one grouped conv (S_DCONCAT) */
   Params psets[MAX_PSETS];
   int n_psets;
   int64_t factors[MAX_FACTORS];
@@ -129,6 +133,37 @@ static void add_pset(Gen *G, const Params *p) {
   if (G->n_psets < MAX_PSETS) G->psets[G->n_psets++] = *p;
 }
 
+/* Conv i beside another conv on a different input of its shape with the
+ * same stride, dilation and groups: i's parameters with twice the groups,
+ * the conv on both inputs concatenated along channels (each group reads
+ * its own input's channels, so each half of the output is one original
+ * conv; the other's kernel is zero-padded to i's extent where smaller). */
+static void derive_grouped(Gen *G, int i) {
+  const Graph *g = G->orig;
+  const Node *a = &g->nodes[i];
+  int ig = param_index(OP_CONV2D, "groups");
+  for (int j = 0; j < g->n_nodes; j++) {
+    const Node *b = &g->nodes[j];
+    if (j == i || b->kind != OP_CONV2D || b->n_in < 2 ||
+        (a->in[0].node == b->in[0].node && a->in[0].out == b->in[0].out) ||
+        !shape_equal(graph_shape(g, a->in[0]), graph_shape(g, b->in[0])) ||
+        !shape_equal(&a->out[0], &b->out[0]))
+      continue;
+    bool same = true;
+    static const char *const names[] = {"stride", "dilation", "groups"};
+    for (int k = 0; k < 3 && same; k++) {
+      int q = param_index(OP_CONV2D, names[k]);
+      same = !memcmp(&a->params.v[q], &b->params.v[q], sizeof a->params.v[q]);
+    }
+    if (!same) continue;
+    Params p = a->params;
+    param_set_int(&p, ig, 2 * param_int(&a->params, ig));
+    add_pset(G, &p);
+    G->can_group = true;
+    return;
+  }
+}
+
 /* Conv parameter sets: each original conv's own; with its dilation d
  * folded away (dilation 1, pads / d: the conv on d x d phase images); with
  * its stride folded away (stride 1, no pads: the conv after space-to-depth,
@@ -148,6 +183,7 @@ static void derive(Gen *G) {
     if (n->kind == OP_MATMUL || n->kind == OP_GEMM) G->n_compute++, G->has_matmul = true;
     if (n->kind != OP_CONV2D) continue;
     G->n_compute++, G->has_conv = true;
+    derive_grouped(G, i);
     Params p = n->params;
     add_pset(G, &p);
     const ParamValue *st = &p.v[ist], *pd = &p.v[ipd], *dl = &p.v[idl];
@@ -291,14 +327,14 @@ static void layout_text(const Layout *L, bool kernel, char *buf, size_t size) {
 
 /* ---- the search ---- */
 
-typedef enum StepKind { S_LAYOUT, S_CONV, S_MATMUL, S_SPLIT, S_WPAD, S_WCONCAT } StepKind;
+typedef enum StepKind { S_LAYOUT, S_CONV, S_MATMUL, S_SPLIT, S_WPAD, S_WCONCAT, S_DCONCAT } StepKind;
 
 typedef struct Step {
   StepKind kind;
   int a, b;          /* avail indices */
   Layout L;          /* S_LAYOUT */
   int pset;          /* S_CONV */
-  int axis;          /* S_SPLIT, S_WCONCAT */
+  int axis;          /* S_SPLIT, S_WCONCAT, S_DCONCAT */
   int64_t pads[8];   /* S_WPAD */
 } Step;
 
@@ -326,11 +362,13 @@ static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_o
              (long long)(graph_shape(g, a)->d[2] + s->pads[2] + s->pads[6]),
              (long long)(graph_shape(g, a)->d[3] + s->pads[3] + s->pads[7]));
     return zero_pad(g, a, s->pads, &outs[0]);
-  case S_WCONCAT: {
+  case S_WCONCAT:
+  case S_DCONCAT: {
     Params p;
     params_default(OP_CONCAT, &p);
     param_set_int(&p, 0, s->axis);
-    snprintf(text, size, "kernels concatenated on axis %d", s->axis);
+    snprintf(text, size, "%s concatenated on axis %d", s->kind == S_WCONCAT ? "kernels" : "inputs",
+             s->axis);
     return add(g, OP_CONCAT, (TensorRef[]){a, b}, 2, &p, &outs[0]);
   }
   case S_SPLIT: {
@@ -376,7 +414,7 @@ static void extend(Gen *G, const Graph *g, const Step *s) {
   bool computed = compute || G->av[s->a].computed;
   for (int j = 0; j < n_outs; j++)
     G->av[G->n_av + j] = (Avail){.ref = outs[j], .is_weight = weight, .computed = computed,
-                                 .is_layout = s->kind == S_LAYOUT};
+                                 .is_layout = s->kind == S_LAYOUT || s->kind == S_DCONCAT};
   G->av[s->a].uses++;
   if (s->b >= 0) G->av[s->b].uses++;
   G->n_av += n_outs;
@@ -578,6 +616,16 @@ static void build(Gen *G, const Graph *g) {
     if (!v->is_weight) try_layouts(G, g, i);
     else if (v->is_orig && !v->uses && G->n_weight_ops < MAX_WEIGHT_OPS) try_weight_ops(G, g, i);
   }
+  /* two of the original's inputs side by side along channels, for a
+   * grouped conv (derive_grouped) */
+  for (int i = 0; i < n && G->can_group; i++)
+    for (int j = i + 1; j < n; j++) {
+      const Avail *a = &G->av[i], *b = &G->av[j];
+      if (a->is_weight || b->is_weight || !a->is_orig || !b->is_orig || a->uses || b->uses ||
+          !shape_equal(graph_shape(g, a->ref), graph_shape(g, b->ref)))
+        continue;
+      extend(G, g, &(Step){.kind = S_DCONCAT, .a = i, .b = j, .axis = 1});
+    }
   for (int i = 0; i < n && G->n_comp < G->n_compute; i++) {
     if (G->av[i].is_weight || G->av[i].computed) continue;
     for (int j = 0; j < n; j++) {

@@ -190,8 +190,12 @@ TEQ_API bool pet_is_multilinear(const Graph *g, int id);
 /* The regions of a graph (maximal connected sets of multi-linear operators
  * that compute on data) and, inside them, the subprograms the search asks
  * pet_mutate about: each plain conv or matmul whose second operand is a
- * weight, and each pair of them reading the same tensor (Fig. 10a). */
+ * weight, each pair of them reading the same tensor (Fig. 10a), and each
+ * pair of independent convs of one shape reading different tensors (merged
+ * into a grouped conv). A conv is paired with at most PET_SPLIT_PAIR_REACH
+ * later groupable convs. */
 #define PET_SPLIT_MAX_SUBPROGRAMS 64
+#define PET_SPLIT_PAIR_REACH 8
 
 typedef struct PetSplitOptions {
   int max_subprograms;  /* 0: PET_SPLIT_MAX_SUBPROGRAMS */

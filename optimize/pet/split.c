@@ -14,8 +14,11 @@
  * own (layouts around it, dilation phases, space-to-depth), and each pair
  * of them reading the same data tensor, which merges into one operator on
  * zero-padded, concatenated kernels (Fig. 10a; the Inception branches that
- * share an input). Larger subsets are not formed: merging three needs more
- * weight operators than pet_mutate lets a mutant hold. The operators
+ * share an input), and each pair of independent convs of one shape on
+ * different tensors (section 6.1: subprograms without a data dependency,
+ * merged into a grouped operator; Inception's parallel 1x3 convs, NasNet's
+ * parallel separable convs). Larger subsets are not formed: merging three
+ * needs more weight operators than pet_mutate lets a mutant hold. The operators
  * around a subset (bias additions, layout operators, other convs) stay as
  * they are, as PET keeps "the remaining operators unchanged".
  *
@@ -152,6 +155,43 @@ static int extract(Splitter *S, const int32_t *nodes, int n, int region, Diag *d
   return TEQ_OK;
 }
 
+/* Whether b depends on a (a before b in topological order): a walk back
+ * from b over nodes after a. mark[] is all false before and after. */
+static bool depends(Splitter *S, int a, int b, int32_t *stack, bool *mark) {
+  const Graph *g = S->g;
+  int n = 0, top = 0;
+  bool found = false;
+  stack[n++] = b, mark[b] = true;
+  while (top < n && !found) {
+    const Node *nd = &g->nodes[stack[top++]];
+    for (int j = 0; j < nd->n_in && !found; j++) {
+      int p = nd->in[j].node;
+      found = p == a;
+      if (!found && !mark[p] && S->pos[p] > S->pos[a]) mark[p] = true, stack[n++] = p;
+    }
+  }
+  for (int k = 0; k < n; k++) mark[stack[k]] = false;
+  return found;
+}
+
+/* Two convs that one grouped conv can compute side by side: the same input
+ * shape, kernel channels, output shape, stride, dilation and groups (the
+ * kernels' extents and pads may differ: the smaller is zero-padded). */
+static bool groupable(const Graph *g, int a, int b) {
+  const Node *na = &g->nodes[a], *nb = &g->nodes[b];
+  if (na->kind != OP_CONV2D || nb->kind != OP_CONV2D) return false;
+  const Shape *wa = graph_shape(g, na->in[1]), *wb = graph_shape(g, nb->in[1]);
+  if (!shape_equal(graph_shape(g, na->in[0]), graph_shape(g, nb->in[0])) ||
+      !shape_equal(&na->out[0], &nb->out[0]) || wa->d[0] != wb->d[0] || wa->d[1] != wb->d[1])
+    return false;
+  static const char *const same[] = {"stride", "dilation", "groups"};
+  for (int k = 0; k < 3; k++) {
+    int i = param_index(OP_CONV2D, same[k]);
+    if (memcmp(&na->params.v[i], &nb->params.v[i], sizeof na->params.v[i])) return false;
+  }
+  return true;
+}
+
 /* A conv or matmul the generator can mutate: plain, on a data tensor, with
  * a weight as its second operand (so that kernel operators are free). */
 static bool is_core(const Splitter *S, int id) {
@@ -209,7 +249,7 @@ int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d) 
     if (S.parent[id] >= 0 && !(op_def(g->nodes[id].kind)->flags & OPF_SOURCE) && !S.weight[id])
       out->n_regions += find_root(S.parent, id) == id;
   /* Subprograms: each core operator, then each pair reading one tensor,
-   * in topological order. */
+   * in topological order; then independent pairs. */
   for (int a = 0; a < n_core && rc == TEQ_OK && out->n < max_sub; a++) {
     int ia = core[a];
     rc = extract(&S, &core[a], 1, find_root(S.parent, ia), d);
@@ -222,6 +262,27 @@ int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d) 
       rc = extract(&S, pair, 2, find_root(S.parent, ia), d);
     }
   }
+  /* Independent pairs: parallel branches lie close in topological order,
+   * so each conv is paired with the next few groupable ones only (linear
+   * in the graph's size, as the search's windows are). */
+  int32_t *stack = rc ? NULL : malloc(n * sizeof *stack);
+  bool *mark = rc ? NULL : calloc(n, sizeof *mark);
+  if (!rc && (!stack || !mark)) rc = TEQ_ERR_NOMEM;
+  for (int a = 0; a < n_core && rc == TEQ_OK && out->n < max_sub; a++) {
+    int ia = core[a], tried = 0;
+    for (int b = a + 1; b < n_core && tried < PET_SPLIT_PAIR_REACH && rc == TEQ_OK && out->n < max_sub; b++) {
+      int ib = core[b];
+      const Node *na = &g->nodes[ia], *nb = &g->nodes[ib];
+      if ((na->in[0].node == nb->in[0].node && na->in[0].out == nb->in[0].out) ||
+          !groupable(g, ia, ib))
+        continue;
+      tried++;
+      if (depends(&S, ia, ib, stack, mark)) continue;
+      int32_t pair[2] = {ia, ib};
+      rc = extract(&S, pair, 2, find_root(S.parent, ia), d);
+    }
+  }
+  free(stack), free(mark);
   free(S.order), free(S.pos), free(S.weight), free(S.parent), free(core);
   free(S.uses), free(S.off);
   if (rc) pet_split_fini(out);

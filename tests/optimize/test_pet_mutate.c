@@ -205,6 +205,55 @@ static void test_merged_convs(void) {
   graph_free(g);
 }
 
+/* Two independent convs of one shape on different inputs (PET section
+ * 6.1, Inception's parallel branches): the inputs concatenated along
+ * channels, the kernels along their outputs (the 1x1 zero-padded to 3x3),
+ * one conv with twice the groups and a split. Exact. The same for two
+ * depthwise convs (groups 4 -> 8), as in NasNet's parallel separable
+ * convolutions. */
+static void test_independent_convs(void) {
+  struct { int c, m, k2, groups; } cases[] = {{4, 5, 1, 1}, {4, 4, 3, 4}};
+  for (int t = 0; t < 2; t++) {
+    int c = cases[t].c, m = cases[t].m, k2 = cases[t].k2, groups = cases[t].groups;
+    Graph *g = graph_new();
+    TensorRef x1 = input(g, "x1", shape_of(4, 1, c, 6, 5)), x2 = input(g, "x2", shape_of(4, 1, c, 6, 5));
+    TensorRef w1 = input(g, "w1", shape_of(4, m, c / groups, 3, 3));
+    TensorRef w2 = input(g, "w2", shape_of(4, m, c / groups, k2, k2));
+    output(g, conv(g, x1, w1, 1, 1, 1, groups));
+    output(g, conv(g, x2, w2, k2 / 2, 1, 1, groups));
+    int n;
+    PetMutant *m_ = mutate(g, 0, 0, &n);
+    print_all(groups > 1 ? "two depthwise convs on two inputs" : "two convs on two inputs", m_, n);
+    check_all(g, m_, n);
+    PetMutant *f = find(m_, n, (const char *[]){"inputs concatenated on axis 1",
+                                                "kernels concatenated", "split", NULL});
+    CHECK(f != NULL);
+    if (f) {
+      const Graph *mg = f->graph;
+      CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+      const Node *cv = the_conv(mg);
+      CHECK(cv && conv_param(cv, "groups", 0) == 2 * groups);
+      CHECK(cv && shape_equal(graph_shape(mg, cv->in[0]), &(Shape){4, {1, 2 * c, 6, 5}}));
+      CHECK(cv && shape_equal(graph_shape(mg, cv->in[1]), &(Shape){4, {2 * m, c / groups, 3, 3}}));
+      CHECK_EQ_INT(f->report.n_differ, 0);
+      CHECK(equal_everywhere(g, mg, 2, false));
+    }
+    pet_mutants_free(m_, n);
+    graph_free(g);
+  }
+  /* a stride that differs: no grouped conv can compute both */
+  Graph *g = graph_new();
+  TensorRef x1 = input(g, "x1", shape_of(4, 1, 4, 5, 5)), x2 = input(g, "x2", shape_of(4, 1, 4, 5, 5));
+  output(g, conv(g, x1, input(g, "w1", shape_of(4, 4, 4, 3, 3)), 1, 2, 1, 1));
+  output(g, conv(g, x2, input(g, "w2", shape_of(4, 4, 4, 3, 3)), 0, 1, 1, 1));
+  int n;
+  PetMutant *m_ = mutate(g, 0, 0, &n);
+  check_all(g, m_, n);
+  CHECK(find(m_, n, (const char *[]){"inputs concatenated", NULL}) == NULL);
+  pet_mutants_free(m_, n);
+  graph_free(g);
+}
+
 /* Stride 2 on [1, 2, 8, 8] (3x3, pads 1): the input zero-padded to 10x10
  * and its kernel to 4x4, both space-to-depth, one stride-1 2x2 conv. */
 static void test_strided(void) {
@@ -315,6 +364,7 @@ int main(void) {
   test_batch_to_width();
   test_dilated();
   test_merged_convs();
+  test_independent_convs();
   test_strided();
   test_const_weights();
   test_merged_matmuls();

@@ -180,9 +180,47 @@ static void test_split(void) {
   graph_free(g);
 }
 
+/* Parallel branches: a and b, same-shaped convs on different tensors, are
+ * one independent pair; c reads a's relu, so a-c is not a pair (merged, the
+ * grouped conv would read its own output) while b-c is. */
+static void test_split_independent(void) {
+  Graph *g = graph_new();
+  Shape xs = shape_of(4, 1, 4, 6, 6);
+  TensorRef x = {must(graph_add_input(g, "x", &xs, DT_F32, &diag)), 0};
+  TensorRef y = {must(graph_add_input(g, "y", &xs, DT_F32, &diag)), 0};
+  TensorRef a = conv(g, unary(g, OP_RELU, x), small_int_weight(g, shape_of(4, 4, 4, 3, 3), 1), 1, 1, 1, 1);
+  TensorRef b = conv(g, unary(g, OP_RELU, y), small_int_weight(g, shape_of(4, 4, 4, 3, 3), 2), 1, 1, 1, 1);
+  TensorRef c = conv(g, unary(g, OP_RELU, a), small_int_weight(g, shape_of(4, 4, 4, 1, 1), 3), 0, 1, 1, 1);
+  must(graph_add_output(g, b, "b", &diag));
+  must(graph_add_output(g, c, "c", &diag));
+  PetSplit sp;
+  CHECK(pet_split(g, NULL, &sp, &diag) == TEQ_OK);
+  int singles = 0, pairs = 0;
+  bool ab = false, bc = false, ac = false;
+  for (int i = 0; i < sp.n; i++) {
+    const PetSubprogram *s = &sp.v[i];
+    singles += s->n_nodes == 1;
+    if (s->n_nodes != 2) continue;
+    pairs++;
+    CHECK(graph_check(s->graph, &diag) == TEQ_OK);
+    CHECK_EQ_INT(s->graph->n_inputs, 4); /* two data tensors, two kernels */
+    CHECK_EQ_INT(s->graph->n_outputs, 2);
+    int p = s->nodes[0], q = s->nodes[1];
+    ab |= p == a.node && q == b.node, bc |= p == b.node && q == c.node;
+    ac |= p == a.node && q == c.node;
+  }
+  printf("split, parallel branches: %d subprograms, %d pairs\n", sp.n, pairs);
+  CHECK_EQ_INT(singles, 3);
+  CHECK_EQ_INT(pairs, 2);
+  CHECK(ab && bc && !ac);
+  pet_split_fini(&sp);
+  graph_free(g);
+}
+
 int main(void) {
   diag_init(&diag);
   test_split();
+  test_split_independent();
   test_merge_only_by_pet();
   test_nothing_linear();
   diag_flush(&diag, stderr);
