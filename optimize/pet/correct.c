@@ -14,8 +14,11 @@
  * Writing regions into the mutant's output M uses slice and concat only:
  * along dimension 0 the box grid's intervals are walked in order and runs
  * of intervals whose whole slab is equal (or whole slab differs) are
- * merged; an equal slab is a slice of M, a differing slab is recomputed,
- * and a mixed one is split the same way along the next dimension. The
+ * merged, and so are runs of mixed slabs that differ in the same cells of
+ * the later dimensions (a seam column crossing the rows' intervals is one
+ * region, one correction); an equal slab is a slice of M, a differing slab
+ * is recomputed, and a mixed one is split the same way along the next
+ * dimension. The
  * pieces of each level are concatenated back along its dimension, so the
  * result has M's shape and differs from M exactly on the differing boxes.
  * The mutant is copied node by node into a new graph first (the graph API
@@ -432,6 +435,31 @@ static int classify(const Grid *gr, int dim, const int32_t *ilo, const int32_t *
   }
 }
 
+/* Whether intervals i and j of dimension dim hold the same pattern of
+ * differing cells over ranges [ilo, ihi) of the earlier dimensions and
+ * all of the later ones. */
+static bool same_pattern(const Grid *gr, int dim, const int32_t *ilo, const int32_t *ihi,
+                         int32_t i, int32_t j) {
+  int nd = gr->o->boxes.ndim;
+  int32_t lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS], v[TEQ_MAX_DIMS];
+  for (int k = 0; k < nd; k++) {
+    lo[k] = k < dim ? ilo[k] : 0, hi[k] = k < dim ? ihi[k] : gr->count[k];
+    if (k == dim) lo[k] = 0, hi[k] = 1;
+    v[k] = lo[k];
+  }
+  for (;;) {
+    int64_t a = 0, b = 0;
+    for (int k = 0; k < nd; k++) {
+      a = a * gr->count[k] + (k == dim ? i : v[k]);
+      b = b * gr->count[k] + (k == dim ? j : v[k]);
+    }
+    if (gr->o->differs[a] != gr->o->differs[b]) return false;
+    int k = nd - 1;
+    while (k >= 0 && ++v[k] == hi[k]) v[k] = lo[k], k--;
+    if (k < 0) return true;
+  }
+}
+
 /* Positions of interval ranges [ilo, ihi) on dimensions 0..dim, all of
  * the later ones. */
 static Region cells_region(const Grid *gr, int dim, const int32_t *ilo, const int32_t *ihi) {
@@ -468,9 +496,11 @@ static int assemble(Fix *fx, const Grid *gr, int dim, int32_t *ilo, int32_t *ihi
     ilo[dim] = i, ihi[dim] = i + 1;
     int cls = classify(gr, dim, ilo, ihi);
     int32_t j = i + 1;
-    for (; cls != CELLS_MIXED && j < n; j++) {
+    for (; j < n; j++) {
       ilo[dim] = j, ihi[dim] = j + 1;
-      if (classify(gr, dim, ilo, ihi) != cls) break;
+      if (classify(gr, dim, ilo, ihi) != cls ||
+          (cls == CELLS_MIXED && !same_pattern(gr, dim, ilo, ihi, i, j)))
+        break;
     }
     ilo[dim] = i, ihi[dim] = j;
     Region r = cells_region(gr, dim, ilo, ihi);

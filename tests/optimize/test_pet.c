@@ -307,6 +307,31 @@ static void test_border_mutant(void) {
   graph_free(b);
 }
 
+/* Wrong in one column, every row: the column crosses the conv's three row
+ * intervals (H points {1, 5}), and the correction recomputes it as one
+ * region, not one per interval. */
+static void test_column_mutant(void) {
+  TensorRef y, x, w, by, bxx, bw;
+  Graph *a = conv_graph(&y, &x, &w), *b = conv_graph(&by, &bxx, &bw);
+  output(a, y);
+  output(b, double_region(b, by, (int64_t[]){0, 0, 0, 2}, (int64_t[]){1, 2, 6, 3}));
+  PetReport rep = compare(a, b, false);
+  const PetOutputReport *o = &rep.out[0];
+  CHECK(points_are(&o->boxes, 2, (int64_t[]){1, 5}, 2));
+  CHECK_EQ_INT(o->n_differ, 3);
+  PetRegions rg = {0};
+  check_correction(a, b, &rep, &rg, 2 * 6);
+  CHECK_EQ_INT(rg.n, 1);
+  if (rg.n == 1) {
+    const PetRegion *r = &rg.v[0];
+    CHECK(r->lo[2] == 0 && r->hi[2] == 6 && r->lo[3] == 2 && r->hi[3] == 3);
+  }
+  pet_regions_fini(&rg);
+  pet_report_fini(&rep);
+  graph_free(a);
+  graph_free(b);
+}
+
 /* Wrong in the top-left corner box only, two ways: the corner of the conv
  * doubled, and a constant added that is non-zero only there. */
 static void test_corner_mutant(void) {
@@ -509,6 +534,7 @@ int main(void) {
   test_equal_mutants();
   test_border_mutant();
   test_corner_mutant();
+  test_column_mutant();
   test_corrections();
   test_figure1_mutant();
   test_bad_input();
