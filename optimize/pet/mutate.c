@@ -25,8 +25,9 @@
  * operator already covers it), no compute operator fed by another, no more
  * compute operators than the original, a complete mutant is not extended,
  * and a state reached again in another order is cut. Every mutant is then
- * tested with pet_compare; one that differs in every box is dropped (its
- * correction would be the original), the others keep their report. */
+ * tested with pet_compare; one that differs in every box of some output is
+ * dropped (its correction would recompute that output whole), the others
+ * keep their report. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -742,7 +743,13 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   for (int i = 0; i < G.n_cands && n_res < max_mutants; i++) {
     PetMutant *m = &res[n_res];
     if ((rc = pet_compare_cached(orig, G.cands[i].g, &to, &runs, &m->report, d))) goto out;
-    if (m->report.n_differ == m->report.n_boxes) {
+    /* An output wrong in every box is recomputed whole by its correction:
+     * the mutant's work for it is wasted, and a mutant without that work
+     * is always cheaper (the outputs of a merge put in the wrong order). */
+    bool whole = false;
+    for (int j = 0; j < m->report.n_outputs; j++)
+      whole = whole || m->report.out[j].n_differ == m->report.out[j].n_boxes;
+    if (whole) {
       pet_report_fini(&m->report);
       continue;
     }

@@ -173,7 +173,7 @@ typedef struct PetMutant {
 
 /* Generates the mutants of the multi-linear subprogram orig, tests each
  * with pet_compare and returns, in search order, those that do not differ
- * in every box (at most max_mutants, neither the original nor duplicates
+ * in every box of any output (at most max_mutants, neither the original nor duplicates
  * by graph_hash). o may be NULL (defaults). Errors: TEQ_ERR_INPUT (an
  * operator outside PET's Table 1 or with a fused activation or bias, named
  * in the message), TEQ_ERR_NOMEM. *out and *n_out are written only on

@@ -7,7 +7,7 @@
 # returns what it finished.
 #
 #   tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16 suite
+#   steps: tests models profile bench1 bench16 petops suite
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -69,6 +69,8 @@ for step in "$@"; do
     models) build_models; check_models ;;
     profile) profile ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
+    # PET's Table 3 cases: every corrected mutant timed against its original on the GPU.
+    petops) "$stage/tools/bench-pet-ops" --repeat 3 > "$out/pet_ops.md" 2>&1; cat "$out/pet_ops.md" ;;
     bench16) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 16 --no-check ;;
     # The whole suite through optimize, each model timed before and after on the GPU beside
     # PyTorch; the configurations optimize costed are recorded for the next table.

@@ -12,13 +12,14 @@ cd "$(dirname "$0")/../.."
 stage="${1:-.gpu}"
 build=build-gpu
 [ -d "$build" ] || meson setup "$build" --buildtype=release -Dcuda=enabled >/dev/null
-ninja -C "$build" tools/run-model tools/teq-profile tools/build-model optimize/optimize \
+ninja -C "$build" tools/run-model tools/teq-profile tools/build-model tools/bench-pet-ops optimize/optimize \
   tests/runtime_test_cuda tests/runtime_test_cuda_elementwise tests/runtime_test_cuda_reduce \
   tests/runtime_test_cuda_layout tests/runtime_test_cuda_linear tests/runtime_test_cuda_profile \
   tests/runtime_test_conformance_gpu >/dev/null
 rm -rf "$stage"
 mkdir -p "$stage/tools" "$stage/tests" "$stage/lib"
-cp "$build"/tools/run-model "$build"/tools/teq-profile "$build"/tools/build-model "$stage/tools/"
+cp "$build"/tools/run-model "$build"/tools/teq-profile "$build"/tools/build-model \
+  "$build"/tools/bench-pet-ops "$stage/tools/"
 cp "$build"/optimize/optimize "$stage/tools/"
 for t in "$build"/tests/runtime_test_cuda "$build"/tests/runtime_test_cuda_* "$build"/tests/runtime_test_conformance_gpu; do [ -f "$t" ] && cp "$t" "$stage/tests/"; done
 # Shared libraries the binaries need besides CUDA's, in case that machine lacks them.
