@@ -134,8 +134,8 @@ static void add_pset(Gen *G, const Params *p) {
   if (G->n_psets < MAX_PSETS) G->psets[G->n_psets++] = *p;
 }
 
-/* Conv i beside another conv on a different input of its shape with the
- * same stride, dilation and groups: i's parameters with twice the groups,
+/* Conv i beside another conv on a different input that pet_groupable
+ * accepts: i's parameters with twice the groups,
  * the conv on both inputs concatenated along channels (each group reads
  * its own input's channels, so each half of the output is one original
  * conv; the other's kernel is zero-padded to i's extent where smaller). */
@@ -145,18 +145,9 @@ static void derive_grouped(Gen *G, int i) {
   int ig = param_index(OP_CONV2D, "groups");
   for (int j = 0; j < g->n_nodes; j++) {
     const Node *b = &g->nodes[j];
-    if (j == i || b->kind != OP_CONV2D || b->n_in < 2 ||
-        (a->in[0].node == b->in[0].node && a->in[0].out == b->in[0].out) ||
-        !shape_equal(graph_shape(g, a->in[0]), graph_shape(g, b->in[0])) ||
-        !shape_equal(&a->out[0], &b->out[0]))
+    if (j == i || (a->in[0].node == b->in[0].node && a->in[0].out == b->in[0].out) ||
+        !pet_groupable(g, i, j))
       continue;
-    bool same = true;
-    static const char *const names[] = {"stride", "dilation", "groups"};
-    for (int k = 0; k < 3 && same; k++) {
-      int q = param_index(OP_CONV2D, names[k]);
-      same = !memcmp(&a->params.v[q], &b->params.v[q], sizeof a->params.v[q]);
-    }
-    if (!same) continue;
     Params p = a->params;
     param_set_int(&p, ig, 2 * param_int(&a->params, ig));
     add_pset(G, &p);

@@ -220,6 +220,12 @@ typedef struct PetSplit {
   PetSubprogram *v;
 } PetSplit;
 
+/* Whether convs a and b of g can run side by side as one grouped conv
+ * (their inputs concatenated along channels, twice the groups): the same
+ * input shape, kernel channels, output shape, stride, dilation and groups
+ * (the kernels' extents and pads may differ: the smaller is zero-padded). */
+TEQ_API bool pet_groupable(const Graph *g, int a, int b);
+
 /* Splits g (no cycle). o may be NULL. Errors: TEQ_ERR_NOMEM. */
 TEQ_API int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d);
 TEQ_API void pet_split_fini(PetSplit *s);

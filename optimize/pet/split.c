@@ -174,10 +174,7 @@ static bool depends(Splitter *S, int a, int b, int32_t *stack, bool *mark) {
   return found;
 }
 
-/* Two convs that one grouped conv can compute side by side: the same input
- * shape, kernel channels, output shape, stride, dilation and groups (the
- * kernels' extents and pads may differ: the smaller is zero-padded). */
-static bool groupable(const Graph *g, int a, int b) {
+bool pet_groupable(const Graph *g, int a, int b) {
   const Node *na = &g->nodes[a], *nb = &g->nodes[b];
   if (na->kind != OP_CONV2D || nb->kind != OP_CONV2D) return false;
   const Shape *wa = graph_shape(g, na->in[1]), *wb = graph_shape(g, nb->in[1]);
@@ -274,7 +271,7 @@ int pet_split(const Graph *g, const PetSplitOptions *o, PetSplit *out, Diag *d) 
       int ib = core[b];
       const Node *na = &g->nodes[ia], *nb = &g->nodes[ib];
       if ((na->in[0].node == nb->in[0].node && na->in[0].out == nb->in[0].out) ||
-          !groupable(g, ia, ib))
+          !pet_groupable(g, ia, ib))
         continue;
       tried++;
       if (depends(&S, ia, ib, stack, mark)) continue;
