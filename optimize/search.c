@@ -613,12 +613,7 @@ static void regions_text(const PetRegions *rg, char *buf, size_t size) {
     snprintf(buf, size, "none (exact)");
     return;
   }
-  int64_t elems = 0;
-  for (int i = 0; i < rg->n; i++) {
-    int64_t k = 1;
-    for (int j = 0; j < rg->v[i].ndim; j++) k *= rg->v[i].hi[j] - rg->v[i].lo[j];
-    elems += k;
-  }
+  int64_t elems = pet_regions_elements(rg);
   size_t len = (size_t)snprintf(buf, size, "%d region%s, %lld elements:", rg->n,
                                 rg->n == 1 ? "" : "s", (long long)elems);
   for (int i = 0; i < rg->n && i < 3 && len < size; i++) {

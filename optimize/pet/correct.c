@@ -615,6 +615,16 @@ int pet_correct(const Graph *orig, const Graph *mutant, const PetReport *rep, Gr
   return TEQ_OK;
 }
 
+int64_t pet_regions_elements(const PetRegions *r) {
+  int64_t elems = 0;
+  for (int i = 0; i < r->n; i++) {
+    int64_t k = 1;
+    for (int j = 0; j < r->v[i].ndim; j++) k *= r->v[i].hi[j] - r->v[i].lo[j];
+    elems += k;
+  }
+  return elems;
+}
+
 void pet_regions_fini(PetRegions *r) {
   free(r->v);
   memset(r, 0, sizeof *r);

@@ -143,6 +143,8 @@ typedef struct PetRegions {
 TEQ_API int pet_correct(const Graph *orig, const Graph *mutant, const PetReport *rep,
                         Graph **corrected, PetRegions *regions, Diag *d);
 TEQ_API void pet_regions_fini(PetRegions *r);
+/* Elements the regions recompute, summed over the regions. */
+TEQ_API int64_t pet_regions_elements(const PetRegions *r);
 
 /* ---- mutation generation (mutate.c) ---- */
 

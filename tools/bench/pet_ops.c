@@ -198,12 +198,7 @@ static int measure(const Graph *g, const Graph *orig, Tensor *x, CostModel *cm, 
 }
 
 static void regions_summary(const PetRegions *rg, char *buf, size_t size) {
-  int64_t elems = 0;
-  for (int i = 0; i < rg->n; i++) {
-    int64_t k = 1;
-    for (int j = 0; j < rg->v[i].ndim; j++) k *= rg->v[i].hi[j] - rg->v[i].lo[j];
-    elems += k;
-  }
+  int64_t elems = pet_regions_elements(rg);
   if (rg->n == 0) snprintf(buf, size, "none (exact)");
   else snprintf(buf, size, "%d region%s, %lld elements", rg->n, rg->n == 1 ? "" : "s",
                 (long long)elems);
