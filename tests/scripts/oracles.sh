@@ -2,6 +2,12 @@
 # 77, meson's code for a skipped test) when an independent oracle is missing
 # on this machine, with the command that installs it.
 
+# Needs ROOT (the repository root) set by the caller, and is sourced right
+# after it.
+
+# abspath PATH: PATH, relative to the repository root unless absolute.
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+
 # ok MSG, fail MSG: one check passed or failed, counted in checks and
 # failures for the caller's summary (ort_same_outputs reports through them;
 # a script with its own wording defines its own after sourcing this).
@@ -9,6 +15,8 @@ checks=0
 failures=0
 ok() { printf 'ok   %s\n' "$*"; checks=$((checks + 1)); }
 fail() { printf 'FAIL %s\n' "$*"; failures=$((failures + 1)); checks=$((checks + 1)); }
+# check NAME STATUS DETAIL: ok NAME when STATUS is 0, else fail NAME: DETAIL.
+check() { if [[ $2 == 0 ]]; then ok "$1"; else fail "$1: $3"; fi; }
 
 # require_python PY MODULE...: PY can import every MODULE.
 require_python() {

@@ -12,7 +12,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 PY=${TEQ_PYTHON:-/usr/bin/python3}
 TMO=${TEQ_BAD_TIMEOUT:-60}

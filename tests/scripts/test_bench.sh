@@ -14,21 +14,16 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 PY=${TEQ_PYTHON:-/usr/bin/python3}
 
-# shellcheck source=tests/scripts/oracles.sh
-. "$ROOT/tests/scripts/oracles.sh"
 require_python "$PY" onnx numpy
 require_ort "$ROOT/tools/ort"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-bench-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-fail=0
-check() { # check NAME CONDITION-EXIT-STATUS DETAIL
-  if [[ $2 == 0 ]]; then echo "ok   $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
 
 rc=0
 "$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models tiny-cnn --depth 2 \
@@ -80,4 +75,4 @@ bad_ok=1
 [[ $rc == 2 ]] && grep -q "unknown model(s) no-such-model" "$WORK/bad.out" && bad_ok=0
 check "unknown model refused with exit 2" "$bad_ok" "exit $rc: $(cat "$WORK/bad.out")"
 
-exit $fail
+((failures == 0))

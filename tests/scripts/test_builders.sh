@@ -19,7 +19,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 PY=${TEQ_PYTHON:-/usr/bin/python3}
 RTOL=${TEQ_MODEL_RTOL:-1e-4}
@@ -30,8 +31,6 @@ RUN_MODEL=$BUILD/tools/run-model
 ORT_DIR=$ROOT/tools/ort
 
 # --- prerequisites: skip (77) when an oracle is missing, fail when Teq is.
-# shellcheck source=tests/scripts/oracles.sh
-. "$ROOT/tests/scripts/oracles.sh"
 require_python "$PY" onnx numpy
 require_ort "$ORT_DIR"
 for tool in "$BUILD_MODEL" "$RUN_MODEL"; do

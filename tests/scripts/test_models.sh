@@ -20,7 +20,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 CACHE=$(abspath "${TEQ_CACHE:-.cache/models}")
 PY=${TEQ_PYTHON:-/usr/bin/python3}
@@ -31,8 +32,6 @@ ORT_DIR=$ROOT/tools/ort
 INPUT_NAME=input   # export_torchvision.py names every model's input "input"
 
 # --- prerequisites: skip (77) when an oracle is missing, fail when Teq is.
-# shellcheck source=tests/scripts/oracles.sh
-. "$ROOT/tests/scripts/oracles.sh"
 require_python "$PY" torch torchvision onnx numpy
 require_ort "$ORT_DIR"
 if [[ ! -x $RUN_MODEL ]]; then

@@ -16,14 +16,13 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 CACHE=$(abspath "${TEQ_CACHE:-.cache/models}")
 PY=${TEQ_PYTHON:-/usr/bin/python3}
 ORT_DIR=$ROOT/tools/ort
 OPT=$BUILD/optimize/optimize
-# shellcheck source=tests/scripts/oracles.sh
-. "$ROOT/tests/scripts/oracles.sh"
 require_ort "$ORT_DIR"
 require_python "$PY" numpy onnx
 

@@ -11,7 +11,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
+# shellcheck source=tests/scripts/oracles.sh
+. "$ROOT/tests/scripts/oracles.sh"
 BUILD=$(abspath "${TEQ_BUILD:-build}")
 GEN=$BUILD/gen/gen-rules
 VERIFY=$BUILD/verify/verify-rules

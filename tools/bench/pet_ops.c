@@ -157,6 +157,11 @@ static int count_ops(const Graph *g) {
   return n;
 }
 
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static int measure(const Graph *g, const Graph *orig, Tensor *x, CostModel *cm, CudaDevice *dev,
                    const Options *o, Row *r, Diag *d) {
   r->ops = count_ops(g);
@@ -172,11 +177,7 @@ static int measure(const Graph *g, const Graph *orig, Tensor *x, CostModel *cm, 
     if (k >= 0) t[k] = now_ms() - t0;
   }
   if (rc == TEQ_OK) {
-    for (int a = 1; a < o->repeat; a++)
-      for (int b = a; b > 0 && t[b - 1] > t[b]; b--) {
-        double s = t[b];
-        t[b] = t[b - 1], t[b - 1] = s;
-      }
+    qsort(t, (size_t)o->repeat, sizeof *t, compare_doubles);
     r->cpu_ms = t[o->repeat / 2];
     rc = exec_run(orig, EXEC_F32, &x, want, d);
   }
