@@ -15,6 +15,8 @@ typedef struct CostAnchor {
   OpKind kind;
   int arity;              /* inputs and outputs: a 6-way concat is no 2-way one */
   double flops, bytes, us;
+  Graph *g;               /* the operator rebuilt from its key, for the bounds */
+  int node;
 } CostAnchor;
 
 typedef struct CostEntry {
@@ -72,6 +74,7 @@ void cost_model_free(CostModel *m) {
       free(e);
     }
   free(m->buckets);
+  for (int i = 0; i < m->n_anchors; i++) graph_free(m->anchors[i].g);
   free(m->anchors);
   free(m);
 }
@@ -322,11 +325,17 @@ static OpKind family_of(OpKind kind) {
  * closeness; with no such measurement it is the roofline. Within a family
  * every roofline uses the family's calibration, so that the ratios carry
  * over. skip leaves one anchor out (cross-validation). */
+/* The kind whose calibration prices `kind`'s rooflines: its family's, unless
+ * only its own was ever measured. */
+static OpKind calib_kind(const CostCalib *c, OpKind kind) {
+  OpKind fam = family_of(kind);
+  return fam != kind && !c->fitted[fam] && c->fitted[kind] ? kind : fam;
+}
+
 double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, double bytes,
                      int skip) {
   const CostCalib *c = &m->calib;
-  OpKind fam = family_of(kind);
-  if (fam != kind && !c->fitted[fam] && c->fitted[kind]) fam = kind; /* family never measured */
+  OpKind fam = calib_kind(c, kind);
   double base = roofline(c, fam, flops, bytes);
   int best[ANCHOR_NEIGHBOURS];
   double dist[ANCHOR_NEIGHBOURS];
@@ -384,8 +393,7 @@ static int add_anchor(CostModel *m, const char *key, double us) {
   }
   m->anchors[m->n_anchors++] =
       (CostAnchor){g->nodes[node].kind, g->nodes[node].n_in + g->nodes[node].n_out,
-                   cost_node_flops(g, node), cost_node_bytes(g, node), us};
-  graph_free(g);
+                   cost_node_flops(g, node), cost_node_bytes(g, node), us, g, node};
   return TEQ_OK;
 }
 
@@ -396,12 +404,79 @@ static bool costs_nothing(const Node *n) {
   return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
 }
 
+/* Whether node a of ga does a part of the work of node b of gb: the same
+ * operator with the same parameters, except that a may have fewer
+ * independent parts (conv's groups) or no fused activation, on inputs no larger in any extent,
+ * with no more flops and no more bytes. A GPU is not strictly monotone
+ * (an odd channel count can run slower than an aligned larger one), but a
+ * kernel doing a part of another's work rarely takes longer. */
+static bool does_part_of(const Graph *ga, int a, const Graph *gb, int b) {
+  const Node *na = &ga->nodes[a], *nb = &gb->nodes[b];
+  const OpDef *o = op_def(na->kind);
+  if (na->kind != nb->kind || na->n_out != nb->n_out) return false;
+  /* An optional input (a bias) adds little work: only the inputs both
+   * have are compared. A variadic operator's arity is its work. */
+  if (na->n_in != nb->n_in && o->n_in_max < 0) return false;
+  for (int j = 0; j < na->n_in && j < nb->n_in; j++) {
+    const Shape *sa = graph_shape(ga, na->in[j]), *sb = graph_shape(gb, nb->in[j]);
+    if (sa->ndim < 0 || sa->ndim != sb->ndim) return false;
+    for (int k = 0; k < sa->ndim; k++)
+      if (sa->d[k] > sb->d[k]) return false;
+  }
+  for (int p = 0; p < o->n_params; p++) {
+    const ParamValue *va = &na->params.v[p], *vb = &nb->params.v[p];
+    const OpParam *op = &o->params[p];
+    bool part = op->counts_parts  ? va->i[0] <= vb->i[0]
+                : op->adds_work   ? va->i[0] == 0 || va->i[0] == vb->i[0]
+                                  : memcmp(va, vb, sizeof *va) == 0;
+    if (!part) return false;
+  }
+  return cost_node_flops(ga, a) <= cost_node_flops(gb, b) &&
+         cost_node_bytes(ga, a) <= cost_node_bytes(gb, b);
+}
+
+/* Whether nodes a and b read inputs of the same shapes (where both have
+ * the input). */
+static bool same_inputs(const Graph *ga, int a, const Graph *gb, int b) {
+  const Node *na = &ga->nodes[a], *nb = &gb->nodes[b];
+  for (int j = 0; j < na->n_in && j < nb->n_in; j++)
+    if (!shape_equal(graph_shape(ga, na->in[j]), graph_shape(gb, nb->in[j]))) return false;
+  return true;
+}
+
 /* The analytic estimate of node id: its family's roofline, corrected by the
- * nearest measurements. */
+ * nearest measurements, then kept within what measurements of the same
+ * operator bound: no cheaper than one doing a part of its work, no dearer
+ * than one doing all of it and more. The nearest-neighbour correction
+ * alone is not monotone in the work (a conv and the grouped conv that does
+ * it twice can fall near anchors of different efficiency), and a search
+ * finds every such hole: replacing a measured conv by an unmeasured one
+ * that does more would look like a gain. A measured twin on inputs of the
+ * same shapes (the conv a fused relu or a bias was added to) replaces the
+ * neighbours: a fused epilogue costs the GPU little, and neighbours of
+ * other shapes would price the twin's activation at anything. */
 static double analytic_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
-  return cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
-                       cost_node_bytes(g, id), -1);
+  double flops = cost_node_flops(g, id), bytes = cost_node_bytes(g, id);
+  double est = cost_anchored(m, n->kind, n->n_in + n->n_out, flops, bytes, -1);
+  double lo = 0, hi = INFINITY;
+  for (int i = 0; i < m->n_anchors; i++) {
+    const CostAnchor *a = &m->anchors[i];
+    if (a->kind != n->kind) continue;
+    bool part = does_part_of(a->g, a->node, g, id);
+    if (part && same_inputs(a->g, a->node, g, id)) {
+      /* A twin measured without the fused activation or a bias: its time
+       * scaled by the rooflines' ratio says more than any neighbour. */
+      OpKind fam = calib_kind(&m->calib, n->kind);
+      est = a->us * roofline(&m->calib, fam, flops, bytes) /
+            roofline(&m->calib, fam, a->flops, a->bytes);
+    }
+    if (part && a->us > lo) lo = a->us;
+    if (a->us < hi && does_part_of(g, id, a->g, a->node)) hi = a->us;
+  }
+  /* Where the measurements disagree (hi < lo), the lower bound wins: an
+   * estimate never promises less than a measured part of the work. */
+  return fmax(fmin(est, hi), lo);
 }
 
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {

@@ -62,6 +62,11 @@ typedef struct OpParam {
   int64_t lo, hi;        /* inclusive bounds of each integer element */
   const char *const *symbols; /* names of values 0, 1, ... (an enum), NULL-ended; or NULL */
   const char *onnx_attr; /* ONNX attribute mapped one to one, or NULL */
+  bool counts_parts;     /* the value counts independent parts of the work (conv's groups):
+                            an instance with fewer parts and no larger inputs does a part of
+                            this one's work (the cost model's bounds rely on it) */
+  bool adds_work;        /* a value other than 0 adds work to the instance with 0 (a
+                            fused activation), for the same bounds */
 } OpParam;
 
 typedef struct ParamValue {

@@ -10,9 +10,12 @@
  *     transpose"), in five forms: batch into H or W side by side (Fig. 1)
  *     and back, H and W phases into the batch (Fig. 3) and back, and
  *     space-to-depth after a zero pad (stride s -> stride 1), which applies
- *     to an input and a kernel alike;
+ *     to an input and a kernel alike; and a sixth made of pads and a
+ *     concat: H or W cut into the batch in overlapping pieces (halos), so
+ *     that a conv computes the seams a plain cut gets wrong (derive_halos);
  *   - conv2d with an original conv's parameters, or with its dilation or
- *     its stride folded away; matmul where the original has one;
+ *     its stride folded away, or with the pads of a halo-cut axis zeroed;
+ *     matmul where the original has one;
  *   - split of a result into the original's outputs;
  *   - concatenation of two of the original's data inputs along channels,
  *     where two independent convs of one shape can run as one grouped conv
@@ -36,14 +39,15 @@
 enum {
   MAX_AVAIL = 40,      /* tensors one candidate can hold */
   MAX_WEIGHT_OPS = 2,  /* a kernel padded and concatenated is the most any family needs */
-  MAX_PSETS = 12,
+  MAX_PSETS = 16,
   MAX_FACTORS = 6,
   MAX_STRIDED = 4,
+  MAX_HALOS = 8,
   DESC_MAX = PET_MUTANT_DESC_MAX,
 };
 
-/* The five fused layouts on [N, C, H, W]. AX_H, AX_W select the axes. */
-typedef enum LayoutKind { L_N2S, L_S2N, L_D2N, L_N2D, L_S2D } LayoutKind;
+/* The fused layouts on [N, C, H, W]. AX_H, AX_W select the axes. */
+typedef enum LayoutKind { L_N2S, L_S2N, L_D2N, L_N2D, L_S2D, L_HALO } LayoutKind;
 enum { AX_H = 1, AX_W = 2 };
 
 typedef struct Layout {
@@ -51,6 +55,8 @@ typedef struct Layout {
   int axes;
   int64_t f;
   int64_t pads[8]; /* L_S2D: ONNX pads applied first (negative crops) */
+  int64_t lo, step, len; /* L_HALO: piece i is rows [i step, i step + len) of the axis
+                            zero-padded by lo before it */
 } Layout;
 
 /* A tensor a candidate can use. */
@@ -60,8 +66,21 @@ typedef struct Avail {
   bool is_orig;    /* an input or constant of the original */
   bool is_layout;  /* a layout's or a data concat's result: not laid out again */
   bool computed;   /* a compute operator lies on its path */
+  int halo;        /* L_HALO's result: the axis (AX_H, AX_W) cut with halos, else 0 */
   int uses;
 } Avail;
+
+/* An original conv's window along one axis, for cutting its input into
+ * pieces with halos (L_HALO): each piece holds the rows its share of the
+ * output reads, so the conv on the pieces, with no pads along that axis,
+ * computes the original exactly. */
+typedef struct Halo {
+  Shape x;        /* its input */
+  int axis;       /* AX_H or AX_W */
+  int64_t reach;  /* (k - 1) dilation + 1: the rows one output reads */
+  int64_t s, lo;  /* stride and leading pad along the axis */
+  int64_t out;    /* output extent along it */
+} Halo;
 
 /* An original conv with stride > 1: what space-to-depth needs of it. */
 typedef struct Strided {
@@ -85,11 +104,14 @@ typedef struct Gen {
   bool has_conv, has_matmul;
   bool can_group;         /* two convs could run as one grouped conv (S_DCONCAT) */
   Params psets[MAX_PSETS];
+  int pset_halo[MAX_PSETS]; /* an axis: the set exists for inputs cut with halos along it */
   int n_psets;
   int64_t factors[MAX_FACTORS];
   int n_factors;
   Strided strided[MAX_STRIDED];
   int n_strided;
+  Halo halos[MAX_HALOS];
+  int n_halos;
   uint64_t orig_hash;
   int n_base;             /* nodes of the original's inputs and constants */
 
@@ -128,10 +150,41 @@ static void add_factor(Gen *G, int64_t f) {
   if (G->n_factors < MAX_FACTORS) G->factors[G->n_factors++] = f;
 }
 
-static void add_pset(Gen *G, const Params *p) {
+/* halo: the axis whose halo-cut inputs alone the set is for, or 0. A set
+ * already there for every input stays so. */
+static void add_pset_for(Gen *G, const Params *p, int halo) {
   for (int i = 0; i < G->n_psets; i++)
     if (!memcmp(&G->psets[i], p, sizeof *p)) return;
-  if (G->n_psets < MAX_PSETS) G->psets[G->n_psets++] = *p;
+  if (G->n_psets < MAX_PSETS) G->pset_halo[G->n_psets] = halo, G->psets[G->n_psets++] = *p;
+}
+
+static void add_pset(Gen *G, const Params *p) { add_pset_for(G, p, 0); }
+
+/* Conv i's halo cuts (L_HALO), one per axis whose window reaches past one
+ * row or is padded: its parameters with that axis's pads zeroed, which the
+ * pieces' halos replace. This is PET's correction fusion (section 5.3,
+ * Fig. 6) done before the fact: cut into plain pieces (S2N), the conv is
+ * wrong at the seams and a correction conv with the same kernel recomputes
+ * them from the rows around each seam; concatenating those rows onto the
+ * pieces lets the one conv compute its pieces and their seams together. */
+static void derive_halos(Gen *G, int i) {
+  const Node *n = &G->orig->nodes[i];
+  int ipd = param_index(OP_CONV2D, "pads");
+  const int64_t *pads = n->params.v[ipd].i;
+  const int64_t *st = n->params.v[param_index(OP_CONV2D, "stride")].i;
+  const int64_t *dl = n->params.v[param_index(OP_CONV2D, "dilation")].i;
+  const Shape *w = graph_shape(G->orig, n->in[1]);
+  for (int a = 0; a < 2 && G->n_halos < MAX_HALOS; a++) {
+    int64_t reach = (w->d[2 + a] - 1) * dl[a] + 1;
+    if (reach == 1 && pads[a] == 0 && pads[a + 2] == 0) continue;
+    Params q = n->params;
+    q.v[ipd].i[a] = 0, q.v[ipd].i[a + 2] = 0;
+    int axis = a == 0 ? AX_H : AX_W;
+    add_pset_for(G, &q, axis);
+    G->halos[G->n_halos++] = (Halo){.x = *graph_shape(G->orig, n->in[0]), .axis = axis,
+                                    .reach = reach, .s = st[a], .lo = pads[a],
+                                    .out = n->out[0].d[2 + a]};
+  }
 }
 
 /* Conv i beside another conv on a different input that pet_groupable
@@ -175,9 +228,10 @@ static void derive(Gen *G) {
     if (n->kind == OP_MATMUL || n->kind == OP_GEMM) G->n_compute++, G->has_matmul = true;
     if (n->kind != OP_CONV2D) continue;
     G->n_compute++, G->has_conv = true;
-    derive_grouped(G, i);
     Params p = n->params;
     add_pset(G, &p);
+    derive_grouped(G, i);
+    derive_halos(G, i);
     const ParamValue *st = &p.v[ist], *pd = &p.v[ipd], *dl = &p.v[idl];
     int64_t dil = dl->i[0], s = st->i[0];
     add_factor(G, dil);
@@ -256,7 +310,11 @@ static int relinearize(Graph *g, TensorRef x, int r, const int64_t *split, const
  *   N2D  its inverse;
  *   S2D  [N, C, H, W] -> [N, C f f, H/f, W/f] after a zero pad, channel
  *        major, phases minor; kernels get the same layout, so a stride-f
- *        conv is a stride-1 conv on both. */
+ *        conv is a stride-1 conv on both;
+ *   HALO [1, C, H, W] -> [f, C, len, W] (or along W): piece i is rows
+ *        [i step, i step + len) of the input zero-padded by lo, cut by a
+ *        pad with negative (cropping) pads; N2S puts the conv's results
+ *        side by side again. */
 static int layout_apply(Graph *g, TensorRef x, const Layout *L, TensorRef *out) {
   Shape s = *graph_shape(g, x);
   if (s.ndim != 4) return TEQ_ERR_INPUT;
@@ -286,6 +344,25 @@ static int layout_apply(Graph *g, TensorRef x, const Layout *L, TensorRef *out) 
     return relinearize(g, x, 6, (int64_t[]){fh, fw, N / (fh * fw), C, H, W},
                        (int64_t[]){2, 3, 4, 0, 5, 1}, (int64_t[]){N / (fh * fw), C, H * fh, W * fw},
                        out);
+  case L_HALO: {
+    /* Only one image: the pieces are concatenated piece-major, which is
+     * the order N2S reads back only when the batch is 1. */
+    int a = on_w ? 3 : 2;
+    int64_t L_ax = s.d[a];
+    if (N != 1 || f > TEQ_MAX_PARAM_LEN) return TEQ_ERR_INPUT;
+    TensorRef pieces[TEQ_MAX_PARAM_LEN];
+    for (int64_t i = 0; i < f; i++) {
+      int64_t pads[8] = {0};
+      pads[a] = L->lo - i * L->step;
+      pads[4 + a] = i * L->step + L->len - (L_ax + L->lo);
+      int rc = zero_pad(g, x, pads, &pieces[i]);
+      if (rc) return rc;
+    }
+    Params p;
+    params_default(OP_CONCAT, &p);
+    param_set_int(&p, 0, 0);
+    return add(g, OP_CONCAT, pieces, (int)f, &p, out);
+  }
   case L_S2D: {
     TensorRef p = x;
     bool any = false;
@@ -307,6 +384,10 @@ static void layout_text(const Layout *L, bool kernel, char *buf, size_t size) {
   switch (L->kind) {
   case L_N2S: snprintf(buf, size, "layout batch/%lld -> %s side by side", f, ax); break;
   case L_S2N: snprintf(buf, size, "layout %s/%lld -> batch", ax, f); break;
+  case L_HALO:
+    snprintf(buf, size, "layout %s/%lld -> batch with halos of %lld", ax, f,
+             (long long)(L->len - L->step));
+    break;
   case L_D2N: snprintf(buf, size, "layout %s phases %lld -> batch", ax, f); break;
   case L_N2D: snprintf(buf, size, "layout batch -> %s phases %lld", ax, f); break;
   case L_S2D:
@@ -406,7 +487,9 @@ static void extend(Gen *G, const Graph *g, const Step *s) {
   bool computed = compute || G->av[s->a].computed;
   for (int j = 0; j < n_outs; j++)
     G->av[G->n_av + j] = (Avail){.ref = outs[j], .is_weight = weight, .computed = computed,
-                                 .is_layout = s->kind == S_LAYOUT || s->kind == S_DCONCAT};
+                                 .is_layout = s->kind == S_LAYOUT || s->kind == S_DCONCAT,
+                                 .halo = s->kind == S_LAYOUT && s->L.kind == L_HALO ? s->L.axes
+                                                                                    : 0};
   G->av[s->a].uses++;
   if (s->b >= 0) G->av[s->b].uses++;
   G->n_av += n_outs;
@@ -561,6 +644,19 @@ static void try_layouts(Gen *G, const Graph *g, int i) {
                     .pads = {0, 0, q->pt, q->pl, 0, 0, ph - s->d[2] - q->pt, pw - s->d[3] - q->pl}};
     extend(G, g, &st);
   }
+  /* pieces with halos where an original conv reads this shape: piece i
+   * holds the rows output rows [i m, (i + 1) m) read, m = out / f */
+  for (int k = 0; k < G->n_halos; k++) {
+    const Halo *q = &G->halos[k];
+    if (!shape_equal(s, &q->x)) continue;
+    for (int j = 0; j < G->n_factors; j++) {
+      int64_t f = G->factors[j], m = q->out / f;
+      if (q->out % f) continue;
+      st.L = (Layout){.kind = L_HALO, .axes = q->axis, .f = f, .lo = q->lo, .step = m * q->s,
+                      .len = (m - 1) * q->s + q->reach};
+      extend(G, g, &st);
+    }
+  }
 }
 
 /* Weight-only operators on the original kernel i. */
@@ -589,6 +685,16 @@ static void try_weight_ops(Gen *G, const Graph *g, int i) {
     memcpy(st.pads, (int64_t[]){0, 0, dh / 2, dw / 2, 0, 0, dh / 2, dw / 2}, sizeof st.pads);
     extend(G, g, &st);
   }
+}
+
+/* Whether conv parameter set p may run on an input cut with halos along
+ * `halo` (0: not cut): a set made for halos only on such an input, and on
+ * such an input only a set with no pads along the cut axis. */
+static bool pset_fits(const Gen *G, int p, int halo) {
+  if (!halo || G->pset_halo[p]) return G->pset_halo[p] == halo;
+  const int64_t *pads = G->psets[p].v[param_index(OP_CONV2D, "pads")].i;
+  int a = halo == AX_H ? 0 : 1;
+  return pads[a] == 0 && pads[a + 2] == 0;
 }
 
 static void build(Gen *G, const Graph *g) {
@@ -623,7 +729,8 @@ static void build(Gen *G, const Graph *g) {
     for (int j = 0; j < n; j++) {
       if (!G->av[j].is_weight) continue;
       for (int p = 0; p < G->n_psets && G->has_conv; p++)
-        extend(G, g, &(Step){.kind = S_CONV, .a = i, .b = j, .pset = p});
+        if (pset_fits(G, p, G->av[i].halo))
+          extend(G, g, &(Step){.kind = S_CONV, .a = i, .b = j, .pset = p});
       if (G->has_matmul) extend(G, g, &(Step){.kind = S_MATMUL, .a = i, .b = j});
     }
   }

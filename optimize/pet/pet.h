@@ -152,7 +152,9 @@ TEQ_API int64_t pet_regions_elements(const PetRegions *r);
  * outputs have the original's shapes, built one operator at a time with
  * parameters derived from the shapes and the original's operators: layouts
  * (reshape + transpose fused) moving batch to H/W and back, dilation phases
- * into the batch, space-to-depth of inputs and kernels; conv with the
+ * into the batch, space-to-depth of inputs and kernels, H or W cut into the
+ * batch in pieces with halos (a seam's correction fused into the conv,
+ * PET's Fig. 6); conv with the
  * original's parameters or with dilation or stride folded away; matmul;
  * splits into the original's outputs; and weight-only operators (kernel
  * zero-padding, concatenation), which optimize folds into constants. */

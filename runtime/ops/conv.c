@@ -582,8 +582,7 @@ static const OpParam conv_params_rows[] = {
   [CONV_PADS] = WINDOW_PARAM_PADS,
   [CONV_DILATION] = WINDOW_PARAM_DILATION,
   [CONV_GROUPS] = WINDOW_PARAM_GROUPS,
-  [CONV_ACT] = {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE,
-                .hi = ACT_TANH, .symbols = act_symbols},
+  [CONV_ACT] = PARAM_FUSED_ACT,
 };
 
 /* Two flops per multiply-add: every output element sums C/groups x kh x kw

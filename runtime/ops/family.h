@@ -59,7 +59,12 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
    .onnx_attr = "dilations"}
 #define WINDOW_PARAM_GROUPS                                                       \
   {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1, .hi = INT64_C(1) << 24,       \
-   .onnx_attr = "group"}
+   .onnx_attr = "group", .counts_parts = true}
+
+/* The activation fused into a conv or matmul (act_symbols). */
+#define PARAM_FUSED_ACT                                                                  \
+  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,     \
+   .symbols = act_symbols, .adds_work = true}
 
 /* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
  * bottom, right]; x is the input shape (NULL if unknown), k the kernel, s the

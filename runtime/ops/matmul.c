@@ -164,8 +164,7 @@ static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 static const OpParam matmul_params[] = {
-  [MATMUL_ACT] = {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,
-   .symbols = act_symbols},
+  [MATMUL_ACT] = PARAM_FUSED_ACT,
 };
 
 /* Every output element sums K products, K being A's last extent. */

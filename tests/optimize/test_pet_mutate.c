@@ -7,7 +7,9 @@
  * around a conv (Fig. 1, wrong only at the seam, which pet_correct fixes),
  * dilated conv -> dilation 1 on phase images (Fig. 3), two convs -> one
  * conv on concatenated, zero-padded kernels and a split (Fig. 10a), and a
- * stride-2 conv -> stride 1 on space-to-depth input and kernel (exact).
+ * stride-2 conv -> stride 1 on space-to-depth input and kernel (exact);
+ * and the cut into pieces with halos that fuses a seam's correction into
+ * the conv (Fig. 6, exact).
  * Every mutant must have the original's output shapes and pass
  * graph_check; the exact ones, and the corrected inexact ones, must equal
  * the original at every position in Z_p and within 1e-4 in float32. */
@@ -284,6 +286,54 @@ static void test_strided(void) {
   graph_free(g);
 }
 
+/* PET's correction fusion (Fig. 6) as the generator builds it: H cut into
+ * two pieces that each hold the rows their half of the output reads (the
+ * halo), concatenated along the batch, one conv with no H pads, the halves
+ * side by side again. Exact, where the plain cut (H/2 -> batch) is wrong at
+ * the seam: the rows a correction conv would read are in the pieces. At
+ * stride 1, stride 2 and dilation 2. */
+static void test_halos(void) {
+  static const struct {
+    int64_t h, w, k;
+    int pad, stride, dil;
+    int64_t len; /* rows per piece */
+  } cases[] = {
+    {10, 7, 3, 1, 1, 1, 7},  /* 5 output rows a piece read 5 + 2 */
+    {12, 10, 5, 2, 2, 1, 9}, /* 3 rows at stride 2 read 2 * 2 + 5 */
+    {8, 8, 3, 2, 1, 2, 8},   /* 4 rows at dilation 2 read 3 + 5 */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", shape_of(4, 1, 2, cases[i].h, cases[i].w));
+    TensorRef w = input(g, "w", shape_of(4, 3, 2, cases[i].k, cases[i].k));
+    output(g, conv(g, x, w, cases[i].pad, cases[i].stride, cases[i].dil, 1));
+    int n;
+    PetMutant *m = mutate(g, 0, 0, &n);
+    print_all("conv with halos", m, n);
+    check_all(g, m, n);
+    PetMutant *f = find(m, n, (const char *[]){"H/2 -> batch with halos", NULL});
+    CHECK_MSG(f != NULL, "case %zu", i);
+    if (f) {
+      const Graph *mg = f->graph;
+      CHECK(kinds_within(mg, (OpKind[]){OP_CONV2D, OP_PAD, OP_CONCAT, OP_RESHAPE, OP_TRANSPOSE},
+                         5));
+      CHECK_EQ_INT(count_kind(mg, OP_CONV2D), 1);
+      const Node *cv = the_conv(mg);
+      CHECK(cv && conv_param(cv, "pads", 0) == 0 && conv_param(cv, "pads", 2) == 0);
+      CHECK(cv && conv_param(cv, "pads", 1) == cases[i].pad);
+      CHECK(cv && shape_equal(graph_shape(mg, cv->in[0]),
+                              &(Shape){4, {2, 2, cases[i].len, cases[i].w}}));
+      CHECK_EQ_INT(f->report.n_differ, 0);
+      CHECK(equal_everywhere(g, mg, 2, false));
+    }
+    /* the plain cut is wrong at the seam */
+    PetMutant *plain = find(m, n, (const char *[]){"H/2 -> batch,", NULL});
+    CHECK_MSG(!plain || plain->report.n_differ > 0, "case %zu", i);
+    pet_mutants_free(m, n);
+    graph_free(g);
+  }
+}
+
 /* Weights as constants: the mutant keeps them (transformed by weight-only
  * operators) and is still exact. */
 static void test_const_weights(void) {
@@ -368,6 +418,7 @@ int main(void) {
   test_merged_convs();
   test_independent_convs();
   test_strided();
+  test_halos();
   test_const_weights();
   test_merged_matmuls();
   test_bad_input();

@@ -3,7 +3,8 @@
  * key); a cost table's measurements are what cost_node answers, marked
  * "table", and anything else is analytic; a malformed table is refused with
  * its file and line; recording writes each configuration once; the analytic
- * model grows with the work; views cost nothing; and the committed H100 table, when present,
+ * model grows with the work and stays within the bounds that measured
+ * parts of the same work set; views cost nothing; and the committed H100 table, when present,
  * loads and covers the built-in model. */
 #include <math.h>
 #include <stdio.h>
@@ -15,11 +16,13 @@
 #include "runtime/onnx.h"
 #include "tests/check.h"
 
-static Graph *conv_graph(int c, int hw, int k, int *conv_id) {
+/* A k x k conv with relu from c to m channels in `groups` groups on a
+ * hw x hw image. */
+static Graph *grouped_conv_graph(int c, int m, int groups, int hw, int k, int *conv_id) {
   Diag d;
   diag_init(&d);
   Graph *g = graph_new();
-  Shape xs = shape_of(4, 1, c, hw, hw), ws = shape_of(4, c, c, k, k);
+  Shape xs = shape_of(4, 1, c, hw, hw), ws = shape_of(4, m, c / groups, k, k);
   int x = graph_add_input(g, "x", &xs, DT_F32, &d);
   int w = graph_add_input(g, "w", &ws, DT_F32, &d);
   Params p;
@@ -27,12 +30,17 @@ static Graph *conv_graph(int c, int hw, int k, int *conv_id) {
   int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2};
   param_set_ints(&p, param_index(OP_CONV2D, "pads"), pads, 4);
   param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  param_set_int(&p, param_index(OP_CONV2D, "groups"), groups);
   TensorRef in[2] = {{x, 0}, {w, 0}};
   *conv_id = graph_add_node(g, OP_CONV2D, in, 2, 1, &p, "conv", &d);
   CHECK(*conv_id >= 0);
   graph_add_output(g, (TensorRef){*conv_id, 0}, "y", &d);
   diag_fini(&d);
   return g;
+}
+
+static Graph *conv_graph(int c, int hw, int k, int *conv_id) {
+  return grouped_conv_graph(c, c, 1, hw, k, conv_id);
 }
 
 static void test_keys_round_trip(void) {
@@ -194,6 +202,66 @@ static void test_table_and_sources(void) {
   diag_fini(&d);
 }
 
+/* Writes a table of the given convs and their measured times; returns its
+ * path in buf (the caller unlinks it). */
+static void write_conv_table(char *path, Graph **convs, const int *ids, const double *us, int n) {
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "#calib\tdevice 1000 100 3\n");
+  for (int i = 0; i < n; i++) {
+    char key[COST_KEY_MAX];
+    cost_config_key(convs[i], ids[i], key, sizeof key);
+    fprintf(f, "Some GPU\t%s\t%g\t%g\t-\n", key, us[i], us[i]);
+  }
+  fclose(f);
+}
+
+/* An estimate stays within what measurements of the same operator bound:
+ * a grouped conv doing a measured conv's work twice, and a relu after, is
+ * no cheaper than it,
+ * and a conv doing a part of a measured conv's work is no dearer, however
+ * the nearest-neighbour correction falls. Here a slow small 5x5 conv and a
+ * fast large 3x3 one pull the correction both ways. */
+static void test_bounds_by_measured_parts(void) {
+  int ids[2], id_grouped, id_part, id_free;
+  Graph *convs[2] = {grouped_conv_graph(16, 16, 1, 28, 5, &ids[0]),
+                     grouped_conv_graph(32, 32, 1, 28, 3, &ids[1])};
+  /* the slow one measured without its relu: a part of the work still */
+  convs[0]->nodes[ids[0]].params.v[param_index(OP_CONV2D, "act")].i[0] = ACT_NONE;
+  double us[2] = {500, 10};
+  char path[] = "/tmp/teq-cost-XXXXXX";
+  write_conv_table(path, convs, ids, us, 2);
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  CHECK(cost_model_load_table(m, path, NULL, &d) == TEQ_OK && cost_model_anchors(m) == 2);
+  Graph *grouped = grouped_conv_graph(32, 32, 2, 28, 5, &id_grouped); /* conv 0, twice */
+  Graph *part = grouped_conv_graph(32, 24, 1, 28, 3, &id_part);       /* part of conv 1 */
+  Graph *free_ = grouped_conv_graph(24, 24, 1, 30, 3, &id_free);      /* bounded by neither */
+  CostEstimate e;
+  CHECK(cost_node(m, grouped, id_grouped, &e, &d) == TEQ_OK);
+  double unbounded = cost_anchored(m, OP_CONV2D, 3, cost_node_flops(grouped, id_grouped),
+                                   cost_node_bytes(grouped, id_grouped), -1);
+  CHECK_MSG(unbounded < 500 && e.us == 500 && e.source == COST_ANALYTIC,
+            "grouped: %g (unbounded %g)", e.us, unbounded);
+  CHECK(cost_node(m, part, id_part, &e, &d) == TEQ_OK);
+  unbounded = cost_anchored(m, OP_CONV2D, 3, cost_node_flops(part, id_part),
+                            cost_node_bytes(part, id_part), -1);
+  CHECK_MSG(unbounded > 10 && e.us == 10, "part: %g (unbounded %g)", e.us, unbounded);
+  CHECK(cost_node(m, free_, id_free, &e, &d) == TEQ_OK);
+  unbounded = cost_anchored(m, OP_CONV2D, 3, cost_node_flops(free_, id_free),
+                            cost_node_bytes(free_, id_free), -1);
+  CHECK_MSG(e.us == unbounded, "free: %g vs %g", e.us, unbounded);
+  cost_model_free(m);
+  for (int i = 0; i < 2; i++) graph_free(convs[i]);
+  graph_free(grouped);
+  graph_free(part);
+  graph_free(free_);
+  unlink(path);
+  diag_fini(&d);
+}
+
 static void test_record_and_analytic(void) {
   int a, b;
   Graph *small = conv_graph(8, 8, 3, &a), *big = conv_graph(64, 56, 3, &b);
@@ -301,6 +369,7 @@ int main(void) {
   test_views_free();
   test_table_and_sources();
   test_record_and_analytic();
+  test_bounds_by_measured_parts();
   const char *data = getenv("TEQ_ONNX_TEST_DATA");
   if (data) {
     char path[4200];
