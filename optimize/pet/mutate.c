@@ -169,6 +169,10 @@ static void add_pset(Gen *G, const Params *p) { add_pset_for(G, p, 0); }
  * pieces lets the one conv compute its pieces and their seams together. */
 static void derive_halos(Gen *G, int i) {
   const Node *n = &G->orig->nodes[i];
+  /* A grouped (depthwise) conv reads each input byte for a few flops: the
+   * copies that cut its input would cost what the conv does, and the
+   * cuts' candidates would multiply the search's work for nothing. */
+  if (param_int(&n->params, param_index(OP_CONV2D, "groups")) > 1) return;
   int ipd = param_index(OP_CONV2D, "pads");
   const int64_t *pads = n->params.v[ipd].i;
   const int64_t *st = n->params.v[param_index(OP_CONV2D, "stride")].i;
