@@ -7,6 +7,7 @@
  * float32. The instances are not checked in Z_p by the engine here (the
  * option is off), so what is tested is the matching and the solving of
  * shape-dependent parameters themselves, at shapes gen-rules never used. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -276,6 +277,52 @@ static void test_search_equivalent(void) {
   cost_model_free(cm);
   diag_fini(&d);
   graph_free(g);
+}
+
+/* A recurrent cell's eight candidates x W_i + h U_i: every pair of
+ * products sharing x or h merges, so the first expansions queue hundreds
+ * of rewrites within alpha of the best, more than the queue holds at a
+ * small budget. A full queue must still take a new best (dropping its
+ * dearest candidate): the search then goes on from it, and a small budget
+ * ends about where a large one does. */
+static double cell_cost_after(int budget, int *explored) {
+  enum { CANDIDATES = 8, HIDDEN = 64 };
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 1, HIDDEN)), h = input(g, "h", shape_of(2, 1, HIDDEN));
+  for (int i = 0; i < CANDIDATES; i++) {
+    TensorRef w = weight(g, NULL, shape_of(2, HIDDEN, HIDDEN), 10 + 2 * (uint64_t)i);
+    TensorRef u = weight(g, NULL, shape_of(2, HIDDEN, HIDDEN), 11 + 2 * (uint64_t)i);
+    TensorRef t = op(g, OP_EWADD, op(g, OP_MATMUL, x, w, 2, NULL), op(g, OP_MATMUL, h, u, 2, NULL),
+                     2, NULL);
+    graph_add_output(g, op(g, OP_RELU, t, t, 1, NULL), NULL, NULL);
+  }
+  CostModel *cm = cost_model_new();
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = budget;
+  Graph *best = NULL;
+  OptStats st;
+  Diag d;
+  diag_init(&d);
+  double after = NAN;
+  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  CHECK(best && opt_graph_cost(cm, best, &after, NULL, &d) == TEQ_OK);
+  *explored = st.explored;
+  diag_flush(&d, stderr);
+  opt_stats_fini(&st);
+  graph_free(best);
+  cost_model_free(cm);
+  diag_fini(&d);
+  graph_free(g);
+  return after;
+}
+
+static void test_full_queue(void) {
+  int small_explored = 0, large_explored = 0;
+  double small = cell_cost_after(20, &small_explored), large = cell_cost_after(200, &large_explored);
+  printf("recurrent cell: %.2f us after %d graphs expanded, %.2f us after %d\n", small,
+         small_explored, large, large_explored);
+  CHECK(small_explored == 20);
+  CHECK(small <= 1.05 * large);
 }
 
 /* Nodes wider than a window's bookkeeping (a concat of 20 pieces: what
@@ -682,6 +729,7 @@ int main(void) {
   test_opaque_survives();
   test_no_match_unchanged();
   test_search_equivalent();
+  test_full_queue();
   test_wide_nodes();
   test_bias_round_trip();
   test_layout_absorbed();
