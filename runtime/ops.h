@@ -67,6 +67,10 @@ typedef struct OpParam {
                             this one's work (the cost model's bounds rely on it) */
   bool adds_work;        /* a value other than 0 adds work to the instance with 0 (a
                             fused activation), for the same bounds */
+  bool parts_slice_input; /* with counts_parts: each part reads its own slice of input 0's
+                            axis 1 (conv's groups), so one part over such a slice, with all
+                            the other inputs as they are, does the same work; no estimate of
+                            an instance falls below that one's */
 } OpParam;
 
 typedef struct ParamValue {

@@ -581,7 +581,7 @@ static const OpParam conv_params_rows[] = {
   [CONV_STRIDE] = WINDOW_PARAM_STRIDE,
   [CONV_PADS] = WINDOW_PARAM_PADS,
   [CONV_DILATION] = WINDOW_PARAM_DILATION,
-  [CONV_GROUPS] = WINDOW_PARAM_GROUPS,
+  [CONV_GROUPS] = WINDOW_PARAM_GROUPS(true),
   [CONV_ACT] = PARAM_FUSED_ACT,
 };
 
@@ -854,7 +854,7 @@ static const OpParam ct_params_rows[] = {
   [CT_STRIDE] = WINDOW_PARAM_STRIDE,
   [CT_PADS] = WINDOW_PARAM_PADS,
   [CT_DILATION] = WINDOW_PARAM_DILATION,
-  [CT_GROUPS] = WINDOW_PARAM_GROUPS,
+  [CT_GROUPS] = WINDOW_PARAM_GROUPS(false),
   [CT_OUTPAD] = {.name = "output_padding", .type = PARAM_INTS, .len = 2, .def = 0, .lo = 0,
                  .hi = SPATIAL_MAX, .onnx_attr = "output_padding"},
 };

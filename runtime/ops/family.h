@@ -57,9 +57,11 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 #define WINDOW_PARAM_DILATION                                                     \
   {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
    .onnx_attr = "dilations"}
-#define WINDOW_PARAM_GROUPS                                                       \
+/* groups; slices: each group convolves its own slice of the input channels
+ * (conv; not conv_transpose, whose weight is laid out by input channel). */
+#define WINDOW_PARAM_GROUPS(slices)                                               \
   {.name = "groups", .type = PARAM_INT, .def = 1, .lo = 1, .hi = INT64_C(1) << 24,       \
-   .onnx_attr = "group", .counts_parts = true}
+   .onnx_attr = "group", .counts_parts = true, .parts_slice_input = (slices)}
 
 /* The activation fused into a conv or matmul (act_symbols). */
 #define PARAM_FUSED_ACT                                                                  \
