@@ -266,22 +266,34 @@ static void test_bounds_by_measured_parts(void) {
   diag_fini(&d);
 }
 
+/* The committed table (tools/profiles/h100.tsv) of the checkout at root,
+ * loaded; NULL (the test skipped, saying so) where the checkout lacks it. */
+static CostModel *committed_table(const char *root, const char *test) {
+  char path[4200];
+  snprintf(path, sizeof path, "%.4000s/tools/profiles/h100.tsv", root);
+  if (access(path, R_OK) != 0) {
+    printf("skip %s: %s not found\n", test, path);
+    return NULL;
+  }
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  CHECK_MSG(cost_model_load_table(m, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
+  printf("%s: %d measurements on %s\n", path, cost_model_size(m), cost_model_device(m));
+  diag_fini(&d);
+  return m;
+}
+
 /* Where neither instance was measured: a conv, and the same conv as a
  * grouped conv on its input concatenated with itself (a proved rule), do
  * the same work, and the grouped one is never estimated below the plain
  * one. On the committed table the nearest-neighbour correction alone put
  * some of these below (CSRNet's phase-batched dilated convs). */
 static void test_bounds_by_one_part(const char *root) {
-  char path[4200];
-  snprintf(path, sizeof path, "%.4000s/tools/profiles/h100.tsv", root);
-  if (access(path, R_OK) != 0) {
-    printf("skip the one-part bound: %s not found\n", path);
-    return;
-  }
+  CostModel *m = committed_table(root, "the one-part bound");
+  if (!m) return;
   Diag d;
   diag_init(&d);
-  CostModel *m = cost_model_new();
-  CHECK_MSG(cost_model_load_table(m, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
   static const int cases[][4] = {{4, 512, 14, 3}, {4, 256, 28, 3}, {1, 96, 17, 3},
                                  {2, 160, 12, 1}, {4, 64, 56, 3}, {1, 48, 35, 5}};
   int below_unbounded = 0;
@@ -356,17 +368,8 @@ static void test_record_and_analytic(void) {
 /* The committed table (tools/profiles/h100.tsv) loads, when the test runs
  * from a checkout that has it. */
 static void test_committed_table(const char *root) {
-  char path[4200];
-  snprintf(path, sizeof path, "%.4000s/tools/profiles/h100.tsv", root);
-  if (access(path, R_OK) != 0) {
-    printf("skip the committed table: %s not found\n", path);
-    return;
-  }
-  Diag d;
-  diag_init(&d);
-  CostModel *m = cost_model_new();
-  CHECK_MSG(cost_model_load_table(m, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
-  printf("%s: %d measurements on %s\n", path, cost_model_size(m), cost_model_device(m));
+  CostModel *m = committed_table(root, "the committed table");
+  if (!m) return;
   CHECK(cost_model_size(m) > 100);
   CHECK(strstr(cost_model_device(m), "H100") != NULL);
   /* Each row estimated as if never measured, leave-one-out: the nearest
@@ -389,7 +392,6 @@ static void test_committed_table(const char *root) {
          100 * (exp(err_roof / n) - 1), 100 * (exp(err_anchored / n) - 1));
   CHECK(err_anchored < 0.75 * err_roof);
   cost_model_free(m);
-  diag_fini(&d);
 }
 
 /* A split of x into two along axis 1, x's batch given. */
