@@ -233,23 +233,16 @@ int opt_extract_match(const OptRule *rule, const Graph *g, const OptMatch *m, Gr
   return TEQ_OK;
 }
 
-int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const TensorRef *replace,
-               Graph **out, Diag *d) {
-  Graph *r = graph_copy(g);
-  if (!r) return TEQ_ERR_NOMEM;
-  TensorRef *map = malloc(((size_t)inst->n_nodes + 1) * sizeof *map);
-  size_t most = (size_t)(g->n_nodes > inst->n_nodes ? g->n_nodes : inst->n_nodes);
-  int32_t *order = malloc((most + (size_t)inst->n_nodes + 1) * sizeof *order);
-  int widest = 1;
-  for (int id = 0; id < inst->n_nodes; id++)
-    if (inst->nodes[id].n_in > widest) widest = inst->nodes[id].n_in;
-  TensorRef *in = malloc((size_t)widest * sizeof *in);
-  int rc = map && order && in ? TEQ_OK : TEQ_ERR_NOMEM;
-  for (int k = 0; k < inst->n_inputs && rc == TEQ_OK; k++) map[inst->inputs[k]] = bind[k];
+/* Adds inst's nodes to r, input k reading bind[k] (map, order and in are
+ * scratch of inst's size), and points every use of replace[o] at inst's
+ * output o. */
+static int splice_one(Graph *r, const Graph *inst, const TensorRef *bind, const TensorRef *replace,
+                      TensorRef *map, int32_t *order, TensorRef *in, Diag *d) {
+  for (int k = 0; k < inst->n_inputs; k++) map[inst->inputs[k]] = bind[k];
   /* In topological order: a rewritten window's new nodes come after the
    * nodes that read them. */
-  if (rc == TEQ_OK && graph_topo_order(inst, order) != TEQ_OK) rc = TEQ_ERR_INTERNAL;
-  for (int k = 0; k < inst->n_nodes && rc == TEQ_OK; k++) {
+  if (graph_topo_order(inst, order) != TEQ_OK) return TEQ_ERR_INTERNAL;
+  for (int k = 0; k < inst->n_nodes; k++) {
     int id = order[k];
     const Node *n = &inst->nodes[id];
     if (n->kind == OP_INPUT) continue;
@@ -257,8 +250,7 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
     if (n->kind == OP_CONST) {
       nid = graph_add_const(r, n->name, tensor_ref(n->value), d);
     } else if (n->kind == OP_OPAQUE) {
-      rc = TEQ_ERR_INTERNAL; /* windows never move opaque nodes */
-      break;
+      return TEQ_ERR_INTERNAL; /* windows never move opaque nodes */
     } else {
       for (int j = 0; j < n->n_in; j++) {
         TensorRef m = map[n->in[j].node];
@@ -266,16 +258,40 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
       }
       nid = graph_add_node(r, n->kind, in, n->n_in, n->n_out, &n->params, n->name, d);
     }
-    if (nid < 0) rc = nid;
-    else map[id] = (TensorRef){nid, 0};
+    if (nid < 0) return nid;
+    map[id] = (TensorRef){nid, 0};
   }
-  for (int o = 0; o < inst->n_outputs && rc == TEQ_OK; o++) {
+  for (int o = 0; o < inst->n_outputs; o++) {
     TensorRef io = inst->outputs[o];
     TensorRef to = inst->nodes[io.node].kind == OP_INPUT ? map[io.node]
                                                           : (TensorRef){map[io.node].node, io.out};
     if (to.node != replace[o].node || to.out != replace[o].out)
       graph_replace_uses(r, replace[o], to);
   }
+  return TEQ_OK;
+}
+
+int opt_splice_many(const Graph *g, int n, const Graph *const *inst, const TensorRef *const *bind,
+                    const TensorRef *const *replace, Graph **out, Diag *d) {
+  Graph *r = graph_copy(g);
+  if (!r) return TEQ_ERR_NOMEM;
+  int most_inst = 0, widest = 1;
+  for (int i = 0; i < n; i++) {
+    if (inst[i]->n_nodes > most_inst) most_inst = inst[i]->n_nodes;
+    for (int id = 0; id < inst[i]->n_nodes; id++)
+      if (inst[i]->nodes[id].n_in > widest) widest = inst[i]->nodes[id].n_in;
+  }
+  /* Room for r's order after every splice: g's nodes and all the new ones. */
+  size_t most = (size_t)g->n_nodes + (size_t)n * (size_t)most_inst + 1;
+  TensorRef *map = malloc(((size_t)most_inst + 1) * sizeof *map);
+  int32_t *order = malloc(most * sizeof *order);
+  TensorRef *in = malloc((size_t)widest * sizeof *in);
+  int rc = map && order && in ? TEQ_OK : TEQ_ERR_NOMEM;
+  /* Every instance first reads the tensors its match bound in g; a tensor
+   * another instance replaces is then read from its replacement, which
+   * computes the same value. */
+  for (int i = 0; i < n && rc == TEQ_OK; i++)
+    rc = splice_one(r, inst[i], bind[i], replace[i], map, order, in, d);
   if (rc == TEQ_OK && graph_topo_order(r, order) != TEQ_OK) rc = TEQ_ERR_INPUT; /* a cycle */
   if (rc == TEQ_OK) {
     /* The rewrite may rebuild a value the graph already has (two rules
@@ -294,6 +310,11 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
   }
   *out = r;
   return TEQ_OK;
+}
+
+int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const TensorRef *replace,
+               Graph **out, Diag *d) {
+  return opt_splice_many(g, 1, &inst, &bind, &replace, out, d);
 }
 
 /* ---- instances, once per rule and shapes ---- */

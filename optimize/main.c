@@ -3,7 +3,8 @@
  *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N]
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
- *            [--window N] [--zp-check-flops F] [--batch N] [--record FILE] [--dump] [--quiet]
+ *            [--window N] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
+ *            [--dump] [--quiet]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
  *            [--pet-max-flops F] model.onnx
  *
@@ -43,6 +44,8 @@ static const char usage[] =
   "  --budget N          graphs expanded per window (default 300)\n"
   "  --time-limit S      seconds for the whole search (default: none)\n"
   "  --window N          operators per search window (default 150)\n"
+  "  --one-site          each search step rewrites one match, as TASO's search does\n"
+  "                      (default: a step may also apply a rule at all its matches)\n"
   "  --cost-model M      auto, gpu, table or analytic (default auto: the GPU if there\n"
   "                      is one, else the cost table, else the analytic model)\n"
   "  --cost-table FILE   costs measured earlier on a GPU (default " TEQ_PROFILE_DIR "/h100.tsv)\n"
@@ -103,6 +106,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       return 1;
     } else if (!strcmp(k, "--quiet")) {
       a->opt.quiet = true;
+      continue;
+    } else if (!strcmp(k, "--one-site")) {
+      a->opt.one_site = true;
       continue;
     } else if (!strcmp(k, "--unproved")) {
       a->unproved = true;
@@ -309,9 +315,10 @@ static void report_text(const Report *r, FILE *f) {
   print_sources(f, r->src_before);
   fprintf(f, "; after: ");
   print_sources(f, r->src_after);
-  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld rewrites, %lld duplicates, "
-          "%lld queued, %lld built, %.2f s%s\n", "search", st->windows, (long long)st->explored,
-          (long long)st->generated, (long long)st->duplicates, (long long)st->kept,
+  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld rewrites (%lld of a rule at "
+          "all its sites), %lld duplicates, %lld queued, %lld built, %.2f s%s\n", "search",
+          st->windows, (long long)st->explored, (long long)st->generated,
+          (long long)st->all_sites, (long long)st->duplicates, (long long)st->kept,
           (long long)st->materialized, st->search_s,
           st->stopped_by_time ? " (stopped by the time limit)" : "");
   fprintf(f, "  %-26s cycle %lld, shapes %lld, Z_p %lld\n", "rewrites rejected",
@@ -385,9 +392,9 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     fprintf(f, "},\n");
   }
   fprintf(f, "  \"search\": {\"windows\": %d, \"expanded\": %lld, \"built\": %lld, "
-          "\"duplicates\": %lld, \"queued\": %lld, \"materialized\": %lld, \"seconds\": %.4f, "
-          "\"stopped_by_time\": %s},\n",
-          st->windows, (long long)st->explored, (long long)st->generated,
+          "\"all_sites\": %lld, \"duplicates\": %lld, \"queued\": %lld, \"materialized\": %lld, "
+          "\"seconds\": %.4f, \"stopped_by_time\": %s},\n",
+          st->windows, (long long)st->explored, (long long)st->generated, (long long)st->all_sites,
           (long long)st->duplicates, (long long)st->kept, (long long)st->materialized,
           st->search_s, st->stopped_by_time ? "true" : "false");
   fprintf(f, "  \"rejected\": {\"cycle\": %lld, \"shape\": %lld, \"zp\": %lld},\n",

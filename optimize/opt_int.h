@@ -104,6 +104,12 @@ int opt_extract_match(const OptRule *rule, const Graph *g, const OptMatch *m, Gr
  * message) if the result would have a cycle. */
 int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const TensorRef *replace,
                Graph **out, Diag *d);
+/* n rewrites of g at once: instance i reads bind[i] and computes what
+ * replace[i] names, each as opt_splice would splice it alone (its tensors
+ * those of g: the matches must not share a replaced node). TEQ_ERR_INPUT
+ * if the result would have a cycle. */
+int opt_splice_many(const Graph *g, int n, const Graph *const *inst, const TensorRef *const *bind,
+                    const TensorRef *const *replace, Graph **out, Diag *d);
 
 /* A rule's target at one match's shapes, as instance.c built it, with what
  * delta.c derives from it once (opt_inst_prepare). Inputs are the rule's

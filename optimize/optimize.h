@@ -64,6 +64,9 @@ typedef struct OptOptions {
   int max_matches;       /* matches tried per rule and graph (default 64) */
   double zp_check_flops; /* check instances in Z_p up to this many flops (default 3e7); 0: never */
   uint64_t seed;
+  bool one_site;         /* each step rewrites one match, as TASO's search does; off (the
+                            default): a step may also apply a rule at all its disjoint
+                            matches at once, kept when cheaper than the graph it rewrites */
   bool quiet;
   FILE *progress;        /* stderr, or NULL */
   /* PET: partially equivalent mutants of multi-linear subprograms */
@@ -97,6 +100,7 @@ typedef struct OptStats {
   int64_t duplicates;      /* ... already seen (structural hash) */
   int64_t kept;            /* ... within alpha of the best, queued */
   int64_t materialized;    /* ... built as graphs: queued, a new best, or not derived */
+  int64_t all_sites;       /* ... of them a rule at all its disjoint matches at once */
   int64_t rejected_cycle;  /* rewrites that would create a cycle (TASO Fig. 6) */
   int64_t rejected_shape;  /* targets that do not fit the matched shapes */
   int64_t rejected_zp;     /* instances that differ in Z_p: the rule does not hold there */

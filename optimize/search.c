@@ -17,6 +17,12 @@
  * (opt_root_fits), and each rule instance is solved and checked in Z_p
  * once per rule and shapes for the whole search (opt_inst_get).
  *
+ * Besides one rewrite per match, expanding a graph also applies each rule
+ * at all its matches that share no node, as one candidate kept only if it
+ * is cheaper than the graph it rewrites (expand_sites): a change that pays
+ * only once made everywhere is one step, not a valley of dearer graphs
+ * the greedy queue never crosses (OptOptions.one_site turns it off).
+ *
  * A graph larger than one window is searched a window at a time: a run of
  * consecutive operators (in topological order) is cut out as a graph of its
  * own, its inputs the tensors it reads from outside, its outputs the
@@ -295,6 +301,13 @@ typedef struct Ctx {
   OptPricer *pr;     /* configuration costs, shared by every window */
   OptInstMemo *memo; /* instances and their Z_p verdicts, shared by every window */
   OptBase *base;     /* g analysed, while it is expanded */
+  /* The matches of g that its rules rewrite alone without a cycle, for
+   * the rewrites at every site at once (expand_sites). */
+  struct Site *sites;
+  int n_sites, cap_sites;
+  int repeat;     /* history entries the next settled candidate adds (its step) */
+  double ceiling; /* settle drops candidates costing this or more */
+  bool cycle;     /* offer_derived's verdict on the last rewrite: a cycle */
   /* opt_apply_rule's caller, or opt_apply_rule_priced's */
   bool (*take)(Graph *rewritten, void *ctx);
   OptPricedFn priced;
@@ -302,6 +315,13 @@ typedef struct Ctx {
 } Ctx;
 
 enum { CHECK_NONE, CHECK_OK, CHECK_BAD, CHECK_TRUSTED };
+
+/* One place a rule rewrites the graph being expanded. */
+typedef struct Site {
+  int rule;
+  OptMatch m;
+  const OptInst *in; /* the memo's, alive for the whole search */
+} Site;
 
 static double graph_flops(const Graph *g) {
   double f = 0;
@@ -426,8 +446,8 @@ static int build(Ctx *c, const Graph *g, const Lazy *lz, Graph **out) {
 static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
   if (c->step < 0 && isnan(c->pet->m[-1 - c->step].info.cost_delta_us))
     c->pet->m[-1 - c->step].info.cost_delta_us = cost - c->parent->cost;
-  bool best = cost < c->best.cost;
-  bool keep = cost < c->o->alpha * (best ? cost : c->best.cost);
+  bool best = cost < c->best.cost && cost < c->ceiling;
+  bool keep = cost < c->o->alpha * (best ? cost : c->best.cost) && cost < c->ceiling;
   if (!best && !keep) {
     graph_free(ng);
     return now_s() < c->deadline;
@@ -437,7 +457,7 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
     c->st->materialized++;
   }
   const Cand *p = c->parent;
-  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + 1};
+  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + c->repeat};
   nc.hist = malloc((size_t)nc.n_hist * sizeof *nc.hist);
   if (!ng) {
     int n_in = lz->in->g->n_inputs, n_out = lz->in->g->n_outputs;
@@ -455,7 +475,7 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
     return false;
   }
   if (p->n_hist) memcpy(nc.hist, p->hist, (size_t)p->n_hist * sizeof *nc.hist);
-  nc.hist[p->n_hist] = c->step;
+  for (int k = 0; k < c->repeat; k++) nc.hist[p->n_hist + k] = c->step;
   if (best) {
     Cand copy = {.g = graph_copy(ng), .cost = cost, .n_hist = nc.n_hist};
     copy.hist = malloc((size_t)nc.n_hist * sizeof *copy.hist);
@@ -515,9 +535,11 @@ static bool offer_derived(Ctx *c, OptInst *in, const OptMatch *m) {
   match_tensors(c, m, bind, replace);
   Lazy lz = {.in = in, .bind = bind, .replace = replace};
   c->queued = false;
+  c->cycle = false;
   OptDelta v = opt_delta_hash(c->base, in, bind, replace, &lz.hash);
   if (v == OPT_DELTA_CYCLE) {
     c->st->rejected_cycle++;
+    c->cycle = true;
     return true;
   }
   if (v == OPT_DELTA_BUILD) {
@@ -528,6 +550,7 @@ static bool offer_derived(Ctx *c, OptInst *in, const OptMatch *m) {
     diag_fini(&quiet);
     if (c->rc == TEQ_ERR_INPUT) {
       c->st->rejected_cycle++;
+      c->cycle = true;
       c->rc = TEQ_OK;
       return true;
     }
@@ -602,6 +625,17 @@ static bool priced_match(Ctx *c, OptInst *in, const OptMatch *m) {
   return true;
 }
 
+static int add_site(Ctx *c, const OptMatch *m, const OptInst *in) {
+  if (c->n_sites == c->cap_sites) {
+    int cap = c->cap_sites ? 2 * c->cap_sites : 64;
+    Site *s = realloc(c->sites, (size_t)cap * sizeof *s);
+    if (!s) return TEQ_ERR_NOMEM;
+    c->sites = s, c->cap_sites = cap;
+  }
+  c->sites[c->n_sites++] = (Site){.rule = c->rule, .m = *m, .in = in};
+  return TEQ_OK;
+}
+
 static bool on_match(const OptMatch *m, void *ctx) {
   Ctx *c = ctx;
   if (c->take) { /* opt_apply_rule */
@@ -632,7 +666,9 @@ static bool on_match(const OptMatch *m, void *ctx) {
   if ((c->rc = opt_inst_prepare(in))) return false;
   if (c->priced) return priced_match(c, in, m);
   c->step = c->rule;
-  return offer_derived(c, in, m);
+  bool go = offer_derived(c, in, m);
+  if (go && !c->cycle && !c->o->one_site && (c->rc = add_site(c, m, in))) return false;
+  return go;
 }
 
 /* What the regions a correction recomputes look like in a report:
@@ -769,8 +805,85 @@ static int expand_pet(Ctx *c) {
   return rc;
 }
 
-/* Every rule at every match in c->g. */
+/* Most rules applied in one step at once, and most sites per rule (the
+ * sites' scratch is on the stack). */
+enum { SITES_MAX_RULES = 64, SITES_MAX = 256 };
+
+static int by_rule(const void *a, const void *b) {
+  const Site *x = a, *y = b;
+  if (x->rule != y->rule) return (x->rule > y->rule) - (x->rule < y->rule);
+  return (x > y) - (x < y);
+}
+
+/* Each rule that rewrites c->g at two or more places that share no node,
+ * applied at all of them at once: one candidate, kept only if it costs
+ * less than c->g. One site at a time, the search must pass through every
+ * intermediate graph, and some are dearer: NasRNN's x W_i + h U_i ->
+ * concat(x, h) [W_i; U_i] costs a concat the first time and saves once
+ * the eight share it, but the cheaper merges of the x W_i alone fill the
+ * queue first and then outprice it (TASO's search is greedy here; Tensat's
+ * e-graph applies every rule everywhere each iteration). The same step
+ * merges the eight matmuls that share an input pairwise in three steps,
+ * where one pair at a time goes through a hundred partial groupings. */
+static int expand_sites(Ctx *c) {
+  if (c->n_sites < 2) return TEQ_OK;
+  /* qsort is not stable; the sites' addresses break ties in match order. */
+  qsort(c->sites, (size_t)c->n_sites, sizeof *c->sites, by_rule);
+  bool *used = calloc((size_t)c->g->n_nodes + 1, sizeof *used);
+  if (!used) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK, rules = 0;
+  for (int a = 0, b; a < c->n_sites && rc == TEQ_OK && rules < SITES_MAX_RULES; a = b) {
+    for (b = a + 1; b < c->n_sites && c->sites[b].rule == c->sites[a].rule; b++) {}
+    if (b - a < 2) continue;
+    const OptRule *rule = &c->rs->r[c->sites[a].rule];
+    const Graph *inst[SITES_MAX];
+    TensorRef bind[SITES_MAX][OPT_MAX_SIDE], replace[SITES_MAX][OPT_MAX_SIDE];
+    const TensorRef *binds[SITES_MAX], *replaces[SITES_MAX];
+    int n = 0;
+    memset(used, 0, (size_t)c->g->n_nodes * sizeof *used);
+    c->rule = c->sites[a].rule;
+    for (int k = a; k < b && n < SITES_MAX; k++) {
+      const OptMatch *m = &c->sites[k].m;
+      bool free_site = true;
+      for (int p = 0; p < rule->src->n_nodes && free_site; p++)
+        free_site = m->node[p] < 0 || !used[m->node[p]];
+      if (!free_site) continue;
+      for (int p = 0; p < rule->src->n_nodes; p++)
+        if (m->node[p] >= 0) used[m->node[p]] = true;
+      match_tensors(c, m, bind[n], replace[n]);
+      inst[n] = c->sites[k].in->g, binds[n] = bind[n], replaces[n] = replace[n];
+      n++;
+    }
+    if (n < 2) continue;
+    rules++;
+    Graph *ng = NULL;
+    Diag quiet;
+    diag_init(&quiet);
+    rc = opt_splice_many(c->g, n, inst, binds, replaces, &ng, &quiet);
+    diag_fini(&quiet);
+    if (rc == TEQ_ERR_INPUT) { /* each alone is acyclic, together they are not */
+      c->st->rejected_cycle++;
+      rc = TEQ_OK;
+      continue;
+    }
+    if (rc) break;
+    c->st->generated++;
+    c->st->materialized++;
+    c->st->all_sites++;
+    c->step = c->rule, c->repeat = n, c->ceiling = c->parent->cost;
+    bool go = offer(c, ng);
+    c->repeat = 1, c->ceiling = INFINITY;
+    rc = c->rc;
+    if (!go) break;
+  }
+  free(used);
+  return rc;
+}
+
+/* Every rule at every match in c->g, then every rule at all its matches
+ * at once. */
 static int expand(Ctx *c) {
+  c->n_sites = 0;
   OptUses u;
   int rc = opt_uses_build(c->g, &u);
   if (rc) return rc;
@@ -798,6 +911,7 @@ static int expand(Ctx *c) {
   opt_base_free(c->base);
   c->base = NULL;
   opt_uses_fini(&u);
+  if (rc == TEQ_OK && !c->o->one_site && now_s() < c->deadline) rc = expand_sites(c);
   if (rc == TEQ_OK && c->pet && now_s() < c->deadline) rc = expand_pet(c);
   return rc;
 }
@@ -807,7 +921,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
                         KeySet *checked, OptPricer *pr, OptInstMemo *memo, PetCache *pet,
                         double deadline, OptStats *st, Cand *best_out, Diag *d) {
   Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
-           .deadline = deadline, .pr = pr, .memo = memo};
+           .deadline = deadline, .pr = pr, .memo = memo, .repeat = 1, .ceiling = INFINITY};
   double cost;
   int rc = price(cm, pr, g, &cost, d);
   if (rc) return rc;
@@ -853,6 +967,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
     cand_free(&x);
   }
   free(c.heap.a);
+  free(c.sites);
   keyset_fini(&c.seen);
   if (rc) {
     cand_free(&c.best);

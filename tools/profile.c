@@ -12,11 +12,12 @@
  *       fits the analytic model to the table's measurements, prints its
  *       error per operator before and after, and writes the table back
  *       with its #calib lines
- *   teq-profile cost [--table TABLE] [--gpu] [--batch N] MODEL.onnx
+ *   teq-profile cost [--table TABLE] [--gpu] [--batch N] [--all] MODEL.onnx
  *       what the cost model says a model costs, node by node, and where
  *       each figure came from (the table, this GPU, or the roofline)
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static int usage(FILE *f, int status) {
           "usage: teq-profile record [--batch N] [-o CONFIGS] MODEL.onnx...\n"
           "       teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...\n"
           "       teq-profile calibrate [-o TABLE] TABLE\n"
-          "       teq-profile cost [--table TABLE] [--gpu] [--batch N] MODEL.onnx\n");
+          "       teq-profile cost [--table TABLE] [--gpu] [--batch N] [--all] MODEL.onnx\n");
   return status;
 }
 
@@ -392,13 +393,37 @@ static int by_cost_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* Where the time goes, one line per operator kind, dearest first: the
+   question a reader asks of a rewritten model before any single node. */
+static void print_cost_by_kind(const Graph *g, const NodeCost *costs, int n, double total) {
+  double us[OP__COUNT] = {0};
+  int count[OP__COUNT] = {0};
+  for (int k = 0; k < n; k++) {
+    OpKind kind = g->nodes[costs[k].id].kind;
+    us[kind] += costs[k].e.us;
+    count[kind]++;
+  }
+  printf("by operator kind:\n");
+  for (;;) {
+    int dearest = -1;
+    for (int kind = 0; kind < OP__COUNT; kind++)
+      if (count[kind] && (dearest < 0 || us[kind] > us[dearest])) dearest = kind;
+    if (dearest < 0) break;
+    printf("%9.1f us  %5.1f%%  %4d x %s\n", us[dearest], total > 0 ? 100 * us[dearest] / total : 0,
+           count[dearest], op_def((OpKind)dearest)->name);
+    count[dearest] = 0;
+  }
+}
+
 static int do_cost(int argc, char **argv, Diag *d) {
   const char *table = NULL, *model = NULL;
   long long batch = 1;
   bool gpu = false;
+  int shown = 15;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--table") == 0 && i + 1 < argc) table = argv[++i];
     else if (strcmp(argv[i], "--gpu") == 0) gpu = true;
+    else if (strcmp(argv[i], "--all") == 0) shown = INT_MAX;
     else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
       if (!teq_parse_int(argv[++i], 1, 1 << 20, &batch))
         return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
@@ -431,11 +456,13 @@ static int do_cost(int argc, char **argv, Diag *d) {
     printf("%s: %d operators, %.1f us in all (%d from the table%s%s, %d measured now, %d analytic)\n",
            model, n, total, counts[COST_TABLE], table ? " of " : "",
            table ? cost_model_device(m) : "", counts[COST_MEASURED], counts[COST_ANALYTIC]);
-    for (int k = 0; k < n && k < 15; k++) {
+    for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);
       printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us, cost_source_name(costs[k].e.source), key);
     }
+    if (n > shown) printf("      ... %d more (--all lists them)\n", n - shown);
+    print_cost_by_kind(g, costs, n, total);
   }
   free(costs);
   cost_model_free(m);
