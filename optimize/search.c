@@ -822,9 +822,11 @@ static int by_rule(const void *a, const void *b) {
  * concat(x, h) [W_i; U_i] costs a concat the first time and saves once
  * the eight share it, but the cheaper merges of the x W_i alone fill the
  * queue first and then outprice it (TASO's search is greedy here; Tensat's
- * e-graph applies every rule everywhere each iteration). The same step
- * merges the eight matmuls that share an input pairwise in three steps,
- * where one pair at a time goes through a hundred partial groupings. */
+ * e-graph applies every rule everywhere each iteration). A rule that
+ * gains at some site alone is applied everywhere too: that its one-site
+ * rewrites are cheaper does not mean the queue takes them before others
+ * outprice the path (the recurrent cell of test_every_site, priced by the
+ * analytic model, is such a case). */
 static int expand_sites(Ctx *c) {
   if (c->n_sites < 2) return TEQ_OK;
   /* qsort is not stable; the sites' addresses break ties in match order. */
