@@ -192,6 +192,14 @@ typedef struct Heap {
   int n, cap;
 } Heap;
 
+/* Whether a is taken before b: the cheaper first, and at one cost the one
+ * reached in fewer rewrites, so that rewrites the cost model cannot see
+ * (a vector transposed into a view for a gemm that reads it transposed
+ * back) are not expanded before the graphs they only respell. */
+static bool before(const Cand *a, const Cand *b) {
+  return a->cost < b->cost || (a->cost == b->cost && a->n_hist < b->n_hist);
+}
+
 static int heap_push(Heap *h, Cand c) {
   if (h->n == h->cap) {
     int cap = h->cap ? h->cap * 2 : 64;
@@ -200,7 +208,7 @@ static int heap_push(Heap *h, Cand c) {
     h->a = a, h->cap = cap;
   }
   int i = h->n++;
-  while (i > 0 && h->a[(i - 1) / 2].cost > c.cost) {
+  while (i > 0 && before(&c, &h->a[(i - 1) / 2])) {
     h->a[i] = h->a[(i - 1) / 2];
     i = (i - 1) / 2;
   }
@@ -221,14 +229,14 @@ static int heap_push_bounded(Heap *h, Cand c, int cap, Cand *out) {
   if (h->n < cap) return heap_push(h, c);
   int worst = h->n / 2;
   for (int i = worst + 1; i < h->n; i++)
-    if (h->a[i].cost > h->a[worst].cost) worst = i;
-  if (h->n == 0 || !(c.cost < h->a[worst].cost)) {
+    if (before(&h->a[worst], &h->a[i])) worst = i;
+  if (h->n == 0 || !before(&c, &h->a[worst])) {
     *out = c;
     return TEQ_OK;
   }
   *out = h->a[worst];
   int i = worst;
-  while (i > 0 && h->a[(i - 1) / 2].cost > c.cost) {
+  while (i > 0 && before(&c, &h->a[(i - 1) / 2])) {
     h->a[i] = h->a[(i - 1) / 2];
     i = (i - 1) / 2;
   }
@@ -241,9 +249,9 @@ static Cand heap_pop(Heap *h) {
   int i = 0;
   for (;;) {
     int l = 2 * i + 1, r = l + 1, m = i;
-    double mc = last.cost;
-    if (l < h->n && h->a[l].cost < mc) m = l, mc = h->a[l].cost;
-    if (r < h->n && h->a[r].cost < mc) m = r;
+    const Cand *mc = &last;
+    if (l < h->n && before(&h->a[l], mc)) m = l, mc = &h->a[l];
+    if (r < h->n && before(&h->a[r], mc)) m = r;
     if (m == i) break;
     h->a[i] = h->a[m];
     i = m;

@@ -446,6 +446,35 @@ static bool same_inputs(const Graph *ga, int a, const Graph *gb, int b) {
 
 static double analytic_us(CostModel *m, const Graph *g, int id);
 
+enum { TWIN_MAX_IN = 8 };
+
+/* What an operator of this kind and parameters costs on inputs of these
+ * shapes and element types (table, GPU or estimate), built as a graph of
+ * its own; 0 where it cannot be built. */
+static double price_twin(CostModel *m, OpKind kind, const Params *p, const Shape *in,
+                         const DType *dt, int n_in, int n_out) {
+  Graph *t = graph_new();
+  if (!t || n_in > TWIN_MAX_IN) {
+    graph_free(t);
+    return 0;
+  }
+  TensorRef refs[TWIN_MAX_IN];
+  int tid = 0;
+  for (int j = 0; j < n_in && tid >= 0; j++) {
+    tid = graph_add_input(t, NULL, &in[j], dt[j], NULL);
+    refs[j] = (TensorRef){tid, 0};
+  }
+  if (tid >= 0) tid = graph_add_node(t, kind, refs, n_in, n_out, p, NULL, NULL);
+  double us = 0;
+  CostEstimate e;
+  Diag quiet;
+  diag_init(&quiet);
+  if (tid >= 0 && cost_node(m, t, tid, &e, &quiet) == TEQ_OK) us = e.us;
+  diag_fini(&quiet);
+  graph_free(t);
+  return us;
+}
+
 /* What node id's one-part twin costs (table, GPU or estimate), when the
  * registry says its parts each read a slice of input 0's axis 1 (conv's
  * groups): the same operator with one part on input 0 narrowed to one
@@ -460,34 +489,36 @@ static double one_part_us(CostModel *m, const Graph *g, int id) {
   const OpDef *o = op_def(n->kind);
   int p = 0;
   while (p < o->n_params && !o->params[p].parts_slice_input) p++;
-  if (p == o->n_params || n->n_in < 1) return 0;
+  if (p == o->n_params || n->n_in < 1 || n->n_in > TWIN_MAX_IN) return 0;
   int64_t parts = n->params.v[p].i[0];
-  Shape s0 = *graph_shape(g, n->in[0]);
-  enum { MAX_IN = 8 };
-  if (parts <= 1 || s0.ndim < 2 || s0.d[1] % parts || n->n_in > MAX_IN) return 0;
-  s0.d[1] /= parts;
-  Graph *t = graph_new();
-  if (!t) return 0;
-  TensorRef in[MAX_IN];
-  int tid = 0;
-  for (int j = 0; j < n->n_in && tid >= 0; j++) {
-    const Shape *sj = j == 0 ? &s0 : graph_shape(g, n->in[j]);
-    tid = graph_add_input(t, NULL, sj, g->nodes[n->in[j].node].dtype, NULL);
-    in[j] = (TensorRef){tid, 0};
-  }
-  if (tid >= 0) {
-    Params one = n->params;
-    one.v[p].i[0] = 1;
-    tid = graph_add_node(t, n->kind, in, n->n_in, n->n_out, &one, NULL, NULL);
-  }
-  double us = 0;
-  CostEstimate e;
-  Diag quiet;
-  diag_init(&quiet);
-  if (tid >= 0 && cost_node(m, t, tid, &e, &quiet) == TEQ_OK) us = e.us;
-  diag_fini(&quiet);
-  graph_free(t);
-  return us;
+  Shape in[TWIN_MAX_IN];
+  DType dt[TWIN_MAX_IN];
+  for (int j = 0; j < n->n_in; j++)
+    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
+  if (parts <= 1 || in[0].ndim < 2 || in[0].d[1] % parts) return 0;
+  in[0].d[1] /= parts;
+  Params one = n->params;
+  one.v[p].i[0] = 1;
+  return price_twin(m, n->kind, &one, in, dt, n->n_in, n->n_out);
+}
+
+/* What node id's cost-family twin costs (table, GPU or estimate): the
+ * operator of its family doing exactly its work (the registry's
+ * cost_twin: a gemm without a bias is a matmul); 0 when it has none. */
+static double family_twin_us(CostModel *m, const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (!o->cost_twin || !o->cost_family || o->cost_family == n->kind || n->n_in > TWIN_MAX_IN)
+    return 0;
+  Shape in[TWIN_MAX_IN], twin_in[4];
+  DType dt[4];
+  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
+  Params p;
+  params_default(o->cost_family, &p);
+  int n_twin = 0;
+  if (!o->cost_twin(n, in, &p, twin_in, &n_twin) || n_twin > 4) return 0;
+  for (int j = 0; j < n_twin; j++) dt[j] = n->dtype;
+  return price_twin(m, o->cost_family, &p, twin_in, dt, n_twin, n->n_out);
 }
 
 /* The analytic estimate of node id: its family's roofline, corrected by the
@@ -560,7 +591,13 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    e = insert(m, key, analytic_us(m, g, id), COST_ANALYTIC);
+    /* An unmeasured spelling of its family's operator (a gemm without a
+     * bias) costs what that operator does: the estimates of the two kinds
+     * lean on different neighbours, and a search would otherwise trade
+     * one spelling for the other (and a vector for its transposed view)
+     * on the estimator's noise alone. Estimated either way. */
+    double twin = family_twin_us(m, g, id);
+    e = insert(m, key, twin > 0 ? twin : analytic_us(m, g, id), COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");
   }
   if (m->record && !e->recorded) {

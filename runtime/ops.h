@@ -161,6 +161,16 @@ typedef struct OpDef {
    * measurements of both. 0 (OP_INPUT, never computed): only its own. */
   OpKind cost_family;
 
+  /* The operator of kind cost_family that does exactly n's work at input
+   * shapes `in`, where there is one: its parameters (*p, which the caller
+   * sets to the family's defaults first) and its input shapes (twin_in,
+   * *n_twin_in of them, at most 4). A gemm without a bias is a matmul of
+   * its operands in their plain layouts. The cost model prices an
+   * unmeasured n as its twin, so that the spellings of one product tie
+   * until a measurement tells them apart. NULL, or false: none. */
+  bool (*cost_twin)(const struct Node *n, const Shape *in, Params *p, Shape *twin_in,
+                    int *n_twin_in);
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);

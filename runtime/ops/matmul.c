@@ -305,6 +305,20 @@ static double gemm_flops(const Node *n, const Shape *in) {
   return 2.0 * (double)shape_numel(&n->out[0]) * (double)k;
 }
 
+/* Without a bias, a gemm's work is the matmul of A' and B': the BLAS call
+ * is the same, the flags only say how it reads them. alpha and beta scale
+ * in the same pass. */
+static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twin_in,
+                           int *n_twin_in) {
+  (void)p; /* matmul's defaults: no fused activation */
+  int64_t m = 0, k = 0, nn = 0;
+  if (n->n_in != 2 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK) return false;
+  twin_in[0] = shape_make(2, (int64_t[]){m, k});
+  twin_in[1] = shape_make(2, (int64_t[]){k, nn});
+  *n_twin_in = 2;
+  return true;
+}
+
 const OpDef op_def_gemm = {
   .kind = OP_GEMM, .name = "gemm", .axiom_name = "gemm", .onnx_op = "Gemm",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
@@ -313,4 +327,5 @@ const OpDef op_def_gemm = {
   .infer_shape = gemm_infer,
   .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
   .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops, .cost_family = OP_MATMUL,
+  .cost_twin = gemm_cost_twin,
 };
