@@ -97,5 +97,24 @@ for entry in "${models[@]}"; do
   echo "     $name: $summary $(($(date +%s) - t0)) s"
 done
 
+# --- one site a step against every site too: NasRNN's x W_i + h U_i become one product on
+# concat(x, h) only when a rule may apply at all its sites in one step.
+if [[ -f $WORK/nasrnn/report.json ]]; then
+  "$OPT" --rules "$db" --quiet --no-pet --no-check --one-site --budget 20 --time-limit 60 \
+    --json "$WORK/nasrnn/one-site.json" -o "$WORK/nasrnn/one-site.onnx" "$WORK/nasrnn.onnx" \
+    >/dev/null 2>"$WORK/err.log" || fail "nasrnn --one-site: $(tail -n1 "$WORK/err.log")"
+  if "$PY" - "$WORK/nasrnn/report.json" "$WORK/nasrnn/one-site.json" <<'PY'
+import json, sys
+every, one = (json.load(open(f)) for f in sys.argv[1:3])
+assert one["search"]["all_sites"] == 0, one["search"]
+assert every["search"]["all_sites"] > 0, every["search"]
+assert every["cost_after_us"] < 0.95 * one["cost_after_us"], (every["cost_after_us"], one["cost_after_us"])
+print(f'     nasrnn: {one["cost_after_us"]:.1f} us one site a step, {every["cost_after_us"]:.1f} every site too')
+PY
+  then ok "nasrnn: every site in one step beats one site a step"
+  else fail "nasrnn: --one-site against the default"
+  fi
+fi
+
 echo "$((checks - failures))/$checks checks ok"
 ((failures == 0))
