@@ -315,9 +315,9 @@ static void report_text(const Report *r, FILE *f) {
   print_sources(f, r->src_before);
   fprintf(f, "; after: ");
   print_sources(f, r->src_after);
-  fprintf(f, "\n  %-26s %d windows, %lld graphs expanded, %lld rewrites (%lld of a rule at "
+  fprintf(f, "\n  %-26s %d window%s, %lld graphs expanded, %lld rewrites (%lld of a rule at "
           "all its sites), %lld duplicates, %lld queued, %lld built, %.2f s%s\n", "search",
-          st->windows, (long long)st->explored, (long long)st->generated,
+          st->windows, st->windows == 1 ? "" : "s", (long long)st->explored, (long long)st->generated,
           (long long)st->all_sites, (long long)st->duplicates, (long long)st->kept,
           (long long)st->materialized, st->search_s,
           st->stopped_by_time ? " (stopped by the time limit)" : "");
