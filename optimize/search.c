@@ -326,7 +326,7 @@ enum { CHECK_NONE, CHECK_OK, CHECK_BAD, CHECK_TRUSTED };
 
 /* One place a rule rewrites the graph being expanded. */
 typedef struct Site {
-  int rule;
+  int rule, seq; /* seq: found seq-th in this expansion */
   OptMatch m;
   const OptInst *in; /* the memo's, alive for the whole search */
 } Site;
@@ -640,7 +640,8 @@ static int add_site(Ctx *c, const OptMatch *m, const OptInst *in) {
     if (!s) return TEQ_ERR_NOMEM;
     c->sites = s, c->cap_sites = cap;
   }
-  c->sites[c->n_sites++] = (Site){.rule = c->rule, .m = *m, .in = in};
+  c->sites[c->n_sites] = (Site){.rule = c->rule, .seq = c->n_sites, .m = *m, .in = in};
+  c->n_sites++;
   return TEQ_OK;
 }
 
@@ -813,14 +814,15 @@ static int expand_pet(Ctx *c) {
   return rc;
 }
 
-/* Most rules applied in one step at once, and most sites per rule (the
- * sites' scratch is on the stack). */
-enum { SITES_MAX_RULES = 64, SITES_MAX = 256 };
+/* Most rules applied at all their sites per expansion: a bound on the
+ * graphs each expansion builds (about 16 rules qualify per expansion in
+ * the suite's models). */
+enum { SITES_MAX_RULES = 64 };
 
 static int by_rule(const void *a, const void *b) {
   const Site *x = a, *y = b;
   if (x->rule != y->rule) return (x->rule > y->rule) - (x->rule < y->rule);
-  return (x > y) - (x < y);
+  return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
 /* Each rule that rewrites c->g at two or more places that share no node,
@@ -837,22 +839,24 @@ static int by_rule(const void *a, const void *b) {
  * analytic model, is such a case). */
 static int expand_sites(Ctx *c) {
   if (c->n_sites < 2) return TEQ_OK;
-  /* qsort is not stable; the sites' addresses break ties in match order. */
+  /* Grouped by rule, each group in the order its matches were found. */
   qsort(c->sites, (size_t)c->n_sites, sizeof *c->sites, by_rule);
+  size_t most = (size_t)c->n_sites;
   bool *used = calloc((size_t)c->g->n_nodes + 1, sizeof *used);
-  if (!used) return TEQ_ERR_NOMEM;
-  int rc = TEQ_OK, rules = 0;
+  const Graph **inst = malloc(most * sizeof *inst);
+  TensorRef(*bind)[OPT_MAX_SIDE] = malloc(most * sizeof *bind);
+  TensorRef(*replace)[OPT_MAX_SIDE] = malloc(most * sizeof *replace);
+  const TensorRef **binds = malloc(most * sizeof *binds), **replaces = malloc(most * sizeof *replaces);
+  int rc = used && inst && bind && replace && binds && replaces ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rules = 0;
   for (int a = 0, b; a < c->n_sites && rc == TEQ_OK && rules < SITES_MAX_RULES; a = b) {
     for (b = a + 1; b < c->n_sites && c->sites[b].rule == c->sites[a].rule; b++) {}
     if (b - a < 2) continue;
     const OptRule *rule = &c->rs->r[c->sites[a].rule];
-    const Graph *inst[SITES_MAX];
-    TensorRef bind[SITES_MAX][OPT_MAX_SIDE], replace[SITES_MAX][OPT_MAX_SIDE];
-    const TensorRef *binds[SITES_MAX], *replaces[SITES_MAX];
     int n = 0;
     memset(used, 0, (size_t)c->g->n_nodes * sizeof *used);
     c->rule = c->sites[a].rule;
-    for (int k = a; k < b && n < SITES_MAX; k++) {
+    for (int k = a; k < b; k++) {
       const OptMatch *m = &c->sites[k].m;
       bool free_site = true;
       for (int p = 0; p < rule->src->n_nodes && free_site; p++)
@@ -886,7 +890,7 @@ static int expand_sites(Ctx *c) {
     rc = c->rc;
     if (!go) break;
   }
-  free(used);
+  free(used), free(inst), free(bind), free(replace), free(binds), free(replaces);
   return rc;
 }
 
