@@ -508,8 +508,7 @@ static double one_part_us(CostModel *m, const Graph *g, int id) {
 static double family_twin_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
   const OpDef *o = op_def(n->kind);
-  if (!o->cost_twin || !o->cost_family || o->cost_family == n->kind || n->n_in > TWIN_MAX_IN)
-    return 0;
+  if (!o->cost_twin || n->n_in > TWIN_MAX_IN) return 0;
   Shape in[TWIN_MAX_IN], twin_in[4];
   DType dt[4];
   for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
@@ -531,11 +530,17 @@ static double family_twin_us(CostModel *m, const Graph *g, int id) {
  * that does more would look like a gain. A measured twin on inputs of the
  * same shapes (the conv a fused relu or a bias was added to) replaces the
  * neighbours: a fused epilogue costs the GPU little, and neighbours of
- * other shapes would price the twin's activation at anything. */
+ * other shapes would price the twin's activation at anything. A spelling
+ * of its cost family's operator (a gemm without a bias) starts from what
+ * that operator costs instead of its own neighbours: the two kinds lean
+ * on different ones, and a search would otherwise trade one spelling for
+ * the other (and a vector for its transposed view) on that noise alone;
+ * only measurements of its own kind, through the bounds, set it apart. */
 static double analytic_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
   double flops = cost_node_flops(g, id), bytes = cost_node_bytes(g, id);
-  double est = cost_anchored(m, n->kind, n->n_in + n->n_out, flops, bytes, -1);
+  double est = family_twin_us(m, g, id);
+  if (!(est > 0)) est = cost_anchored(m, n->kind, n->n_in + n->n_out, flops, bytes, -1);
   double lo = 0, hi = INFINITY;
   bool twin = false;
   for (int i = 0; i < m->n_anchors; i++) {
@@ -591,13 +596,7 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    /* An unmeasured spelling of its family's operator (a gemm without a
-     * bias) costs what that operator does: the estimates of the two kinds
-     * lean on different neighbours, and a search would otherwise trade
-     * one spelling for the other (and a vector for its transposed view)
-     * on the estimator's noise alone. Estimated either way. */
-    double twin = family_twin_us(m, g, id);
-    e = insert(m, key, twin > 0 ? twin : analytic_us(m, g, id), COST_ANALYTIC);
+    e = insert(m, key, analytic_us(m, g, id), COST_ANALYTIC);
     if (!e) return diag_error(d, "out of memory");
   }
   if (m->record && !e->recorded) {

@@ -394,10 +394,7 @@ static void test_wide_nodes(void) {
   param_set_int(&cp, param_index(OP_CONCAT, "axis"), 1);
   TensorRef cat = {graph_add_node(g, OP_CONCAT, parts, JOINED, 1, &cp, NULL, NULL), 0};
   CHECK(cat.node >= 0);
-  Shape ws = shape_of(2, JOINED * 4, 8);
-  Tensor *wt = tensor_new(DT_F32, &ws); /* small integers: equal_outputs runs in Z_p too */
-  for (int64_t e = 0; e < tensor_numel(wt); e++) ((float *)wt->data)[e] = (float)(e * 7 % 5) - 2;
-  TensorRef w = {graph_add_const(g, "w", wt, NULL), 0};
+  TensorRef w = int_weight(g, shape_of(2, JOINED * 4, 8), 0);
   TensorRef y = op(g, OP_MATMUL, cat, w, 2, NULL);
   graph_add_output(g, op(g, OP_RELU, y, y, 1, NULL), "y", NULL);
   graph_add_output(g, op(g, OP_EWADD, parts[0], parts[1], 2, NULL), "z", NULL);
