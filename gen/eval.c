@@ -149,7 +149,6 @@ static bool template_params(const GenState *s, const GenTemplate *t, const Shape
     set_ints(p, k, "pads", (int64_t[]){ph, pw, ph, pw}, 4);
     set_ints(p, k, "dilation", (int64_t[]){dl, dl}, 2);
     set_int(p, k, "groups", in[0].d[1] / in[1].d[1]);
-    set_int(p, k, "act", t->act);
   } else if (param_index(k, "kernel") >= 0) { /* pools: 3x3, stride 1, "same" */
     set_ints(p, k, "kernel", (int64_t[]){t->kh, t->kw}, 2);
     set_ints(p, k, "pads", (int64_t[]){t->kh / 2, t->kw / 2, t->kh / 2, t->kw / 2}, 4);
@@ -159,6 +158,7 @@ static bool template_params(const GenState *s, const GenTemplate *t, const Shape
     set_int(p, k, "kh", t->kh);
     set_int(p, k, "kw", t->kw);
   }
+  if (t->act) set_int(p, k, "act", t->act); /* conv's or matmul's fused activation */
   if (t->axis >= 0) set_int(p, k, "axis", t->axis);
   if (t->trans) {
     set_int(p, k, "transA", t->trans & 1);

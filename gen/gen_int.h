@@ -101,7 +101,7 @@ typedef struct GenTemplate {
   uint16_t flags;
   int8_t axis;      /* concat, split */
   int8_t kh, kw;    /* conv: the weight's kernel; enlarge: the target; pools: the window */
-  int8_t act;       /* conv's fused activation */
+  int8_t act;       /* conv's or matmul's fused activation */
   int8_t dilation;  /* conv */
   int8_t source;    /* TP_* for constants */
   int8_t trans;     /* gemm: 1 reads input 0 transposed, 2 input 1, 3 both */

@@ -21,7 +21,7 @@ static const char usage[] =
   "  --ops LIST    operators to enumerate: a comma list (matmul,ewadd) or edits of\n"
   "                TASO's set (+sigmoid,-maxpool); extras: unary element-wise\n"
   "                operators, gemm (transposed layouts), batch_matmul,\n"
-  "                dilated_conv\n"
+  "                dilated_conv, matmul_relu (matmul with a fused relu)\n"
   "  --db FILE     rule database (default ruledb.sqlite)\n"
   "  --threads N   worker threads for enumeration and buckets (default: online CPUs)\n"
   "  --seed S      random inputs (default 1)\n"

@@ -208,8 +208,8 @@ static int default_index(OpKind k) {
 }
 
 /* Names that are not one registry operator: extra template sets. */
-enum { EXTRA_BATCH_MATMUL = OP__COUNT, EXTRA_DILATED_CONV, EXTRA__END };
-static const char *const extra_names[] = {"batch_matmul", "dilated_conv"};
+enum { EXTRA_BATCH_MATMUL = OP__COUNT, EXTRA_DILATED_CONV, EXTRA_MATMUL_RELU, EXTRA__END };
+static const char *const extra_names[] = {"batch_matmul", "dilated_conv", "matmul_relu"};
 
 static bool enumerable(OpKind k) {
   if (default_index(k) >= 0 || k == OP_GEMM) return true;
@@ -227,7 +227,7 @@ static int name_to_id(const char *name, Diag *d) {
   if (!enumerable((OpKind)k))
     return diag_error(d,
                       "--ops: gen-rules cannot enumerate '%s' (it takes TASO's operators, unary "
-                      "element-wise operators, gemm, batch_matmul and dilated_conv)",
+                      "element-wise operators, gemm, batch_matmul, dilated_conv and matmul_relu)",
                       name),
            -1;
   return k;
@@ -275,6 +275,13 @@ int gen_vocab_build(GenVocab *v, const char *ops, Diag *d) {
   if (chosen[EXTRA_BATCH_MATMUL]) {
     GenTemplate *t = add(&b, OP_MATMUL, "matmul[batched]");
     if (t) t->rank = 3, t->flags = T_DISTINCT, t->bound = BR_MATMUL;
+  }
+  if (chosen[EXTRA_MATMUL_RELU]) {
+    /* The matrix product with its fused relu (the registry's matmul act),
+     * as TASO fuses an activation into its matmul: with relu chosen too,
+     * the rules that fold a relu into the product it follows. */
+    GenTemplate *t = add(&b, OP_MATMUL, "matmul[relu]");
+    if (t) t->rank = 2, t->flags = T_DISTINCT, t->bound = BR_MATMUL, t->act = ACT_RELU;
   }
   GenTemplate *ident = add(&b, OP_IDENTITY, "ident");
   if (ident) ident->flags = T_IDENT;

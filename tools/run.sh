@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh: the main job. Sets up and builds Teq (tools/setup.sh), then runs
-# the whole pipeline on a model: gen-rules (depth 3, and the layout rules of
-# matmul, transpose and gemm at depth 2) and verify-rules into
+# the whole pipeline on a model: gen-rules (depth 3, and at depth 2 the rules
+# of matrix products: layouts through gemm's flags, and fused relus) and verify-rules into
 # .cache/ruledb.sqlite (reused when it is already complete), optimize with
 # the proved rules, and the report. With no argument the model is the
 # built-in one (build-model tiny-cnn).
@@ -21,7 +21,7 @@ else
 fi
 db=.cache/ruledb.sqlite
 build/gen/gen-rules --depth 3 --db "$db"
-# The layout rules: matrix products with transposed operands (gemm's flags).
-build/gen/gen-rules --depth 2 --ops matmul,transpose,gemm --db "$db"
+# Matrix products: transposed operands as gemm's flags, and a relu fused into the product.
+build/gen/gen-rules --depth 2 --ops matmul,transpose,gemm,relu,matmul_relu --db "$db"
 build/verify/verify-rules --db "$db" specs/ops.axioms
 exec build/optimize/optimize --rules "$db" "$@" "$model"

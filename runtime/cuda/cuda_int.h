@@ -17,6 +17,7 @@
 #ifndef TEQ_RUNTIME_CUDA_INT_H
 #define TEQ_RUNTIME_CUDA_INT_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -40,6 +41,9 @@ struct CudaTensor {
 struct CudaCtx {
   cudaStream_t stream;
   cublasHandle_t cublas;
+  cublasLtHandle_t cublaslt; /* products with an epilogue (matmul's fused relu) */
+  void *lt_workspace;        /* the device's cuBLAS workspace, lent to cuBLASLt */
+  size_t lt_workspace_bytes;
   cudnnHandle_t cudnn;
   CudaDevice *dev;
   struct CudaPlan *plan;

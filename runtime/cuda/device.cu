@@ -92,8 +92,9 @@ struct CudaDevice {
   char name[256];
   cudaStream_t stream;
   cublasHandle_t cublas;
+  cublasLtHandle_t cublaslt;
   cudnnHandle_t cudnn;
-  void *cublas_workspace;
+  void *cublas_workspace; /* cuBLAS's and cuBLASLt's: both run on the one stream, in turn */
   std::vector<MemoEntry> memo; /* few entries (one per conv configuration): a scan is enough */
 };
 
@@ -134,6 +135,7 @@ extern "C" int cuda_device_open(CudaDevice **out, Diag *d) {
            cudaGetErrorString);
   OPEN_TRY(cublasSetWorkspace(dev->cublas, dev->cublas_workspace, CUBLAS_WORKSPACE_BYTES),
            CUBLAS_STATUS_SUCCESS, cublasGetStatusString);
+  OPEN_TRY(cublasLtCreate(&dev->cublaslt), CUBLAS_STATUS_SUCCESS, cublasGetStatusString);
   OPEN_TRY(cudnnCreate(&dev->cudnn), CUDNN_STATUS_SUCCESS, cudnnGetErrorString);
   OPEN_TRY(cudnnSetStream(dev->cudnn, dev->stream), CUDNN_STATUS_SUCCESS, cudnnGetErrorString);
 #undef OPEN_TRY
@@ -145,6 +147,7 @@ extern "C" void cuda_device_close(CudaDevice *dev) {
   if (!dev) return;
   if (dev->cudnn) cudnnDestroy(dev->cudnn);
   if (dev->cublas) cublasDestroy(dev->cublas);
+  if (dev->cublaslt) cublasLtDestroy(dev->cublaslt);
   if (dev->cublas_workspace) cudaFree(dev->cublas_workspace);
   if (dev->stream) cudaStreamDestroy(dev->stream);
   delete dev;
@@ -468,6 +471,9 @@ extern "C" int cuda_plan_new(CudaDevice *dev, const Graph *g, CudaPlan **out, Di
   memset(&p->cx, 0, sizeof p->cx);
   p->cx.stream = dev->stream;
   p->cx.cublas = dev->cublas;
+  p->cx.cublaslt = dev->cublaslt;
+  p->cx.lt_workspace = dev->cublas_workspace;
+  p->cx.lt_workspace_bytes = CUBLAS_WORKSPACE_BYTES;
   p->cx.cudnn = dev->cudnn;
   p->cx.dev = dev;
   p->cx.plan = p;

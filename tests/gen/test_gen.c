@@ -168,6 +168,23 @@ static void test_known_conv(void) {
   gen_rules_free(r.rules, r.n);
 }
 
+/* The fused relu of a product: relu(matmul(x1, w1)) = matmul[relu](x1, w1),
+ * and with gemm its transposed spelling. */
+static void test_known_matmul_relu(void) {
+  Result r = {0};
+  CHECK(generate("matmul,transpose,gemm,relu,matmul_relu", 2, 1, &r) == TEQ_OK);
+  const GenVocab *v = &r.v;
+  GenGraph a = graph_of(v, 2, (const char *const[][3]){{"matmul", "x1", "w1"}, {"relu", "%0", NULL}});
+  GenGraph b = graph_of(v, 1, (const char *const[][3]){{"matmul[relu]", "x1", "w1"}});
+  GenPair p = pair1(v, a, 2, b, 1);
+  CHECK(has_rule(&r, &p));
+  a = graph_of(v, 2, (const char *const[][3]){{"gemm[tB]", "x1", "w1"}, {"relu", "%0", NULL}});
+  b = graph_of(v, 2, (const char *const[][3]){{"transpose", "w1", NULL}, {"matmul[relu]", "x1", "%0"}});
+  p = pair1(v, a, 2, b, 2);
+  CHECK(has_rule(&r, &p));
+  gen_rules_free(r.rules, r.n);
+}
+
 /* Both sides of every rule agree on fresh inputs: Z_p at A and B, float32
  * at A. */
 static void test_rules_hold(const char *ops, int depth) {
@@ -268,6 +285,8 @@ int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
   test_known_linear();
   test_known_conv();
+  test_known_matmul_relu();
+  test_rules_hold("matmul,transpose,gemm,relu,matmul_relu", 2);
   test_rules_hold("matmul,ewadd,ewmul,smul,transpose,concat,split,relu,const_imm,const_one", 2);
   test_rules_hold("conv2d,enlarge,avgpool,maxpool,const_pool,const_iconv,relu,ewadd", 2);
   /* Z_p's stand-in for relu makes relu(1) = 3 = ewadd(1, ewadd(1, 1)): the

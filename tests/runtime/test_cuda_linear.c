@@ -10,7 +10,7 @@
  * enlarge to square and non-square kernels; batchnorm on 2-D to 4-D inputs
  * and a non-default epsilon; matmul with 2-D, 1-D and broadcast batch
  * operands (one tall GEMM, strided-batched, and loops of either) and
- * fused acts; gemm with transposes, alpha and beta, and C as a scalar,
+ * fused acts (a relu over one tall GEMM is cuBLASLt's epilogue); gemm with transposes, alpha and beta, and C as a scalar,
  * [1], [N], [M, 1], [1, N] and [M, N]. */
 #include "tests/cuda_check.h"
 
@@ -209,7 +209,13 @@ static void test_matmul(CudaDevice *dev) {
   matmul_case(dev, "matmul [2,1,3,5,7]x[4,1,7,2]", S(5, 2, 1, 3, 5, 7), S(4, 4, 1, 7, 2),
               ACT_NONE);
   matmul_case(dev, "matmul [1,5,7]x[7,4] (batch 1)", S(3, 1, 5, 7), S(2, 7, 4), ACT_NONE);
+  /* relu over one tall product is cuBLASLt's epilogue; batched, a second kernel. */
   matmul_case(dev, "matmul [7,5]x[5,9] relu", S(2, 7, 5), S(2, 5, 9), ACT_RELU);
+  matmul_case(dev, "matmul [2,3,5,7]x[7,4] relu (tall)", S(4, 2, 3, 5, 7), S(2, 7, 4), ACT_RELU);
+  matmul_case(dev, "matmul [64,1024]x[1024,4096] relu (BERT)", S(2, 64, 1024),
+              S(2, 1024, 4096), ACT_RELU);
+  matmul_case(dev, "matmul [2,3,5,7]x[2,3,7,4] relu (batched)", S(4, 2, 3, 5, 7),
+              S(4, 2, 3, 7, 4), ACT_RELU);
   matmul_case(dev, "matmul [2,3,5,7]x[2,3,7,4] sigmoid", S(4, 2, 3, 5, 7), S(4, 2, 3, 7, 4),
               ACT_SIGMOID);
   matmul_case(dev, "matmul [5,7]x[2,3,7,4] tanh", S(2, 5, 7), S(4, 2, 3, 7, 4), ACT_TANH);

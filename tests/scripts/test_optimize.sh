@@ -44,7 +44,7 @@ expect_status() {
 db=$WORK/rules.sqlite
 "$BUILD/gen/gen-rules" --depth 3 --db "$db" --quiet >"$WORK/gen.log"
 # ...and the layout rules: a transpose absorbed into a GEMM's flags or not.
-"$BUILD/gen/gen-rules" --depth 2 --ops matmul,transpose,gemm --db "$db" --quiet >>"$WORK/gen.log"
+"$BUILD/gen/gen-rules" --depth 2 --ops matmul,transpose,gemm,relu,matmul_relu --db "$db" --quiet >>"$WORK/gen.log"
 "$BUILD/tools/build-model" tiny-cnn "$WORK/tiny.onnx" 2>/dev/null
 
 # --- bad input: each is refused with status 2 and says why.

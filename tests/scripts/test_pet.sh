@@ -32,7 +32,7 @@ trap 'rm -rf "$WORK"' EXIT
 # --- rules, as tests/scripts/test_optimize.sh makes them.
 db=$WORK/rules.sqlite
 "$BUILD/gen/gen-rules" --depth 3 --db "$db" --quiet >"$WORK/gen.log"
-"$BUILD/gen/gen-rules" --depth 2 --ops matmul,transpose,gemm --db "$db" --quiet >>"$WORK/gen.log"
+"$BUILD/gen/gen-rules" --depth 2 --ops matmul,transpose,gemm,relu,matmul_relu --db "$db" --quiet >>"$WORK/gen.log"
 "$BUILD/verify/verify-rules" --db "$db" --quiet "$ROOT/specs/ops.axioms" >"$WORK/verify.log"
 
 # --- bad PET options are refused with status 2.

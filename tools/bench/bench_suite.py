@@ -137,7 +137,7 @@ def make_rules(args, work, tools):
         raise SystemExit(f"bench_suite: gen-rules failed (exit {g.rc}): {g.tail()}")
     gt = g.stdout()
     # The layout rules: a transpose absorbed into a GEMM's flags, or not.
-    lay = run([tools["gen-rules"], "--depth", "2", "--ops", "matmul,transpose,gemm", "--db", db,
+    lay = run([tools["gen-rules"], "--depth", "2", "--ops", "matmul,transpose,gemm,relu,matmul_relu", "--db", db,
                "--quiet"], work, "gen-layout")
     if lay.rc != 0:
         raise SystemExit(f"bench_suite: gen-rules (layouts) failed (exit {lay.rc}): {lay.tail()}")

@@ -30,7 +30,7 @@ done
 # The suite's rules, made and proved here: depth 3 and the layout rules.
 ninja -C "$build" gen/gen-rules verify/verify-rules >/dev/null
 "$build"/gen/gen-rules --depth 3 --db "$stage/rules.sqlite" --quiet >/dev/null
-"$build"/gen/gen-rules --depth 2 --ops matmul,transpose,gemm --db "$stage/rules.sqlite" --quiet >/dev/null
+"$build"/gen/gen-rules --depth 2 --ops matmul,transpose,gemm,relu,matmul_relu --db "$stage/rules.sqlite" --quiet >/dev/null
 "$build"/verify/verify-rules --db "$stage/rules.sqlite" --quiet specs/ops.axioms | grep -E "proved|unknown"
 sqlite3 "$stage/rules.sqlite" "PRAGMA journal_mode = DELETE;" >/dev/null  # one file to carry
 strip "$stage"/tools/* "$stage"/tests/*
