@@ -136,11 +136,12 @@ def make_rules(args, work, tools):
     if g.rc != 0:
         raise SystemExit(f"bench_suite: gen-rules failed (exit {g.rc}): {g.tail()}")
     gt = g.stdout()
-    # The layout rules: a transpose absorbed into a GEMM's flags, or not.
-    lay = run([tools["gen-rules"], "--depth", "2", "--ops", "matmul,transpose,gemm,relu,matmul_relu", "--db", db,
-               "--quiet"], work, "gen-layout")
+    # The rules of products: a transpose absorbed into a GEMM's flags or
+    # not, and a relu fused into the product it follows.
+    lay = run([tools["gen-rules"], "--depth", "2", "--ops", "matmul,transpose,gemm,relu,matmul_relu",
+               "--db", db, "--quiet"], work, "gen-products")
     if lay.rc != 0:
-        raise SystemExit(f"bench_suite: gen-rules (layouts) failed (exit {lay.rc}): {lay.tail()}")
+        raise SystemExit(f"bench_suite: gen-rules (products) failed (exit {lay.rc}): {lay.tail()}")
     log("verify-rules")
     v = run([tools["verify-rules"], "--db", db, "--quiet", os.path.join(REPO, "specs", "ops.axioms")],
             work, "verify")
@@ -152,7 +153,7 @@ def make_rules(args, work, tools):
          "counts": "%d graphs enumerated, %d candidate pairs, %d rules stored" % (
              field(gt, "graphs enumerated") or 0, field(gt, "candidate pairs (initial)") or 0,
              field(gt, "new rules stored") or 0)},
-        {"step": "gen-rules (layouts: matmul, transpose, gemm)", "depth": 2, "wall_s": lay.wall,
+        {"step": "gen-rules (products: layouts through gemm, fused relu)", "depth": 2, "wall_s": lay.wall,
          "peak_rss_mb": lay.rss_mb,
          "counts": "%d rules stored" % (field(lay.stdout(), "new rules stored") or 0)},
         {"step": "verify-rules", "depth": args.depth, "wall_s": v.wall, "peak_rss_mb": v.rss_mb,
