@@ -189,34 +189,41 @@ uint64_t tensor_content_hash(Tensor *t) {
   return t->content_hash;
 }
 
-uint64_t rng_next(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+/* SplitMix64: the state steps by a constant, so draw i of a stream is
+ * the mix of seed + (i + 1) * step, and a fill computes each element from
+ * its index with no chain between them. */
+static const uint64_t RNG_STEP = 0x9e3779b97f4a7c15ull;
+
+static inline uint64_t rng_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
+uint64_t rng_next(uint64_t *state) { return rng_mix(*state += RNG_STEP); }
+
 void tensor_fill_random(Tensor *t, uint64_t seed) {
-  uint64_t st = seed;
   int64_t n = tensor_numel(t);
+  /* Element i takes draw i of rng_next from the seed. */
+#define DRAW(i) rng_mix(seed + ((uint64_t)(i) + 1) * RNG_STEP)
   switch (t->dtype) {
   case DT_F32: {
     float *p = t->data;
-    for (int64_t i = 0; i < n; i++)
-      p[i] = (float)((double)(rng_next(&st) >> 11) * 0x1.0p-52 - 1.0);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)((double)(DRAW(i) >> 11) * 0x1.0p-52 - 1.0);
     break;
   }
   case DT_MODP: {
     uint32_t *p = t->data;
-    for (int64_t i = 0; i < n; i++) p[i] = modp_reduce(rng_next(&st) >> 2);
+    for (int64_t i = 0; i < n; i++) p[i] = modp_reduce(DRAW(i) >> 2);
     break;
   }
   case DT_I64: {
     int64_t *p = t->data;
-    for (int64_t i = 0; i < n; i++) p[i] = (int64_t)(rng_next(&st) % 100);
+    for (int64_t i = 0; i < n; i++) p[i] = (int64_t)(DRAW(i) % 100);
     break;
   }
   }
+#undef DRAW
   t->content_hash = 0;
 }
 

@@ -91,6 +91,21 @@ static void copy_run(char *dst, const char *src, int64_t ss, int64_t n, size_t e
   }
 }
 
+/* dst [rows, cols] row-major = src (r, c) at r + c * ss: a transpose of
+ * 4-byte elements, in square tiles so that the lines each column walk
+ * touches are reused by the next rows rather than evicted (a plain column
+ * walk of a weight matrix missed the cache on every element). */
+enum { TILE = 32 };
+static void transpose_tiles(uint32_t *dst, const uint32_t *src, int64_t rows, int64_t cols,
+                            int64_t ss) {
+  for (int64_t r0 = 0; r0 < rows; r0 += TILE)
+    for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+      int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++) dst[r * cols + c] = src[r + c * ss];
+    }
+}
+
 static void box_copy(char *dst, const char *src, const Box *box, size_t es) {
   for (int i = 0; i < box->nd; i++)
     if (box->ext[i] == 0) return;
@@ -98,10 +113,19 @@ static void box_copy(char *dst, const char *src, const Box *box, size_t es) {
   box_collapse(&b);
   int in = b.nd - 1;
   int64_t n = b.ext[in], outer = 1, idx[BOX_MAX_DIMS] = {0}, so = 0, e = (int64_t)es;
-  for (int i = 0; i < in; i++) outer *= b.ext[i];
+  /* The last two dimensions swapped: tiles, once per outer index. */
+  bool tiles = es == 4 && in >= 1 && b.ss[in - 1] == 1 && b.ss[in] != 1 && b.ext[in - 1] >= TILE &&
+               n >= TILE;
+  int last = tiles ? in - 1 : in;
+  int64_t run = tiles ? b.ext[in - 1] * n : n;
+  for (int i = 0; i < last; i++) outer *= b.ext[i];
   for (int64_t k = 0; k < outer; k++) {
-    copy_run(dst + k * n * e, src + so * e, b.ss[in], n, es);
-    for (int i = in - 1; i >= 0; i--) { /* odometer step */
+    if (tiles)
+      transpose_tiles((uint32_t *)dst + k * run, (const uint32_t *)src + so, b.ext[in - 1], n,
+                      b.ss[in]);
+    else
+      copy_run(dst + k * run * e, src + so * e, b.ss[in], n, es);
+    for (int i = last - 1; i >= 0; i--) { /* odometer step */
       so += b.ss[i];
       if (++idx[i] < b.ext[i]) break;
       so -= b.ss[i] * b.ext[i];

@@ -5,8 +5,7 @@
  *
  * Float32 goes through the BLAS (blas_sgemm): one call for the whole batch when B is
  * a plain matrix (the common x @ W), else one call per batch entry. Z_p is
- * an exact triple loop; each product is reduced before it is summed, so a
- * dot product of up to 2^33 terms cannot overflow uint64_t.
+ * exact (modp_gemm below).
  *
  * OPF_MULTILINEAR describes the plain product: a node with act != none, or
  * a gemm with a C input, is not linear in A and B, and callers that split
@@ -38,16 +37,50 @@ static int blas_fits(const Node *n, Diag *d, int64_t m, int64_t nn, int64_t k) {
   return TEQ_OK;
 }
 
-/* C[i][j] = sum_k A[i*ra + k*ca] * B[k*rb + j*cb] in Z_p; strides make
- * transposed operands free. */
+/* C[i][j] = sum_t A[i*ra + t*ca] * B[t*rb + j*cb] in Z_p; strides make
+ * transposed operands free.
+ *
+ * The loops follow B's layout so that the inner one reads memory in order
+ * and vectorises (a column walk of B was most of what gen-rules, PET's
+ * corrector and optimize's instance checks spent): B in rows (cb = 1) is
+ * summed into a band of C's row at a time; B in columns (rb = 1, gemm's
+ * transB) is a dot product per element. Each product is folded once
+ * (2^31 = 1 mod p) to below 2^32 before it is summed, so a uint64_t holds
+ * 2^32 of them; the sum is reduced at the end. */
+enum { MODP_BAND = 256 };
+
+static inline uint64_t modp_fold(uint64_t prod) { return (prod & MODP_P) + (prod >> 31); }
+
 static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
                       const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c) {
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) {
-      uint64_t acc = 0;
-      for (int64_t t = 0; t < k; t++) acc += modp_mul(a[i * ra + t * ca], b[t * rb + j * cb]);
-      c[i * n + j] = modp_reduce(acc);
+  if (cb != 1 && n > 1) {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        const uint32_t *ai = a + i * ra, *bj = b + j * cb;
+        uint64_t acc = 0;
+        if (ca == 1 && rb == 1)
+          for (int64_t t = 0; t < k; t++) acc += modp_fold((uint64_t)ai[t] * bj[t]);
+        else
+          for (int64_t t = 0; t < k; t++) acc += modp_fold((uint64_t)ai[t * ca] * bj[t * rb]);
+        c[i * n + j] = modp_reduce(acc);
+      }
+    return;
+  }
+  /* B in rows (or one column: n = 1, j0 = 0). */
+  uint64_t acc[MODP_BAND];
+  for (int64_t j0 = 0; j0 < n; j0 += MODP_BAND) {
+    const int64_t w = n - j0 < MODP_BAND ? n - j0 : MODP_BAND;
+    for (int64_t i = 0; i < m; i++) {
+      memset(acc, 0, (size_t)w * sizeof *acc);
+      for (int64_t t = 0; t < k; t++) {
+        const uint64_t x = a[i * ra + t * ca];
+        const uint32_t *bt = b + t * rb + j0;
+        if (x == 0) continue;
+        for (int64_t jj = 0; jj < w; jj++) acc[jj] += modp_fold(x * bt[jj]);
+      }
+      for (int64_t jj = 0; jj < w; jj++) c[i * n + j0 + jj] = modp_reduce(acc[jj]);
     }
+  }
 }
 
 /* ---- matmul ---- */

@@ -125,6 +125,11 @@ static void test_transpose(void) {
   check_transpose(shape_of(3, 7, 1, 9), NULL, 0, 5);
   check_transpose(shape_of(6, 2, 1, 3, 2, 1, 2), (int64_t[]){5, 3, 1, 0, 2, 4}, 6, 6);
   check_transpose(shape_of(2, 0, 3), (int64_t[]){1, 0}, 2, 7);
+  /* Wide enough for square tiles, with partial tiles at both edges. */
+  check_transpose(shape_of(2, 70, 45), (int64_t[]){1, 0}, 2, 8);
+  check_transpose(shape_of(3, 3, 40, 33), (int64_t[]){0, 2, 1}, 3, 9);
+  check_transpose(shape_of(4, 2, 33, 3, 64), (int64_t[]){0, 3, 2, 1}, 4, 10);
+  check_transpose(shape_of(3, 64, 2, 32), (int64_t[]){2, 1, 0}, 3, 11);
   diag_fini(&d);
 }
 

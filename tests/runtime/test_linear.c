@@ -1,7 +1,8 @@
 /* test_linear.c: conv2d, conv_transpose, matmul, gemm, enlarge, batchnorm and TASO's
  * constant tensors. Every float32 kernel is checked against a naive double
  * loop written here, on random inputs over many configurations; every Z_p
- * kernel against the float32 kernel on small integers (exact in float);
+ * kernel against the float32 kernel on small integers (exact in float),
+ * and the Z_p products over the whole field against 128-bit arithmetic;
  * TASO's identities (conv with const_iconv, matmul with const_imm, enlarge)
  * in both modes; and shape inference's error messages. Kernels are called
  * through their registry rows (Op, in tests/tensor_check.h); one test runs
@@ -355,6 +356,76 @@ static void test_matmul(void) {
   Tensor *y = op_run(&o, in, false, &d);
   Shape want = shape_of(3, 2, 3, 5);
   CHECK(y && shape_equal(&y->shape, &want));
+  unref_all((Tensor *[]){y, in[0], in[1]}, 3);
+  diag_fini(&d);
+}
+
+/* Residues over all of Z_p (near p - 1, where every fold matters), with
+ * rows of zeros, against 128-bit arithmetic: matmul tall and batched, and
+ * gemm with every transpose, at widths across the kernel's column bands. */
+static Tensor *random_residues(Shape s, uint64_t seed) {
+  Tensor *t = tensor_new(DT_MODP, &s);
+  uint32_t *q = t->data;
+  for (int64_t i = 0; i < tensor_numel(t); i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t r = (uint32_t)(seed >> 33) % MODP_P;
+    q[i] = i % 7 == 3 ? 0 : i % 5 == 1 ? MODP_P - 1 - r % 4 : r;
+  }
+  return t;
+}
+
+static uint32_t product_ref(const Tensor *a, const Tensor *b, int64_t i, int64_t j, int64_t k,
+                            bool ta, bool tb, int64_t m, int64_t n) {
+  const uint32_t *pa = a->data, *pb = b->data;
+  unsigned __int128 acc = 0;
+  for (int64_t t = 0; t < k; t++)
+    acc += (unsigned __int128)pa[ta ? t * m + i : i * k + t] * pb[tb ? j * k + t : t * n + j];
+  return (uint32_t)(acc % MODP_P);
+}
+
+static void test_products_modp_full_range(void) {
+  Diag d;
+  diag_init(&d);
+  const int64_t dims[][3] = {{3, 300, 37}, {1, 517, 64}, {5, 1, 29}, {2, 257, 1}};
+  for (size_t c = 0; c < sizeof dims / sizeof *dims; c++) {
+    const int64_t m = dims[c][0], n = dims[c][1], k = dims[c][2];
+    for (int form = 0; form < 5; form++) { /* matmul, then gemm with ta, tb from form - 1 */
+      bool gemm = form > 0, ta = gemm && (form - 1) & 1, tb = gemm && (form - 1) & 2;
+      Op o;
+      op_init(&o, gemm ? OP_GEMM : OP_MATMUL, 2);
+      if (gemm) op_int(&o, "transA", ta), op_int(&o, "transB", tb);
+      Tensor *in[2] = {random_residues(ta ? shape_of(2, k, m) : shape_of(2, m, k), 40 + c),
+                       random_residues(tb ? shape_of(2, n, k) : shape_of(2, k, n), 50 + c)};
+      Tensor *y = op_run(&o, in, true, &d);
+      int64_t wrong = y ? 0 : -1;
+      for (int64_t i = 0; y && i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+          wrong += elem_modp(y, i * n + j) != product_ref(in[0], in[1], i, j, k, ta, tb, m, n);
+      CHECK_MSG(wrong == 0, "[%lld,%lld]x[%lld,%lld] %s ta=%d tb=%d in Z_p: %lld wrong (%s)",
+                (long long)m, (long long)k, (long long)k, (long long)n, gemm ? "gemm" : "matmul",
+                ta, tb, (long long)wrong, y ? "" : diag_last(&d));
+      unref_all((Tensor *[]){y, in[0], in[1]}, 3);
+    }
+  }
+  /* Batched: each of 3 entries its own product. */
+  Op o;
+  op_init(&o, OP_MATMUL, 2);
+  Tensor *in[2] = {random_residues(shape_of(3, 3, 4, 33), 60),
+                   random_residues(shape_of(3, 3, 33, 270), 61)};
+  Tensor *y = op_run(&o, in, true, &d);
+  int64_t wrong = y ? 0 : -1;
+  for (int64_t e = 0; y && e < 3; e++) {
+    Tensor *a = tensor_new(DT_MODP, &(Shape){2, {4, 33}}),
+           *b = tensor_new(DT_MODP, &(Shape){2, {33, 270}});
+    memcpy(a->data, (uint32_t *)in[0]->data + e * 4 * 33, 4 * 33 * sizeof(uint32_t));
+    memcpy(b->data, (uint32_t *)in[1]->data + e * 33 * 270, 33 * 270 * sizeof(uint32_t));
+    for (int64_t i = 0; i < 4; i++)
+      for (int64_t j = 0; j < 270; j++)
+        wrong += elem_modp(y, e * 4 * 270 + i * 270 + j) !=
+                 product_ref(a, b, i, j, 33, false, false, 4, 270);
+    unref_all((Tensor *[]){a, b}, 2);
+  }
+  CHECK_MSG(wrong == 0, "batched matmul in Z_p: %lld wrong", (long long)wrong);
   unref_all((Tensor *[]){y, in[0], in[1]}, 3);
   diag_fini(&d);
 }
@@ -903,6 +974,7 @@ int main(void) {
   test_matmul();
   test_imm_identity();
   test_gemm();
+  test_products_modp_full_range();
   test_batchnorm();
   test_constants();
   test_conv_errors();
