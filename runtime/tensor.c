@@ -1,6 +1,7 @@
 /* tensor.c: shapes, reference-counted tensors, and the hash and random
  * generator every module shares. A tensor is one allocation: the header,
- * then the data aligned to 64 bytes for the BLAS. */
+ * then the data aligned to 64 bytes for the BLAS; an adopted tensor is a
+ * header and the data it took over, told apart by where data points. */
 #include "runtime/tensor.h"
 
 #include <math.h>
@@ -139,8 +140,27 @@ Tensor *tensor_ref(Tensor *t) {
   return t;
 }
 
+Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
+  Tensor *t = NULL;
+  if (shape->ndim >= 0 && shape->ndim <= TEQ_MAX_DIMS && ((uintptr_t)data & 63) == 0)
+    t = malloc(sizeof *t);
+  if (!t) {
+    free(data);
+    return NULL;
+  }
+  memset(t, 0, sizeof *t);
+  t->refs = 1;
+  t->dtype = dtype;
+  t->shape = *shape;
+  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
+  t->data = data;
+  return t;
+}
+
 void tensor_unref(Tensor *t) {
-  if (t && --t->refs == 0) free(t);
+  if (!t || --t->refs) return;
+  if (t->data != (char *)t + TENSOR_HEADER) free(t->data); /* adopted */
+  free(t);
 }
 
 Tensor *tensor_clone(const Tensor *t) {

@@ -60,6 +60,11 @@ TEQ_API const char *dtype_name(DType t);
  * size overflows or memory runs out. */
 TEQ_API Tensor *tensor_new(DType dtype, const Shape *shape);
 TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
+/* A tensor over data the caller malloc'd (aligned to 64 bytes, holding the
+ * shape's elements), which it takes over: freed with the tensor, also when
+ * this returns NULL. Lets an importer keep a weight where the decoder put
+ * it instead of copying it. */
+TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
 TEQ_API Tensor *tensor_ref(Tensor *t);
 TEQ_API void tensor_unref(Tensor *t);
 TEQ_API Tensor *tensor_clone(const Tensor *t);

@@ -24,6 +24,14 @@ typedef struct Domain {
   int version;
 } Domain;
 
+/* An initializer whose raw_data is a tensor's own data rather than a copy
+ * (weights are most of a model's bytes); the exporter holds a reference to
+ * the tensor until the model is written. */
+typedef struct Lent {
+  Onnx__TensorProto *tp;
+  Tensor *t;
+} Lent;
+
 typedef struct Exporter {
   const Graph *g;
   const char *path;
@@ -44,6 +52,8 @@ typedef struct Exporter {
   int opset;              /* of the default domain */
   Domain *domains;        /* custom domains of opaque nodes */
   int n_domains;
+  Lent *lent;             /* initializers holding a tensor's own data */
+  size_t n_lent;
   bool nomem;             /* an allocation failed; reported once at the end */
 } Exporter;
 
@@ -86,6 +96,30 @@ static void append_message(Exporter *x, void *field, size_t *n, void *msg) {
     onnx_message_free(msg);
     x->nomem = true;
   }
+}
+
+/* Appends t, named name, to the model's initializers. */
+static void append_initializer(Exporter *x, const Tensor *t, const char *name) {
+  Onnx__TensorProto *tp = onnx_tensor_to_proto(t, name, true);
+  bool lent = tp && onnx_tensor_proto_is_lent(tp, t);
+  if (lent && (x->n_lent & (x->n_lent - 1)) == 0) { /* grows at powers of two */
+    Lent *l = realloc(x->lent, (x->n_lent ? 2 * x->n_lent : 1) * sizeof *l);
+    if (!l) {
+      onnx_tensor_proto_unlend(tp);
+      onnx_message_free(tp);
+      x->nomem = true;
+      return;
+    }
+    x->lent = l;
+  }
+  if (!tp || !append(&x->gp->initializer, &x->gp->n_initializer, tp)) {
+    if (lent) onnx_tensor_proto_unlend(tp);
+    onnx_message_free(tp);
+    x->nomem = true;
+    return;
+  }
+  /* The reference is bookkeeping, not a write of the tensor's contents. */
+  if (lent) x->lent[x->n_lent++] = (Lent){tp, tensor_ref((Tensor *)t)};
 }
 
 /* ---- names ---- */
@@ -338,8 +372,7 @@ void onnx_out_add_const_input(OnnxNodeOut *w, const Tensor *t) {
   char base[300];
   snprintf(base, sizeof base, "%s_c%zu", w->np->name, w->np->n_input);
   const char *name = unique_name(w->x, base);
-  append_message(w->x, &w->x->gp->initializer, &w->x->gp->n_initializer,
-                 onnx_tensor_to_proto(t, name));
+  append_initializer(w->x, t, name);
   append_string(w->x, &w->np->input, &w->np->n_input, name);
 }
 
@@ -558,10 +591,6 @@ static int export_opaque(Exporter *x, int32_t id) {
 
 /* ---- sources ---- */
 
-static void add_initializer(Exporter *x, const Tensor *t, const char *name) {
-  append_message(x, &x->gp->initializer, &x->gp->n_initializer, onnx_tensor_to_proto(t, name));
-}
-
 /* A source such as TASO's constant tensors, evaluated to its values. */
 static int evaluate_source(Exporter *x, int32_t id, Tensor **out) {
   const Node *n = &x->g->nodes[id];
@@ -582,7 +611,7 @@ static int export_source(Exporter *x, int32_t id) {
   const Node *n = &x->g->nodes[id];
   if (x->uses[x->offset[id]] == 0) return TEQ_OK; /* an unused constant */
   if (n->kind == OP_CONST) {
-    add_initializer(x, n->value, tensor_name(x, (TensorRef){id, 0}));
+    append_initializer(x, n->value, tensor_name(x, (TensorRef){id, 0}));
     return TEQ_OK;
   }
   Tensor *t;
@@ -592,7 +621,7 @@ static int export_source(Exporter *x, int32_t id) {
                op_def(n->kind)->name, id);
     return rc;
   }
-  add_initializer(x, t, tensor_name(x, (TensorRef){id, 0}));
+  append_initializer(x, t, tensor_name(x, (TensorRef){id, 0}));
   tensor_unref(t);
   return TEQ_OK;
 }
@@ -744,6 +773,11 @@ static int exporter_init(Exporter *x) {
 }
 
 static void exporter_fini(Exporter *x) {
+  for (size_t k = 0; k < x->n_lent; k++) {
+    onnx_tensor_proto_unlend(x->lent[k].tp);
+    tensor_unref(x->lent[k].t);
+  }
+  free(x->lent);
   if (x->m) onnx_message_free(x->m); /* frees the graph with it */
   else free(x->gp);
   for (size_t k = 0; k < x->n_owned; k++) free(x->owned[k]);

@@ -751,12 +751,12 @@ static int import_initializers(Importer *im) {
     return TEQ_ERR_UNSUPPORTED;
   }
   for (size_t k = 0; k < im->gp->n_initializer; k++) {
-    const Onnx__TensorProto *tp = im->gp->initializer[k];
+    Onnx__TensorProto *tp = im->gp->initializer[k];
     char where[512];
     snprintf(where, sizeof where, "%s: initializer '%s'", im->path, tp->name ? tp->name : "");
     if (!tp->name || !*tp->name) return diag_error(im->d, "%s: has no name", where);
     Tensor *t;
-    int rc = onnx_tensor_from_proto(tp, where, &t, im->d);
+    int rc = onnx_tensor_take_from_proto(tp, where, &t, im->d); /* the model is freed after */
     if (rc == TEQ_OK) rc = define_value(im, tp->name, (TensorRef){-1, 0}, t, tp->data_type);
     if (rc != TEQ_OK) return rc;
   }
@@ -903,11 +903,10 @@ int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
 
 int onnx_import_file(const char *path, const OnnxImportOptions *opts, Graph **out,
                      OnnxImportStats *stats, Diag *d) {
-  uint8_t *data;
-  size_t len;
-  int rc = onnx_file_read(path, &data, &len, d);
+  OnnxFileData f;
+  int rc = onnx_file_read(path, &f, d);
   if (rc != TEQ_OK) return rc;
-  rc = onnx_import_buffer(data, len, path, opts, out, stats, d);
-  free(data);
+  rc = onnx_import_buffer(f.data, f.len, path, opts, out, stats, d);
+  onnx_file_release(&f);
   return rc;
 }

@@ -22,16 +22,22 @@
 
 /* ---- proto.c: files and the protobuf-c boundary ---- */
 
-/* Reads a whole file into a malloc'd buffer (NUL-terminated past len). */
-int onnx_file_read(const char *path, uint8_t **data, size_t *len, Diag *d);
-int onnx_file_write(const char *path, const uint8_t *data, size_t len, Diag *d);
+/* A whole file's bytes: mapped (a regular file) or read into memory (a
+ * pipe); onnx_file_release gives them back either way. */
+typedef struct OnnxFileData {
+  const uint8_t *data;
+  size_t len;
+  bool mapped;
+} OnnxFileData;
+int onnx_file_read(const char *path, OnnxFileData *out, Diag *d);
+void onnx_file_release(OnnxFileData *f);
 /* Unpacks data as a message of desc; TEQ_ERR_INPUT (no message: the caller
  * knows what the bytes were meant to be) if they are not one. */
 int onnx_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                 ProtobufCMessage **out);
 /* Serializes m into a malloc'd buffer. */
 int onnx_pack(const ProtobufCMessage *m, uint8_t **data, size_t *len);
-/* Packs m and writes it to path. */
+/* Packs m into the file at path as it goes. */
 int onnx_pack_to_file(const ProtobufCMessage *m, const char *path, Diag *d);
 void onnx_message_free(void *m); /* any message built or unpacked here; NULL is fine */
 
@@ -45,9 +51,18 @@ const char *onnx_elem_name(int32_t elem);
 /* A new tensor from tp; `where` starts every message ("m.onnx: initializer 'w'"). */
 int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
                            Diag *d);
-/* A new TensorProto (raw_data) holding t, or NULL if memory runs out; t must
- * be DT_F32 or DT_I64. */
-Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name);
+/* The same, but the tensor may take tp's raw_data over (leaving tp without
+ * it) instead of copying it: for a message freed right after. */
+int onnx_tensor_take_from_proto(Onnx__TensorProto *tp, const char *where, Tensor **out,
+                                Diag *d);
+/* A new TensorProto (raw_data) holding t, or NULL if memory runs out. With
+ * lend, raw_data is t's own data where ONNX lays it out so (not DT_MODP,
+ * whose residues are widened to int64): the caller keeps t alive while the
+ * message is used, and takes the data back (onnx_tensor_proto_unlend)
+ * before freeing the message. */
+Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name, bool lend);
+bool onnx_tensor_proto_is_lent(const Onnx__TensorProto *tp, const Tensor *t);
+void onnx_tensor_proto_unlend(Onnx__TensorProto *tp);
 
 /* ---- strings ---- */
 

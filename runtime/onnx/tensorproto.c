@@ -4,7 +4,11 @@
  * or in one typed repeated field; both are read. Element types are narrowed
  * to the two Teq keeps: float types become float32, integer types and bool
  * become int64 (shape tensors, indices, masks). Data in external files is
- * refused. Writing always uses raw_data. */
+ * refused. Writing always uses raw_data.
+ *
+ * Reading an initializer takes its raw_data over rather than copying it,
+ * and writing one points raw_data at the tensor's own data: weights are
+ * most of a model's bytes, see proto.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,21 +108,33 @@ static int check_storage(const Onnx__TensorProto *tp, const char *where, Diag *d
   return TEQ_OK;
 }
 
+/* Whether tp holds its values in raw_data (rather than a typed field), and
+ * whether that is n elements. */
+static int raw_values(const Onnx__TensorProto *tp, int32_t elem, size_t n, const char *where,
+                      bool *raw, Diag *d) {
+  size_t es = elem_size(elem);
+  *raw = tp->has_raw_data && (tp->raw_data.len || !typed_count(tp, elem));
+  size_t have = *raw ? tp->raw_data.len / es : typed_count(tp, elem);
+  if ((*raw && tp->raw_data.len % es) || have != n)
+    return diag_error(d, "%s: %zu values for shape of %zu elements", where, have, n);
+  return TEQ_OK;
+}
+
+/* Whether raw_data already is t's data as this host lays it out: the
+ * stored type is the kept one and the host is little-endian, as raw_data
+ * is. Most of a model's bytes are such weights. */
+static bool raw_is_native(int32_t elem, DType dt) {
+  return ((elem == ELEM(FLOAT) && dt == DT_F32) || (elem == ELEM(INT64) && dt == DT_I64)) &&
+         __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+}
+
 /* Copies the values of tp into t (numel elements), from raw_data or the
  * typed field, whichever holds them. */
-static int fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, const char *where, Diag *d) {
+static void fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, bool raw) {
   size_t n = (size_t)tensor_numel(t), es = elem_size(elem);
-  bool raw = tp->has_raw_data && (tp->raw_data.len || !typed_count(tp, elem));
-  size_t have = raw ? tp->raw_data.len / es : typed_count(tp, elem);
-  if ((raw && tp->raw_data.len % es) || have != n)
-    return diag_error(d, "%s: %zu values for shape of %zu elements", where, have, n);
-  /* raw_data is little-endian, as this host is: weights of the stored type
-   * copy in one go (most of a model's bytes). */
-  bool same_type = (elem == ELEM(FLOAT) && t->dtype == DT_F32) ||
-                   (elem == ELEM(INT64) && t->dtype == DT_I64);
-  if (raw && same_type && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+  if (raw && raw_is_native(elem, t->dtype)) {
     if (n) memcpy(t->data, tp->raw_data.data, n * es);
-    return TEQ_OK;
+    return;
   }
   for (size_t k = 0; k < n; k++) {
     double f;
@@ -128,11 +144,25 @@ static int fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, const char
     if (t->dtype == DT_F32) ((float *)t->data)[k] = (float)f;
     else ((int64_t *)t->data)[k] = i;
   }
-  return TEQ_OK;
 }
 
-int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
-                           Diag *d) {
+/* Takes tp's raw_data over as t's data when it can be (native layout,
+ * aligned as proto.c's unpack allocator aligns large blocks); false leaves
+ * tp as it was. */
+static bool adopt_raw(Onnx__TensorProto *tp, DType dt, const Shape *s, Tensor **t) {
+  if (!((uintptr_t)tp->raw_data.data & 63) && tp->raw_data.len >= 4096) {
+    *t = tensor_adopt(dt, s, tp->raw_data.data); /* frees the data if it fails */
+    tp->raw_data.data = NULL;
+    tp->raw_data.len = 0;
+    tp->has_raw_data = 0;
+    return true;
+  }
+  return false;
+}
+
+/* owned: tp itself when its raw_data may be taken over, else NULL. */
+static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, const char *where,
+                      Tensor **out, Diag *d) {
   int32_t elem = tp->has_data_type ? tp->data_type : ELEM(UNDEFINED);
   DType dt;
   if (!onnx_elem_dtype(elem, &dt)) {
@@ -140,33 +170,47 @@ int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tenso
     return TEQ_ERR_UNSUPPORTED;
   }
   Shape s;
+  bool raw;
   int rc = check_storage(tp, where, d);
   if (rc == TEQ_OK) rc = proto_shape(tp, where, &s, d);
+  if (rc == TEQ_OK) rc = raw_values(tp, elem, (size_t)shape_numel(&s), where, &raw, d);
   if (rc != TEQ_OK) return rc;
-  Tensor *t = tensor_new_uninit(dt, &s); /* fill writes every element */
+  Tensor *t = NULL;
+  if (!(owned && raw && raw_is_native(elem, dt) && adopt_raw(owned, dt, &s, &t))) {
+    t = tensor_new_uninit(dt, &s); /* fill writes every element */
+    if (t) fill(t, tp, elem, raw);
+  }
   if (!t) {
     diag_error(d, "%s: out of memory", where);
     return TEQ_ERR_NOMEM;
-  }
-  rc = fill(t, tp, elem, where, d);
-  if (rc != TEQ_OK) {
-    tensor_unref(t);
-    return rc;
   }
   *out = t;
   return TEQ_OK;
 }
 
-Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name) {
+int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
+                           Diag *d) {
+  return from_proto(tp, NULL, where, out, d);
+}
+
+int onnx_tensor_take_from_proto(Onnx__TensorProto *tp, const char *where, Tensor **out,
+                                Diag *d) {
+  return from_proto(tp, tp, where, out, d);
+}
+
+Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name, bool lend) {
   Onnx__TensorProto *tp = malloc(sizeof *tp);
   if (!tp) return NULL;
   onnx__tensor_proto__init(tp);
   size_t n = (size_t)tensor_numel(t);
   size_t bytes = n * (t->dtype == DT_F32 ? 4 : 8);
+  lend = lend && t->dtype != DT_MODP && bytes;
   tp->name = strdup(name ? name : "");
   tp->dims = malloc((size_t)(t->shape.ndim ? t->shape.ndim : 1) * sizeof *tp->dims);
-  tp->raw_data.data = malloc(bytes ? bytes : 1);
+  /* raw_data is not const only because unpack writes it; pack reads it. */
+  tp->raw_data.data = lend ? (uint8_t *)t->data : malloc(bytes ? bytes : 1);
   if (!tp->name || !tp->dims || !tp->raw_data.data) {
+    if (lend) tp->raw_data.data = NULL;
     onnx_message_free(tp);
     return NULL;
   }
@@ -181,28 +225,36 @@ Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name) {
       int64_t v = ((const uint32_t *)t->data)[k];
       memcpy(tp->raw_data.data + 8 * k, &v, 8);
     }
-  } else {
+  } else if (!lend) {
     memcpy(tp->raw_data.data, t->data, bytes);
   }
   return tp;
 }
 
+bool onnx_tensor_proto_is_lent(const Onnx__TensorProto *tp, const Tensor *t) {
+  return tp->raw_data.data && tp->raw_data.data == (const uint8_t *)t->data;
+}
+
+void onnx_tensor_proto_unlend(Onnx__TensorProto *tp) {
+  tp->raw_data.data = NULL;
+  tp->raw_data.len = 0;
+}
+
 int onnx_read_tensor_file(const char *path, Tensor **out, char **name_out, Diag *d) {
-  uint8_t *buf;
-  size_t len;
-  int rc = onnx_file_read(path, &buf, &len, d);
+  OnnxFileData f;
+  int rc = onnx_file_read(path, &f, d);
   if (rc != TEQ_OK) return rc;
   ProtobufCMessage *m = NULL;
-  if (len == 0) rc = diag_error(d, "%s: not an ONNX tensor: the file is empty", path);
-  else if (onnx_unpack(&onnx__tensor_proto__descriptor, buf, len, &m) != TEQ_OK)
+  if (f.len == 0) rc = diag_error(d, "%s: not an ONNX tensor: the file is empty", path);
+  else if (onnx_unpack(&onnx__tensor_proto__descriptor, f.data, f.len, &m) != TEQ_OK)
     rc = diag_error(d, "%s: not an ONNX tensor: the protobuf does not parse", path);
-  free(buf);
+  onnx_file_release(&f);
   if (rc != TEQ_OK) return rc;
   Onnx__TensorProto *tp = (Onnx__TensorProto *)m;
   char *name = name_out ? strdup(tp->name ? tp->name : "") : NULL;
   Tensor *t = NULL;
   if (name_out && !name) rc = TEQ_ERR_NOMEM;
-  else rc = onnx_tensor_from_proto(tp, path, &t, d);
+  else rc = onnx_tensor_take_from_proto(tp, path, &t, d);
   onnx_message_free(tp);
   if (rc != TEQ_OK) {
     free(name);
@@ -214,12 +266,13 @@ int onnx_read_tensor_file(const char *path, Tensor **out, char **name_out, Diag 
 }
 
 int onnx_write_tensor_file(const char *path, const Tensor *t, const char *name, Diag *d) {
-  Onnx__TensorProto *tp = onnx_tensor_to_proto(t, name);
+  Onnx__TensorProto *tp = onnx_tensor_to_proto(t, name, true);
   if (!tp) {
     diag_error(d, "%s: out of memory", path);
     return TEQ_ERR_NOMEM;
   }
   int rc = onnx_pack_to_file(&tp->base, path, d);
+  if (onnx_tensor_proto_is_lent(tp, t)) onnx_tensor_proto_unlend(tp);
   onnx_message_free(tp);
   return rc;
 }
