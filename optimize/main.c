@@ -3,7 +3,7 @@
  *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N]
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
- *            [--window N] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
+ *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
  *            [--dump] [--quiet]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
  *            [--pet-max-flops F] model.onnx
@@ -44,6 +44,8 @@ static const char usage[] =
   "  --budget N          graphs expanded per window (default 300)\n"
   "  --time-limit S      seconds for the whole search (default: none)\n"
   "  --window N          operators per search window (default 150)\n"
+  "  --plain-windows     cut each window at its full size (default: in its last\n"
+  "                      quarter, where the fewest tensors cross the cut)\n"
   "  --one-site          each search step rewrites one match, as TASO's search does\n"
   "                      (default: a step may also apply a rule at all its matches)\n"
   "  --cost-model M      auto, gpu, table or analytic (default auto: the GPU if there\n"
@@ -109,6 +111,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       continue;
     } else if (!strcmp(k, "--one-site")) {
       a->opt.one_site = true;
+      continue;
+    } else if (!strcmp(k, "--plain-windows")) {
+      a->opt.plain_windows = true;
       continue;
     } else if (!strcmp(k, "--unproved")) {
       a->unproved = true;

@@ -61,6 +61,8 @@ typedef struct OptOptions {
   int budget;            /* graphs expanded per window (default 300) */
   double time_limit_s;   /* for the whole search; 0: none */
   int window;            /* operators per window (default 150) */
+  bool plain_windows;    /* cut every window at its full size; off (the default): each ends,
+                            in its last quarter, where the fewest tensors cross the cut */
   int max_matches;       /* matches tried per rule and graph (default 64) */
   double zp_check_flops; /* check instances in Z_p up to this many flops (default 3e7); 0: never */
   uint64_t seed;

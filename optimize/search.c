@@ -1051,6 +1051,48 @@ static bool movable(const Node *n) {
          n->n_in <= WINDOW_MAX_IN && n->n_out <= WINDOW_MAX_OUT;
 }
 
+/* Where a window ending by hi (not before lo) is best cut: the position c
+ * in [lo, hi] where the fewest tensors made before c (by the m movable
+ * nodes of order) are read at or after it, the last such on ties. A cut
+ * there splits the fewest rewrites between two windows: between the steps
+ * of an RNN one state crosses, in the middle of one many products do. */
+static int narrow_cut(const Graph *g, const int32_t *order, int m, int lo, int hi) {
+  int n = g->n_nodes;
+  int32_t *off = NULL, *uses = graph_use_counts(g, &off);
+  int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos);
+  int32_t *last = uses ? malloc(((size_t)off[n] + 1) * sizeof *last) : NULL; /* per tensor */
+  int32_t *live = calloc((size_t)m + 2, sizeof *live);
+  int best = hi;
+  if (!pos || !last || !live) goto done; /* no memory: the plain cut */
+  for (int i = 0; i < n; i++) pos[i] = -1;
+  for (int k = 0; k < m; k++) pos[order[k]] = k;
+  for (int32_t t = 0; t < off[n]; t++) last[t] = -1;
+  for (int k = 0; k < m; k++) {
+    const Node *c = &g->nodes[order[k]];
+    for (int j = 0; j < c->n_in; j++) {
+      int32_t t = off[c->in[j].node] + c->in[j].out;
+      if (last[t] < k) last[t] = k;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    if (pos[i] < 0) continue;
+    for (int32_t t = off[i]; t < off[i + 1]; t++)
+      if (last[t] > pos[i]) live[pos[i] + 1]++, live[last[t] + 1]--;
+  }
+  int run = 0, fewest = INT32_MAX;
+  for (int c = 0; c <= hi; c++) {
+    run += live[c];
+    if (c >= lo && run <= fewest) fewest = run, best = c;
+  }
+done:
+  free(uses);
+  free(off);
+  free(pos);
+  free(last);
+  free(live);
+  return best;
+}
+
 /* Cuts the movable nodes at positions [lo, hi) of order out of g as a
  * graph of its own; ext_in receives the tensor each of its inputs reads,
  * ext_out the tensor each of its outputs replaces. */
@@ -1188,6 +1230,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       }
       int hi = lo + window < m ? lo + window : m;
       if (pass == 0 && m - hi < window / 4) hi = m; /* no sliver of a last window */
+      if (hi < m && !o->plain_windows) hi = narrow_cut(cur, order, m, lo + window * 3 / 4, hi);
       Graph *w = NULL;
       TensorRef *xi = NULL, *xo = NULL;
       rc = cut_window(cur, order, lo, hi, &w, &xi, &xo, d);

@@ -431,6 +431,51 @@ static void test_wide_nodes(void) {
   graph_free(g);
 }
 
+/* Windows end where the fewest tensors cross: in a chain of recurrent
+ * steps (two products of the state, their sum, a tanh) the first window of
+ * 10 operators ends after its second step, at 8, where only the state
+ * crosses, not in the third step's products, where two tensors would;
+ * --plain-windows cuts at 10. The rewrites that merge a step's products
+ * then all fall inside one window. */
+static int first_window_size(const Graph *g, bool plain) {
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 5;
+  o.window = 10;
+  o.plain_windows = plain;
+  char *text = NULL;
+  size_t len = 0;
+  o.progress = open_memstream(&text, &len);
+  OptStats st;
+  Graph *best = searched(g, &o, &st, NULL);
+  fclose(o.progress);
+  int size = -1;
+  const char *at = text ? strstr(text, "window 1/") : NULL;
+  const char *paren = at ? strchr(at, '(') : NULL;
+  if (paren) size = atoi(paren + 1);
+  CHECK(best && equal_outputs(g, best));
+  free(text);
+  opt_stats_fini(&st);
+  graph_free(best);
+  return size;
+}
+
+static void test_window_seams(void) {
+  Graph *g = graph_new();
+  TensorRef h = input(g, "h", shape_of(2, 1, 16));
+  for (int t = 0; t < 6; t++) {
+    TensorRef a = op(g, OP_MATMUL, h, int_weight(g, shape_of(2, 16, 16), 2 * t), 2, NULL);
+    TensorRef b = op(g, OP_MATMUL, h, int_weight(g, shape_of(2, 16, 16), 2 * t + 1), 2, NULL);
+    TensorRef sum = op(g, OP_EWADD, a, b, 2, NULL);
+    h = op(g, OP_TANH, sum, sum, 1, NULL);
+  }
+  graph_add_output(g, h, "h6", NULL);
+  int narrow = first_window_size(g, false), plain = first_window_size(g, true);
+  printf("first window of a recurrent chain: %d operators, %d cut plainly\n", narrow, plain);
+  CHECK_EQ_INT(narrow, 8);
+  CHECK_EQ_INT(plain, 10);
+  graph_free(g);
+}
+
 /* Layouts: a transpose feeding a product, written with an explicit perm as
  * ONNX models write it, is absorbed into gemm's flags (a gemm without bias
  * costs what the matmul does until measured, so the transpose is the
@@ -810,6 +855,7 @@ int main(void) {
   test_full_queue();
   test_every_site();
   test_wide_nodes();
+  test_window_seams();
   test_bias_round_trip();
   test_layout_absorbed();
   test_relu_fused();
