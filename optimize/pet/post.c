@@ -42,9 +42,38 @@
 
 enum {
   MAX_CHAIN = 8,   /* R/T followed back from a chain's end */
-  MAX_MEMO = 64,   /* chains remembered as not the identity */
   MAX_EW_IN = 16,  /* inputs of an element-wise operator considered */
 };
+
+/* Verdicts of the chains evaluated, by chain_key: whether each is the
+ * identity. A search post-optimizes candidate after candidate holding the
+ * same mutants, and evaluating their chains over activations of a few
+ * hundred thousand elements was most of its time. Open addressing; key 0
+ * is never stored (such a chain is evaluated each time). */
+enum { VERDICTS = 4096 };
+typedef struct Verdicts {
+  uint64_t key[VERDICTS];
+  bool yes[VERDICTS];
+  int n;
+} Verdicts;
+
+static bool verdict_find(const Verdicts *v, uint64_t key, bool *yes) {
+  for (uint32_t i = (uint32_t)key % VERDICTS; key && v->key[i]; i = (i + 1) % VERDICTS)
+    if (v->key[i] == key) {
+      *yes = v->yes[i];
+      return true;
+    }
+  return false;
+}
+
+static void verdict_put(Verdicts *v, uint64_t key, bool yes) {
+  if (!key || v->n >= VERDICTS / 2) return; /* full enough: evaluate from now on */
+  uint32_t i = (uint32_t)key % VERDICTS;
+  while (v->key[i] && v->key[i] != key) i = (i + 1) % VERDICTS;
+  if (!v->key[i]) v->n++;
+  v->key[i] = key;
+  v->yes[i] = yes;
+}
 
 /* Constants moved back through an R/T, remembered across calls: a search
  * splices the same mutant next to the same bias in graph after graph, and
@@ -66,6 +95,7 @@ struct PetPostCache {
   MovedConst e[MEMO_CONSTS]; /* a ring: the oldest at first, n of them */
   int first, n;
   size_t bytes;              /* of the moved tensors held */
+  Verdicts chains;
 };
 
 static size_t held_bytes(const MovedConst *m) { return m->moved ? tensor_bytes(m->moved) : 0; }
@@ -111,8 +141,7 @@ typedef struct Post {
   PetPostCache *cache; /* may be NULL */
   Graph *g;
   int32_t *uses, *off;        /* graph_use_counts, refreshed after each rewrite */
-  uint64_t memo[MAX_MEMO];    /* chains evaluated and found not the identity */
-  int n_memo;
+  Verdicts *chains;           /* the cache's, or this call's own */
   PetPostStats st;
 } Post;
 
@@ -170,12 +199,12 @@ static int chain_is_identity(Post *p, const int32_t *c, int len, bool *yes) {
   *yes = false;
   if (n >= (int64_t)MODP_P) return TEQ_OK; /* indices would not be distinct residues */
   uint64_t key = chain_key(g, c, len);
-  for (int i = 0; i < p->n_memo; i++)
-    if (p->memo[i] == key) return TEQ_OK;
+  if (verdict_find(p->chains, key, yes)) return TEQ_OK;
   Graph *m = graph_new();
   Tensor *x = tensor_new(DT_MODP, s), *y = NULL;
   int rc = m && x ? TEQ_OK : TEQ_ERR_NOMEM;
   int id = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
+  bool decided = true; /* false: the evaluation itself failed, nothing to remember */
   if (id == TEQ_ERR_NOMEM) rc = id;
   for (int k = len - 1; k >= 0 && id >= 0; k--)
     rc = add_like(m, &g->nodes[c[k]], &(TensorRef){id, 0}, 1, &id);
@@ -191,9 +220,11 @@ static int chain_is_identity(Post *p, const int32_t *c, int len, bool *yes) {
       while (same_shape && i < n && w[i] == (uint32_t)i) i++;
       *yes = same_shape && i == n;
       tensor_unref(y);
+    } else {
+      decided = false;
     }
   }
-  if (rc == TEQ_OK && !*yes && p->n_memo < MAX_MEMO) p->memo[p->n_memo++] = key;
+  if (rc == TEQ_OK && decided) verdict_put(p->chains, key, *yes);
   tensor_unref(x);
   graph_free(m);
   return rc;
@@ -398,8 +429,9 @@ int pet_post_optimize(Graph **gp, PetPostStats *stats, Diag *d) {
 
 int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stats, Diag *d) {
   static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move};
-  Post p = {.g = graph_copy(*gp), .cache = cache};
-  int rc = p.g ? refresh(&p) : TEQ_ERR_NOMEM;
+  Verdicts *own = cache ? NULL : calloc(1, sizeof *own);
+  Post p = {.g = graph_copy(*gp), .cache = cache, .chains = cache ? &cache->chains : own};
+  int rc = p.g && p.chains ? refresh(&p) : TEQ_ERR_NOMEM;
   bool changed = false;
   /* Each rewrite removes an operator or moves an R/T past one, so there
    * are fewer rewrites than (nodes)^2; the bound only guards against a bug
@@ -425,6 +457,7 @@ int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stat
     }
   }
   free(p.uses), free(p.off);
+  free(own);
   if (rc || !changed) {
     graph_free(p.g);
   } else {

@@ -11,7 +11,8 @@
  * keep in the calling thread; depthwise convs (groups == C == M) use a
  * direct vector loop over a zero-padded copy of each plane, since a GEMM
  * per channel is all overhead. Bias and activation are applied to each
- * block while it is in cache. Z_p is an exact direct loop.
+ * block while it is in cache. Z_p is the same im2col with an exact GEMM
+ * (modp_gemm), every group and layout alike.
  *
  * conv2d is OPF_MULTILINEAR as an operator: with act == none and no bias
  * it is linear in X and in W separately; a node with a fused act or a bias
@@ -180,52 +181,62 @@ static void valid_cols(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *l
   if (*lo > *hi) *lo = *hi;
 }
 
-/* dst[t] = src[t * s] for t < n; strides 1 and 2, the common cases, are
- * spelled out so that they run as block copies or vector code. */
-static void copy_strided(float *dst, const float *src, int64_t s, int64_t n) {
+/* The column matrix is built from 4-byte elements, float32 or Z_p
+ * residues alike: elements move as bytes (memcpy and memset, which any
+ * element type may then read), and 0, the padding, is all zero bits in
+ * both. */
+enum { ELEM = 4 };
+_Static_assert(sizeof(float) == ELEM && sizeof(uint32_t) == ELEM, "4-byte elements");
+typedef unsigned char Byte;
+
+/* dst[t] = src[t * s] for t < n elements; strides 1 and 2, the common
+ * cases, are spelled out so that they run as block copies or vector code. */
+static void copy_strided(Byte *dst, const Byte *src, int64_t s, int64_t n) {
   if (s == 1)
-    memcpy(dst, src, (size_t)n * sizeof *dst);
+    memcpy(dst, src, (size_t)n * ELEM);
   else if (s == 2)
-    for (int64_t t = 0; t < n; t++) dst[t] = src[2 * t];
+    for (int64_t t = 0; t < n; t++) memcpy(dst + t * ELEM, src + 2 * t * ELEM, ELEM);
   else
-    for (int64_t t = 0; t < n; t++) dst[t] = src[t * s];
+    for (int64_t t = 0; t < n; t++) memcpy(dst + t * ELEM, src + t * s * ELEM, ELEM);
 }
 
 /* Row (c, i, j) of the column matrix for output pixels [p0, p0 + np): the
  * input under kernel tap (i, j) of channel plane xc, 0 in the padding. It
  * walks output rows, so there is one division per call, not per row. */
-static void im2col_row(const ConvGeom *g, const float *xc, int64_t i, int64_t j, int64_t p0,
-                       int64_t np, float *dst) {
+static void im2col_row(const ConvGeom *g, const Byte *xc, int64_t i, int64_t j, int64_t p0,
+                       int64_t np, Byte *dst) {
   int64_t off = j * g->dw - g->pl, lo, hi;
   valid_cols(off, g->sw, g->w, g->ow, &lo, &hi);
   for (int64_t oy = p0 / g->ow, ox = p0 % g->ow; np > 0; oy++, ox = 0) {
-    int64_t end = g->ow < ox + np ? g->ow : ox + np, q = ox;
+    int64_t end = g->ow < ox + np ? g->ow : ox + np;
     int64_t iy = oy * g->sh - g->pt + i * g->dh;
     np -= end - ox;
     if (iy < 0 || iy >= g->h) {
-      for (; q < end; q++) *dst++ = 0.0f;
+      memset(dst, 0, (size_t)(end - ox) * ELEM);
+      dst += (end - ox) * ELEM;
       continue;
     }
-    const float *xr = xc + iy * g->w + off;
-    int64_t a = lo > ox ? lo : ox, b = hi < end ? hi : end; /* the valid part */
-    for (; q < a; q++) *dst++ = 0.0f;
-    if (b > q) {
-      copy_strided(dst, xr + q * g->sw, g->sw, b - q);
-      dst += b - q;
-      q = b;
-    }
-    for (; q < end; q++) *dst++ = 0.0f;
+    const Byte *xr = xc + (iy * g->w + off) * ELEM;
+    int64_t a = lo > ox ? lo : ox, b = hi < end ? hi : end; /* the valid part [a, b) */
+    if (a > end) a = end; /* a block may end before the row's first valid column */
+    if (b < a) b = a;
+    memset(dst, 0, (size_t)(a - ox) * ELEM);
+    dst += (a - ox) * ELEM;
+    copy_strided(dst, xr + a * g->sw * ELEM, g->sw, b - a);
+    dst += (b - a) * ELEM;
+    memset(dst, 0, (size_t)(end - b) * ELEM);
+    dst += (end - b) * ELEM;
   }
 }
 
 /* The column matrix of one group for pixels [p0, p0 + np): one row per
  * (channel, kernel tap), np columns. x points at the group's first channel. */
-static void im2col(const ConvGeom *g, const float *x, int64_t p0, int64_t np, float *col) {
+static void im2col(const ConvGeom *g, const void *x, int64_t p0, int64_t np, void *col) {
   for (int64_t c = 0; c < g->cg; c++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++)
-        im2col_row(g, x + c * g->h * g->w, i, j, p0, np,
-                   col + ((c * g->kh + i) * g->kw + j) * np);
+        im2col_row(g, (const Byte *)x + c * g->h * g->w * ELEM, i, j, p0, np,
+                   (Byte *)col + ((c * g->kh + i) * g->kw + j) * np * ELEM);
 }
 
 /* Eight floats (and ints) as one value, a GCC/Clang vector extension: the
@@ -359,7 +370,8 @@ static void depthwise_fill(const Depthwise *dw, const float *x) {
     if (c >= g->w) continue;
     int64_t at = (c + g->pl) / g->sw, n = (g->w - c + g->sw - 1) / g->sw;
     for (int64_t r = 0; r < g->h; r++)
-      copy_strided(dw->pad + ((r + g->pt) * g->sw + q) * dw->wq + at, x + r * g->w + c, g->sw, n);
+      copy_strided((Byte *)(dw->pad + ((r + g->pt) * g->sw + q) * dw->wq + at),
+                   (const Byte *)(x + r * g->w + c), g->sw, n);
   }
 }
 
@@ -435,95 +447,45 @@ static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
 
 /* ---- conv2d, Z_p ---- */
 
-/* Outputs o in [0, n_out) whose tap at o * stride + off lands inside
- * [0, in): the span [*lo, *hi) (empty when *lo == *hi). */
-static void out_span(int64_t off, int64_t stride, int64_t in, int64_t n_out, int64_t *lo,
-                     int64_t *hi) {
-  *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  *hi = in - 1 - off < 0 ? 0 : (in - 1 - off) / stride + 1;
-  if (*hi > n_out) *hi = n_out;
-  if (*lo > *hi) *lo = *hi;
-}
-
-/* acc[k] += x[k * stride] * w, each product folded below 2^32 (2^31 = 1
- * mod p). Compiled for each vector width the machine may have (the
- * loader picks one): with AVX-512 eight products go at once, with the
- * baseline SSE2 two. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MODP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MODP_VECTOR_CLONES /* one build, for the baseline of the target */
-#endif
-MODP_VECTOR_CLONES static void modp_axpy_folded(uint64_t *restrict acc,
-                                                const uint32_t *restrict x, int64_t n,
-                                                int64_t stride, uint64_t w) {
-  if (stride == 1) {
-    for (int64_t k = 0; k < n; k++) {
-      uint64_t p = x[k] * w;
-      acc[k] += (p & MODP_P) + (p >> 31);
-    }
-  } else {
-    for (int64_t k = 0; k < n; k++) {
-      uint64_t p = x[k * stride] * w;
-      acc[k] += (p & MODP_P) + (p >> 31);
-    }
-  }
-}
-
-/* Each output element is the sum over the group's channels and the kernel
- * taps inside the input (padding contributes 0). Each product is folded
- * once (2^31 = 1 mod p) to below 2^32, so a 64-bit sum has room for 2^32
- * terms and is reduced once at the end.
- *
- * The loops run tap by tap: one weight times a whole output row of the
- * input, added to a plane of sums. That inner loop is long and contiguous
- * (the compiler vectorises it), where a loop per output element would run
- * over a kernel row of three taps; and a zero weight (the zero-padded
- * kernels of PET's merged convolutions) skips its whole pass. PET's random
- * tests spend most of their time here. */
+/* The float32 path's im2col, in Z_p: each group's output block is its
+ * weight rows times the column matrix, through modp_gemm, which folds each
+ * product once and sums a band of 256 outputs per weight (and skips a zero
+ * weight's pass: the zero-padded kernels of PET's merged convolutions).
+ * PET's random tests spend most of their time here; a tap-by-tap loop
+ * over output rows, which this replaced, ran vectors as short as a row of
+ * a 17x17 map. Blocks bound the column matrix as for float32. */
 static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   ConvGeom g;
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
-  int64_t plane = g.oh * g.ow;
-  uint64_t *acc = malloc((size_t)(plane > 0 ? plane : 1) * sizeof *acc);
-  int64_t *span = malloc((size_t)(2 * (g.kh + g.kw)) * sizeof *span);
-  if (!acc || !span) {
-    free(acc), free(span);
+  int64_t kdim = g.cg * g.kh * g.kw, plane = g.oh * g.ow;
+  int64_t block = COL_MAX_BYTES / ((kdim > 1 ? kdim : 1) * ELEM) / 256 * 256;
+  if (block < 256) block = 256;
+  if (block > plane) block = plane;
+  uint32_t *col = NULL;
+  if (!conv_is_pointwise(&g) && !(col = malloc((size_t)(kdim * block) * sizeof *col))) {
+    op_error(n, d, "out of memory for a [%lld, %lld] column matrix", (long long)kdim,
+             (long long)block);
     return TEQ_ERR_NOMEM;
   }
-  int64_t *row_lo = span, *row_hi = span + g.kh, *col_lo = span + 2 * g.kh,
-          *col_hi = col_lo + g.kw;
-  for (int64_t i = 0; i < g.kh; i++) out_span(i * g.dh - g.pt, g.sh, g.h, g.oh, &row_lo[i], &row_hi[i]);
-  for (int64_t j = 0; j < g.kw; j++) out_span(j * g.dw - g.pl, g.sw, g.w, g.ow, &col_lo[j], &col_hi[j]);
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
   uint32_t *y = out[0]->data;
   for (int64_t img = 0; img < g.n; img++)
-    for (int64_t m = 0; m < g.m; m++) {
-      const uint32_t *xg = x + (img * g.c + (m / g.mg) * g.cg) * g.h * g.w;
-      const uint32_t *wm = w + m * g.cg * g.kh * g.kw;
-      memset(acc, 0, (size_t)plane * sizeof *acc);
-      for (int64_t c = 0; c < g.cg; c++)
-        for (int64_t i = 0; i < g.kh; i++)
-          for (int64_t j = 0; j < g.kw; j++) {
-            uint64_t wv = wm[(c * g.kh + i) * g.kw + j];
-            int64_t lo = col_lo[j], hi = col_hi[j];
-            if (!wv || lo == hi) continue;
-            for (int64_t oy = row_lo[i]; oy < row_hi[i]; oy++) {
-              /* from the first output of the row the tap lands inside for */
-              const uint32_t *xr =
-                  xg + (c * g.h + oy * g.sh + i * g.dh - g.pt) * g.w + lo * g.sw + j * g.dw - g.pl;
-              modp_axpy_folded(acc + oy * g.ow + lo, xr, hi - lo, g.sw, wv);
-            }
-          }
-      uint32_t *yp = y + (img * g.m + m) * plane;
-      for (int64_t k = 0; k < plane; k++) {
-        uint32_t v = modp_reduce(acc[k]);
-        yp[k] = b ? modp_add(v, b[m]) : v;
+    for (int64_t grp = 0; grp < g.groups; grp++) {
+      const uint32_t *xg = x + (img * g.c + grp * g.cg) * g.h * g.w;
+      const uint32_t *wg = w + grp * g.mg * kdim;
+      uint32_t *yg = y + (img * g.m + grp * g.mg) * plane;
+      for (int64_t p0 = 0; p0 < plane; p0 += block) {
+        int64_t np = plane - p0 < block ? plane - p0 : block;
+        if (col) im2col(&g, xg, p0, np, col);
+        modp_gemm(g.mg, np, kdim, wg, kdim, 1, col ? col : xg + p0, col ? np : plane, 1, yg + p0,
+                  plane);
       }
+      for (int64_t m = 0; b && m < g.mg; m++)
+        for (int64_t k = 0; k < plane; k++) yg[m * plane + k] = modp_add(yg[m * plane + k], b[grp * g.mg + m]);
     }
-  free(acc), free(span);
+  free(col);
   act_apply_modp((int)param_int(&n->params, CONV_ACT), y, tensor_numel(out[0]));
   return TEQ_OK;
 }

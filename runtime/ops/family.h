@@ -74,6 +74,21 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
                    const int64_t dl[2], int64_t pads[4], Diag *d);
 
+/* C = A B in Z_p, exact: A[i][t] at a[i*ra + t*ca], B[t][j] at b[t*rb + j*cb]
+ * (strides make transposed operands free), C[i][j] at c[i*ldc + j], for
+ * i < m, j < n, t < k (matmul.c). */
+void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
+               const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c, int64_t ldc);
+
+/* A Z_p loop compiled for each vector width the machine may have (the
+ * loader picks one): with AVX-512 eight 64-bit sums go at once, with the
+ * baseline SSE2 two. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MODP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MODP_VECTOR_CLONES /* one build, for the baseline of the target */
+#endif
+
 /* Row-major C = alpha op(A) op(B) + beta C through the BLAS, in the calling
  * thread when it is small (blas.c). Extents must fit int (callers check). */
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,

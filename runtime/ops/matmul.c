@@ -5,7 +5,7 @@
  *
  * Float32 goes through the BLAS (blas_sgemm): one call for the whole batch when B is
  * a plain matrix (the common x @ W), else one call per batch entry. Z_p is
- * exact (modp_gemm below).
+ * exact (modp_gemm below, which conv2d's Z_p path shares).
  *
  * OPF_MULTILINEAR describes the plain product: a node with act != none, or
  * a gemm with a C input, is not linear in A and B, and callers that split
@@ -37,8 +37,7 @@ static int blas_fits(const Node *n, Diag *d, int64_t m, int64_t nn, int64_t k) {
   return TEQ_OK;
 }
 
-/* C[i][j] = sum_t A[i*ra + t*ca] * B[t*rb + j*cb] in Z_p; strides make
- * transposed operands free.
+/* The Z_p product (declared in family.h; conv2d's Z_p path uses it too).
  *
  * The loops follow B's layout so that the inner one reads memory in order
  * and vectorises (a column walk of B was most of what gen-rules, PET's
@@ -51,8 +50,55 @@ enum { MODP_BAND = 256 };
 
 static inline uint64_t modp_fold(uint64_t prod) { return (prod & MODP_P) + (prod >> 31); }
 
-static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
-                      const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c) {
+/* acc[j] += x * b[j], folded: the inner loop of a band. Both factors are
+ * below 2^31, so one 32 x 32 -> 64-bit multiply per lane (vpmuludq) is the
+ * whole product; compilers vectorise the portable loop with a full 64-bit
+ * multiply assembled from three, so x86 gets it spelled out, for the
+ * widest vectors the machine has. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BAND_X86 1
+
+__attribute__((target("avx512f"))) static int64_t band_axpy_avx512(uint64_t *acc,
+                                                                   const uint32_t *b, int64_t w,
+                                                                   uint32_t x) {
+  const __m512i vx = _mm512_set1_epi64(x), p = _mm512_set1_epi64(MODP_P);
+  int64_t j = 0;
+  for (; j + 8 <= w; j += 8) {
+    __m512i bj = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const void *)(b + j)));
+    __m512i prod = _mm512_mul_epu32(bj, vx);
+    __m512i fold = _mm512_add_epi64(_mm512_and_si512(prod, p), _mm512_srli_epi64(prod, 31));
+    _mm512_storeu_si512(acc + j, _mm512_add_epi64(_mm512_loadu_si512(acc + j), fold));
+  }
+  return j;
+}
+
+__attribute__((target("avx2"))) static int64_t band_axpy_avx2(uint64_t *acc, const uint32_t *b,
+                                                              int64_t w, uint32_t x) {
+  const __m256i vx = _mm256_set1_epi64x(x), p = _mm256_set1_epi64x(MODP_P);
+  int64_t j = 0;
+  for (; j + 4 <= w; j += 4) {
+    __m256i bj = _mm256_cvtepu32_epi64(_mm_loadu_si128((const void *)(b + j)));
+    __m256i prod = _mm256_mul_epu32(bj, vx);
+    __m256i fold = _mm256_add_epi64(_mm256_and_si256(prod, p), _mm256_srli_epi64(prod, 31));
+    _mm256_storeu_si256((void *)(acc + j),
+                        _mm256_add_epi64(_mm256_loadu_si256((const void *)(acc + j)), fold));
+  }
+  return j;
+}
+#endif
+
+static void band_axpy(uint64_t *restrict acc, const uint32_t *restrict b, int64_t w, uint32_t x) {
+  int64_t j = 0;
+#ifdef BAND_X86
+  if (__builtin_cpu_supports("avx512f")) j = band_axpy_avx512(acc, b, w, x);
+  else if (__builtin_cpu_supports("avx2")) j = band_axpy_avx2(acc, b, w, x);
+#endif
+  for (; j < w; j++) acc[j] += modp_fold((uint64_t)x * b[j]);
+}
+
+void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
+               const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c, int64_t ldc) {
   if (cb != 1 && n > 1) {
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
@@ -62,23 +108,22 @@ static void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_
           for (int64_t t = 0; t < k; t++) acc += modp_fold((uint64_t)ai[t] * bj[t]);
         else
           for (int64_t t = 0; t < k; t++) acc += modp_fold((uint64_t)ai[t * ca] * bj[t * rb]);
-        c[i * n + j] = modp_reduce(acc);
+        c[i * ldc + j] = modp_reduce(acc);
       }
     return;
   }
-  /* B in rows (or one column: n = 1, j0 = 0). */
+  /* B in rows (or one column: n = 1, j0 = 0). A zero of A skips its pass
+   * (the zero-padded kernels of PET's merged convolutions). */
   uint64_t acc[MODP_BAND];
   for (int64_t j0 = 0; j0 < n; j0 += MODP_BAND) {
     const int64_t w = n - j0 < MODP_BAND ? n - j0 : MODP_BAND;
     for (int64_t i = 0; i < m; i++) {
       memset(acc, 0, (size_t)w * sizeof *acc);
       for (int64_t t = 0; t < k; t++) {
-        const uint64_t x = a[i * ra + t * ca];
-        const uint32_t *bt = b + t * rb + j0;
-        if (x == 0) continue;
-        for (int64_t jj = 0; jj < w; jj++) acc[jj] += modp_fold(x * bt[jj]);
+        const uint32_t x = a[i * ra + t * ca];
+        if (x) band_axpy(acc, b + t * rb + j0, w, x);
       }
-      for (int64_t jj = 0; jj < w; jj++) c[i * n + j0 + jj] = modp_reduce(acc[jj]);
+      for (int64_t jj = 0; jj < w; jj++) c[i * ldc + j0 + jj] = modp_reduce(acc[jj]);
     }
   }
 }
@@ -183,7 +228,7 @@ static int matmul_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
   for (int64_t t = 0; t < p.count; t++) {
     int64_t oa, ob;
     matmul_batch_offsets(&p, t, &oa, &ob);
-    modp_gemm(p.m, p.n, p.k, a + oa, p.k, 1, b + ob, p.n, 1, c + t * p.m * p.n);
+    modp_gemm(p.m, p.n, p.k, a + oa, p.k, 1, b + ob, p.n, 1, c + t * p.m * p.n, p.n);
   }
   act_apply_modp((int)param_int(&n->params, 0), c, tensor_numel(out[0]));
   return TEQ_OK;
@@ -307,7 +352,8 @@ static int gemm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   bool ta = param_int(&n->params, GEMM_TRANS_A), tb = param_int(&n->params, GEMM_TRANS_B);
   uint32_t *y = out[0]->data;
   /* A' is [M, K]: stored [K, M] when transposed. */
-  modp_gemm(m, nn, k, in[0]->data, ta ? 1 : k, ta ? m : 1, in[1]->data, tb ? 1 : nn, tb ? k : 1, y);
+  modp_gemm(m, nn, k, in[0]->data, ta ? 1 : k, ta ? m : 1, in[1]->data, tb ? 1 : nn, tb ? k : 1, y,
+            nn);
   int64_t ci = 0, cj = 0;
   const uint32_t *c = NULL;
   if (n->n_in > 2) {

@@ -430,6 +430,50 @@ static void test_products_modp_full_range(void) {
   diag_fini(&d);
 }
 
+/* conv2d in Z_p (im2col and the same product) on residues over all of
+ * Z_p, every case of conv_cases without its activation, against the
+ * definition in 128-bit arithmetic. */
+static uint32_t conv_ref_modp(const ConvCase *k, Tensor *const *in, int n, int m, int oy, int ox) {
+  const uint32_t *x = in[0]->data, *w = in[1]->data;
+  int cg = k->c / k->groups, mg = k->m / k->groups;
+  unsigned __int128 s = k->bias ? ((const uint32_t *)in[2]->data)[m] : 0;
+  for (int ci = 0; ci < cg; ci++)
+    for (int i = 0; i < k->kh; i++)
+      for (int j = 0; j < k->kw; j++) {
+        int iy = oy * k->sh - k->pt + i * k->dh, ix = ox * k->sw - k->pl + j * k->dw;
+        if (iy < 0 || iy >= k->h || ix < 0 || ix >= k->w) continue;
+        int c = (m / mg) * cg + ci;
+        s += (unsigned __int128)x[((n * k->c + c) * k->h + iy) * k->w + ix] *
+             w[((m * cg + ci) * k->kh + i) * k->kw + j];
+      }
+  return (uint32_t)(s % MODP_P);
+}
+
+static void test_conv_modp_full_range(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
+    ConvCase k = conv_cases[ci];
+    k.act = ACT_NONE;
+    Tensor *in[3] = {random_residues(shape_of(4, k.n, k.c, k.h, k.w), 70 + ci),
+                     random_residues(shape_of(4, k.m, k.c / k.groups, k.kh, k.kw), 80 + ci),
+                     k.bias ? random_residues(shape_of(1, k.m), 90 + ci) : NULL};
+    Op o;
+    conv_setup(&o, &k);
+    Tensor *y = op_run(&o, in, true, &d);
+    int64_t wrong = y ? 0 : -1, e = 0;
+    for (int n = 0; y && n < k.n; n++)
+      for (int m = 0; m < k.m; m++)
+        for (int oy = 0; oy < y->shape.d[2]; oy++)
+          for (int ox = 0; ox < y->shape.d[3]; ox++)
+            wrong += elem_modp(y, e++) != conv_ref_modp(&k, in, n, m, oy, ox);
+    CHECK_MSG(wrong == 0, "conv case %zu in Z_p over all residues: %lld wrong (%s)", ci,
+              (long long)wrong, y ? "" : diag_last(&d));
+    unref_all((Tensor *[]){y, in[0], in[1], in[2]}, 4);
+  }
+  diag_fini(&d);
+}
+
 /* matmul(x, const_imm) == x in both modes. */
 static void test_imm_identity(void) {
   Diag d;
@@ -975,6 +1019,7 @@ int main(void) {
   test_imm_identity();
   test_gemm();
   test_products_modp_full_range();
+  test_conv_modp_full_range();
   test_batchnorm();
   test_constants();
   test_conv_errors();
