@@ -46,7 +46,7 @@
 static uint64_t hash_start(const Graph *g, int id, bool *opaque) {
   const Node *n = &g->nodes[id];
   uint64_t h = hash_mix(0x6e6f6465, (uint64_t)n->kind);
-  h = hash_bytes(h, &n->params, sizeof n->params);
+  h = params_hash(h, &n->params);
   h = hash_mix(h, (uint64_t)n->n_out);
   *opaque = false;
   if (n->kind == OP_INPUT) {

@@ -354,7 +354,7 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
   }
   for (int p = 0; p < rule->src->n_nodes; p++)
     if (m->node[p] >= 0)
-      key = hash_bytes(key, &c->g->nodes[m->node[p]].params, sizeof(Params));
+      key = params_hash(key, &c->g->nodes[m->node[p]].params);
   int verdict = c->checked ? keyset_get(c->checked, key) : CHECK_NONE;
   if (verdict == CHECK_NONE) {
     Graph *src = NULL;

@@ -201,7 +201,7 @@ int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, i
       rc = diag_error(d, "exec_compare: input %d has different shapes", i);
       break;
     }
-    if (!(in[i] = tensor_new(mode == EXEC_F32 ? DT_F32 : DT_MODP, sh))) {
+    if (!(in[i] = tensor_new_uninit(mode == EXEC_F32 ? DT_F32 : DT_MODP, sh))) { /* filled below */
       rc = TEQ_ERR_NOMEM;
       break;
     }

@@ -386,7 +386,7 @@ static uint64_t opaque_hash(uint64_t h, const OpaqueInfo *o) {
 
 static uint64_t node_hash_one(const Graph *g, const Node *n, const uint64_t *hashes) {
   uint64_t h = hash_mix(0x6e6f6465, (uint64_t)n->kind);
-  h = hash_bytes(h, &n->params, sizeof n->params);
+  h = params_hash(h, &n->params);
   h = hash_mix(h, (uint64_t)n->n_out);
   if (n->kind == OP_INPUT) {
     for (int i = 0; i < g->n_inputs; i++)

@@ -153,6 +153,19 @@ int param_index(OpKind kind, const char *name) {
   return -1;
 }
 
+uint64_t params_hash(uint64_t h, const Params *p) {
+  uint64_t w[TEQ_MAX_PARAMS * (TEQ_MAX_PARAM_LEN + 2)];
+  size_t k = 0;
+  for (int i = 0; i < TEQ_MAX_PARAMS; i++) {
+    const ParamValue *v = &p->v[i];
+    int n = v->n < 0 ? 0 : v->n > TEQ_MAX_PARAM_LEN ? TEQ_MAX_PARAM_LEN : v->n;
+    w[k++] = (uint64_t)n;
+    for (int j = 0; j < n; j++) w[k++] = (uint64_t)v->i[j];
+    memcpy(&w[k++], &v->f, sizeof v->f);
+  }
+  return hash_bytes(h, w, k * sizeof *w);
+}
+
 void params_default(OpKind kind, Params *p) {
   memset(p, 0, sizeof *p);
   const OpDef *o = op_table[kind];

@@ -216,6 +216,11 @@ TEQ_API void params_default(OpKind kind, Params *p);
 /* Checks every parameter against its bounds and length; messages name the
  * parameter and the allowed range. */
 TEQ_API int params_check(OpKind kind, const Params *p, Diag *d);
+/* h mixed with the values p holds (each parameter's count, its integers
+ * and its real), not with the unused tail of each value: a structural hash
+ * of every node of every graph a search builds hashes parameters, and the
+ * whole block is 480 bytes. */
+TEQ_API uint64_t params_hash(uint64_t h, const Params *p);
 /* Convenience accessors by row index. */
 static inline int64_t param_int(const Params *p, int i) { return p->v[i].i[0]; }
 static inline double param_float(const Params *p, int i) { return p->v[i].f; }

@@ -525,7 +525,7 @@ static uint64_t state_hash(Gen *G, const Graph *g) {
     const Node *n = &g->nodes[i];
     nh[i] = hash_mix(0x70657473, (uint64_t)i);
     if (i < G->n_base) continue;
-    nh[i] = hash_bytes(hash_mix(nh[i], (uint64_t)n->kind), &n->params, sizeof n->params);
+    nh[i] = params_hash(hash_mix(nh[i], (uint64_t)n->kind), &n->params);
     for (int k = 0; k < n->n_in; k++)
       nh[i] = hash_mix(hash_mix(nh[i], nh[n->in[k].node]), (uint64_t)n->in[k].out);
     h += nh[i];

@@ -182,7 +182,7 @@ static uint64_t chain_key(const Graph *g, const int32_t *c, int len) {
                           (size_t)s->ndim * sizeof s->d[0]);
   for (int k = len - 1; k >= 0; k--) {
     const Node *n = &g->nodes[c[k]];
-    h = hash_bytes(hash_mix(h, (uint64_t)n->kind), &n->params, sizeof n->params);
+    h = params_hash(hash_mix(h, (uint64_t)n->kind), &n->params);
   }
   return h;
 }
