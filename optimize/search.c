@@ -1229,7 +1229,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
         break;
       }
       int hi = lo + window < m ? lo + window : m;
-      if (pass == 0 && m - hi < window / 4) hi = m; /* no sliver of a last window */
+      /* No sliver of a last window: one under half a window joins this one. */
+      if (pass == 0 && m - hi < window / 2) hi = m;
       if (hi < m && !o->plain_windows) hi = narrow_cut(cur, order, m, lo + window * 3 / 4, hi);
       Graph *w = NULL;
       TensorRef *xi = NULL, *xo = NULL;
@@ -1242,8 +1243,12 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       Cand best = {0};
       double before = 0;
       rc = price(cm, pr, w, &before, d);
+      /* A window enlarged by a last sliver gets a budget in proportion. */
+      OptOptions wo = *o;
+      if (hi - lo > window) wo.budget = (int)ceil((double)o->budget * (hi - lo) / window);
       if (!rc)
-        rc = search_graph(w, rs, cm, o, &checked, pr, memo, o->pet ? &pet : NULL, wd, st, &best, d);
+        rc = search_graph(w, rs, cm, &wo, &checked, pr, memo, o->pet ? &pet : NULL, wd, st, &best,
+                          d);
       st->windows++;
       if (!rc && best.cost < before) {
         Graph *next = NULL;

@@ -520,6 +520,29 @@ static double family_twin_us(CostModel *m, const Graph *g, int id) {
   return price_twin(m, o->cost_family, &p, twin_in, dt, n_twin, n->n_out);
 }
 
+/* What node id's two half twins cost as two kernels, less the launch the
+ * one kernel saves (the registry's half_twin: the same operator on half
+ * the output columns or channels), or INFINITY where it has none. Its
+ * halves are held to their own halves in turn, down to an odd extent; each
+ * configuration is priced once and remembered. */
+static double twice_half_us(CostModel *m, const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (!o->half_twin || n->n_in > TWIN_MAX_IN) return INFINITY;
+  Shape in[TWIN_MAX_IN], half[TWIN_MAX_IN];
+  DType dt[TWIN_MAX_IN];
+  for (int j = 0; j < n->n_in; j++)
+    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
+  if (!o->half_twin(n, in, half)) return INFINITY;
+  /* Halves are priced, not recorded for measuring: every level of halving
+   * of every product would swell the list a GPU run measures. */
+  FILE *record = m->record;
+  m->record = NULL;
+  double us = price_twin(m, n->kind, &n->params, half, dt, n->n_in, n->n_out);
+  m->record = record;
+  return us > 0 ? fmax(us, 2 * us - m->calib.launch_us) : INFINITY;
+}
+
 /* The analytic estimate of node id: its family's roofline, corrected by the
  * nearest measurements, then kept within what measurements of the same
  * operator bound: no cheaper than one doing a part of its work, no dearer
@@ -535,7 +558,9 @@ static double family_twin_us(CostModel *m, const Graph *g, int id) {
  * that operator costs instead of its own neighbours: the two kinds lean
  * on different ones, and a search would otherwise trade one spelling for
  * the other (and a vector for its transposed view) on that noise alone;
- * only measurements of its own kind, through the bounds, set it apart. */
+ * only measurements of its own kind, through the bounds, set it apart.
+ * And no estimate exceeds its two half twins' run as two kernels
+ * (twice_half_us). */
 static double analytic_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
   double flops = cost_node_flops(g, id), bytes = cost_node_bytes(g, id);
@@ -564,6 +589,7 @@ static double analytic_us(CostModel *m, const Graph *g, int id) {
    * an estimate of its own (a grouped conv of 4 channels a group becomes a
    * dense conv of 4 input channels) says less than a measured twin. */
   if (!twin) lo = fmax(lo, one_part_us(m, g, id));
+  hi = fmin(hi, twice_half_us(m, g, id));
   /* Where the bounds disagree (hi < lo), the lower one wins: an estimate
    * never promises less than a part of the work. */
   return fmax(fmin(est, hi), lo);

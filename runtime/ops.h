@@ -171,6 +171,16 @@ typedef struct OpDef {
   bool (*cost_twin)(const struct Node *n, const Shape *in, Params *p, Shape *twin_in,
                     int *n_twin_in);
 
+  /* The input shapes (half_in, n->n_in of them) at which the same operator,
+   * with the same parameters, does half of n's work at input shapes `in`:
+   * half the output columns of a product, half the output channels of a
+   * conv, so that two such halves do all of it. The cost model holds an
+   * unmeasured estimate to at most twice its half: a GPU can always run
+   * the two, and the neighbours that correct the roofline otherwise can
+   * price one product of 16 MB above two of 8 MB, which hides every merge
+   * of products from a search. NULL, or false (an odd extent): none. */
+  bool (*half_twin)(const struct Node *n, const Shape *in, Shape *half_in);
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);

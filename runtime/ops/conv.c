@@ -554,6 +554,18 @@ static double conv_flops(const Node *n, const Shape *in) {
   return 2.0 * (double)shape_numel(&n->out[0]) * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
 }
 
+/* Half the work: half of the output channels, in W and the bias (one
+ * group only: a grouped conv's halves would also split its input). */
+static bool conv_half_twin(const Node *n, const Shape *in, Shape *half_in) {
+  if (param_int(&n->params, CONV_GROUPS) != 1 || in[1].ndim != 4 || in[1].d[0] < 2 ||
+      in[1].d[0] % 2)
+    return false;
+  for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
+  half_in[1].d[0] /= 2;
+  if (n->n_in > 2 && half_in[2].ndim == 1) half_in[2].d[0] /= 2;
+  return true;
+}
+
 const OpDef op_def_conv2d = {
   .kind = OP_CONV2D, .name = "conv2d", .axiom_name = "conv2d", .onnx_op = "Conv",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
@@ -562,7 +574,7 @@ const OpDef op_def_conv2d = {
   .infer_shape = conv_infer,
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp,
   .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
-  .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write,
+  .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write, .half_twin = conv_half_twin,
 };
 
 /* ---- conv_transpose: ONNX ConvTranspose, 2-D ---- */

@@ -250,6 +250,17 @@ static double matmul_flops(const Node *n, const Shape *in) {
   return 2.0 * (double)shape_numel(&n->out[0]) * (double)(in[0].ndim ? in[0].d[in[0].ndim - 1] : 1);
 }
 
+/* Half the work: half of B's columns (B's last axis). */
+static bool matmul_half_twin(const Node *n, const Shape *in, Shape *half_in) {
+  (void)n;
+  const Shape *b = &in[1];
+  if (b->ndim < 2 || b->d[b->ndim - 1] < 2 || b->d[b->ndim - 1] % 2) return false;
+  half_in[0] = in[0];
+  half_in[1] = *b;
+  half_in[1].d[b->ndim - 1] /= 2;
+  return true;
+}
+
 const OpDef op_def_matmul = {
   .kind = OP_MATMUL, .name = "matmul", .axiom_name = "matmul", .onnx_op = "MatMul",
   .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
@@ -258,7 +269,7 @@ const OpDef op_def_matmul = {
   .infer_shape = matmul_infer,
   .eval_f32 = matmul_eval_f32, .eval_modp = matmul_eval_modp,
   .eval_cuda = CUDA_EVAL(matmul), .flops = matmul_flops,
-  .onnx_write = matmul_onnx_write,
+  .onnx_write = matmul_onnx_write, .half_twin = matmul_half_twin,
 };
 
 /* ---- gemm(transA, transB, alpha, beta): alpha * A' B' + beta * C ---- */
@@ -398,6 +409,20 @@ static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twi
   return true;
 }
 
+/* Half the work: half of the N output columns, in B (where transB puts
+ * them) and in a bias C that has them. */
+static bool gemm_half_twin(const Node *n, const Shape *in, Shape *half_in) {
+  int64_t m = 0, k = 0, nn = 0;
+  if (gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2) return false;
+  for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
+  half_in[1].d[param_int(&n->params, GEMM_TRANS_B) ? 0 : 1] /= 2;
+  if (n->n_in > 2) {
+    Shape *c = &half_in[2];
+    if (c->ndim >= 1 && c->d[c->ndim - 1] == nn) c->d[c->ndim - 1] /= 2;
+  }
+  return true;
+}
+
 const OpDef op_def_gemm = {
   .kind = OP_GEMM, .name = "gemm", .axiom_name = "gemm", .onnx_op = "Gemm",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
@@ -406,5 +431,5 @@ const OpDef op_def_gemm = {
   .infer_shape = gemm_infer,
   .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
   .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops, .cost_family = OP_MATMUL,
-  .cost_twin = gemm_cost_twin,
+  .cost_twin = gemm_cost_twin, .half_twin = gemm_half_twin,
 };
