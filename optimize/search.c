@@ -27,8 +27,10 @@
  * consecutive operators (in topological order) is cut out as a graph of its
  * own, its inputs the tensors it reads from outside, its outputs the
  * tensors read outside; the best rewrite of the window is spliced back. A
- * second pass with windows shifted by half their size lets rewrites span
- * the seams of the first. Each window costs about the same, so time grows
+ * window ends, in its last quarter, where the fewest tensors cross the cut
+ * (narrow_cut), and a last window under half a window joins the one before
+ * it, with a budget in proportion. A second pass with windows shifted by
+ * half their size lets rewrites span the seams of the first. Each window costs about the same, so time grows
  * linearly with the model.
  *
  * PET's partially equivalent mutations compete in the same queue (with
