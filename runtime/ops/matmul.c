@@ -88,11 +88,30 @@ __attribute__((target("avx2"))) static int64_t band_axpy_avx2(uint64_t *acc, con
 }
 #endif
 
+/* The widest path the machine has: 2 AVX-512, 1 AVX2, 0 the portable
+ * loop. TEQ_MODP_VECTORS=avx2 or =portable caps it, so that tests run the
+ * narrower paths on a machine that has the wider (tests/meson.build). */
+static int band_level(void) {
+  static int level = -1; /* computed once; every thread computes the same */
+  int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+  if (l >= 0) return l;
+  l = 0;
+#ifdef BAND_X86
+  l = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+  const char *cap = getenv("TEQ_MODP_VECTORS");
+  if (cap && !strcmp(cap, "portable")) l = 0;
+  else if (cap && !strcmp(cap, "avx2") && l > 1) l = 1;
+  __atomic_store_n(&level, l, __ATOMIC_RELAXED);
+  return l;
+}
+
 static void band_axpy(uint64_t *restrict acc, const uint32_t *restrict b, int64_t w, uint32_t x) {
   int64_t j = 0;
 #ifdef BAND_X86
-  if (__builtin_cpu_supports("avx512f")) j = band_axpy_avx512(acc, b, w, x);
-  else if (__builtin_cpu_supports("avx2")) j = band_axpy_avx2(acc, b, w, x);
+  int level = band_level();
+  if (level == 2) j = band_axpy_avx512(acc, b, w, x);
+  else if (level == 1) j = band_axpy_avx2(acc, b, w, x);
 #endif
   for (; j < w; j++) acc[j] += modp_fold((uint64_t)x * b[j]);
 }
