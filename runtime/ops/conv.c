@@ -482,8 +482,10 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
         modp_gemm(g.mg, np, kdim, wg, kdim, 1, col ? col : xg + p0, col ? np : plane, 1, yg + p0,
                   plane);
       }
-      for (int64_t m = 0; b && m < g.mg; m++)
-        for (int64_t k = 0; k < plane; k++) yg[m * plane + k] = modp_add(yg[m * plane + k], b[grp * g.mg + m]);
+      for (int64_t m = 0; b && m < g.mg; m++) {
+        uint32_t *ym = yg + m * plane;
+        for (int64_t k = 0; k < plane; k++) ym[k] = modp_add(ym[k], b[grp * g.mg + m]);
+      }
     }
   free(col);
   act_apply_modp((int)param_int(&n->params, CONV_ACT), y, tensor_numel(out[0]));

@@ -83,6 +83,23 @@ static void conv_setup(Op *o, const ConvCase *k) {
   op_int(o, "act", k->act);
 }
 
+/* The taps of output (n, m, oy, ox) of case k that fall inside the input:
+ * where each reads x and w (flat indices; up to c/groups * kh * kw of
+ * them). The naive definition, shared by the float and Z_p references. */
+static int conv_taps(const ConvCase *k, int n, int m, int oy, int ox, int *xi, int *wi) {
+  int cg = k->c / k->groups, mg = k->m / k->groups, t = 0;
+  for (int ci = 0; ci < cg; ci++)
+    for (int i = 0; i < k->kh; i++)
+      for (int j = 0; j < k->kw; j++) {
+        int iy = oy * k->sh - k->pt + i * k->dh, ix = ox * k->sw - k->pl + j * k->dw;
+        if (iy < 0 || iy >= k->h || ix < 0 || ix >= k->w) continue;
+        int c = (m / mg) * cg + ci;
+        xi[t] = ((n * k->c + c) * k->h + iy) * k->w + ix;
+        wi[t++] = ((m * cg + ci) * k->kh + i) * k->kw + j;
+      }
+  return t;
+}
+
 /* The naive definition, in double. */
 static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
   int oh = (k->h + k->pt + k->pb - k->dh * (k->kh - 1) - 1) / k->sh + 1;
@@ -90,23 +107,18 @@ static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
   Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, oh, ow}});
   const float *x = in[0]->data, *w = in[1]->data, *b = k->bias ? in[2]->data : NULL;
   float *out = y->data;
-  int cg = k->c / k->groups, mg = k->m / k->groups;
+  size_t taps = (size_t)(k->c / k->groups * k->kh * k->kw);
+  int *xi = malloc(taps * sizeof *xi), *wi = malloc(taps * sizeof *wi);
   for (int n = 0; n < k->n; n++)
     for (int m = 0; m < k->m; m++)
       for (int oy = 0; oy < oh; oy++)
         for (int ox = 0; ox < ow; ox++) {
           double s = b ? b[m] : 0;
-          for (int ci = 0; ci < cg; ci++)
-            for (int i = 0; i < k->kh; i++)
-              for (int j = 0; j < k->kw; j++) {
-                int iy = oy * k->sh - k->pt + i * k->dh, ix = ox * k->sw - k->pl + j * k->dw;
-                if (iy < 0 || iy >= k->h || ix < 0 || ix >= k->w) continue;
-                int c = (m / mg) * cg + ci;
-                s += (double)x[((n * k->c + c) * k->h + iy) * k->w + ix] *
-                     w[((m * cg + ci) * k->kh + i) * k->kw + j];
-              }
+          for (int t = conv_taps(k, n, m, oy, ox, xi, wi) - 1; t >= 0; t--)
+            s += (double)x[xi[t]] * w[wi[t]];
           *out++ = (float)act_ref(k->act, s);
         }
+  free(xi), free(wi);
   return y;
 }
 
@@ -433,19 +445,12 @@ static void test_products_modp_full_range(void) {
 /* conv2d in Z_p (im2col and the same product) on residues over all of
  * Z_p, every case of conv_cases without its activation, against the
  * definition in 128-bit arithmetic. */
-static uint32_t conv_ref_modp(const ConvCase *k, Tensor *const *in, int n, int m, int oy, int ox) {
+static uint32_t conv_ref_modp(const ConvCase *k, Tensor *const *in, int n, int m, int oy, int ox,
+                              int *xi, int *wi) {
   const uint32_t *x = in[0]->data, *w = in[1]->data;
-  int cg = k->c / k->groups, mg = k->m / k->groups;
   unsigned __int128 s = k->bias ? ((const uint32_t *)in[2]->data)[m] : 0;
-  for (int ci = 0; ci < cg; ci++)
-    for (int i = 0; i < k->kh; i++)
-      for (int j = 0; j < k->kw; j++) {
-        int iy = oy * k->sh - k->pt + i * k->dh, ix = ox * k->sw - k->pl + j * k->dw;
-        if (iy < 0 || iy >= k->h || ix < 0 || ix >= k->w) continue;
-        int c = (m / mg) * cg + ci;
-        s += (unsigned __int128)x[((n * k->c + c) * k->h + iy) * k->w + ix] *
-             w[((m * cg + ci) * k->kh + i) * k->kw + j];
-      }
+  for (int t = conv_taps(k, n, m, oy, ox, xi, wi) - 1; t >= 0; t--)
+    s += (unsigned __int128)x[xi[t]] * w[wi[t]];
   return (uint32_t)(s % MODP_P);
 }
 
@@ -462,11 +467,14 @@ static void test_conv_modp_full_range(void) {
     conv_setup(&o, &k);
     Tensor *y = op_run(&o, in, true, &d);
     int64_t wrong = y ? 0 : -1, e = 0;
+    size_t taps = (size_t)(k.c / k.groups * k.kh * k.kw);
+    int *xi = malloc(taps * sizeof *xi), *wi = malloc(taps * sizeof *wi);
     for (int n = 0; y && n < k.n; n++)
       for (int m = 0; m < k.m; m++)
         for (int oy = 0; oy < y->shape.d[2]; oy++)
           for (int ox = 0; ox < y->shape.d[3]; ox++)
-            wrong += elem_modp(y, e++) != conv_ref_modp(&k, in, n, m, oy, ox);
+            wrong += elem_modp(y, e++) != conv_ref_modp(&k, in, n, m, oy, ox, xi, wi);
+    free(xi), free(wi);
     CHECK_MSG(wrong == 0, "conv case %zu in Z_p over all residues: %lld wrong (%s)", ci,
               (long long)wrong, y ? "" : diag_last(&d));
     unref_all((Tensor *[]){y, in[0], in[1], in[2]}, 4);
