@@ -323,13 +323,13 @@ int opt_splice(const Graph *g, const Graph *inst, const TensorRef *bind, const T
  * candidate repeats most of its parent's matches), and solving the
  * target's free parameters is a search of its own. So each instance is
  * kept under an exact key: what opt_instantiate reads from the match, and
- * the matched parameters, which the Z_p verdict kept beside it depends on. */
+ * the matched parameters, which the instance's Z_p verdict depends on. */
 
 typedef struct MemoSlot {
   uint64_t hash;
   size_t len;
   unsigned char *key; /* NULL: empty slot */
-  OptInstEntry e;
+  OptInst *inst;      /* NULL: the target does not fit these shapes */
 } MemoSlot;
 
 struct OptInstMemo {
@@ -355,6 +355,7 @@ OptInstMemo *opt_inst_memo_new(void) {
 void opt_inst_free(OptInst *in) {
   if (!in) return;
   graph_free(in->g);
+  graph_free(in->src);
   free(in->order), free(in->slot), free(in->input_read);
   free(in->hs), free(in->plain), free(in->fused);
   free(in);
@@ -365,7 +366,7 @@ void opt_inst_memo_free(OptInstMemo *memo) {
   for (size_t i = 0; i < memo->cap; i++)
     if (memo->slot[i].key) {
       free(memo->slot[i].key);
-      opt_inst_free(memo->slot[i].e.inst);
+      opt_inst_free(memo->slot[i].inst);
     }
   free(memo->slot);
   free(memo->buf);
@@ -463,14 +464,14 @@ static int inst_wrap(Graph *g, OptInst **out) {
 }
 
 int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
-                 const OptMatch *m, OptInstEntry **out) {
+                 const OptMatch *m, OptInst **out) {
   size_t len = memo_key(rs, i, g, m, memo->buf);
   uint64_t h = hash_bytes(0x1a57, memo->buf, len);
   size_t j = memo->cap ? h & (memo->cap - 1) : 0;
   for (; memo->cap && memo->slot[j].key; j = (j + 1) & (memo->cap - 1)) {
     const MemoSlot *s = &memo->slot[j];
     if (s->hash == h && s->len == len && !memcmp(s->key, memo->buf, len)) {
-      *out = &memo->slot[j].e;
+      *out = s->inst;
       return TEQ_OK;
     }
   }
@@ -478,20 +479,21 @@ int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
     if (memo_grow(memo)) return TEQ_ERR_NOMEM;
     for (j = h & (memo->cap - 1); memo->slot[j].key; j = (j + 1) & (memo->cap - 1)) {}
   }
-  OptInstEntry e = {0};
+  OptInst *in = NULL;
   Graph *inst = NULL;
   int rc = opt_instantiate(&rs->r[i], g, m, &inst);
-  if (rc == TEQ_OK) rc = inst_wrap(inst, &e.inst);
+  if (rc == TEQ_OK) rc = inst_wrap(inst, &in);
   else if (rc == TEQ_ERR_INPUT || rc == TEQ_ERR_UNSUPPORTED) rc = TEQ_OK;
+  if (rc == TEQ_OK && in) rc = opt_extract_match(&rs->r[i], g, m, &in->src);
   unsigned char *key = rc ? NULL : malloc(len ? len : 1);
   if (!rc && !key) rc = TEQ_ERR_NOMEM;
   if (rc) {
-    opt_inst_free(e.inst);
+    opt_inst_free(in);
     return rc;
   }
   memcpy(key, memo->buf, len);
-  memo->slot[j] = (MemoSlot){.hash = h, .len = len, .key = key, .e = e};
+  memo->slot[j] = (MemoSlot){.hash = h, .len = len, .key = key, .inst = in};
   memo->n++;
-  *out = &memo->slot[j].e;
+  *out = in;
   return TEQ_OK;
 }

@@ -124,25 +124,26 @@ typedef struct OptInst {
   double *plain;      /* per new node: its cost alone, 0 when free; NAN until asked */
   double *fused;      /* per new node and fusion (OPT_FUSE__COUNT): NAN until asked */
   bool built_only;    /* holds something delta.c does not derive (an opaque node) */
+  /* The matched part of the graph it was made at, kept until the search
+   * checks the instance against it in Z_p: only the instances of rewrites
+   * the search keeps are checked (most rewrites are priced and dropped). */
+  Graph *src;
+  int verdict; /* the search's Z_p verdict, 0 until it decides */
 } OptInst;
 
 /* Instances by everything opt_instantiate reads from a match (the rule,
  * each variable's shape and element type, the shapes replaced) and the
  * matched parameters the Z_p check reads: built once, kept for the whole
- * search. verdict is the search's, 0 until it decides. */
+ * search. */
 typedef struct OptInstMemo OptInstMemo;
-typedef struct OptInstEntry {
-  OptInst *inst;      /* NULL: the target does not fit these shapes */
-  int verdict;
-} OptInstEntry;
 
 OptInstMemo *opt_inst_memo_new(void);
 void opt_inst_memo_free(OptInstMemo *memo);
-/* The entry for rule (index i of rs) at match m of g, instantiated on first
- * sight. TEQ_ERR_NOMEM, or TEQ_OK with *out set; *out stays valid until
- * the next call (the inst it points to, until the memo is freed). */
+/* The instance of rule (index i of rs) at match m of g, made on first
+ * sight (with its src), valid until the memo is freed; NULL when the
+ * target does not fit the match's shapes. TEQ_ERR_NOMEM or TEQ_OK. */
 int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
-                 const OptMatch *m, OptInstEntry **out);
+                 const OptMatch *m, OptInst **out);
 void opt_inst_free(OptInst *in);
 
 /* ---- delta.c ---- */

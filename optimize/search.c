@@ -14,8 +14,9 @@
  * best, are spliced into graphs of their own. Derived or built, a rewrite
  * gets the same hash and the same cost to the last bit, so the search
  * takes the same path. Rules are first screened by their root in brief
- * (opt_root_fits), and each rule instance is solved and checked in Z_p
- * once per rule and shapes for the whole search (opt_inst_get).
+ * (opt_root_fits), and each rule instance is solved once per rule and
+ * shapes for the whole search (opt_inst_get), and checked in Z_p once,
+ * when a rewrite through it is first kept: most are priced and dropped.
  *
  * Besides one rewrite per match, expanding a graph also applies each rule
  * at all its matches that share no node, as one candidate kept only if it
@@ -296,7 +297,7 @@ typedef struct Ctx {
   OptStats *st;
   Diag *d;
   KeySet seen;
-  KeySet *checked; /* Z_p verdicts, shared by every window */
+  KeySet *checked; /* opt_apply_rule's Z_p verdicts (the search's are its instances') */
   Heap heap;
   Cand best;
   const Cand *parent;
@@ -318,6 +319,10 @@ typedef struct Ctx {
   int repeat;     /* history entries the next settled candidate adds (its step) */
   double ceiling; /* settle drops candidates costing this or more */
   bool cycle;     /* offer_derived's verdict on the last rewrite: a cycle */
+  /* The instances the next offered rewrite splices in: checked in Z_p
+   * only if the search keeps it. */
+  OptInst *const *pending;
+  int n_pending;
   /* opt_apply_rule's caller, or opt_apply_rule_priced's */
   bool (*take)(Graph *rewritten, void *ctx);
   OptPricedFn priced;
@@ -330,7 +335,7 @@ enum { CHECK_NONE, CHECK_OK, CHECK_BAD, CHECK_TRUSTED };
 typedef struct Site {
   int rule, seq; /* seq: found seq-th in this expansion */
   OptMatch m;
-  const OptInst *in; /* the memo's, alive for the whole search */
+  OptInst *in; /* the memo's, alive for the whole search */
 } Site;
 
 static double graph_flops(const Graph *g) {
@@ -340,9 +345,29 @@ static double graph_flops(const Graph *g) {
   return f;
 }
 
-/* Whether this instance of the rule holds (CHECK_BAD: it does not),
- * checked exactly in Z_p on random inputs at the match's shapes when that
- * is cheap enough. */
+/* Whether inst computes what src does (CHECK_BAD: it does not), checked
+ * exactly in Z_p on random inputs when that is cheap enough. */
+static int zp_verdict(Ctx *c, const Graph *src, const Graph *inst, int *out) {
+  double flops = graph_flops(src) + graph_flops(inst);
+  if (c->o->zp_check_flops <= 0 || flops > c->o->zp_check_flops) {
+    c->st->zp_trusted++;
+    *out = CHECK_TRUSTED;
+    return TEQ_OK;
+  }
+  ExecDiff diff;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = exec_compare(src, inst, EXEC_MODP, c->o->seed, 0, 0, &diff, &quiet);
+  *out = rc == TEQ_OK && !diff.differ ? CHECK_OK : CHECK_BAD;
+  if (rc == TEQ_OK) exec_diff_fini(&diff);
+  diag_fini(&quiet);
+  c->st->zp_checked++;
+  return TEQ_OK;
+}
+
+/* Whether this instance of the rule holds at match m, each distinct one
+ * checked once (opt_apply_rule's path; the search's instances keep their
+ * own verdicts). */
 static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const Graph *inst,
                           int *out) {
   uint64_t key = hash_bytes(0x5eed, &c->rule, sizeof c->rule);
@@ -361,25 +386,24 @@ static int check_instance(Ctx *c, const OptRule *rule, const OptMatch *m, const 
   if (verdict == CHECK_NONE) {
     Graph *src = NULL;
     int rc = opt_extract_match(rule, c->g, m, &src);
-    if (rc) return rc;
-    double flops = graph_flops(src) + graph_flops(inst);
-    if (c->o->zp_check_flops <= 0 || flops > c->o->zp_check_flops) {
-      verdict = CHECK_TRUSTED;
-      c->st->zp_trusted++;
-    } else {
-      ExecDiff diff;
-      Diag quiet;
-      diag_init(&quiet);
-      rc = exec_compare(src, inst, EXEC_MODP, c->o->seed, 0, 0, &diff, &quiet);
-      verdict = rc == TEQ_OK && !diff.differ ? CHECK_OK : CHECK_BAD;
-      if (rc == TEQ_OK) exec_diff_fini(&diff);
-      diag_fini(&quiet);
-      c->st->zp_checked++;
-    }
+    if (rc == TEQ_OK) rc = zp_verdict(c, src, inst, &verdict);
     graph_free(src);
+    if (rc) return rc;
     if (c->checked && (rc = keyset_put(c->checked, key, (uint8_t)verdict))) return rc;
   }
   *out = verdict;
+  return TEQ_OK;
+}
+
+/* Whether an instance of the search holds: decided on first asking. */
+static int inst_holds(Ctx *c, OptInst *in, bool *holds) {
+  if (in->verdict == CHECK_NONE) {
+    int rc = zp_verdict(c, in->src, in->g, &in->verdict);
+    if (rc) return rc;
+    graph_free(in->src);
+    in->src = NULL;
+  }
+  *holds = in->verdict != CHECK_BAD;
   return TEQ_OK;
 }
 
@@ -461,6 +485,19 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
   if (!best && !keep) {
     graph_free(ng);
     return now_s() < c->deadline;
+  }
+  /* Its instances are checked only now: most rewrites are dropped above. */
+  for (int k = 0; k < c->n_pending; k++) {
+    bool holds;
+    if ((c->rc = inst_holds(c, c->pending[k], &holds))) {
+      graph_free(ng);
+      return false;
+    }
+    if (!holds) {
+      c->st->rejected_zp++;
+      graph_free(ng);
+      return now_s() < c->deadline;
+    }
   }
   if (!ng && best) {
     if ((c->rc = build(c, c->g, lz, &ng))) return false;
@@ -635,7 +672,7 @@ static bool priced_match(Ctx *c, OptInst *in, const OptMatch *m) {
   return true;
 }
 
-static int add_site(Ctx *c, const OptMatch *m, const OptInst *in) {
+static int add_site(Ctx *c, const OptMatch *m, OptInst *in) {
   if (c->n_sites == c->cap_sites) {
     int cap = c->cap_sites ? 2 * c->cap_sites : 64;
     Site *s = realloc(c->sites, (size_t)cap * sizeof *s);
@@ -658,26 +695,25 @@ static bool on_match(const OptMatch *m, void *ctx) {
     if (!c->take(ng, c->take_ctx)) graph_free(ng);
     return true;
   }
-  /* The search: each instance and its verdict once per rule and shapes,
-   * and the rewrite derived from c->g rather than built. */
-  OptInstEntry *e;
-  if ((c->rc = opt_inst_get(c->memo, c->rs, c->rule, c->g, m, &e))) return false;
-  OptInst *in = e->inst;
+  /* The search: each instance once per rule and shapes, and the rewrite
+   * derived from c->g rather than built. */
+  OptInst *in;
+  if ((c->rc = opt_inst_get(c->memo, c->rs, c->rule, c->g, m, &in))) return false;
   if (!in) {
     c->st->rejected_shape++;
     return true;
   }
-  if (e->verdict == CHECK_NONE) { /* e is good until the next opt_inst_get */
-    if ((c->rc = check_instance(c, &c->rs->r[c->rule], m, in->g, &e->verdict))) return false;
-  }
-  if (e->verdict == CHECK_BAD) {
-    c->st->rejected_zp++;
-    return true;
-  }
   if ((c->rc = opt_inst_prepare(in))) return false;
-  if (c->priced) return priced_match(c, in, m);
+  if (c->priced) { /* every rewrite is handed over: each checked first */
+    bool holds;
+    if ((c->rc = inst_holds(c, in, &holds))) return false;
+    if (!holds) c->st->rejected_zp++;
+    return holds ? priced_match(c, in, m) : true;
+  }
   c->step = c->rule;
+  c->pending = &in, c->n_pending = 1;
   bool go = offer_derived(c, in, m);
+  c->n_pending = 0;
   if (go && !c->cycle && !c->o->one_site && (c->rc = add_site(c, m, in))) return false;
   return go;
 }
@@ -846,10 +882,11 @@ static int expand_sites(Ctx *c) {
   size_t most = (size_t)c->n_sites;
   bool *used = calloc((size_t)c->g->n_nodes + 1, sizeof *used);
   const Graph **inst = malloc(most * sizeof *inst);
+  OptInst **held = malloc(most * sizeof *held);
   TensorRef(*bind)[OPT_MAX_SIDE] = malloc(most * sizeof *bind);
   TensorRef(*replace)[OPT_MAX_SIDE] = malloc(most * sizeof *replace);
   const TensorRef **binds = malloc(most * sizeof *binds), **replaces = malloc(most * sizeof *replaces);
-  int rc = used && inst && bind && replace && binds && replaces ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = used && inst && held && bind && replace && binds && replaces ? TEQ_OK : TEQ_ERR_NOMEM;
   int rules = 0;
   for (int a = 0, b; a < c->n_sites && rc == TEQ_OK && rules < SITES_MAX_RULES; a = b) {
     for (b = a + 1; b < c->n_sites && c->sites[b].rule == c->sites[a].rule; b++) {}
@@ -867,7 +904,8 @@ static int expand_sites(Ctx *c) {
       for (int p = 0; p < rule->src->n_nodes; p++)
         if (m->node[p] >= 0) used[m->node[p]] = true;
       match_tensors(c, m, bind[n], replace[n]);
-      inst[n] = c->sites[k].in->g, binds[n] = bind[n], replaces[n] = replace[n];
+      held[n] = c->sites[k].in, inst[n] = held[n]->g;
+      binds[n] = bind[n], replaces[n] = replace[n];
       n++;
     }
     if (n < 2) continue;
@@ -887,12 +925,13 @@ static int expand_sites(Ctx *c) {
     c->st->materialized++;
     c->st->all_sites++;
     c->step = c->rule, c->repeat = n, c->ceiling = c->parent->cost;
+    c->pending = held, c->n_pending = n;
     bool go = offer(c, ng);
-    c->repeat = 1, c->ceiling = INFINITY;
+    c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
     rc = c->rc;
     if (!go) break;
   }
-  free(used), free(inst), free(bind), free(replace), free(binds), free(replaces);
+  free(used), free(inst), free(held), free(bind), free(replace), free(binds), free(replaces);
   return rc;
 }
 
@@ -934,9 +973,9 @@ static int expand(Ctx *c) {
 
 /* Searches g alone; *best_out receives the best candidate. */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
-                        KeySet *checked, OptPricer *pr, OptInstMemo *memo, PetCache *pet,
+                        OptPricer *pr, OptInstMemo *memo, PetCache *pet,
                         double deadline, OptStats *st, Cand *best_out, Diag *d) {
-  Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .checked = checked, .pet = pet,
+  Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .pet = pet,
            .deadline = deadline, .pr = pr, .memo = memo, .repeat = 1, .ceiling = INFINITY};
   double cost;
   int rc = price(cm, pr, g, &cost, d);
@@ -1020,8 +1059,7 @@ int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *
   for (int id = 0; id < g->n_nodes && !any; id++) any = g->nodes[id].kind == rs->r[i].root;
   if (!any) return TEQ_OK;
   OptOptions o = opt ? *opt : OPT_DEFAULTS;
-  KeySet checked = {0};
-  Ctx c = {.rs = rs, .o = &o, .st = st, .d = d, .checked = &checked, .deadline = INFINITY,
+  Ctx c = {.rs = rs, .o = &o, .st = st, .d = d, .deadline = INFINITY,
            .rule = i, .g = g, .cm = cm, .priced = fn, .take_ctx = ctx};
   OptUses u = {0};
   c.memo = opt_inst_memo_new();
@@ -1037,7 +1075,6 @@ int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *
   opt_uses_fini(&u);
   opt_pricer_free(c.pr);
   opt_inst_memo_free(c.memo);
-  keyset_fini(&checked);
   return rc;
 }
 
@@ -1197,7 +1234,6 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   memset(st, 0, sizeof *st);
   st->n_rules = rs->n;
   st->applied = calloc((size_t)rs->n + 1, sizeof *st->applied);
-  KeySet checked = {0};
   PetCache pet = {0};
   int *pet_idx = NULL; /* the mutant of each st->pet_applied entry */
   Graph *cur = graph_copy(g);
@@ -1249,7 +1285,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       OptOptions wo = *o;
       if (hi - lo > window) wo.budget = (int)ceil((double)o->budget * (hi - lo) / window);
       if (!rc)
-        rc = search_graph(w, rs, cm, &wo, &checked, pr, memo, o->pet ? &pet : NULL, wd, st, &best,
+        rc = search_graph(w, rs, cm, &wo, pr, memo, o->pet ? &pet : NULL, wd, st, &best,
                           d);
       st->windows++;
       if (!rc && best.cost < before) {
@@ -1279,7 +1315,6 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       if (rc || hi >= m) break;
     }
   }
-  keyset_fini(&checked);
   pet_cache_fini(&pet);
   free(pet_idx);
   opt_pricer_free(pr);
