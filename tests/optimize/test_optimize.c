@@ -245,6 +245,59 @@ static void test_no_match_unchanged(void) {
   graph_free(g);
 }
 
+/* A rule graph over two inputs of s, its one output rooted at op(a, b)
+ * (b unused for unary ops) applied to relus or not. */
+static Graph *rule_side(Shape s, OpKind outer, OpKind inner, bool inner_on_inputs) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", s), y = input(g, "y", s);
+  if (inner_on_inputs) x = op(g, inner, x, x, 1, NULL), y = op(g, inner, y, y, 1, NULL);
+  TensorRef r = op(g, outer, x, y, op_def(outer)->n_in_min, NULL);
+  if (!inner_on_inputs) r = op(g, inner, r, r, 1, NULL);
+  graph_add_output(g, r, "r", NULL);
+  return g;
+}
+
+/* Unsound rules: their rewrites are checked in Z_p when the search keeps
+ * them, and refused; a rewrite the search never keeps is never checked.
+ * relu(x) + relu(y) => relu(x + y) saves an operator and is kept (then
+ * refused); relu(x + y) => relu(x) + relu(y) costs one more and, at an
+ * alpha of 1, is never kept, so its instance is never checked. */
+static void test_unsound_refused_when_kept(void) {
+  Shape s = shape_of(2, 64, 64);
+  OptRules *rs = opt_rules_new();
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_rules_add(rs, rule_side(s, OP_EWADD, OP_RELU, true),
+                      rule_side(s, OP_EWADD, OP_RELU, false), 1, "unsound merge", &d) == TEQ_OK);
+  CHECK(opt_rules_add(rs, rule_side(s, OP_EWADD, OP_RELU, false),
+                      rule_side(s, OP_EWADD, OP_RELU, true), 2, "unsound split", &d) == TEQ_OK);
+  /* relu(a) + relu(b), and relu(c + d) beside it */
+  Graph *g = graph_new();
+  TensorRef a = input(g, "a", s), b = input(g, "b", s), c = input(g, "c", s), e = input(g, "d", s);
+  TensorRef sum = op(g, OP_EWADD, op(g, OP_RELU, a, a, 1, NULL), op(g, OP_RELU, b, b, 1, NULL), 2,
+                     NULL);
+  TensorRef both = op(g, OP_EWADD, c, e, 2, NULL);
+  graph_add_output(g, sum, "sum", NULL);
+  graph_add_output(g, op(g, OP_RELU, both, both, 1, NULL), "relu_of_sum", NULL);
+  OptOptions o = OPT_DEFAULTS;
+  o.alpha = 1.0, o.budget = 20, o.pet = false;
+  OptStats st;
+  CostModel *cm = cost_model_new();
+  Graph *best = NULL;
+  CHECK(opt_search(g, rs, cm, &o, &best, &st, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  CHECK(best && graph_hash(best, NULL) == graph_hash(g, NULL));
+  CHECK_EQ_INT(st.zp_checked, 1);  /* the merge's instance alone */
+  CHECK(st.rejected_zp >= 1);
+  CHECK(st.generated >= 2);        /* both rules made a rewrite */
+  opt_stats_fini(&st);
+  graph_free(best);
+  cost_model_free(cm);
+  opt_rules_free(rs);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* The search on a small graph with a merge to find: two products sharing
  * their input, each followed by relu; the result must equal the original
  * and cost no more. */
@@ -851,6 +904,7 @@ int main(void) {
   test_cycle_rejected();
   test_opaque_survives();
   test_no_match_unchanged();
+  test_unsound_refused_when_kept();
   test_search_equivalent();
   test_full_queue();
   test_every_site();
