@@ -595,7 +595,8 @@ OptDelta opt_delta_hash(OptBase *b, OptInst *in, const TensorRef *bind, const Te
     b->gen = 1;
   }
   b->in = in, b->k = in->n_new, b->n_rep = in->g->n_outputs;
-  if (in->built_only || !in->hs || b->k > OPT_MAX_SIDE || b->n_rep > OPT_MAX_SIDE)
+  if (in->built_only || !in->hs || b->k > OPT_MAX_SIDE || b->n_rep > OPT_MAX_SIDE ||
+      in->g->n_inputs > OPT_MAX_SIDE) /* PET's mutants may read more */
     return OPT_DELTA_BUILD;
   /* A variable bound to a node dead before the rewrite (only a window cut
    * from a model has such nodes) is left to the built graph. */

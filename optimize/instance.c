@@ -422,8 +422,8 @@ static int memo_grow(OptInstMemo *memo) {
   return TEQ_OK;
 }
 
-/* inst wrapped with the order opt_splice adds its nodes in. */
-static int inst_wrap(Graph *g, OptInst **out) {
+/* g wrapped with the order opt_splice adds its nodes in. */
+int opt_inst_wrap(Graph *g, OptInst **out) {
   OptInst *in = calloc(1, sizeof *in);
   int n = g->n_nodes;
   if (in) {
@@ -482,7 +482,7 @@ int opt_inst_get(OptInstMemo *memo, const OptRules *rs, int i, const Graph *g,
   OptInst *in = NULL;
   Graph *inst = NULL;
   int rc = opt_instantiate(&rs->r[i], g, m, &inst);
-  if (rc == TEQ_OK) rc = inst_wrap(inst, &in);
+  if (rc == TEQ_OK) rc = opt_inst_wrap(inst, &in);
   else if (rc == TEQ_ERR_INPUT || rc == TEQ_ERR_UNSUPPORTED) rc = TEQ_OK;
   if (rc == TEQ_OK && in) rc = opt_extract_match(&rs->r[i], g, m, &in->src);
   unsigned char *key = rc ? NULL : malloc(len ? len : 1);

@@ -6,7 +6,7 @@
  *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
  *            [--dump] [--quiet]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
- *            [--pet-max-flops F] model.onnx
+ *            [--pet-max-flops F] [--check-derived] model.onnx
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
@@ -72,6 +72,8 @@ static const char usage[] =
   "  --pet-mutants K     corrected mutants kept per subprogram (default 8)\n"
   "  --pet-max-flops F   mutate subprograms up to F flops (default 2e8; the tests run\n"
   "                      both programs in Z_p on the CPU)\n"
+  "  --check-derived     build every PET candidate the search derives unbuilt too, and\n"
+  "                      fail if it differs (slow; a test of the search itself)\n"
   "  --quiet             no progress on stderr\n";
 
 typedef struct Args {
@@ -115,6 +117,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       continue;
     } else if (!strcmp(k, "--one-site")) {
       a->opt.one_site = true;
+      continue;
+    } else if (!strcmp(k, "--check-derived")) {
+      a->opt.check_derived = true;
       continue;
     } else if (!strcmp(k, "--plain-windows")) {
       a->opt.plain_windows = true;
@@ -347,10 +352,12 @@ static void report_text(const Report *r, FILE *f) {
     int times = 0;
     for (int i = 0; i < st->n_pet_applied; i++) times += st->pet_applied[i].times;
     fprintf(f, "  %-26s %lld subprograms mutated (%lld over %.3g flops skipped), %lld mutants "
-            "corrected (%lld failed), %lld candidates built, %lld queued, %d applied, %.2f s\n",
+            "corrected (%lld failed), %lld candidates (%lld derived unbuilt), %lld queued, %d "
+            "applied, %.2f s\n",
             "PET", (long long)st->pet_subprograms, (long long)st->pet_too_large,
             r->opt->pet_max_flops, (long long)st->pet_mutants, (long long)st->pet_failed,
-            (long long)st->pet_built, (long long)st->pet_kept, times, st->pet_s);
+            (long long)st->pet_built, (long long)st->pet_derived, (long long)st->pet_kept, times,
+            st->pet_s);
     fprintf(f, "  %-26s reshapes/transposes in the candidates built: %lld moved past "
             "element-wise operators, %lld inverse groups removed, %lld pairs fused; on the "
             "result: %lld moved, %lld removed, %lld fused\n", "PET post-optimization",
@@ -418,13 +425,14 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     fprintf(f, "  \"check\": null,\n");
   if (r->opt->pet) {
     fprintf(f, "  \"pet\": {\"subprograms\": %lld, \"too_large\": %lld, \"max_flops\": %.6g, "
-            "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"kept\": %lld, "
+            "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"derived\": %lld, "
+            "\"kept\": %lld, "
             "\"seconds\": %.4f, \"post\": {\"candidates\": {\"moved\": %lld, \"removed\": "
             "%lld, \"fused\": %lld}, \"result\": {\"moved\": %lld, \"removed\": %lld, "
             "\"fused\": %lld}}, \"applied\": [", (long long)st->pet_subprograms,
             (long long)st->pet_too_large, r->opt->pet_max_flops, (long long)st->pet_mutants,
-            (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_kept,
-            st->pet_s, (long long)st->pet_post_moved, (long long)st->pet_post_removed,
+            (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_derived,
+            (long long)st->pet_kept, st->pet_s, (long long)st->pet_post_moved, (long long)st->pet_post_removed,
             (long long)st->pet_post_fused, (long long)r->post.moved, (long long)r->post.removed,
             (long long)r->post.fused);
     for (int i = 0; i < st->n_pet_applied; i++) {

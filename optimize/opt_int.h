@@ -137,6 +137,9 @@ typedef struct OptInst {
  * search. */
 typedef struct OptInstMemo OptInstMemo;
 
+/* g (taken) wrapped as an instance: a mutant PET spliced in as a rule's
+ * target is. TEQ_ERR_NOMEM (g freed) or TEQ_ERR_INTERNAL. */
+int opt_inst_wrap(Graph *g, OptInst **out);
 OptInstMemo *opt_inst_memo_new(void);
 void opt_inst_memo_free(OptInstMemo *memo);
 /* The instance of rule (index i of rs) at match m of g, made on first

@@ -79,6 +79,8 @@ typedef struct OptOptions {
   int pet_mutants;       /* K: corrected mutants kept per subprogram (default 8) */
   double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): each mutant
                             is tested by running both programs in Z_p on the CPU */
+  bool check_derived;    /* build and post-optimize every PET candidate the search derives
+                            unbuilt too, and fail if that changes it (slow: for tests) */
 } OptOptions;
 
 #define OPT_DEFAULTS                                                                  \
@@ -118,7 +120,8 @@ typedef struct OptStats {
   int64_t pet_too_large;   /* ... skipped: over pet_max_flops */
   int64_t pet_mutants;     /* corrected mutants generated */
   int64_t pet_failed;      /* mutants whose correction failed */
-  int64_t pet_built;       /* candidates built by splicing a mutant in */
+  int64_t pet_built;       /* candidates made by splicing a mutant in */
+  int64_t pet_derived;     /* ... of which derived (delta.c), not built: no post-optimization */
   int64_t pet_kept;        /* ... within alpha of the best, queued */
   double pet_s;            /* seconds in pet_split, pet_mutate and pet_correct */
   /* pet_post_optimize over the candidates built: reshapes and transposes

@@ -132,7 +132,7 @@ static int keyset_put(KeySet *s, uint64_t k, uint8_t v) {
 
 /* One corrected mutant. Its inputs and outputs are the subprogram's. */
 typedef struct PetMut {
-  Graph *g;
+  OptInst *in;        /* the mutant (in->g), spliced in as a rule's target is */
   OptPetApplied info; /* cost_delta_us is NAN until it is first spliced in */
 } PetMut;
 
@@ -151,7 +151,7 @@ typedef struct PetCache {
 } PetCache;
 
 static void pet_cache_fini(PetCache *pc) {
-  for (int i = 0; i < pc->n_m; i++) graph_free(pc->m[i].g);
+  for (int i = 0; i < pc->n_m; i++) opt_inst_free(pc->m[i].in);
   free(pc->e), free(pc->m);
   pet_post_cache_free(pc->post);
   memset(pc, 0, sizeof *pc);
@@ -785,8 +785,16 @@ static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
       }
       pc->m = m, pc->cap_m = cap;
     }
+    OptInst *in = NULL;
+    if ((rc = opt_inst_wrap(fixed, &in)) == TEQ_OK) rc = opt_inst_prepare(in);
+    if (rc) {
+      opt_inst_free(in);
+      c->rc = rc;
+      pet_regions_fini(&rg);
+      break;
+    }
     PetMut *pm = &pc->m[pc->n_m++];
-    *pm = (PetMut){.g = fixed};
+    *pm = (PetMut){.in = in};
     snprintf(pm->info.desc, sizeof pm->info.desc, "%s", mut[k].desc);
     regions_text(&rg, pm->info.correction, sizeof pm->info.correction);
     pm->info.cost_delta_us = NAN;
@@ -801,13 +809,124 @@ static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
   return c->rc ? NULL : e;
 }
 
-/* Every corrected mutant of every subprogram of c->g, spliced in. */
+/* Whether PET's post-optimization leaves c->g as it is. */
+static int post_leaves_alone(Ctx *c, bool *alone) {
+  Graph *h = graph_copy(c->g);
+  if (!h) return TEQ_ERR_NOMEM;
+  PetPostStats post;
+  int rc = c->pet->post || (c->pet->post = pet_post_cache_new()) ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = pet_post_optimize_cached(&h, c->pet->post, &post, c->d);
+  *alone = rc == TEQ_OK && post.moved + post.removed + post.fused == 0;
+  graph_free(h);
+  return rc;
+}
+
+/* Mutant pm of subprogram sp spliced into c->g, post-optimized and
+ * offered: built, as any candidate whose post-optimization may rewrite
+ * something. */
+static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp) {
+  Graph *ng = NULL;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = opt_splice(c->g, pm->in->g, sp->in, sp->out, &ng, &quiet);
+  diag_fini(&quiet);
+  c->queued = false;
+  if (rc == TEQ_ERR_INPUT) { /* a cycle through the subprogram's outside */
+    c->st->rejected_cycle++;
+    return true;
+  }
+  PetPostStats post;
+  if (rc == TEQ_OK && !c->pet->post && !(c->pet->post = pet_post_cache_new()))
+    rc = TEQ_ERR_NOMEM, graph_free(ng);
+  else if (rc == TEQ_OK && (rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d)))
+    graph_free(ng);
+  /* Moving layouts may leave two nodes computing one value; merged, the
+   * candidate's rewrites are derived (delta.c) rather than built. */
+  if (rc == TEQ_OK) {
+    int merged = graph_merge_duplicates(ng);
+    if (merged < 0) rc = merged, graph_free(ng);
+  }
+  if (rc) return c->rc = rc, false;
+  c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
+  c->st->pet_post_fused += post.fused;
+  c->st->generated++, c->st->pet_built++;
+  return offer(c, ng);
+}
+
+/* check_derived: the candidate derived with hash and cost, built and
+ * post-optimized as offer_mutant_built would, must be the same graph at
+ * the same price. */
+static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *sp, uint64_t hash,
+                                double cost) {
+  Graph *ng = NULL;
+  Diag quiet;
+  diag_init(&quiet);
+  int rc = opt_splice(c->g, pm->in->g, sp->in, sp->out, &ng, &quiet);
+  diag_fini(&quiet);
+  PetPostStats post = {0};
+  if (rc == TEQ_OK) rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d);
+  double built = 0;
+  if (rc == TEQ_OK) rc = graph_merge_duplicates(ng) < 0 ? TEQ_ERR_NOMEM : TEQ_OK;
+  if (rc == TEQ_OK) rc = price(c->cm, c->pr, ng, &built, c->d);
+  if (rc == TEQ_OK && (graph_hash(ng, NULL) != hash || built != cost ||
+                       post.moved + post.removed + post.fused))
+    rc = diag_error(c->d, "optimize: PET candidate '%s' derived unbuilt differs when built "
+                    "(cost %.17g against %.17g, %lld post-optimization rewrites)", pm->info.desc,
+                    cost, built, (long long)(post.moved + post.removed + post.fused));
+  graph_free(ng);
+  return rc;
+}
+
+/* Mutant pm of subprogram sp offered as offer_derived offers a rule's
+ * rewrite: hashed and priced from c->base without building it, for a
+ * splice PET's post-optimization is sure to leave alone (c->g itself
+ * left alone, and pet_post_splice_quiet). What delta.c leaves to the
+ * built graph goes the built way. */
+static bool offer_mutant(Ctx *c, const PetMut *pm, const PetSubprogram *sp) {
+  Lazy lz = {.in = pm->in, .bind = sp->in, .replace = sp->out};
+  c->queued = false;
+  OptDelta v = opt_delta_hash(c->base, pm->in, sp->in, sp->out, &lz.hash);
+  if (v == OPT_DELTA_CYCLE) {
+    c->st->rejected_cycle++;
+    return true;
+  }
+  if (v == OPT_DELTA_BUILD) return offer_mutant_built(c, pm, sp);
+  c->st->generated++, c->st->pet_built++, c->st->pet_derived++;
+  if (keyset_get(&c->seen, lz.hash)) {
+    c->st->duplicates++;
+    return true;
+  }
+  if ((c->rc = keyset_put(&c->seen, lz.hash, 1))) return false;
+  double cost;
+  int r = opt_delta_cost(c->base, &cost, c->d);
+  if (r < 0) return c->rc = r, false;
+  Graph *ng = NULL;
+  if (r == OPT_DELTA_BUILD) {
+    if ((c->rc = build(c, c->g, &lz, &ng))) return false;
+    c->st->materialized++;
+    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
+      graph_free(ng);
+      return false;
+    }
+  }
+  if (c->o->check_derived && (c->rc = check_mutant_derived(c, pm, sp, lz.hash, cost))) {
+    graph_free(ng);
+    return false;
+  }
+  return settle(c, ng, cost, &lz);
+}
+
+/* Every corrected mutant of every subprogram of c->g, spliced in. Most
+ * are derived rather than built, as rules' rewrites are: of NasNet-A's,
+ * post-optimization rewrites one in thirty. */
 static int expand_pet(Ctx *c) {
   double t0 = now_s();
   PetSplit sp;
   Diag quiet;
   diag_init(&quiet);
   int rc = pet_split(c->g, NULL, &sp, &quiet);
+  bool derive = false;
+  if (rc == TEQ_OK && sp.n > 0 && c->base) rc = post_leaves_alone(c, &derive);
   c->st->pet_s += now_s() - t0;
   for (int i = 0; i < sp.n && rc == TEQ_OK && now_s() < c->deadline; i++) {
     t0 = now_s();
@@ -818,30 +937,11 @@ static int expand_pet(Ctx *c) {
       break;
     }
     for (int k = e->first; k < e->first + e->n && rc == TEQ_OK; k++) {
-      Graph *ng = NULL;
-      rc = opt_splice(c->g, c->pet->m[k].g, sp.v[i].in, sp.v[i].out, &ng, &quiet);
-      if (rc == TEQ_ERR_INPUT) { /* a cycle through the subprogram's outside */
-        c->st->rejected_cycle++;
-        rc = TEQ_OK;
-        continue;
-      }
-      PetPostStats post;
-      if (rc == TEQ_OK && !c->pet->post && !(c->pet->post = pet_post_cache_new()))
-        rc = TEQ_ERR_NOMEM, graph_free(ng);
-      else if (rc == TEQ_OK && (rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d)))
-        graph_free(ng);
-      /* Moving layouts may leave two nodes computing one value; merged, the
-       * candidate's rewrites are derived (delta.c) rather than built. */
-      if (rc == TEQ_OK) {
-        int merged = graph_merge_duplicates(ng);
-        if (merged < 0) rc = merged, graph_free(ng);
-      }
-      if (rc) break;
-      c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
-      c->st->pet_post_fused += post.fused;
-      c->st->generated++, c->st->pet_built++;
+      const PetMut *pm = &c->pet->m[k];
       c->step = -1 - k;
-      bool go = offer(c, ng);
+      bool go = derive && pet_post_splice_quiet(c->g, pm->in->g, sp.v[i].in, sp.v[i].out)
+                    ? offer_mutant(c, pm, &sp.v[i])
+                    : offer_mutant_built(c, pm, &sp.v[i]);
       c->st->pet_kept += c->queued;
       rc = c->rc;
       if (!go) break;
@@ -963,11 +1063,11 @@ static int expand(Ctx *c) {
       if (now_s() >= c->deadline) break;
     }
   }
+  if (rc == TEQ_OK && !c->o->one_site && now_s() < c->deadline) rc = expand_sites(c);
+  if (rc == TEQ_OK && c->pet && now_s() < c->deadline) rc = expand_pet(c);
   opt_base_free(c->base);
   c->base = NULL;
   opt_uses_fini(&u);
-  if (rc == TEQ_OK && !c->o->one_site && now_s() < c->deadline) rc = expand_sites(c);
-  if (rc == TEQ_OK && c->pet && now_s() < c->deadline) rc = expand_pet(c);
   return rc;
 }
 

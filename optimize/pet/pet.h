@@ -264,5 +264,14 @@ TEQ_API PetPostCache *pet_post_cache_new(void);
 TEQ_API void pet_post_cache_free(PetPostCache *c);
 TEQ_API int pet_post_optimize_cached(Graph **g, PetPostCache *cache, PetPostStats *stats,
                                      Diag *d);
+/* Whether the post-optimization of g with sub spliced in (sub's input k
+ * reading in[k] of g, its output k replacing out[k]) is sure to find
+ * nothing to rewrite, given that it finds nothing in g: no reshape or
+ * transpose of sub meets another, or an element-wise operator, inside it
+ * or across its boundary, none is an identity by its shapes, and none of
+ * g's loses a reader. False when unsure. A search then derives such a
+ * candidate as it derives a rule's rewrite, without building it. */
+TEQ_API bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in,
+                                   const TensorRef *out);
 
 #endif

@@ -419,6 +419,85 @@ static int try_move(Post *p, int f, bool *done) {
   return TEQ_OK;
 }
 
+/* ---- splices it leaves alone ---- */
+
+/* Each rewrite above acts at an R/T: the end of a chain of them that
+ * may be the identity (its first input of the last one's output shape),
+ * one reading another of its kind (fusion), one read by an element-wise
+ * operator whose every other input is a constant or an R/T (motion). If g is left alone, a rewrite of the
+ * spliced graph must involve a node of sub, or one of g's whose readers
+ * sub changed (an R/T read by the part sub replaces may be left with an
+ * element-wise reader alone). Each such meeting is refused here, whether
+ * or not the rewrite would then find the R/T alike or the chain the
+ * identity: refusing more is safe. */
+
+/* The node computing input j of node n of sub, as the spliced graph has
+ * it: sub's own, or g's for an input of sub. */
+static const Node *spliced_in(const Graph *g, const Graph *sub, const TensorRef *in,
+                              const Node *n, int j) {
+  const Node *a = &sub->nodes[n->in[j].node];
+  if (a->kind != OP_INPUT) return a;
+  for (int k = 0; k < sub->n_inputs; k++)
+    if (sub->inputs[k] == n->in[j].node) return &g->nodes[in[k].node];
+  return a;
+}
+
+/* Whether an element-wise operator might move an R/T among its inputs:
+ * none of its inputs is computed by anything but an R/T or a constant. */
+static bool might_move(const Node *const *inputs, int n_in) {
+  for (int j = 0; j < n_in; j++)
+    if (!is_rt(inputs[j]) && inputs[j]->kind != OP_CONST) return false;
+  return true;
+}
+
+bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in,
+                           const TensorRef *out) {
+  const Node *inputs[MAX_EW_IN];
+  for (int k = 0; k < sub->n_inputs; k++)
+    if (is_rt(&g->nodes[in[k].node])) return false;
+  for (int id = 0; id < sub->n_nodes; id++) {
+    const Node *n = &sub->nodes[id];
+    if (is_rt(n)) {
+      /* a pair to fuse, or a chain ending here that may be an inverse group */
+      if (sub->nodes[n->in[0].node].kind == n->kind) return false;
+      for (const Node *a = n; is_rt(a); a = &sub->nodes[a->in[0].node])
+        if (shape_equal(graph_shape(sub, a->in[0]), &n->out[0])) return false;
+    } else if (op_def(n->kind)->flags & OPF_ELEMENTWISE) {
+      if (n->n_in > MAX_EW_IN) return false;
+      for (int j = 0; j < n->n_in; j++) inputs[j] = spliced_in(g, sub, in, n, j);
+      if (might_move(inputs, n->n_in)) return false;
+    }
+  }
+  /* g's readers of an R/T of sub */
+  for (int o = 0; o < sub->n_outputs; o++) {
+    if (!is_rt(&sub->nodes[sub->outputs[o].node])) continue;
+    for (int id = 0; id < g->n_nodes; id++) {
+      const Node *n = &g->nodes[id];
+      bool ew = (op_def(n->kind)->flags & OPF_ELEMENTWISE) != 0;
+      if (!is_rt(n) && !ew) continue;
+      bool reads = false;
+      for (int j = 0; j < n->n_in && !reads; j++)
+        reads = n->in[j].node == out[o].node && n->in[j].out == out[o].out;
+      if (!reads) continue;
+      if (is_rt(n) || n->n_in > MAX_EW_IN) return false;
+      for (int j = 0; j < n->n_in; j++) {
+        const Node *a = &g->nodes[n->in[j].node];
+        for (int q = 0; q < sub->n_outputs; q++) /* read from sub's output instead */
+          if (n->in[j].node == out[q].node && n->in[j].out == out[q].out) {
+            TensorRef r = sub->outputs[q];
+            a = &sub->nodes[r.node];
+            if (a->kind == OP_INPUT)
+              for (int k = 0; k < sub->n_inputs; k++)
+                if (sub->inputs[k] == r.node) a = &g->nodes[in[k].node];
+          }
+        inputs[j] = a;
+      }
+      if (might_move(inputs, n->n_in)) return false;
+    }
+  }
+  return true;
+}
+
 /* ---- the pass ---- */
 
 typedef int (*Rewrite)(Post *p, int id, bool *done);

@@ -524,6 +524,40 @@ static void test_search_fig1(void) {
   graph_free(g);
 }
 
+/* pet_post_splice_quiet against the pass itself. g computes x w + k; the
+ * mutant computes x w as (w^T x^T)^T, so its output is a transpose. Beside
+ * a constant k the pass moves that transpose past the add, and the splice
+ * is not quiet; beside an input z nothing moves, and it is. */
+static void test_splice_quiet(void) {
+  static const int64_t swap[2] = {1, 0};
+  for (int beside_const = 0; beside_const < 2; beside_const++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", shape_of(2, 2, 3)), w = input(g, "w", shape_of(2, 3, 4));
+    TensorRef k = beside_const ? small_int_weight(g, shape_of(2, 2, 4), 1)
+                               : input(g, "z", shape_of(2, 2, 4));
+    TensorRef a = binary(g, OP_MATMUL, x, w);
+    must(graph_add_output(g, binary(g, OP_EWADD, a, k), "y", &diag));
+    Graph *sub = graph_new();
+    TensorRef sx = input(sub, "x", shape_of(2, 2, 3)), sw = input(sub, "w", shape_of(2, 3, 4));
+    TensorRef m = binary(sub, OP_MATMUL, transpose(sub, sw, 2, swap), transpose(sub, sx, 2, swap));
+    must(graph_add_output(sub, transpose(sub, m, 2, swap), "a", &diag));
+    bool quiet = pet_post_splice_quiet(g, sub, (TensorRef[]){x, w}, &a);
+    /* the spliced graph, by hand */
+    Graph *h = graph_new();
+    TensorRef hx = input(h, "x", shape_of(2, 2, 3)), hw = input(h, "w", shape_of(2, 3, 4));
+    TensorRef hk = beside_const ? small_int_weight(h, shape_of(2, 2, 4), 1)
+                                : input(h, "z", shape_of(2, 2, 4));
+    TensorRef hm = binary(h, OP_MATMUL, transpose(h, hw, 2, swap), transpose(h, hx, 2, swap));
+    must(graph_add_output(h, binary(h, OP_EWADD, transpose(h, hm, 2, swap), hk), "y", &diag));
+    PetPostStats st;
+    Graph *p = post(h, &st);
+    print_stats(beside_const ? "splice beside a constant" : "splice beside an input", &st, p);
+    CHECK_EQ_INT(quiet, !beside_const);
+    CHECK_EQ_INT(st.moved + st.removed + st.fused > 0, beside_const);
+    graph_free(p), graph_free(h), graph_free(sub), graph_free(g);
+  }
+}
+
 int main(void) {
   diag_init(&diag);
   test_inverse_around_elementwise();
@@ -532,6 +566,7 @@ int main(void) {
   test_opaque_and_outputs();
   test_two_readers();
   test_search_fig1();
+  test_splice_quiet();
   diag_flush(&diag, stderr);
   diag_fini(&diag);
   return check_exit();

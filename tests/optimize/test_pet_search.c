@@ -59,6 +59,7 @@ static Graph *search(const Graph *g, bool pet, OptStats *st) {
   OptOptions o = OPT_DEFAULTS;
   o.pet = pet;
   o.budget = 10;
+  o.check_derived = true; /* candidates derived unbuilt are built too, and must agree */
   Graph *best = NULL;
   int rc = opt_search(g, rs, cm, &o, &best, st, &diag);
   CHECK(rc == TEQ_OK);

@@ -10,7 +10,9 @@
 # The search is bounded (--budget, --time-limit, --pet-max-flops: every
 # mutant is tested by running both programs in Z_p on the CPU, which is
 # what costs time under ASan): this checks that what optimize writes with
-# PET on is right, not how far it gets.
+# PET on is right, not how far it gets. --check-derived builds and
+# post-optimizes every PET candidate the search derives unbuilt as well, and
+# optimize fails if one differs.
 # Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
 # TEQ_PYTHON (/usr/bin/python3).
 set -euo pipefail
@@ -74,7 +76,7 @@ for entry in "${models[@]}"; do
   mkdir -p "$w"
   t0=$(date +%s)
   rc=0
-  "$OPT" --rules "$db" --quiet --budget 10 --time-limit 40 --pet-max-flops 1e8 \
+  "$OPT" --rules "$db" --quiet --budget 10 --time-limit 40 --pet-max-flops 1e8 --check-derived \
     --json "$w/report.json" -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
   if ((rc != 0)); then
     fail "$name: optimize --pet exited $rc: $(tail -n1 "$w/err.log")"
