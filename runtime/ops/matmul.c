@@ -42,48 +42,63 @@ static int blas_fits(const Node *n, Diag *d, int64_t m, int64_t nn, int64_t k) {
  * The loops follow B's layout so that the inner one reads memory in order
  * and vectorises (a column walk of B was most of what gen-rules, PET's
  * corrector and optimize's instance checks spent): B in rows (cb = 1) is
- * summed into a band of C's row at a time; B in columns (rb = 1, gemm's
- * transB) is a dot product per element. Each product is folded once
- * (2^31 = 1 mod p) to below 2^32 before it is summed, so a uint64_t holds
- * 2^32 of them; the sum is reduced at the end. */
+ * summed into a band of C's row at a time, four rows of B per pass; B in
+ * columns (rb = 1, gemm's transB) is a dot product per element. Residues
+ * are below 2^31, so a product is below 2^62 and four of them sum below
+ * 2^64; each such sum is folded once (2^31 = 1 mod p) to below 2^34
+ * before it is added, so a uint64_t holds 2^30 of them; the sum is
+ * reduced at the end. */
 enum { MODP_BAND = 256 };
 
-static inline uint64_t modp_fold(uint64_t prod) { return (prod & MODP_P) + (prod >> 31); }
+static inline uint64_t modp_fold(uint64_t s) { return (s & MODP_P) + (s >> 31); }
 
-/* acc[j] += x * b[j], folded: the inner loop of a band. Both factors are
- * below 2^31, so one 32 x 32 -> 64-bit multiply per lane (vpmuludq) is the
- * whole product; compilers vectorise the portable loop with a full 64-bit
- * multiply assembled from three, so x86 gets it spelled out, for the
- * widest vectors the machine has. */
+/* acc[j] += x0 b0[j] + x1 b1[j] + x2 b2[j] + x3 b3[j], folded (bt: the
+ * distance from one row of B to the next): the inner loop of a band, for
+ * four steps of the sum at once, so that each fold and each access to
+ * acc serves four products. Both factors are below 2^31, so one 32 x 32
+ * -> 64-bit multiply per lane (vpmuludq) is the whole product; compilers
+ * vectorise the portable loop with a full 64-bit multiply assembled from
+ * three, so x86 gets it spelled out, for the widest vectors it has. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BAND_X86 1
 
-__attribute__((target("avx512f"))) static int64_t band_axpy_avx512(uint64_t *acc,
-                                                                   const uint32_t *b, int64_t w,
-                                                                   uint32_t x) {
-  const __m512i vx = _mm512_set1_epi64(x), p = _mm512_set1_epi64(MODP_P);
+__attribute__((target("avx512f"))) static int64_t band_axpy4_avx512(uint64_t *acc,
+                                                                    const uint32_t *b, int64_t bt,
+                                                                    int64_t w, const uint32_t *x) {
+  const __m512i x0 = _mm512_set1_epi64(x[0]), x1 = _mm512_set1_epi64(x[1]);
+  const __m512i x2 = _mm512_set1_epi64(x[2]), x3 = _mm512_set1_epi64(x[3]);
+  const __m512i p = _mm512_set1_epi64(MODP_P);
+#define ROW512(r) _mm512_cvtepu32_epi64(_mm256_loadu_si256((const void *)(b + (r) * bt + j)))
   int64_t j = 0;
   for (; j + 8 <= w; j += 8) {
-    __m512i bj = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const void *)(b + j)));
-    __m512i prod = _mm512_mul_epu32(bj, vx);
-    __m512i fold = _mm512_add_epi64(_mm512_and_si512(prod, p), _mm512_srli_epi64(prod, 31));
+    __m512i s = _mm512_add_epi64(_mm512_mul_epu32(ROW512(0), x0), _mm512_mul_epu32(ROW512(1), x1));
+    s = _mm512_add_epi64(s, _mm512_add_epi64(_mm512_mul_epu32(ROW512(2), x2),
+                                             _mm512_mul_epu32(ROW512(3), x3)));
+    __m512i fold = _mm512_add_epi64(_mm512_and_si512(s, p), _mm512_srli_epi64(s, 31));
     _mm512_storeu_si512(acc + j, _mm512_add_epi64(_mm512_loadu_si512(acc + j), fold));
   }
+#undef ROW512
   return j;
 }
 
-__attribute__((target("avx2"))) static int64_t band_axpy_avx2(uint64_t *acc, const uint32_t *b,
-                                                              int64_t w, uint32_t x) {
-  const __m256i vx = _mm256_set1_epi64x(x), p = _mm256_set1_epi64x(MODP_P);
+__attribute__((target("avx2"))) static int64_t band_axpy4_avx2(uint64_t *acc, const uint32_t *b,
+                                                               int64_t bt, int64_t w,
+                                                               const uint32_t *x) {
+  const __m256i x0 = _mm256_set1_epi64x(x[0]), x1 = _mm256_set1_epi64x(x[1]);
+  const __m256i x2 = _mm256_set1_epi64x(x[2]), x3 = _mm256_set1_epi64x(x[3]);
+  const __m256i p = _mm256_set1_epi64x(MODP_P);
+#define ROW256(r) _mm256_cvtepu32_epi64(_mm_loadu_si128((const void *)(b + (r) * bt + j)))
   int64_t j = 0;
   for (; j + 4 <= w; j += 4) {
-    __m256i bj = _mm256_cvtepu32_epi64(_mm_loadu_si128((const void *)(b + j)));
-    __m256i prod = _mm256_mul_epu32(bj, vx);
-    __m256i fold = _mm256_add_epi64(_mm256_and_si256(prod, p), _mm256_srli_epi64(prod, 31));
+    __m256i s = _mm256_add_epi64(_mm256_mul_epu32(ROW256(0), x0), _mm256_mul_epu32(ROW256(1), x1));
+    s = _mm256_add_epi64(s, _mm256_add_epi64(_mm256_mul_epu32(ROW256(2), x2),
+                                             _mm256_mul_epu32(ROW256(3), x3)));
+    __m256i fold = _mm256_add_epi64(_mm256_and_si256(s, p), _mm256_srli_epi64(s, 31));
     _mm256_storeu_si256((void *)(acc + j),
                         _mm256_add_epi64(_mm256_loadu_si256((const void *)(acc + j)), fold));
   }
+#undef ROW256
   return j;
 }
 #endif
@@ -106,14 +121,17 @@ static int band_level(void) {
   return l;
 }
 
-static void band_axpy(uint64_t *restrict acc, const uint32_t *restrict b, int64_t w, uint32_t x) {
+static void band_axpy4(uint64_t *restrict acc, const uint32_t *restrict b, int64_t bt, int64_t w,
+                       const uint32_t *x) {
   int64_t j = 0;
 #ifdef BAND_X86
   int level = band_level();
-  if (level == 2) j = band_axpy_avx512(acc, b, w, x);
-  else if (level == 1) j = band_axpy_avx2(acc, b, w, x);
+  if (level == 2) j = band_axpy4_avx512(acc, b, bt, w, x);
+  else if (level == 1) j = band_axpy4_avx2(acc, b, bt, w, x);
 #endif
-  for (; j < w; j++) acc[j] += modp_fold((uint64_t)x * b[j]);
+  for (; j < w; j++)
+    acc[j] += modp_fold((uint64_t)x[0] * b[j] + (uint64_t)x[1] * b[bt + j] +
+                        (uint64_t)x[2] * b[2 * bt + j] + (uint64_t)x[3] * b[3 * bt + j]);
 }
 
 void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
@@ -131,16 +149,26 @@ void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, i
       }
     return;
   }
-  /* B in rows (or one column: n = 1, j0 = 0). A zero of A skips its pass
-   * (the zero-padded kernels of PET's merged convolutions). */
+  /* B in rows (or one column: n = 1, j0 = 0), four at a time, the last
+   * one to three alone. Four zeros of A skip their pass (the zero-padded
+   * kernels of PET's merged convolutions). */
   uint64_t acc[MODP_BAND];
   for (int64_t j0 = 0; j0 < n; j0 += MODP_BAND) {
     const int64_t w = n - j0 < MODP_BAND ? n - j0 : MODP_BAND;
     for (int64_t i = 0; i < m; i++) {
       memset(acc, 0, (size_t)w * sizeof *acc);
-      for (int64_t t = 0; t < k; t++) {
-        const uint32_t x = a[i * ra + t * ca];
-        if (x) band_axpy(acc, b + t * rb + j0, w, x);
+      for (int64_t t = 0; t < k; t += 4) {
+        uint32_t x[4] = {0, 0, 0, 0};
+        int q = k - t < 4 ? (int)(k - t) : 4;
+        for (int r = 0; r < q; r++) x[r] = a[i * ra + (t + r) * ca];
+        if (!(x[0] | x[1] | x[2] | x[3])) continue;
+        if (q == 4) {
+          band_axpy4(acc, b + t * rb + j0, rb, w, x);
+          continue;
+        }
+        for (int r = 0; r < q; r++) /* the last rows of B, one by one */
+          for (int64_t jj = 0; jj < w; jj++)
+            acc[jj] += modp_fold((uint64_t)x[r] * b[(t + r) * rb + j0 + jj]);
       }
       for (int64_t jj = 0; jj < w; jj++) c[i * ldc + j0 + jj] = modp_reduce(acc[jj]);
     }
