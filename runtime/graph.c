@@ -45,6 +45,10 @@ void graph_free(Graph *g) {
   free(g);
 }
 
+void graph_truncate(Graph *g, int32_t n) {
+  while (g->n_nodes > n) node_fini(&g->nodes[--g->n_nodes]);
+}
+
 /* Room for one more node; the new slot is zeroed. */
 static Node *append_slot(Graph *g) {
   if (g->n_nodes == g->cap_nodes) {

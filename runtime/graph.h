@@ -79,6 +79,11 @@ TEQ_API void graph_free(Graph *g);
 /* Deep copy sharing constant tensors; NULL on allocation failure. */
 TEQ_API Graph *graph_copy(const Graph *g);
 
+/* Removes the nodes after the first n (the last ones added), for a search
+ * that adds a step's nodes and takes them back; none of them may be an
+ * input or an output of g, or read by one of the first n. */
+TEQ_API void graph_truncate(Graph *g, int32_t n);
+
 /* ---- build ---- */
 /* Each returns the new node id (>= 0) or a negative error code with a
  * message in d. Nothing is added on failure. */

@@ -44,6 +44,7 @@ enum {
   MAX_STRIDED = 4,
   MAX_HALOS = 8,
   DESC_MAX = PET_MUTANT_DESC_MAX,
+  MAX_PATH = 32,       /* steps in one candidate */
 };
 
 /* The fused layouts on [N, C, H, W]. AX_H, AX_W select the axes. */
@@ -90,6 +91,17 @@ typedef struct Strided {
   Shape y;        /* its output */
 } Strided;
 
+typedef enum StepKind { S_LAYOUT, S_CONV, S_MATMUL, S_SPLIT, S_WPAD, S_WCONCAT, S_DCONCAT } StepKind;
+
+typedef struct Step {
+  StepKind kind;
+  int a, b;          /* avail indices */
+  Layout L;          /* S_LAYOUT */
+  int pset;          /* S_CONV */
+  int axis;          /* S_SPLIT, S_WCONCAT, S_DCONCAT */
+  int64_t pads[8];   /* S_WPAD */
+} Step;
+
 typedef struct Cand {
   Graph *g;
   uint64_t hash;
@@ -115,10 +127,14 @@ typedef struct Gen {
   uint64_t orig_hash;
   int n_base;             /* nodes of the original's inputs and constants */
 
-  /* the candidate being built */
+  /* the candidate being built, in one graph: each step's nodes are added,
+   * searched on from, and taken back (graph_truncate) */
   Avail av[MAX_AVAIL];
   int n_av, n_counted, n_weight_ops, n_comp;
-  char desc[DESC_MAX];
+  Step path[MAX_PATH];    /* its steps, described only when it is kept */
+  int n_path;
+  uint64_t *nh;           /* state_hash's node hashes */
+  int32_t cap_nh;
   TensorRef assign[TEQ_MAX_PARAM_LEN]; /* output j of a complete candidate */
 
   uint64_t *seen;         /* visited states, open addressing, 0 = empty */
@@ -404,48 +420,22 @@ static void layout_text(const Layout *L, bool kernel, char *buf, size_t size) {
 
 /* ---- the search ---- */
 
-typedef enum StepKind { S_LAYOUT, S_CONV, S_MATMUL, S_SPLIT, S_WPAD, S_WCONCAT, S_DCONCAT } StepKind;
-
-typedef struct Step {
-  StepKind kind;
-  int a, b;          /* avail indices */
-  Layout L;          /* S_LAYOUT */
-  int pset;          /* S_CONV */
-  int axis;          /* S_SPLIT, S_WCONCAT, S_DCONCAT */
-  int64_t pads[8];   /* S_WPAD */
-} Step;
-
-static void build(Gen *G, const Graph *g);
+static void build(Gen *G, Graph *g);
 
 /* Adds s's nodes to g; fills outs. TEQ_ERR_INPUT: not applicable. */
-static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_outs,
-                      char *text, size_t size) {
+static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_outs) {
   TensorRef a = G->av[s->a].ref, b = s->b >= 0 ? G->av[s->b].ref : a;
-  char buf[160];
   *n_outs = 1;
   switch (s->kind) {
-  case S_LAYOUT:
-    layout_text(&s->L, G->av[s->a].is_weight, text, size);
-    return layout_apply(g, a, &s->L, &outs[0]);
-  case S_CONV:
-    params_format(OP_CONV2D, &G->psets[s->pset], true, buf, sizeof buf);
-    snprintf(text, size, "conv2d%s%s", *buf ? " " : "", buf);
-    return add(g, OP_CONV2D, (TensorRef[]){a, b}, 2, &G->psets[s->pset], &outs[0]);
-  case S_MATMUL:
-    snprintf(text, size, "matmul");
-    return add(g, OP_MATMUL, (TensorRef[]){a, b}, 2, NULL, &outs[0]);
-  case S_WPAD:
-    snprintf(text, size, "kernel zero-padded to %lldx%lld",
-             (long long)(graph_shape(g, a)->d[2] + s->pads[2] + s->pads[6]),
-             (long long)(graph_shape(g, a)->d[3] + s->pads[3] + s->pads[7]));
-    return zero_pad(g, a, s->pads, &outs[0]);
+  case S_LAYOUT: return layout_apply(g, a, &s->L, &outs[0]);
+  case S_CONV: return add(g, OP_CONV2D, (TensorRef[]){a, b}, 2, &G->psets[s->pset], &outs[0]);
+  case S_MATMUL: return add(g, OP_MATMUL, (TensorRef[]){a, b}, 2, NULL, &outs[0]);
+  case S_WPAD: return zero_pad(g, a, s->pads, &outs[0]);
   case S_WCONCAT:
   case S_DCONCAT: {
     Params p;
     params_default(OP_CONCAT, &p);
     param_set_int(&p, 0, s->axis);
-    snprintf(text, size, "%s concatenated on axis %d", s->kind == S_WCONCAT ? "kernels" : "inputs",
-             s->axis);
     return add(g, OP_CONCAT, (TensorRef[]){a, b}, 2, &p, &outs[0]);
   }
   case S_SPLIT: {
@@ -457,7 +447,6 @@ static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_o
     params_default(OP_SPLIT, &p);
     param_set_int(&p, param_index(OP_SPLIT, "axis"), s->axis);
     param_set_ints(&p, param_index(OP_SPLIT, "sizes"), sizes, n);
-    snprintf(text, size, "split on axis %d", s->axis);
     int id = graph_add_node(g, OP_SPLIT, &a, 1, n, &p, NULL, NULL);
     if (id < 0) return id;
     for (int j = 0; j < n; j++) outs[j] = (TensorRef){id, j};
@@ -468,21 +457,42 @@ static int step_apply(Gen *G, Graph *g, const Step *s, TensorRef *outs, int *n_o
   return TEQ_ERR_INPUT;
 }
 
-/* Tries s on a copy of g and searches on from there. */
-static void extend(Gen *G, const Graph *g, const Step *s) {
-  if (G->rc || G->n_cands >= G->max_cands) return;
-  TensorRef outs[TEQ_MAX_PARAM_LEN];
-  int n_outs = 0;
-  char text[DESC_MAX];
-  Graph *h = graph_copy(g);
-  if (!h) {
-    G->rc = TEQ_ERR_NOMEM;
+/* What step s of the candidate in g did, for the mutant's description. */
+static void step_text(const Gen *G, const Graph *g, const Step *s, char *text, size_t size) {
+  char buf[160];
+  switch (s->kind) {
+  case S_LAYOUT: layout_text(&s->L, G->av[s->a].is_weight, text, size); return;
+  case S_CONV:
+    params_format(OP_CONV2D, &G->psets[s->pset], true, buf, sizeof buf);
+    snprintf(text, size, "conv2d%s%s", *buf ? " " : "", buf);
+    return;
+  case S_MATMUL: snprintf(text, size, "matmul"); return;
+  case S_WPAD: {
+    const Shape *a = graph_shape(g, G->av[s->a].ref);
+    snprintf(text, size, "kernel zero-padded to %lldx%lld",
+             (long long)(a->d[2] + s->pads[2] + s->pads[6]),
+             (long long)(a->d[3] + s->pads[3] + s->pads[7]));
     return;
   }
-  int rc = step_apply(G, h, s, outs, &n_outs, text, sizeof text);
+  case S_WCONCAT:
+  case S_DCONCAT:
+    snprintf(text, size, "%s concatenated on axis %d", s->kind == S_WCONCAT ? "kernels" : "inputs",
+             s->axis);
+    return;
+  case S_SPLIT: snprintf(text, size, "split on axis %d", s->axis); return;
+  }
+}
+
+/* Tries s on g and searches on from there; g is as it was after. */
+static void extend(Gen *G, Graph *g, const Step *s) {
+  if (G->rc || G->n_cands >= G->max_cands || G->n_path == MAX_PATH) return;
+  TensorRef outs[TEQ_MAX_PARAM_LEN];
+  int n_outs = 0;
+  int32_t mark = g->n_nodes;
+  int rc = step_apply(G, g, s, outs, &n_outs);
   if (rc || G->n_av + n_outs > MAX_AVAIL) {
     if (rc && rc != TEQ_ERR_INPUT) G->rc = rc;
-    graph_free(h);
+    graph_truncate(g, mark);
     return;
   }
   bool weight = s->kind == S_WPAD || s->kind == S_WCONCAT ||
@@ -498,17 +508,16 @@ static void extend(Gen *G, const Graph *g, const Step *s) {
   if (s->b >= 0) G->av[s->b].uses++;
   G->n_av += n_outs;
   G->n_counted += !weight, G->n_weight_ops += weight, G->n_comp += compute;
-  size_t len = strlen(G->desc);
-  snprintf(G->desc + len, sizeof G->desc - len, "%s%s", len ? ", " : "", text);
+  G->path[G->n_path++] = *s;
 
-  build(G, h);
+  build(G, g);
 
-  G->desc[len] = 0;
+  G->n_path--;
   G->n_counted -= !weight, G->n_weight_ops -= weight, G->n_comp -= compute;
   G->n_av -= n_outs;
   G->av[s->a].uses--;
   if (s->b >= 0) G->av[s->b].uses--;
-  graph_free(h);
+  graph_truncate(g, mark);
 }
 
 /* A state is its multiset of nodes, whatever order built them. Nodes come
@@ -516,11 +525,16 @@ static void extend(Gen *G, const Graph *g, const Step *s) {
  * inputs and constants hash by id, the same in every candidate (graph_hash
  * would rehash every weight's contents in every state). 0: no memory. */
 static uint64_t state_hash(Gen *G, const Graph *g) {
-  uint64_t *nh = malloc(((size_t)g->n_nodes + 1) * sizeof *nh), h = 0;
-  if (!nh) {
-    G->rc = TEQ_ERR_NOMEM;
-    return 0;
+  if (g->n_nodes > G->cap_nh) {
+    int32_t cap = 2 * g->n_nodes;
+    uint64_t *nh = realloc(G->nh, (size_t)cap * sizeof *nh);
+    if (!nh) {
+      G->rc = TEQ_ERR_NOMEM;
+      return 0;
+    }
+    G->nh = nh, G->cap_nh = cap;
   }
+  uint64_t *nh = G->nh, h = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const Node *n = &g->nodes[i];
     nh[i] = hash_mix(0x70657473, (uint64_t)i);
@@ -530,7 +544,6 @@ static uint64_t state_hash(Gen *G, const Graph *g) {
       nh[i] = hash_mix(hash_mix(nh[i], nh[n->in[k].node]), (uint64_t)n->in[k].out);
     h += nh[i];
   }
-  free(nh);
   return h ? h : 1;
 }
 
@@ -617,11 +630,17 @@ static void keep(Gen *G, const Graph *g) {
   }
   Cand *c = &G->cands[G->n_cands++];
   c->g = h, c->hash = hash;
-  snprintf(c->desc, sizeof c->desc, "%s", G->desc);
+  size_t len = 0;
+  c->desc[0] = 0;
+  for (int k = 0; k < G->n_path && len < sizeof c->desc; k++) {
+    char text[DESC_MAX];
+    step_text(G, g, &G->path[k], text, sizeof text);
+    len += (size_t)snprintf(c->desc + len, sizeof c->desc - len, "%s%s", k ? ", " : "", text);
+  }
 }
 
 /* Layouts of data tensor i, factors and pads from the original. */
-static void try_layouts(Gen *G, const Graph *g, int i) {
+static void try_layouts(Gen *G, Graph *g, int i) {
   const Shape *s = graph_shape(g, G->av[i].ref);
   Step st = {.kind = S_LAYOUT, .a = i, .b = -1};
   for (int k = 0; k < G->n_factors; k++) {
@@ -664,7 +683,7 @@ static void try_layouts(Gen *G, const Graph *g, int i) {
 }
 
 /* Weight-only operators on the original kernel i. */
-static void try_weight_ops(Gen *G, const Graph *g, int i) {
+static void try_weight_ops(Gen *G, Graph *g, int i) {
   const Shape *s = graph_shape(g, G->av[i].ref);
   Step st = {.kind = S_LAYOUT, .a = i, .b = -1};
   if (s->ndim != 4) return;
@@ -701,7 +720,7 @@ static bool pset_fits(const Gen *G, int p, int halo) {
   return pads[a] == 0 && pads[a + 2] == 0;
 }
 
-static void build(Gen *G, const Graph *g) {
+static void build(Gen *G, Graph *g) {
   if (G->rc || G->n_cands >= G->max_cands) return;
   uint64_t sh = state_hash(G, g);
   if (!sh || !seen_insert(G, sh)) return;
@@ -864,6 +883,7 @@ out:
   for (int i = 0; i < G.n_cands; i++) graph_free(G.cands[i].g);
   free(G.cands);
   free(G.seen);
+  free(G.nh);
   if (rc) {
     pet_mutants_free(res, n_res);
     return rc;
