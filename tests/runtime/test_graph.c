@@ -207,9 +207,32 @@ static void test_merge_duplicates(void) {
   diag_fini(&d);
 }
 
+/* Nodes added and taken back leave the graph as it was: its hash, and
+ * (under ASan) nothing of theirs behind. */
+static void test_truncate(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = small_mlp(&d, false);
+  uint64_t before = graph_hash(g, NULL);
+  int32_t mark = g->n_nodes;
+  TensorRef y = g->outputs[0];
+  int t = graph_add_node(g, OP_TRANSPOSE, &y, 1, 1, NULL, "t", &d);
+  TensorRef t_in = ref(t);
+  CHECK(graph_add_node(g, OP_RELU, &t_in, 1, 1, NULL, "again", &d) >= 0);
+  CHECK_EQ_INT(g->n_nodes, mark + 2);
+  graph_truncate(g, mark);
+  CHECK_EQ_INT(g->n_nodes, mark);
+  CHECK(graph_check(g, &d) == TEQ_OK);
+  CHECK(graph_hash(g, NULL) == before);
+  CHECK(graph_add_node(g, OP_RELU, &y, 1, 1, NULL, "after", &d) == mark); /* the slot is reused */
+  graph_free(g);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_build_and_order();
   test_merge_duplicates();
+  test_truncate();
   test_hash_and_copy();
   test_errors();
   test_rewrite();
