@@ -100,6 +100,15 @@ bool opt_broadcast_like(const Graph *side, int p, const Graph *g, int id) {
   return true;
 }
 
+uint64_t opt_params_key(const Node *n, uint32_t free_mask) {
+  const OpDef *def = op_def(n->kind);
+  uint64_t h = 0x70617261;
+  for (int i = 0; i < def->n_params; i++)
+    if (!(free_mask >> i & 1)) h = hash_bytes(h, &n->params.v[i], sizeof n->params.v[i]);
+  return h;
+}
+
+/* opt_params_key hashes what this compares; keep the two alike. */
 static bool params_match(const OptRule *rule, int p, const Graph *G, int g) {
   const Node *a = &rule->src->nodes[p], *b = &G->nodes[g];
   const OpDef *def = op_def(a->kind);

@@ -33,12 +33,24 @@ typedef struct OptRule {
  * does not fit a node (opt_root_fits) cannot match there. */
 typedef uint64_t OptRootSig;
 
+/* Distinct sets of free parameters screened per root kind. */
+enum { OPT_ROOT_MASKS = 8 };
+
 struct OptRules {
   OptRule *r;
   int n, cap;
   int *by_root[OP__COUNT];           /* rule indices by root kind */
   OptRootSig *sig_by_root[OP__COUNT]; /* ... and their roots in brief */
   int n_by_root[OP__COUNT], cap_by_root[OP__COUNT];
+  /* The parameters a root must have, in brief: per root kind, the
+   * distinct sets of free parameters its rules' roots have (as masks), and
+   * per rule its set's index (-1: not screened, more sets than fit) and
+   * its root's opt_params_key under it. Most rules whose root fits a node
+   * in brief fail on its parameters (NasNet-A: four in five). */
+  uint32_t root_masks[OP__COUNT][OPT_ROOT_MASKS];
+  int n_root_masks[OP__COUNT];
+  int8_t *mask_by_root[OP__COUNT];
+  uint64_t *pkey_by_root[OP__COUNT];
 };
 
 /* ---- match.c ---- */
@@ -65,6 +77,11 @@ OptRootSig opt_root_sig(const Graph *src);
 OptRootSig opt_node_sig(const Graph *g, int id);
 /* Whether a rule whose root is r may match at a node n (a necessary
  * condition only; it rejects nearly every rule the search tries). */
+/* The values of n's parameters outside free_mask (bit i: parameter i is
+ * free), hashed: equal for any two nodes of a kind whose fixed parameters
+ * match as matching compares them. */
+uint64_t opt_params_key(const Node *n, uint32_t free_mask);
+
 static inline bool opt_root_fits(OptRootSig r, OptRootSig n) {
   if ((r ^ n) & 0x00ff00ffu) return false; /* arity */
   uint64_t r0 = r >> 32 & 0xffff, r1 = r >> 48, n0 = n >> 32 & 0xffff, n1 = n >> 48;

@@ -1052,10 +1052,16 @@ static int expand(Ctx *c) {
     if (weights[id]) continue;
     OptRootSig sig = opt_node_sig(c->g, id);
     const OptRootSig *rule_sig = c->rs->sig_by_root[k];
+    const int8_t *rule_mask = c->rs->mask_by_root[k];
+    const uint64_t *rule_key = c->rs->pkey_by_root[k];
+    uint64_t key[OPT_ROOT_MASKS];
+    for (int m = 0; m < c->rs->n_root_masks[k]; m++)
+      key[m] = opt_params_key(&c->g->nodes[id], c->rs->root_masks[k][m]);
     for (int j = 0; j < c->rs->n_by_root[k] && rc == TEQ_OK; j++) {
-      /* Nearly every rule fails at the root at once; the clock is read
-       * after those that matched (each candidate reads it too). */
+      /* Nearly every rule fails at the root at once, in brief; the clock
+       * is read after those that matched (each candidate reads it too). */
       if (!opt_root_fits(rule_sig[j], sig)) continue;
+      if (rule_mask[j] >= 0 && rule_key[j] != key[rule_mask[j]]) continue;
       c->rule = c->rs->by_root[k][j];
       if (opt_match_at(&c->rs->r[c->rule], c->g, &u, id, c->o->max_matches, on_match, c) == 0)
         continue;
