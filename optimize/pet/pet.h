@@ -247,13 +247,14 @@ typedef struct PetPostStats {
   int64_t fused;    /* reshape pairs, or transpose pairs, made one operator */
 } PetPostStats;
 
-/* Rewrites *g until none of the three applies. Graph outputs keep their
- * names and values (one may come to be computed by another node, never to
- * pass a graph input or weight straight through), opaque nodes are not
- * rewritten, and nodes no output needs are removed. On success *g
- * is the result (the old graph freed; the same graph when nothing applied)
- * and passes graph_check, and *stats (may be NULL) receives the counts; on
- * failure *g is unchanged. Errors: TEQ_ERR_NOMEM, TEQ_ERR_INTERNAL. */
+/* Rewrites *g in place until none of the three applies. Graph outputs
+ * keep their names and values (one may come to be computed by another
+ * node, never to pass a graph input or weight straight through), opaque
+ * nodes are not rewritten, and nodes no output needs are removed. On
+ * success the result passes graph_check, and *stats (may be NULL)
+ * receives the counts; on failure *g may be rewritten in part (each
+ * rewrite computes what it replaced). Errors: TEQ_ERR_NOMEM,
+ * TEQ_ERR_INTERNAL. */
 TEQ_API int pet_post_optimize(Graph **g, PetPostStats *stats, Diag *d);
 /* The same, remembering across calls the constants it moved back through
  * an R/T (a search post-optimizes the same mutant beside the same bias in

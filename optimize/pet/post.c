@@ -81,11 +81,12 @@ static void verdict_put(Verdicts *v, uint64_t key, bool yes) {
  * post-optimization's time. Each entry holds a reference to the constant
  * it was computed from (so its address names it while cached) and to the
  * result (NULL: the constant does not fit). */
-enum { MEMO_CONSTS = 256 };
+enum { MEMO_CONSTS = 1024 }; /* MobileNetV2's search moves about 350 */
 /* Moved constants held at most: spread biases are megabytes each (the
  * constants they came from are the graphs', shared, and not counted). */
 #define MEMO_BYTES ((size_t)512 << 20)
 typedef struct MovedConst {
+  uint64_t key;      /* moved_key: compared first */
   Tensor *src, *moved;
   OpKind kind;       /* the R/T */
   Params params;
@@ -116,10 +117,16 @@ void pet_post_cache_free(PetPostCache *c) {
   free(c);
 }
 
+static uint64_t moved_key(const Tensor *t, const Node *l, const Shape *in) {
+  uint64_t h = params_hash(hash_mix((uint64_t)(uintptr_t)t, (uint64_t)l->kind), &l->params);
+  return hash_bytes(hash_mix(h, (uint64_t)in->ndim), in->d, (size_t)in->ndim * sizeof in->d[0]);
+}
+
 static MovedConst *moved_find(PetPostCache *c, const Tensor *t, const Node *l, const Shape *in) {
+  uint64_t key = c ? moved_key(t, l, in) : 0;
   for (int i = 0; c && i < c->n; i++) {
     MovedConst *m = &c->e[(c->first + i) % MEMO_CONSTS];
-    if (m->src == t && m->kind == l->kind && shape_equal(&m->in, in) &&
+    if (m->key == key && m->src == t && m->kind == l->kind && shape_equal(&m->in, in) &&
         !memcmp(&m->params, &l->params, sizeof m->params))
       return m;
   }
@@ -133,7 +140,8 @@ static void moved_put(PetPostCache *c, Tensor *t, const Node *l, const Shape *in
   while (c->n && (c->n == MEMO_CONSTS || c->bytes + need > MEMO_BYTES)) moved_drop_oldest(c);
   MovedConst *m = &c->e[(c->first + c->n++) % MEMO_CONSTS];
   c->bytes += need;
-  *m = (MovedConst){.src = tensor_ref(t), .moved = moved ? tensor_ref(moved) : NULL,
+  *m = (MovedConst){.key = moved_key(t, l, in), .src = tensor_ref(t),
+                    .moved = moved ? tensor_ref(moved) : NULL,
                     .kind = l->kind, .params = l->params, .in = *in};
 }
 
@@ -509,13 +517,14 @@ int pet_post_optimize(Graph **gp, PetPostStats *stats, Diag *d) {
 int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stats, Diag *d) {
   static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move};
   Verdicts *own = cache ? NULL : calloc(1, sizeof *own);
-  Post p = {.g = graph_copy(*gp), .cache = cache, .chains = cache ? &cache->chains : own};
-  int rc = p.g && p.chains ? refresh(&p) : TEQ_ERR_NOMEM;
+  Post p = {.g = *gp, .cache = cache, .chains = cache ? &cache->chains : own};
+  int rc = p.chains ? refresh(&p) : TEQ_ERR_NOMEM;
+  int32_t n0 = p.g->n_nodes;
   bool changed = false;
   /* Each rewrite removes an operator or moves an R/T past one, so there
    * are fewer rewrites than (nodes)^2; the bound only guards against a bug
    * turning that into a loop. */
-  int64_t n0 = (*gp)->n_nodes, limit = n0 * n0 + 64;
+  int64_t limit = (int64_t)n0 * n0 + 64;
   for (int round = 0; rc == TEQ_OK && round < limit; round++) {
     bool done = false;
     for (size_t r = 0; r < sizeof rewrites / sizeof *rewrites && !done && rc == TEQ_OK; r++)
@@ -526,8 +535,10 @@ int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stat
     int removed = graph_remove_dead(p.g);
     rc = removed < 0 ? removed : refresh(&p);
   }
+  /* A motion that gave up leaves its nodes behind, read by nothing. */
+  if (rc == TEQ_OK && !changed) graph_truncate(p.g, n0);
   if (rc == TEQ_OK && changed) {
-    int removed = graph_remove_dead(p.g); /* a motion that gave up leaves a node behind */
+    int removed = graph_remove_dead(p.g);
     if (removed < 0) {
       rc = removed;
     } else if (graph_check(p.g, d) != TEQ_OK) {
@@ -537,12 +548,6 @@ int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stat
   }
   free(p.uses), free(p.off);
   free(own);
-  if (rc || !changed) {
-    graph_free(p.g);
-  } else {
-    graph_free(*gp);
-    *gp = p.g;
-  }
   if (rc == TEQ_OK && stats) *stats = p.st;
   return rc;
 }
