@@ -925,8 +925,7 @@ static int expand_pet(Ctx *c) {
   Diag quiet;
   diag_init(&quiet);
   int rc = pet_split(c->g, NULL, &sp, &quiet);
-  bool derive = false;
-  if (rc == TEQ_OK && sp.n > 0 && c->base) rc = post_leaves_alone(c, &derive);
+  int derive = c->base ? -1 : 0; /* -1: not known yet (asked at the first mutant) */
   c->st->pet_s += now_s() - t0;
   for (int i = 0; i < sp.n && rc == TEQ_OK && now_s() < c->deadline; i++) {
     t0 = now_s();
@@ -939,6 +938,11 @@ static int expand_pet(Ctx *c) {
     for (int k = e->first; k < e->first + e->n && rc == TEQ_OK; k++) {
       const PetMut *pm = &c->pet->m[k];
       c->step = -1 - k;
+      if (derive < 0) {
+        bool alone = false;
+        if ((rc = post_leaves_alone(c, &alone))) break;
+        derive = alone;
+      }
       bool go = derive && pet_post_splice_quiet(c->g, pm->in->g, sp.v[i].in, sp.v[i].out)
                     ? offer_mutant(c, pm, &sp.v[i])
                     : offer_mutant_built(c, pm, &sp.v[i]);
