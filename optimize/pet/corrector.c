@@ -267,7 +267,16 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
   r.log2_bound = r.degree < 0 ? 0.0
                  : r.trials * (log2(r.degree < 1 ? 1.0 : (double)r.degree) - log2((double)MODP_P));
   if ((rc = report_boxes(orig, mutant, &r, d)) == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
-  for (int k = 0; k < r.trials && !rc; k++) rc = run_trial(c, mutant, o, k, &r, d);
+  for (int k = 0; k < r.trials && !rc; k++) {
+    rc = run_trial(c, mutant, o, k, &r, d);
+    bool whole = false; /* a box that differs in one trial differs, whatever the others say */
+    for (int j = 0; j < r.n_outputs && o->stop_if_whole && !rc && !whole; j++) {
+      int64_t i = 0;
+      while (i < r.out[j].n_boxes && r.out[j].differs[i]) i++;
+      whole = i == r.out[j].n_boxes;
+    }
+    if (whole) break;
+  }
   if (!cache) pet_orig_runs_free(c);
   if (rc) {
     pet_report_fini(&r);

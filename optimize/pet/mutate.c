@@ -860,7 +860,7 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   graph_free(base);
   if ((rc = G.rc)) goto out;
 
-  PetTestOptions to = {.trials = o->trials, .seed = o->seed};
+  PetTestOptions to = {.trials = o->trials, .seed = o->seed, .stop_if_whole = true};
   for (int i = 0; i < G.n_cands && n_res < max_mutants; i++) {
     PetMutant *m = &res[n_res];
     if ((rc = pet_compare_cached(orig, G.cands[i].g, &to, &runs, &m->report, d))) goto out;

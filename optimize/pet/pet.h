@@ -79,6 +79,8 @@ typedef struct PetTestOptions {
   uint64_t seed;       /* inputs and the positions v0 derive from it alone */
   bool all_positions;  /* also compare every position of every box (a cross-check; the
                           verdict is then per position, not by Theorem 1 alone) */
+  bool stop_if_whole;  /* stop after a trial that finds some output different in every
+                          box: a mutant its caller drops (the report holds fewer trials) */
 } PetTestOptions;
 
 typedef struct PetOutputReport {
