@@ -307,6 +307,39 @@ static void test_border_mutant(void) {
   graph_free(b);
 }
 
+/* Wrong everywhere (twice the conv): with stop_if_whole the test stops
+ * after its first trial, with the same verdict; a mutant right in some box
+ * runs every trial either way. */
+static void test_stop_if_whole(void) {
+  TensorRef y, x, w;
+  Graph *a = conv_graph(&y, &x, &w), *b = graph_new();
+  output(a, y);
+  TensorRef bx = input(b, "x", shape_of(4, 1, 2, 6, 6)), bw = input(b, "w", shape_of(4, 2, 2, 3, 3));
+  TensorRef c = conv(b, bx, bw, 1, 1, 1, 1);
+  output(b, node(b, OP_EWADD, (TensorRef[]){c, c}, 2, NULL));
+  for (int stop = 0; stop < 2; stop++) {
+    PetTestOptions o = {.seed = 1234, .stop_if_whole = stop};
+    PetReport rep;
+    CHECK(pet_compare(a, b, &o, &rep, &diag) == TEQ_OK);
+    printf("twice the conv, stop_if_whole %d: %d trials, %lld of %lld boxes differ\n", stop,
+           rep.trials, (long long)rep.n_differ, (long long)rep.n_boxes);
+    CHECK(rep.n_differ == rep.n_boxes && rep.n_boxes > 0);
+    CHECK(stop ? rep.trials == 1 : rep.trials >= 2);
+    pet_report_fini(&rep);
+  }
+  Graph *m = graph_new(); /* right inside, wrong on the border */
+  TensorRef mx = input(m, "x", shape_of(4, 1, 2, 6, 6)), mw = input(m, "w", shape_of(4, 2, 2, 3, 3));
+  output(m, pad(m, conv(m, mx, mw, 0, 1, 1, 1), (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}));
+  PetTestOptions o = {.seed = 1234, .stop_if_whole = true};
+  PetReport rep;
+  CHECK(pet_compare(a, m, &o, &rep, &diag) == TEQ_OK);
+  CHECK(rep.trials >= 2 && rep.n_differ == 8);
+  pet_report_fini(&rep);
+  graph_free(m);
+  graph_free(a);
+  graph_free(b);
+}
+
 /* Wrong in one column, every row: the column crosses the conv's three row
  * intervals (H points {1, 5}), and the correction recomputes it as one
  * region, not one per interval. */
@@ -533,6 +566,7 @@ int main(void) {
   test_boxes_unknown();
   test_equal_mutants();
   test_border_mutant();
+  test_stop_if_whole();
   test_corner_mutant();
   test_column_mutant();
   test_corrections();
