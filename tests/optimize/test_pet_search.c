@@ -95,6 +95,9 @@ static void test_merge_only_by_pet(void) {
     graph_free(folded);
   }
   CHECK(st.pet_subprograms >= 3); /* each conv and the pair */
+  printf("PET candidates: %lld, %lld derived unbuilt (each also built: check_derived)\n",
+         (long long)st.pet_built, (long long)st.pet_derived);
+  CHECK(st.pet_derived > 0); /* else check_derived above checked nothing */
   CHECK_EQ_INT(st.n_pet_applied, 1);
   if (st.n_pet_applied == 1) {
     const OptPetApplied *p = &st.pet_applied[0];

@@ -90,6 +90,7 @@ p = r["pet"]
 assert p is not None and p["subprograms"] + p["too_large"] > 0, p
 assert all(p["post"][w][k] >= 0 for w in ("candidates", "result")
            for k in ("moved", "removed", "fused")), p["post"]
+assert p["derived"] > 0, p  # --check-derived built each of them too
 for a in p["applied"]:
     assert a["log2_bound"] <= -60 and a["mutation"], a
 PYEOF
