@@ -6,7 +6,7 @@
  *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
  *            [--dump] [--quiet]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
- *            [--pet-max-flops F] [--check-derived] model.onnx
+ *            [--pet-max-flops F] [--jobs N] [--check-derived] model.onnx
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optimize/optimize.h"
 #include "optimize/pet/pet.h"
@@ -74,6 +75,7 @@ static const char usage[] =
   "                      both programs in Z_p on the CPU)\n"
   "  --check-derived     build every PET candidate the search derives unbuilt too, and\n"
   "                      fail if it differs (slow; a test of the search itself)\n"
+  "  --jobs N            threads testing PET's mutants side by side (default: online CPUs)\n"
   "  --quiet             no progress on stderr\n";
 
 typedef struct Args {
@@ -105,6 +107,8 @@ static int parse_args(int argc, char **argv, Args *a) {
               .tolerance = 1e-4, .batch = 1, .check = true};
   a->opt.progress = stderr;
   a->opt.pet = true; /* the command competes with PET's mutants unless told --no-pet */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  a->opt.jobs = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long long n;
@@ -179,6 +183,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--budget")) {
       if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--budget '%s': expected an integer >= 0", v);
       a->opt.budget = (int)n;
+    } else if (!strcmp(k, "--jobs")) {
+      if (!teq_parse_int(v, 1, 64, &n)) return bad("--jobs '%s': expected 1 to 64", v);
+      a->opt.jobs = (int)n;
     } else if (!strcmp(k, "--window")) {
       if (!teq_parse_int(v, 8, 100000, &n)) return bad("--window '%s': expected 8 to 100000", v);
       a->opt.window = (int)n;

@@ -79,6 +79,8 @@ typedef struct OptOptions {
   int pet_mutants;       /* K: corrected mutants kept per subprogram (default 8) */
   double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): each mutant
                             is tested by running both programs in Z_p on the CPU */
+  int jobs;              /* threads testing PET's mutants side by side (0 or 1: one; the
+                            optimize command: the machine's cores) */
   bool check_derived;    /* build and post-optimize every PET candidate the search derives
                             unbuilt too, and fail if that changes it (slow: for tests) */
 } OptOptions;

@@ -758,7 +758,7 @@ static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
   }
   c->st->pet_subprograms++;
   PetMutateOptions mo = {.depth = c->o->pet_depth, .max_mutants = c->o->pet_mutants,
-                         .seed = c->o->seed, .trials = c->o->pet_trials};
+                         .seed = c->o->seed, .trials = c->o->pet_trials, .jobs = c->o->jobs};
   PetMutant *mut = NULL;
   int n_mut = 0;
   Diag quiet;

@@ -135,8 +135,10 @@ Tensor *tensor_new(DType dtype, const Shape *shape) {
   return t;
 }
 
+/* Counted atomically: threads running graphs that share constants (PET's
+ * tests of mutants) take and drop references to the same tensors. */
 Tensor *tensor_ref(Tensor *t) {
-  if (t) t->refs++;
+  if (t) __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED);
   return t;
 }
 
@@ -158,7 +160,7 @@ Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
 }
 
 void tensor_unref(Tensor *t) {
-  if (!t || --t->refs) return;
+  if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL)) return;
   if (t->data != (char *)t + TENSOR_HEADER) free(t->data); /* adopted */
   free(t);
 }

@@ -31,6 +31,7 @@
  * tested with pet_compare; one that differs in every box of some output is
  * dropped (its correction would recompute that output whole), the others
  * keep their report. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -832,6 +833,65 @@ void pet_mutants_free(PetMutant *m, int n) {
   free(m);
 }
 
+/* ---- the tests, side by side ---- */
+
+/* Every candidate is tested (pet_compare) on its own: threads take the
+ * next one untested, each with its own runs of the original (once per
+ * trial and thread). The candidates share constant tensors, whose counts
+ * of references are atomic; everything else a test writes is its own. */
+typedef struct Tests {
+  const Graph *orig;
+  Cand *cands;
+  int n;
+  const PetTestOptions *to;
+  PetReport *rep; /* per candidate */
+  int *rc;        /* per candidate */
+  int next;       /* the next candidate untested, taken atomically */
+} Tests;
+
+typedef struct Worker {
+  Tests *T;
+  Diag d;
+} Worker;
+
+static void *test_worker(void *arg) {
+  Worker *w = arg;
+  Tests *T = w->T;
+  PetOrigRuns *runs = NULL; /* the original runs once per trial, not once per mutant */
+  for (int i; (i = __atomic_fetch_add(&T->next, 1, __ATOMIC_RELAXED)) < T->n;)
+    T->rc[i] = pet_compare_cached(T->orig, T->cands[i].g, T->to, &runs, &T->rep[i], &w->d);
+  pet_orig_runs_free(runs);
+  return NULL;
+}
+
+/* Runs T on jobs threads (this one among them); on a failure, the first
+ * failed candidate's code, and the failures' messages in d. */
+static int run_tests(Tests *T, int jobs, Diag *d) {
+  enum { MAX_JOBS = 64 };
+  if (jobs > T->n) jobs = T->n;
+  if (jobs > MAX_JOBS) jobs = MAX_JOBS;
+  if (jobs < 1) jobs = 1;
+  Worker w[MAX_JOBS];
+  pthread_t tid[MAX_JOBS];
+  int started = 1;
+  for (int k = 0; k < jobs; k++) w[k].T = T, diag_init(&w[k].d);
+  for (; started < jobs; started++)
+    if (pthread_create(&tid[started], NULL, test_worker, &w[started])) break;
+  test_worker(&w[0]);
+  for (int k = 1; k < started; k++) pthread_join(tid[k], NULL);
+  int rc = TEQ_OK;
+  for (int i = 0; i < T->n && !rc; i++) rc = T->rc[i];
+  for (int k = 0; k < jobs; k++) {
+    if (rc && w[k].d.n_errors) { /* its messages, less the last line's end */
+      size_t len = strlen(w[k].d.text);
+      diag_error(d, "%.*s", (int)(len && w[k].d.text[len - 1] == '\n' ? len - 1 : len),
+                 w[k].d.text);
+    }
+    diag_fini(&w[k].d);
+  }
+  return rc;
+}
+
 int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, int *n_out,
                Diag *d) {
   static const PetMutateOptions defaults = {0};
@@ -851,7 +911,6 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   PetMutant *res = calloc((size_t)max_mutants, sizeof *res);
   int n_res = 0;
   Graph *base = NULL;
-  PetOrigRuns *runs = NULL; /* the original runs once per trial, not once per mutant */
   rc = G.cands && res ? base_graph(&G, &base) : TEQ_ERR_NOMEM;
   if (rc) goto out;
   derive(&G);
@@ -861,25 +920,34 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
   if ((rc = G.rc)) goto out;
 
   PetTestOptions to = {.trials = o->trials, .seed = o->seed, .stop_if_whole = true};
-  for (int i = 0; i < G.n_cands && n_res < max_mutants; i++) {
-    PetMutant *m = &res[n_res];
-    if ((rc = pet_compare_cached(orig, G.cands[i].g, &to, &runs, &m->report, d))) goto out;
+  Tests T = {.orig = orig, .cands = G.cands, .n = G.n_cands, .to = &to,
+             .rep = calloc((size_t)G.n_cands + 1, sizeof *T.rep),
+             .rc = calloc((size_t)G.n_cands + 1, sizeof *T.rc)};
+  if (!T.rep || !T.rc) {
+    free(T.rep), free(T.rc);
+    rc = TEQ_ERR_NOMEM;
+    goto out;
+  }
+  rc = run_tests(&T, o->jobs, d);
+  for (int i = 0; i < G.n_cands && !rc; i++) {
+    if ((rc = T.rc[i])) break;
     /* An output wrong in every box is recomputed whole by its correction:
      * the mutant's work for it is wasted, and a mutant without that work
      * is always cheaper (the outputs of a merge put in the wrong order). */
+    PetReport *r = &T.rep[i];
     bool whole = false;
-    for (int j = 0; j < m->report.n_outputs; j++)
-      whole = whole || m->report.out[j].n_differ == m->report.out[j].n_boxes;
-    if (whole) {
-      pet_report_fini(&m->report);
-      continue;
-    }
+    for (int j = 0; j < r->n_outputs; j++)
+      whole = whole || r->out[j].n_differ == r->out[j].n_boxes;
+    if (whole || n_res == max_mutants) continue;
+    PetMutant *m = &res[n_res++];
+    m->report = *r;
+    memset(r, 0, sizeof *r);
     m->graph = G.cands[i].g, G.cands[i].g = NULL;
     memcpy(m->desc, G.cands[i].desc, sizeof m->desc);
-    n_res++;
   }
+  for (int i = 0; i < G.n_cands; i++) pet_report_fini(&T.rep[i]);
+  free(T.rep), free(T.rc);
 out:
-  pet_orig_runs_free(runs);
   for (int i = 0; i < G.n_cands; i++) graph_free(G.cands[i].g);
   free(G.cands);
   free(G.seen);

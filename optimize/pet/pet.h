@@ -169,6 +169,7 @@ typedef struct PetMutateOptions {
   int max_mutants;  /* 0: PET_MUTATE_MAX_MUTANTS */
   uint64_t seed;    /* of the random tests (PetTestOptions.seed) */
   int trials;       /* PetTestOptions.trials; 0: the default */
+  int jobs;         /* threads testing the candidates side by side; 0 or 1: this one */
 } PetMutateOptions;
 
 typedef struct PetMutant {

@@ -18,16 +18,28 @@
 #include "optimize/pet/pet.h"
 #include "tests/optimize/pet_graphs.h"
 
+/* The mutants of g, tested by three threads; one thread must find the
+ * same ones, with the same verdicts. */
 static PetMutant *mutate(const Graph *g, int depth, int max, int *n) {
-  PetMutateOptions o = {.depth = depth, .max_mutants = max, .seed = 77};
-  PetMutant *m = NULL;
+  PetMutateOptions o = {.depth = depth, .max_mutants = max, .seed = 77, .jobs = 3};
+  PetMutant *m = NULL, *one = NULL;
+  int n_one = 0;
   *n = 0;
   int rc = pet_mutate(g, &o, &m, n, &diag);
+  o.jobs = 1;
+  if (rc == TEQ_OK) rc = pet_mutate(g, &o, &one, &n_one, &diag);
   CHECK(rc == TEQ_OK);
   if (rc) {
     diag_flush(&diag, stderr);
     exit(1);
   }
+  CHECK_EQ_INT(n_one, *n);
+  for (int i = 0; i < n_one && i < *n; i++) {
+    CHECK_MSG(!strcmp(one[i].desc, m[i].desc), "mutant %d: %s / %s", i, one[i].desc, m[i].desc);
+    CHECK(one[i].report.n_differ == m[i].report.n_differ);
+    CHECK(graph_hash(one[i].graph, NULL) == graph_hash(m[i].graph, NULL));
+  }
+  pet_mutants_free(one, n_one);
   return m;
 }
 
