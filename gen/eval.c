@@ -87,6 +87,16 @@ uint64_t gen_op_sh(const GenState *s, GenOp op, int *after) {
 
 /* ---- template checks and parameters ---- */
 
+/* Whether split may halve x along axis without a concat boundary there: x
+ * an activation variable of even extent. Then concat(split(x)) = x is a
+ * rule, and a search can remove the split and concat a merge of two convs
+ * leaves between the merged conv and its bias and activation (SqueezeNet's
+ * fire modules). Computed tensors still split only at a boundary. */
+static bool halvable(const GenSlot *x, int axis) {
+  int64_t len = x->t->shape.d[axis];
+  return x->op < 0 && !x->weight && len >= 2 && len % 2 == 0;
+}
+
 bool gen_op_applies(const GenState *s, GenOp op) {
   const GenTemplate *t = &s->v->t[op.t];
   if (t->n_in > 0 && op.in[0] >= s->n_slots) return false;
@@ -100,7 +110,7 @@ bool gen_op_applies(const GenState *s, GenOp op) {
   if ((t->flags & T_SCALAR_IN1) && tensor_numel(y->t) != 1) return false;
   if ((t->flags & T_DISTINCT) && op.in[0] == op.in[1]) return false;
   if (t->axis >= 0 && t->axis >= x->t->shape.ndim) return false;
-  if ((t->flags & T_BOUNDARY) && x->bound[t->axis] <= 0) return false;
+  if ((t->flags & T_BOUNDARY) && x->bound[t->axis] <= 0 && !halvable(x, t->axis)) return false;
   /* Kernels are joined along their channels only; concatenating kernel
    * taps builds nothing a network has. */
   if (t->bound == BR_CONCAT && t->axis >= 2 && (x->weight || y->weight)) return false;
@@ -302,7 +312,7 @@ int gen_push(GenState *s, GenOp op, Diag *d) {
   n.n_out = t->n_out;
   if (!template_params(s, t, in, &n.params)) return 0;
   if (t->flags & T_BOUNDARY) {
-    int64_t len = in[0].d[t->axis], b = x->bound[t->axis];
+    int64_t len = in[0].d[t->axis], b = x->bound[t->axis] > 0 ? x->bound[t->axis] : len / 2;
     set_ints(&n.params, t->kind, "sizes", (int64_t[]){b, len - b}, 2);
   }
   const OpDef *def = op_def(t->kind);

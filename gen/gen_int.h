@@ -68,7 +68,7 @@ enum {
   T_COMMUTATIVE = 1u << 0,  /* inputs ordered by structural hash */
   T_SAME_SHAPE = 1u << 1,   /* both inputs of one shape */
   T_VAR_INPUT = 1u << 2,    /* input 0 must be a variable (enlarge) */
-  T_BOUNDARY = 1u << 3,     /* split: only at a concat boundary */
+  T_BOUNDARY = 1u << 3,     /* split: at a concat boundary, or halving an activation variable */
   T_DISTINCT = 1u << 4,     /* the two inputs differ (matmul) */
   T_ACT_INPUT = 1u << 5,    /* input 0 must be an activation (conv, pools) */
   T_SCALAR_IN1 = 1u << 6,   /* input 1 has one element (smul) */

@@ -281,11 +281,49 @@ static void test_seeds_and_db(void) {
   gen_rules_free(b.rules, b.n);
 }
 
+/* Whether one side of a rule key splits the relu of a variable directly:
+ * "%k = relu(x1); ... split[axis=a](%k)". */
+static bool splits_relu_of_var(const char *side, size_t len) {
+  for (int k = 0; k < 8; k++) {
+    char relu[32], split[32];
+    snprintf(relu, sizeof relu, "%%%d = relu(", k);
+    const char *at = strstr(side, relu);
+    if (!at || at >= side + len || at[strlen(relu)] == '%') continue;
+    for (int axis = 0; axis < 4; axis++) {
+      snprintf(split, sizeof split, "split[axis=%d](%%%d)", axis, k);
+      const char *sp = strstr(side, split);
+      if (sp && sp < side + len) return true;
+    }
+  }
+  return false;
+}
+
+/* split halves an activation variable without a concat boundary, so
+ * concat(split(i1)) = i1 is found; a computed tensor still splits only at
+ * a boundary: no rule splits the relu of a variable (relu(x) has none). */
+static void test_split_halves(void) {
+  Result r = {0};
+  CHECK(generate("concat,split,relu", 3, 1, &r) == TEQ_OK);
+  bool identity = false;
+  for (size_t i = 0; i < r.n; i++) {
+    const char *key = r.rules[i].key, *arrow = strstr(key, " => ");
+    identity |= !strcmp(key, "%0,%1 = split[axis=1](i1); %2 = concat[axis=1](%0, %1) "
+                             "=> %0 = ident(i1) @ %2=%0");
+    if (!arrow) continue;
+    bool bad = splits_relu_of_var(key, (size_t)(arrow - key)) ||
+               splits_relu_of_var(arrow + 4, strlen(arrow + 4));
+    CHECK_MSG(!bad, "a relu of a variable split: %s", key);
+  }
+  CHECK_MSG(identity, "concat(split(i1)) = i1 missing among %zu rules", r.n);
+  gen_rules_free(r.rules, r.n);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
   test_known_linear();
   test_known_conv();
   test_known_matmul_relu();
+  test_split_halves();
   test_rules_hold("matmul,transpose,gemm,relu,matmul_relu", 2);
   test_rules_hold("matmul,ewadd,ewmul,smul,transpose,concat,split,relu,const_imm,const_one", 2);
   test_rules_hold("conv2d,enlarge,avgpool,maxpool,const_pool,const_iconv,relu,ewadd", 2);
