@@ -574,6 +574,39 @@ static bool offer(Ctx *c, Graph *ng) {
   return settle(c, ng, cost, NULL);
 }
 
+static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *sp,
+                                uint64_t hash, double cost);
+
+/* A rewrite of c->g whose hash delta.c derived (lz): dropped when seen
+ * before, else priced (derived, or built where delta.c leaves the price to
+ * the built graph) and settled. pm: the PET mutant it splices in (NULL
+ * for a rule's), built and post-optimized too under check_derived. */
+static bool settle_derived(Ctx *c, const Lazy *lz, const PetMut *pm,
+                           const PetSubprogram *sp) {
+  if (keyset_get(&c->seen, lz->hash)) {
+    c->st->duplicates++;
+    return true;
+  }
+  if ((c->rc = keyset_put(&c->seen, lz->hash, 1))) return false;
+  double cost;
+  int r = opt_delta_cost(c->base, &cost, c->d);
+  if (r < 0) return c->rc = r, false;
+  Graph *ng = NULL;
+  if (r == OPT_DELTA_BUILD) {
+    if ((c->rc = build(c, c->g, lz, &ng))) return false;
+    c->st->materialized++;
+    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
+      graph_free(ng);
+      return false;
+    }
+  }
+  if (pm && c->o->check_derived && (c->rc = check_mutant_derived(c, pm, sp, lz->hash, cost))) {
+    graph_free(ng);
+    return false;
+  }
+  return settle(c, ng, cost, lz);
+}
+
 /* The rewrite of c->g by instance in at match m: derived (delta.c) and
  * built only if the search keeps it; what delta.c leaves to the built
  * graph is built and offered as every rewrite once was. */
@@ -607,27 +640,7 @@ static bool offer_derived(Ctx *c, OptInst *in, const OptMatch *m) {
     return offer(c, ng);
   }
   c->st->generated++;
-  if (keyset_get(&c->seen, lz.hash)) {
-    c->st->duplicates++;
-    return true;
-  }
-  if ((c->rc = keyset_put(&c->seen, lz.hash, 1))) return false;
-  double cost;
-  int r = opt_delta_cost(c->base, &cost, c->d);
-  if (r < 0) {
-    c->rc = r;
-    return false;
-  }
-  Graph *ng = NULL;
-  if (r == OPT_DELTA_BUILD) {
-    if ((c->rc = build(c, c->g, &lz, &ng))) return false;
-    c->st->materialized++;
-    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
-      graph_free(ng);
-      return false;
-    }
-  }
-  return settle(c, ng, cost, &lz);
+  return settle_derived(c, &lz, NULL, NULL);
 }
 
 /* opt_apply_rule_priced's step: the rewrite derived as the search derives
@@ -856,8 +869,8 @@ static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp
 /* check_derived: the candidate derived with hash and cost, built and
  * post-optimized as offer_mutant_built would, must be the same graph at
  * the same price. */
-static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *sp, uint64_t hash,
-                                double cost) {
+static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *sp,
+                                uint64_t hash, double cost) {
   Graph *ng = NULL;
   Diag quiet;
   diag_init(&quiet);
@@ -892,28 +905,7 @@ static bool offer_mutant(Ctx *c, const PetMut *pm, const PetSubprogram *sp) {
   }
   if (v == OPT_DELTA_BUILD) return offer_mutant_built(c, pm, sp);
   c->st->generated++, c->st->pet_built++, c->st->pet_derived++;
-  if (keyset_get(&c->seen, lz.hash)) {
-    c->st->duplicates++;
-    return true;
-  }
-  if ((c->rc = keyset_put(&c->seen, lz.hash, 1))) return false;
-  double cost;
-  int r = opt_delta_cost(c->base, &cost, c->d);
-  if (r < 0) return c->rc = r, false;
-  Graph *ng = NULL;
-  if (r == OPT_DELTA_BUILD) {
-    if ((c->rc = build(c, c->g, &lz, &ng))) return false;
-    c->st->materialized++;
-    if ((c->rc = price(c->cm, c->pr, ng, &cost, c->d))) {
-      graph_free(ng);
-      return false;
-    }
-  }
-  if (c->o->check_derived && (c->rc = check_mutant_derived(c, pm, sp, lz.hash, cost))) {
-    graph_free(ng);
-    return false;
-  }
-  return settle(c, ng, cost, &lz);
+  return settle_derived(c, &lz, pm, sp);
 }
 
 /* Every corrected mutant of every subprogram of c->g, spliced in. Most
