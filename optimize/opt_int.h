@@ -36,21 +36,26 @@ typedef uint64_t OptRootSig;
 /* Distinct sets of free parameters screened per root kind. */
 enum { OPT_ROOT_MASKS = 8 };
 
+/* A rule by its root, in brief: what a node must have before matching is
+ * tried there. */
+typedef struct OptRootEntry {
+  int rule;        /* index in OptRules.r */
+  OptRootSig sig;  /* the root's arity and operands */
+  int8_t mask;     /* its set of free parameters (root_masks), -1: not screened */
+  uint64_t pkey;   /* opt_params_key of its fixed parameters under that set */
+} OptRootEntry;
+
 struct OptRules {
   OptRule *r;
   int n, cap;
-  int *by_root[OP__COUNT];           /* rule indices by root kind */
-  OptRootSig *sig_by_root[OP__COUNT]; /* ... and their roots in brief */
+  OptRootEntry *by_root[OP__COUNT]; /* rules by root kind */
   int n_by_root[OP__COUNT], cap_by_root[OP__COUNT];
-  /* The parameters a root must have, in brief: per root kind, the
-   * distinct sets of free parameters its rules' roots have (as masks), and
-   * per rule its set's index (-1: not screened, more sets than fit) and
-   * its root's opt_params_key under it. Most rules whose root fits a node
-   * in brief fail on its parameters (NasNet-A: four in five). */
+  /* The distinct sets of free parameters of each kind's roots (as masks):
+   * a node's opt_params_key under each is computed once and compared with
+   * every rule's. Most rules whose root fits a node in brief fail on its
+   * parameters (NasNet-A: four in five); more sets than fit go unscreened. */
   uint32_t root_masks[OP__COUNT][OPT_ROOT_MASKS];
   int n_root_masks[OP__COUNT];
-  int8_t *mask_by_root[OP__COUNT];
-  uint64_t *pkey_by_root[OP__COUNT];
 };
 
 /* ---- match.c ---- */

@@ -22,10 +22,7 @@ void opt_rules_free(OptRules *rs) {
     graph_free(rs->r[i].dst);
     free(rs->r[i].text);
   }
-  for (int k = 0; k < OP__COUNT; k++) {
-    free(rs->by_root[k]), free(rs->sig_by_root[k]);
-    free(rs->mask_by_root[k]), free(rs->pkey_by_root[k]);
-  }
+  for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]);
   free(rs->r);
   free(rs);
 }
@@ -81,18 +78,9 @@ int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *
   OpKind root = src->nodes[src->outputs[0].node].kind;
   if (rs->n_by_root[root] == rs->cap_by_root[root]) {
     int cap = rs->cap_by_root[root] ? 2 * rs->cap_by_root[root] : 16;
-    int *idx = realloc(rs->by_root[root], (size_t)cap * sizeof *idx);
-    if (!idx) goto nomem;
-    rs->by_root[root] = idx;
-    OptRootSig *sig = realloc(rs->sig_by_root[root], (size_t)cap * sizeof *sig);
-    if (!sig) goto nomem;
-    rs->sig_by_root[root] = sig;
-    int8_t *mask = realloc(rs->mask_by_root[root], (size_t)cap * sizeof *mask);
-    if (!mask) goto nomem;
-    rs->mask_by_root[root] = mask;
-    uint64_t *key = realloc(rs->pkey_by_root[root], (size_t)cap * sizeof *key);
-    if (!key) goto nomem;
-    rs->pkey_by_root[root] = key;
+    OptRootEntry *e = realloc(rs->by_root[root], (size_t)cap * sizeof *e);
+    if (!e) goto nomem;
+    rs->by_root[root] = e;
     rs->cap_by_root[root] = cap;
   }
   OptRule *r = &rs->r[rs->n];
@@ -104,17 +92,17 @@ int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *
       if (opt_param_is_free(src, p, i)) r->free_params[p] |= 1u << i;
     r->depthwise[p] = opt_is_depthwise(src, p);
   }
-  /* the root's fixed parameters in brief, under its set of free ones */
-  int top = src->outputs[0].node, m = 0, k = rs->n_by_root[root];
+  /* the root in brief: its operands, and its fixed parameters under its
+   * set of free ones */
+  int top = src->outputs[0].node, m = 0;
   uint32_t free_mask = r->free_params[top];
   while (m < rs->n_root_masks[root] && rs->root_masks[root][m] != free_mask) m++;
   if (m == rs->n_root_masks[root] && m < OPT_ROOT_MASKS)
     rs->root_masks[root][rs->n_root_masks[root]++] = free_mask;
-  rs->mask_by_root[root][k] = (int8_t)(m < OPT_ROOT_MASKS ? m : -1);
-  rs->pkey_by_root[root][k] = opt_params_key(&src->nodes[top], free_mask);
-  rs->sig_by_root[root][k] = opt_root_sig(src);
-  rs->by_root[root][k] = rs->n++;
-  rs->n_by_root[root]++;
+  rs->by_root[root][rs->n_by_root[root]++] =
+      (OptRootEntry){.rule = rs->n++, .sig = opt_root_sig(src),
+                     .mask = (int8_t)(m < OPT_ROOT_MASKS ? m : -1),
+                     .pkey = opt_params_key(&src->nodes[top], free_mask)};
   return TEQ_OK;
 nomem:
   graph_free(src);

@@ -822,42 +822,54 @@ static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
   return c->rc ? NULL : e;
 }
 
+/* The search's post-optimization cache, made on first use; NULL when
+ * out of memory. */
+static PetPostCache *post_cache(Ctx *c) {
+  if (!c->pet->post) c->pet->post = pet_post_cache_new();
+  return c->pet->post;
+}
+
 /* Whether PET's post-optimization leaves c->g as it is. */
 static int post_leaves_alone(Ctx *c, bool *alone) {
   Graph *h = graph_copy(c->g);
-  if (!h) return TEQ_ERR_NOMEM;
   PetPostStats post;
-  int rc = c->pet->post || (c->pet->post = pet_post_cache_new()) ? TEQ_OK : TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK) rc = pet_post_optimize_cached(&h, c->pet->post, &post, c->d);
+  int rc = h && post_cache(c) ? pet_post_optimize_cached(&h, c->pet->post, &post, c->d)
+                              : TEQ_ERR_NOMEM;
   *alone = rc == TEQ_OK && post.moved + post.removed + post.fused == 0;
   graph_free(h);
   return rc;
 }
 
-/* Mutant pm of subprogram sp spliced into c->g, post-optimized and
- * offered: built, as any candidate whose post-optimization may rewrite
- * something. */
-static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp) {
+/* Mutant pm spliced into c->g in place of subprogram sp, post-optimized
+ * and merged: the candidate as built. TEQ_ERR_INPUT (no message) for a
+ * cycle through the subprogram's outside. */
+static int splice_mutant(Ctx *c, const PetMut *pm, const PetSubprogram *sp, Graph **out,
+                         PetPostStats *post) {
   Graph *ng = NULL;
   Diag quiet;
   diag_init(&quiet);
   int rc = opt_splice(c->g, pm->in->g, sp->in, sp->out, &ng, &quiet);
   diag_fini(&quiet);
-  c->queued = false;
-  if (rc == TEQ_ERR_INPUT) { /* a cycle through the subprogram's outside */
-    c->st->rejected_cycle++;
-    return true;
-  }
-  PetPostStats post;
-  if (rc == TEQ_OK && !c->pet->post && !(c->pet->post = pet_post_cache_new()))
-    rc = TEQ_ERR_NOMEM, graph_free(ng);
-  else if (rc == TEQ_OK && (rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d)))
-    graph_free(ng);
+  if (rc) return rc;
+  rc = post_cache(c) ? pet_post_optimize_cached(&ng, c->pet->post, post, c->d) : TEQ_ERR_NOMEM;
   /* Moving layouts may leave two nodes computing one value; merged, the
    * candidate's rewrites are derived (delta.c) rather than built. */
-  if (rc == TEQ_OK) {
-    int merged = graph_merge_duplicates(ng);
-    if (merged < 0) rc = merged, graph_free(ng);
+  if (rc == TEQ_OK && graph_merge_duplicates(ng) < 0) rc = TEQ_ERR_NOMEM;
+  if (rc) graph_free(ng);
+  else *out = ng;
+  return rc;
+}
+
+/* Mutant pm of subprogram sp spliced in and offered: built, as any
+ * candidate whose post-optimization may rewrite something. */
+static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp) {
+  Graph *ng = NULL;
+  PetPostStats post;
+  int rc = splice_mutant(c, pm, sp, &ng, &post);
+  c->queued = false;
+  if (rc == TEQ_ERR_INPUT) {
+    c->st->rejected_cycle++;
+    return true;
   }
   if (rc) return c->rc = rc, false;
   c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
@@ -866,26 +878,26 @@ static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp
   return offer(c, ng);
 }
 
-/* check_derived: the candidate derived with hash and cost, built and
- * post-optimized as offer_mutant_built would, must be the same graph at
- * the same price. */
+/* check_derived: the candidate derived with hash and cost, built as
+ * offer_mutant_built builds it, must be the same graph at the same price,
+ * and post-optimization must have found nothing. */
 static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *sp,
                                 uint64_t hash, double cost) {
   Graph *ng = NULL;
-  Diag quiet;
-  diag_init(&quiet);
-  int rc = opt_splice(c->g, pm->in->g, sp->in, sp->out, &ng, &quiet);
-  diag_fini(&quiet);
   PetPostStats post = {0};
-  if (rc == TEQ_OK) rc = pet_post_optimize_cached(&ng, c->pet->post, &post, c->d);
   double built = 0;
-  if (rc == TEQ_OK) rc = graph_merge_duplicates(ng) < 0 ? TEQ_ERR_NOMEM : TEQ_OK;
+  int rc = splice_mutant(c, pm, sp, &ng, &post);
+  if (rc == TEQ_ERR_INPUT)
+    return diag_error(c->d, "optimize: PET candidate '%s' derived acyclic has a cycle when "
+                      "built", pm->info.desc), TEQ_ERR_INTERNAL;
   if (rc == TEQ_OK) rc = price(c->cm, c->pr, ng, &built, c->d);
   if (rc == TEQ_OK && (graph_hash(ng, NULL) != hash || built != cost ||
-                       post.moved + post.removed + post.fused))
-    rc = diag_error(c->d, "optimize: PET candidate '%s' derived unbuilt differs when built "
-                    "(cost %.17g against %.17g, %lld post-optimization rewrites)", pm->info.desc,
-                    cost, built, (long long)(post.moved + post.removed + post.fused));
+                       post.moved + post.removed + post.fused)) {
+    diag_error(c->d, "optimize: PET candidate '%s' derived unbuilt differs when built "
+               "(cost %.17g against %.17g, %lld post-optimization rewrites)", pm->info.desc,
+               cost, built, (long long)(post.moved + post.removed + post.fused));
+    rc = TEQ_ERR_INTERNAL;
+  }
   graph_free(ng);
   return rc;
 }
@@ -1047,18 +1059,15 @@ static int expand(Ctx *c) {
     OpKind k = c->g->nodes[id].kind;
     if (weights[id]) continue;
     OptRootSig sig = opt_node_sig(c->g, id);
-    const OptRootSig *rule_sig = c->rs->sig_by_root[k];
-    const int8_t *rule_mask = c->rs->mask_by_root[k];
-    const uint64_t *rule_key = c->rs->pkey_by_root[k];
     uint64_t key[OPT_ROOT_MASKS];
     for (int m = 0; m < c->rs->n_root_masks[k]; m++)
       key[m] = opt_params_key(&c->g->nodes[id], c->rs->root_masks[k][m]);
     for (int j = 0; j < c->rs->n_by_root[k] && rc == TEQ_OK; j++) {
       /* Nearly every rule fails at the root at once, in brief; the clock
        * is read after those that matched (each candidate reads it too). */
-      if (!opt_root_fits(rule_sig[j], sig)) continue;
-      if (rule_mask[j] >= 0 && rule_key[j] != key[rule_mask[j]]) continue;
-      c->rule = c->rs->by_root[k][j];
+      const OptRootEntry *e = &c->rs->by_root[k][j];
+      if (!opt_root_fits(e->sig, sig) || (e->mask >= 0 && e->pkey != key[e->mask])) continue;
+      c->rule = e->rule;
       if (opt_match_at(&c->rs->r[c->rule], c->g, &u, id, c->o->max_matches, on_match, c) == 0)
         continue;
       rc = c->rc;

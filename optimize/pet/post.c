@@ -429,25 +429,22 @@ static int try_move(Post *p, int f, bool *done) {
 
 /* ---- splices it leaves alone ---- */
 
-/* Each rewrite above acts at an R/T: the end of a chain of them that
- * may be the identity (its first input of the last one's output shape),
- * one reading another of its kind (fusion), one read by an element-wise
- * operator whose every other input is a constant or an R/T (motion). If g is left alone, a rewrite of the
- * spliced graph must involve a node of sub, or one of g's whose readers
- * sub changed (an R/T read by the part sub replaces may be left with an
- * element-wise reader alone). Each such meeting is refused here, whether
- * or not the rewrite would then find the R/T alike or the chain the
- * identity: refusing more is safe. */
+/* Each rewrite above acts at an R/T: the end of a chain of them that may
+ * be the identity (its first input of the last one's output shape), one
+ * reading another of its kind (fusion), one read by an element-wise
+ * operator whose every other input is a constant or an R/T (motion). If g
+ * is left alone, a rewrite of the spliced graph must involve a node of
+ * sub, or one of g's whose readers sub changed (an R/T read by the part
+ * sub replaces may be left with an element-wise reader alone). Each such
+ * meeting is refused here, whether or not the rewrite would then find the
+ * R/T alike or the chain the identity: refusing more is safe. */
 
-/* The node computing input j of node n of sub, as the spliced graph has
- * it: sub's own, or g's for an input of sub. */
-static const Node *spliced_in(const Graph *g, const Graph *sub, const TensorRef *in,
-                              const Node *n, int j) {
-  const Node *a = &sub->nodes[n->in[j].node];
-  if (a->kind != OP_INPUT) return a;
-  for (int k = 0; k < sub->n_inputs; k++)
-    if (sub->inputs[k] == n->in[j].node) return &g->nodes[in[k].node];
-  return a;
+/* The node computing node id of sub in the spliced graph: sub's own, or
+ * g's for an input of sub. */
+static const Node *spliced(const Graph *g, const Graph *sub, const TensorRef *in, int id) {
+  for (int k = 0; k < sub->n_inputs && sub->nodes[id].kind == OP_INPUT; k++)
+    if (sub->inputs[k] == id) return &g->nodes[in[k].node];
+  return &sub->nodes[id];
 }
 
 /* Whether an element-wise operator might move an R/T among its inputs:
@@ -472,7 +469,7 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
         if (shape_equal(graph_shape(sub, a->in[0]), &n->out[0])) return false;
     } else if (op_def(n->kind)->flags & OPF_ELEMENTWISE) {
       if (n->n_in > MAX_EW_IN) return false;
-      for (int j = 0; j < n->n_in; j++) inputs[j] = spliced_in(g, sub, in, n, j);
+      for (int j = 0; j < n->n_in; j++) inputs[j] = spliced(g, sub, in, n->in[j].node);
       if (might_move(inputs, n->n_in)) return false;
     }
   }
@@ -489,16 +486,10 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
       if (!reads) continue;
       if (is_rt(n) || n->n_in > MAX_EW_IN) return false;
       for (int j = 0; j < n->n_in; j++) {
-        const Node *a = &g->nodes[n->in[j].node];
+        inputs[j] = &g->nodes[n->in[j].node];
         for (int q = 0; q < sub->n_outputs; q++) /* read from sub's output instead */
-          if (n->in[j].node == out[q].node && n->in[j].out == out[q].out) {
-            TensorRef r = sub->outputs[q];
-            a = &sub->nodes[r.node];
-            if (a->kind == OP_INPUT)
-              for (int k = 0; k < sub->n_inputs; k++)
-                if (sub->inputs[k] == r.node) a = &g->nodes[in[k].node];
-          }
-        inputs[j] = a;
+          if (n->in[j].node == out[q].node && n->in[j].out == out[q].out)
+            inputs[j] = spliced(g, sub, in, sub->outputs[q].node);
       }
       if (might_move(inputs, n->n_in)) return false;
     }
