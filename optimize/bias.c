@@ -113,6 +113,63 @@ bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
   return true;
 }
 
+bool opt_bias_keeps_channels(const Node *n, const Shape *in) {
+  const Shape *out = &n->out[0];
+  if (n->n_out != 1 || out->ndim != 4 || n->opaque) return false;
+  if (n->kind == OP_CONCAT) {
+    int64_t axis = n->params.v[param_index(OP_CONCAT, "axis")].i[0];
+    return axis == 1 || axis == 1 - out->ndim;
+  }
+  unsigned f = op_def(n->kind)->flags;
+  if (!(f & OPF_ELEMENTWISE) || (f & (OPF_SOURCE | OPF_INT64_OUT))) return false;
+  for (int j = 0; j < n->n_in; j++)
+    if (!shape_equal(&in[j], out)) return false; /* a broadcast mixes channels' values */
+  return true;
+}
+
+/* opt_bias_value_per_channel below depth levels of weights. */
+static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals,
+                              int depth) {
+  const Node *n = &g->nodes[r.node];
+  if (n->kind == OP_CONST) return opt_bias_per_channel(n->value, out, vals);
+  if (depth == 0 || n->n_in > OPT_BIAS_MAX_IN || !shape_equal(&n->out[r.out], out))
+    return false;
+  Shape in[OPT_BIAS_MAX_IN];
+  for (int j = 0; j < n->n_in; j++) in[j] = g->nodes[n->in[j].node].out[n->in[j].out];
+  if (!opt_bias_keeps_channels(n, in)) return false;
+  if (n->kind == OP_CONCAT) {
+    for (int j = 0, c = 0; j < n->n_in; c += (int)in[j].d[1], j++)
+      if (!value_per_channel(g, n->in[j], &in[j], vals ? vals + c : NULL, depth - 1))
+        return false;
+    return true;
+  }
+  for (int j = 0; j < n->n_in; j++)
+    if (!value_per_channel(g, n->in[j], &in[j], NULL, depth - 1)) return false;
+  if (!vals) return true;
+  /* An element-wise operator of equal shapes: its kernel run on one value
+   * per channel computes what it would at every position. */
+  Tensor *x[OPT_BIAS_MAX_IN] = {0}, *y = NULL;
+  Shape per = shape_make(4, (int64_t[]){1, out->d[1], 1, 1});
+  bool ok = (y = tensor_new(DT_F32, &per)) != NULL;
+  for (int j = 0; j < n->n_in && ok; j++)
+    ok = (x[j] = tensor_new(DT_F32, &per)) != NULL &&
+         value_per_channel(g, n->in[j], &in[j], x[j]->data, depth - 1);
+  if (ok) {
+    Diag quiet;
+    diag_init(&quiet);
+    ok = op_def(n->kind)->eval_f32(n, x, &y, &quiet) == TEQ_OK;
+    diag_fini(&quiet);
+  }
+  if (ok) memcpy(vals, y->data, (size_t)out->d[1] * sizeof *vals);
+  for (int j = 0; j < n->n_in; j++) tensor_unref(x[j]);
+  tensor_unref(y);
+  return ok;
+}
+
+bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals) {
+  return value_per_channel(g, r, out, vals, OPT_BIAS_DEPTH);
+}
+
 int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), fused = 0;
   for (bool again = true; again;) {
@@ -134,14 +191,14 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
       if (un->kind == OP_EWADD && n_in == 2) {
         TensorRef other = un->in[0].node == id ? un->in[1] : un->in[0];
         const Node *bn = &g->nodes[other.node];
-        if (other.node == id || bn->kind != OP_CONST || c->out[0].ndim != 4) continue;
+        if (other.node == id || c->out[0].ndim != 4) continue;
         Shape flat = shape_of(1, (int)c->out[0].d[1]);
         Tensor *t = tensor_new(DT_F32, &flat);
         if (!t) {
           free(user);
           return TEQ_ERR_NOMEM;
         }
-        if (!opt_bias_per_channel(bn->value, &c->out[0], t->data)) {
+        if (!opt_bias_value_per_channel(g, other, &c->out[0], t->data)) {
           tensor_unref(t);
           continue;
         }

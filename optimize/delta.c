@@ -684,6 +684,25 @@ static void kill(OptBase *b, int v0) {
   }
 }
 
+/* opt_bias_value_per_channel over the rewritten graph, with constants'
+ * verdicts remembered. */
+static bool vbias_per_channel(OptBase *b, TensorRef r, const Shape *out, int depth) {
+  const Node *n = vnode(b, r.node);
+  if (n->kind == OP_CONST) return bias_per_channel(b->pr, n->value, out);
+  if (depth == 0 || !vweight(b, r.node) || n->n_in > OPT_BIAS_MAX_IN ||
+      !shape_equal(&n->out[r.out], out))
+    return false;
+  Shape in[OPT_BIAS_MAX_IN];
+  for (int j = 0; j < n->n_in; j++) {
+    TensorRef t = vin(b, r.node, j);
+    in[j] = vnode(b, t.node)->out[t.out];
+  }
+  if (!opt_bias_keeps_channels(n, in)) return false;
+  for (int j = 0; j < n->n_in; j++)
+    if (!vbias_per_channel(b, vin(b, r.node, j), &in[j], depth - 1)) return false;
+  return true;
+}
+
 /* How opt_fuse_bias refolds convolution c of the rewritten graph, with
  * user2 its only consumers; marks what it absorbs. */
 static uint8_t refold(OptBase *b, int c) {
@@ -693,9 +712,9 @@ static uint8_t refold(OptBase *b, int c) {
   const Node *un = vnode(b, u);
   if (un->kind == OP_EWADD && cn->n_in == 2) {
     TensorRef a = vin(b, u, 0), other = a.node == c ? vin(b, u, 1) : a;
-    if (other.node == c || vnode(b, other.node)->kind != OP_CONST || cn->out[0].ndim != 4)
+    if (other.node == c || cn->out[0].ndim != 4 ||
+        !vbias_per_channel(b, other, &cn->out[0], OPT_BIAS_DEPTH))
       return OPT_FUSE_NONE;
-    if (!bias_per_channel(b->pr, vnode(b, other.node)->value, &cn->out[0])) return OPT_FUSE_NONE;
     b->absorbed[u] = b->gen;
     uint8_t fuse = OPT_FUSE_BIAS;
     int u2 = b->user2[u]; /* the refolded convolution takes over u's uses */

@@ -226,6 +226,25 @@ int opt_pricer_price(OptPricer *p, const Graph *g, double *us, Diag *d);
  * vals (C floats, may be NULL) receives them. */
 bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals);
 
+/* Whether node n, at input shapes in, gives one value per channel wherever
+ * each of its inputs does, each at its own shape: a concat along the
+ * channels, or an element-wise operator of inputs of its own shape. */
+bool opt_bias_keeps_channels(const Node *n, const Shape *in);
+
+/* Levels of weight operators above the constants that a bias may be, and
+ * inputs of each. */
+#define OPT_BIAS_DEPTH 8
+#define OPT_BIAS_MAX_IN 8
+
+/* Whether tensor r of g, added to a convolution's result of shape out, is
+ * one value per channel: a constant that is (opt_bias_per_channel), or
+ * operators that keep channels apart (opt_bias_keeps_channels) over such
+ * constants. A rewrite that moves two biases through a concat leaves
+ * concat(B1, B2), which the export computes into one constant and folds
+ * into the merged convolution; the search must price it so. vals as
+ * there. */
+bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals);
+
 /* ---- weights.c ---- */
 
 /* Per node of g (order: a topological order): whether every input is a

@@ -845,6 +845,112 @@ static void test_priced_rule_sources(void) {
   cost_model_free(cm);
 }
 
+/* A bias that is an expression of weights keeping channels apart (two
+ * spread biases concatenated, then put through a relu) folds into the
+ * convolution as the constant it computes; one that mixes channels' values
+ * (a spread bias plus a weight that varies along H) stays an ewadd. */
+static void test_bias_expression_folded(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 4, 6, 6)), none = {-1, 0};
+  TensorRef c = conv(g, x, weight(g, "k", shape_of(4, 6, 4, 3, 3), 1), none, 1, ACT_NONE);
+  TensorRef d2 = conv(g, x, weight(g, "k2", shape_of(4, 6, 4, 3, 3), 2), none, 1, ACT_NONE);
+  Tensor *spread[2];
+  for (int i = 0; i < 2; i++) {
+    Shape s = shape_of(4, 1, 3, 6, 6);
+    spread[i] = tensor_new(DT_F32, &s);
+    for (int64_t e = 0; e < tensor_numel(spread[i]); e++)
+      ((float *)spread[i]->data)[e] = (float)(e / 36) * (i ? -0.5f : 0.25f) - 0.1f;
+  }
+  TensorRef b1 = {graph_add_const(g, "b1", spread[0], NULL), 0};
+  TensorRef b2 = {graph_add_const(g, "b2", spread[1], NULL), 0};
+  Params axis1;
+  params_default(OP_CONCAT, &axis1);
+  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
+  TensorRef in[2] = {b1, b2};
+  TensorRef cat = {graph_add_node(g, OP_CONCAT, in, 2, 1, &axis1, NULL, NULL), 0};
+  TensorRef bias = op(g, OP_RELU, cat, cat, 1, NULL);
+  graph_add_output(g, op(g, OP_RELU, op(g, OP_EWADD, c, bias, 2, NULL), none, 1, NULL), "y", NULL);
+  TensorRef rows = weight(g, "rows", shape_of(4, 1, 6, 6, 6), 3);
+  TensorRef mixed = op(g, OP_EWADD, bias, rows, 2, NULL);
+  graph_add_output(g, op(g, OP_EWADD, d2, mixed, 2, NULL), "z", NULL);
+  Graph *h = graph_copy(g);
+  Diag d;
+  diag_init(&d);
+  int fused = 0;
+  CHECK(opt_fuse_bias(h, &fused, &d) == TEQ_OK);
+  CHECK_EQ_INT(fused, 2); /* y's bias, then its relu; z's stays */
+  int convs = 0, biased = 0, adds = 0;
+  for (int i = 0; i < h->n_nodes; i++) {
+    convs += h->nodes[i].kind == OP_CONV2D;
+    biased += h->nodes[i].kind == OP_CONV2D && h->nodes[i].n_in == 3;
+    adds += h->nodes[i].kind == OP_EWADD;
+  }
+  CHECK_EQ_INT(convs, 2);
+  CHECK_EQ_INT(biased, 1);
+  CHECK_EQ_INT(adds, 2);
+  ExecDiff diff;
+  CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
+  exec_diff_fini(&diff);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(h);
+  graph_free(g);
+}
+
+/* The committed table of H100 costs, found as the axioms are (main). */
+static char table_path[1024];
+
+/* SqueezeNet's fire (its expand convolutions, both 3x3 here: the rules of
+ * this file have no enlarge): two convolutions of one input, each with its
+ * own bias and relu, concatenated. Merging them moves both biases through
+ * the concat (a rule with four distinct images) and leaves concat(B1, B2)
+ * as the merged convolution's bias, which the search must price as folded.
+ * Priced by the GPU's table: on it the steps between are about 10% dearer
+ * (a relu and an ewadd beside convolutions), within reach of the search's
+ * alpha; the analytic model prices a relu near a convolution. */
+static void test_fire_merged(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 16, 55, 55));
+  TensorRef a = conv(g, x, int_weight(g, shape_of(4, 64, 16, 3, 3), 1),
+                     int_weight(g, shape_of(1, 64), 2), 1, ACT_RELU);
+  TensorRef b = conv(g, x, int_weight(g, shape_of(4, 64, 16, 3, 3), 3),
+                     int_weight(g, shape_of(1, 64), 4), 1, ACT_RELU);
+  Params axis1;
+  params_default(OP_CONCAT, &axis1);
+  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
+  TensorRef in[2] = {a, b};
+  graph_add_output(g, (TensorRef){graph_add_node(g, OP_CONCAT, in, 2, 1, &axis1, NULL, NULL), 0},
+                   "y", NULL);
+  Graph *plain = graph_copy(g), *best = NULL;
+  Diag d;
+  diag_init(&d);
+  CHECK(opt_split_bias(plain, NULL, &d) == TEQ_OK);
+  CostModel *cm = cost_model_new();
+  CHECK_MSG(cost_model_load_table(cm, table_path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 50;
+  OptStats st;
+  CHECK(opt_search(plain, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  CHECK(best && opt_fold_weights(best, NULL, &d) == TEQ_OK && opt_fuse_bias(best, NULL, &d) == TEQ_OK);
+  int convs = 0;
+  for (int i = 0; best && i < best->n_nodes; i++) convs += best->nodes[i].kind == OP_CONV2D;
+  CHECK_MSG(convs == 1 && graph_count_ops(best) == 1, "%d convolutions, %d operators after the search",
+            convs, graph_count_ops(best));
+  CHECK(best && equal_outputs(g, best));
+  Priced p = price_all(plain, cm);
+  CHECK_EQ_INT(p.bad_cost, 0);
+  CHECK_EQ_INT(p.bad_hash, 0);
+  printf("fire: merged into %d operator after %lld graphs expanded; %d rewrites priced, %d "
+         "derived\n", graph_count_ops(best), (long long)st.explored, p.rewrites, p.derived);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  cost_model_free(cm);
+  opt_stats_fini(&st);
+  graph_free(best);
+  graph_free(plain);
+  graph_free(g);
+}
+
 static void load_rules(const char *axioms) {
   char db[320];
   snprintf(db, sizeof db, "%s/rules.sqlite", tmpdir);
@@ -894,6 +1000,8 @@ int main(void) {
     axioms = path;
   }
   if (access(axioms, R_OK)) check_skip("specs/ops.axioms not found (set TEQ_AXIOMS)");
+  snprintf(table_path, sizeof table_path, "%.*stools/profiles/h100.tsv",
+           (int)(strlen(axioms) - strlen("specs/ops.axioms")), axioms);
   snprintf(tmpdir, sizeof tmpdir, "%s/teq-opt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   CHECK(mkdtemp(tmpdir) != NULL);
   load_rules(axioms);
@@ -918,6 +1026,8 @@ int main(void) {
   test_priced_matmuls();
   test_priced_duplicates();
   test_priced_rule_sources();
+  test_bias_expression_folded();
+  test_fire_merged();
   opt_rules_free(rules);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
