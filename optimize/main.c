@@ -538,6 +538,10 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK) graph_canonicalize(plain); /* rules use one spelling of each operator */
   if (rc == TEQ_OK && (r.merged = graph_merge_duplicates(plain)) < 0) rc = r.merged;
   if (rc == TEQ_OK) rc = opt_split_bias(plain, NULL, &d);
+  /* Equal biases spread at one shape become one constant here, once. Left
+   * as two, every graph the search builds compared them byte by byte
+   * (VGG-19's zero biases: megabytes each) before merging them. */
+  if (rc == TEQ_OK && graph_merge_duplicates(plain) < 0) rc = TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
   graph_free(plain);
   /* The search post-optimized each candidate it built with a mutant, one
