@@ -384,9 +384,12 @@ static void report_text(const Report *r, FILE *f) {
   for (int i = 0; i < st->n_rules; i++) any += st->applied[i];
   fprintf(f, "  rules applied (%d rewrites):\n", any);
   for (int i = 0; i < st->n_rules; i++)
-    if (st->applied[i])
+    if (st->applied[i]) {
+      char *text = opt_rules_text(r->rs, i);
       fprintf(f, "    %3dx  #%lld  %s\n", st->applied[i], (long long)opt_rules_id(r->rs, i),
-              opt_rules_text(r->rs, i));
+              text ? text : "");
+      free(text);
+    }
 }
 
 static int report_json(const Report *r, const char *path, Diag *d) {
@@ -461,7 +464,9 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     if (st->applied[i]) {
       fprintf(f, "%s\n    {\"rule_id\": %lld, \"times\": %d, \"text\": ", sep,
               (long long)opt_rules_id(r->rs, i), st->applied[i]);
-      json_string(f, opt_rules_text(r->rs, i));
+      char *text = opt_rules_text(r->rs, i);
+      json_string(f, text ? text : "");
+      free(text);
       fputc('}', f);
       sep = ",";
     }

@@ -17,8 +17,10 @@
 
 typedef struct OptRule {
   Graph *src, *dst;  /* variables: the OP_INPUT nodes, the same on both sides */
+  bool shares_sides; /* src and dst are the previous rule's dst and src (one
+                        equation read both ways), freed with that one */
   int64_t id;        /* row in the database; 0 for rules added by hand */
-  char *text;        /* "src => dst" */
+  char *text;        /* "src => dst" as given, or NULL: written when asked for */
   OpKind root;       /* kind of the node that makes src's output 0 */
   /* Per src node, derived once (matching asks for every pair it tries):
    * which parameters are free (bit i: opt_param_is_free), and whether it is

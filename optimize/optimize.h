@@ -47,9 +47,11 @@ TEQ_API OptRules *opt_rules_new(void);
 TEQ_API int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *text,
                           Diag *d);
 TEQ_API void opt_rules_free(OptRules *rs);
-/* Directed rules held, and the text and database id of rule i. */
+/* Directed rules held, and the text and database id of rule i. The text
+ * is "src => dst", malloc'd (NULL when memory runs out): rules loaded from
+ * a database are written out only when a report asks. */
 TEQ_API int opt_rules_count(const OptRules *rs);
-TEQ_API const char *opt_rules_text(const OptRules *rs, int i);
+TEQ_API char *opt_rules_text(const OptRules *rs, int i);
 TEQ_API int64_t opt_rules_id(const OptRules *rs, int i);
 /* The graph rule i rewrites from (its variables are its inputs). */
 TEQ_API const Graph *opt_rules_source(const OptRules *rs, int i);

@@ -18,8 +18,7 @@ OptRules *opt_rules_new(void) { return calloc(1, sizeof(OptRules)); }
 void opt_rules_free(OptRules *rs) {
   if (!rs) return;
   for (int i = 0; i < rs->n; i++) {
-    graph_free(rs->r[i].src);
-    graph_free(rs->r[i].dst);
+    if (!rs->r[i].shares_sides) graph_free(rs->r[i].src), graph_free(rs->r[i].dst);
     free(rs->r[i].text);
   }
   for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]);
@@ -28,7 +27,11 @@ void opt_rules_free(OptRules *rs) {
 }
 
 int opt_rules_count(const OptRules *rs) { return rs->n; }
-const char *opt_rules_text(const OptRules *rs, int i) { return rs->r[i].text ? rs->r[i].text : ""; }
+char *opt_rules_text(const OptRules *rs, int i) {
+  const OptRule *r = &rs->r[i];
+  if (r->text) return strdup(r->text);
+  return rule_text(&(Rule){.src = r->src, .dst = r->dst});
+}
 int64_t opt_rules_id(const OptRules *rs, int i) { return rs->r[i].id; }
 const Graph *opt_rules_source(const OptRules *rs, int i) { return rs->r[i].src; }
 
@@ -63,28 +66,26 @@ static bool applicable(const Graph *src, const Graph *dst) {
   return true;
 }
 
-int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *text, Diag *d) {
-  if (!applicable(src, dst)) {
-    graph_free(src);
-    graph_free(dst);
-    return diag_error(d, "rule %lld cannot be applied in this direction", (long long)id);
-  }
+/* Adds src => dst, applicable, with its text (owned; may be NULL). Takes
+ * nothing on failure. */
+static int add_directed(OptRules *rs, Graph *src, Graph *dst, bool shares_sides, int64_t id,
+                        char *text) {
   if (rs->n == rs->cap) {
     int cap = rs->cap ? rs->cap * 2 : 256;
     OptRule *r = realloc(rs->r, (size_t)cap * sizeof *r);
-    if (!r) goto nomem;
+    if (!r) return TEQ_ERR_NOMEM;
     rs->r = r, rs->cap = cap;
   }
   OpKind root = src->nodes[src->outputs[0].node].kind;
   if (rs->n_by_root[root] == rs->cap_by_root[root]) {
     int cap = rs->cap_by_root[root] ? 2 * rs->cap_by_root[root] : 16;
     OptRootEntry *e = realloc(rs->by_root[root], (size_t)cap * sizeof *e);
-    if (!e) goto nomem;
+    if (!e) return TEQ_ERR_NOMEM;
     rs->by_root[root] = e;
     rs->cap_by_root[root] = cap;
   }
   OptRule *r = &rs->r[rs->n];
-  *r = (OptRule){.src = src, .dst = dst, .id = id, .text = text ? strdup(text) : NULL,
+  *r = (OptRule){.src = src, .dst = dst, .shares_sides = shares_sides, .id = id, .text = text,
                  .root = root};
   for (int p = 0; p < src->n_nodes; p++) {
     const OpDef *def = op_def(src->nodes[p].kind);
@@ -104,10 +105,23 @@ int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *
                      .mask = (int8_t)(m < OPT_ROOT_MASKS ? m : -1),
                      .pkey = opt_params_key(&src->nodes[top], free_mask)};
   return TEQ_OK;
-nomem:
-  graph_free(src);
-  graph_free(dst);
-  return TEQ_ERR_NOMEM;
+}
+
+int opt_rules_add(OptRules *rs, Graph *src, Graph *dst, int64_t id, const char *text, Diag *d) {
+  int rc = TEQ_OK;
+  char *own = text ? strdup(text) : NULL;
+  if (!applicable(src, dst))
+    rc = diag_error(d, "rule %lld cannot be applied in this direction", (long long)id);
+  else if (text && !own)
+    rc = TEQ_ERR_NOMEM;
+  else
+    rc = add_directed(rs, src, dst, false, id, own);
+  if (rc) {
+    free(own);
+    graph_free(src);
+    graph_free(dst);
+  }
+  return rc;
 }
 
 typedef struct Loader {
@@ -116,43 +130,26 @@ typedef struct Loader {
   Diag *d;
 } Loader;
 
-static int load_one(const Rule *r, void *ctx) {
+/* Keeps rule r's sides (no copies), in each direction that applies; the
+ * two directions share them. */
+static int load_one(Rule *r, void *ctx) {
   Loader *L = ctx;
   L->seen++;
   if (r->status == RULE_REFUTED) return 0;
-  char *text = rule_text(r);
-  if (!text) return TEQ_ERR_NOMEM;
-  /* The same rule read backwards: swap the sides of the text too. */
-  char *back = NULL;
-  const char *arrow = strstr(text, " => ");
-  if (arrow) {
-    size_t ls = (size_t)(arrow - text), rl = strlen(arrow + 4);
-    back = malloc(ls + rl + 5);
-    if (back) {
-      memcpy(back, arrow + 4, rl);
-      memcpy(back + rl, " => ", 4);
-      memcpy(back + rl + 4, text, ls);
-      back[ls + rl + 4] = 0;
-    }
-  }
+  bool fwd = applicable(r->src, r->dst), back = applicable(r->dst, r->src);
   int rc = TEQ_OK;
-  for (int dir = 0; dir < 2 && rc == TEQ_OK; dir++) {
-    const Graph *a = dir ? r->dst : r->src, *b = dir ? r->src : r->dst;
-    if (!applicable(a, b)) continue;
-    Graph *ca = graph_copy(a), *cb = graph_copy(b);
-    if (!ca || !cb) {
-      graph_free(ca), graph_free(cb);
-      rc = TEQ_ERR_NOMEM;
-      break;
-    }
-    Diag quiet;
-    diag_init(&quiet);
-    rc = opt_rules_add(L->rs, ca, cb, r->id, dir ? back : text, &quiet);
-    diag_fini(&quiet);
-    if (rc == TEQ_OK) L->usable++;
+  if (fwd && (rc = add_directed(L->rs, r->src, r->dst, false, r->id, NULL)) == TEQ_OK) {
+    L->usable++;
+    r->src = r->dst = NULL; /* the rule set's now */
   }
-  free(text);
-  free(back);
+  if (rc == TEQ_OK && back) {
+    Graph *src = fwd ? L->rs->r[L->rs->n - 1].dst : r->dst;
+    Graph *dst = fwd ? L->rs->r[L->rs->n - 1].src : r->src;
+    if ((rc = add_directed(L->rs, src, dst, fwd, r->id, NULL)) == TEQ_OK) {
+      L->usable++;
+      r->src = r->dst = NULL;
+    }
+  }
   return rc;
 }
 

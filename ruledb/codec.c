@@ -308,6 +308,7 @@ static int decode_graph(Graph *g, const Teq__RuleGraph *m, Diag *d) {
   int rc = TEQ_OK;
   if (m->n_inputs > INT32_MAX / 2 || m->n_ops > INT32_MAX / 2)
     return diag_error(d, "rule graph: too many nodes");
+  if (graph_reserve(g, (int)(m->n_inputs + m->n_ops))) return TEQ_ERR_NOMEM;
   for (size_t i = 0; i < m->n_inputs && !rc; i++) rc = decode_var(g, m->inputs[i], i, d);
   for (size_t k = 0; k < m->n_ops && !rc; k++) rc = decode_op(g, m->ops[k], k, d);
   if (rc) return rc;

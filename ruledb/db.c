@@ -716,7 +716,7 @@ static int read_rule(RuleDb *db, sqlite3_stmt *st, Rule *r, Diag *d) {
 }
 
 /* Walks the rows of st (id, key, src, dst, status, depth, run_id). */
-static int walk_rules(RuleDb *db, sqlite3_stmt *st, int (*fn)(const Rule *r, void *ctx),
+static int walk_rules(RuleDb *db, sqlite3_stmt *st, int (*fn)(Rule *r, void *ctx),
                       void *ctx, Diag *d) {
   bool row = true;
   int rc = TEQ_OK;
@@ -731,7 +731,7 @@ static int walk_rules(RuleDb *db, sqlite3_stmt *st, int (*fn)(const Rule *r, voi
 }
 
 int ruledb_foreach_undecided(RuleDb *db, const char *axioms_hash,
-                             int (*fn)(const Rule *r, void *ctx), void *ctx, Diag *d) {
+                             int (*fn)(Rule *r, void *ctx), void *ctx, Diag *d) {
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(db->db,
                          "SELECT id, key, src, dst, status, depth, run_id FROM rules r"
@@ -788,7 +788,7 @@ int ruledb_count_runs(RuleDb *db, const char *command, int64_t *n, Diag *d) {
   return rc;
 }
 
-int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r, void *ctx), void *ctx,
+int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(Rule *r, void *ctx), void *ctx,
                         Diag *d) {
   int rc = check_status_arg(db, status, d);
   if (rc) return rc;

@@ -161,9 +161,11 @@ TEQ_API int ruledb_insert_rule(RuleDb *db, const Rule *r, bool *inserted, Diag *
 /* Number of rules with status s, or of all rules when s < 0. */
 TEQ_API int ruledb_count_rules(RuleDb *db, int status, int64_t *n, Diag *d);
 /* Calls fn on every rule with status s (all when s < 0) in id order,
- * decoded; the Rule is freed after fn returns. A non-zero return from fn
- * stops the walk and is returned. */
-TEQ_API int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r, void *ctx),
+ * decoded; the Rule is freed after fn returns. fn may keep r->src, r->dst
+ * or r->key by taking it and setting the field to NULL (a reader that keeps
+ * every rule need not copy them). A non-zero return from fn stops the walk
+ * and is returned. */
+TEQ_API int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(Rule *r, void *ctx),
                                 void *ctx, Diag *d);
 
 /* ---- verification results (verify-rules) ---- */
@@ -171,7 +173,7 @@ TEQ_API int ruledb_foreach_rule(RuleDb *db, int status, int (*fn)(const Rule *r,
 /* Calls fn on every rule that has no 'proved' or 'refuted' verification
  * stored under axioms_hash, in id order (as ruledb_foreach_rule). */
 TEQ_API int ruledb_foreach_undecided(RuleDb *db, const char *axioms_hash,
-                                     int (*fn)(const Rule *r, void *ctx), void *ctx, Diag *d);
+                                     int (*fn)(Rule *r, void *ctx), void *ctx, Diag *d);
 /* Stores one verification ('proved', 'refuted' or 'unknown' as status),
  * with its time and counterexample (may be NULL), and sets the rule's
  * status to match. Use inside ruledb_begin/commit to batch. */

@@ -50,6 +50,15 @@ void graph_truncate(Graph *g, int32_t n) {
 }
 
 /* Room for one more node; the new slot is zeroed. */
+int graph_reserve(Graph *g, int n) {
+  if (n <= g->cap_nodes) return TEQ_OK;
+  Node *nodes = realloc(g->nodes, (size_t)n * sizeof *nodes);
+  if (!nodes) return TEQ_ERR_NOMEM;
+  g->nodes = nodes;
+  g->cap_nodes = n;
+  return TEQ_OK;
+}
+
 static Node *append_slot(Graph *g) {
   if (g->n_nodes == g->cap_nodes) {
     int32_t cap = g->cap_nodes ? g->cap_nodes * 2 : 16;

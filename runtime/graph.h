@@ -75,6 +75,9 @@ typedef struct Graph {
 
 /* ---- create, copy, free ---- */
 TEQ_API Graph *graph_new(void);
+/* Room for n nodes in all, so that adding them allocates no node array: a
+ * reader that knows the count keeps many small graphs without slack. */
+TEQ_API int graph_reserve(Graph *g, int n);
 TEQ_API void graph_free(Graph *g);
 /* Deep copy sharing constant tensors; NULL on allocation failure. */
 TEQ_API Graph *graph_copy(const Graph *g);

@@ -45,7 +45,7 @@ typedef struct Work {
   Diag *d;
 } Work;
 
-static int collect(const Rule *r, void *ctx) {
+static int collect(Rule *r, void *ctx) {
   Work *w = ctx;
   if (w->n == w->cap) {
     int64_t c = w->cap ? 2 * w->cap : 1024;
@@ -56,10 +56,10 @@ static int collect(const Rule *r, void *ctx) {
   Item *it = &w->items[w->n];
   memset(it, 0, sizeof *it);
   it->id = r->id;
-  it->src = graph_copy(r->src);
-  it->dst = graph_copy(r->dst);
+  it->src = r->src, it->dst = r->dst; /* kept: the walk frees what is left */
+  r->src = r->dst = NULL;
   w->n++;
-  return it->src && it->dst ? TEQ_OK : TEQ_ERR_NOMEM;
+  return TEQ_OK;
 }
 
 static void *worker(void *arg) {

@@ -239,7 +239,7 @@ static void test_rules_hold(const char *ops, int depth) {
 }
 
 /* Different seeds find the same rules; the command stores them. */
-static int collect_key(const Rule *r, void *ctx) {
+static int collect_key(Rule *r, void *ctx) {
   Result *res = ctx;
   bool found = false;
   for (size_t i = 0; i < res->n && !found; i++) found = !strcmp(res->rules[i].key, r->key);

@@ -480,7 +480,7 @@ typedef struct Seen {
   int stop_after; /* return 7 after this many calls; 0 never */
 } Seen;
 
-static int collect(const Rule *r, void *ctx) {
+static int collect(Rule *r, void *ctx) {
   Seen *s = ctx;
   if (s->n < 8) {
     s->ids[s->n] = r->id;
