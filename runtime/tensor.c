@@ -5,6 +5,7 @@
 #include "runtime/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,76 @@ const char *dtype_name(DType t) {
 
 #define TENSOR_HEADER ((sizeof(Tensor) + 63) & ~(size_t)63)
 
+/* Freed blocks of a quarter megabyte or more, kept for the next tensor of
+ * the same size. optimize's exact checks run the same shapes over and over
+ * between small allocations of the search; the allocator split a freed
+ * block for those and took fresh pages for the next tensor, and on a
+ * virtual machine the faults of those pages were a fifth of NasRNN's
+ * search. At most BLOCKS_KEPT blocks and BLOCKS_BYTES bytes are kept. In
+ * sanitizer builds a kept block is poisoned, so a use after the last
+ * reference is still caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define KEPT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KEPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KEPT_POISON(p, n) ((void)(p), (void)(n))
+#define KEPT_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+enum { BLOCKS_KEPT = 16 };
+#define BLOCKS_MIN ((size_t)256 << 10)
+#define BLOCKS_BYTES ((size_t)512 << 20)
+
+static struct {
+  pthread_mutex_t lock;
+  void *block[BLOCKS_KEPT];
+  size_t size[BLOCKS_KEPT], bytes;
+  int n; /* block[0] is the oldest */
+} kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *block_take(size_t size) {
+  if (size < BLOCKS_MIN) return NULL;
+  void *p = NULL;
+  pthread_mutex_lock(&kept.lock);
+  for (int i = kept.n - 1; i >= 0 && !p; i--)
+    if (kept.size[i] == size) {
+      p = kept.block[i];
+      kept.bytes -= size;
+      kept.n--;
+      memmove(&kept.block[i], &kept.block[i + 1], (size_t)(kept.n - i) * sizeof kept.block[0]);
+      memmove(&kept.size[i], &kept.size[i + 1], (size_t)(kept.n - i) * sizeof kept.size[0]);
+    }
+  pthread_mutex_unlock(&kept.lock);
+  if (p) KEPT_UNPOISON(p, size);
+  return p;
+}
+
+static void block_give(void *p, size_t size) {
+  if (size < BLOCKS_MIN || size > BLOCKS_BYTES) {
+    free(p);
+    return;
+  }
+  KEPT_POISON(p, size);
+  void *drop[BLOCKS_KEPT + 1];
+  int n_drop = 0;
+  pthread_mutex_lock(&kept.lock);
+  while (kept.n && (kept.n == BLOCKS_KEPT || kept.bytes + size > BLOCKS_BYTES)) {
+    drop[n_drop++] = kept.block[0];
+    kept.bytes -= kept.size[0];
+    kept.n--;
+    memmove(&kept.block[0], &kept.block[1], (size_t)kept.n * sizeof kept.block[0]);
+    memmove(&kept.size[0], &kept.size[1], (size_t)kept.n * sizeof kept.size[0]);
+  }
+  kept.block[kept.n] = p, kept.size[kept.n++] = size;
+  kept.bytes += size;
+  pthread_mutex_unlock(&kept.lock);
+  for (int i = 0; i < n_drop; i++) free(drop[i]); /* poisoned: ASan lets free unpoison it */
+}
+
+/* Bytes of the block holding a tensor of `bytes` data bytes. */
+static size_t block_size(size_t bytes) { return TENSOR_HEADER + ((bytes + 63) & ~(size_t)63); }
+
 Tensor *tensor_new_uninit(DType dtype, const Shape *shape) {
   if (shape->ndim < 0 || shape->ndim > TEQ_MAX_DIMS) return NULL;
   size_t n = 1;
@@ -115,7 +186,8 @@ Tensor *tensor_new_uninit(DType dtype, const Shape *shape) {
     n *= (size_t)shape->d[i];
   }
   size_t bytes = n * dtype_size(dtype);
-  Tensor *t = aligned_alloc(64, TENSOR_HEADER + ((bytes + 63) & ~(size_t)63));
+  Tensor *t = block_take(block_size(bytes));
+  if (!t) t = aligned_alloc(64, block_size(bytes));
   if (!t) return NULL;
   memset(t, 0, sizeof *t);
   t->refs = 1;
@@ -161,8 +233,12 @@ Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
 
 void tensor_unref(Tensor *t) {
   if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL)) return;
-  if (t->data != (char *)t + TENSOR_HEADER) free(t->data); /* adopted */
-  free(t);
+  if (t->data != (char *)t + TENSOR_HEADER) { /* adopted */
+    free(t->data);
+    free(t);
+    return;
+  }
+  block_give(t, block_size(tensor_bytes(t)));
 }
 
 Tensor *tensor_clone(const Tensor *t) {

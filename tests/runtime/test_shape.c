@@ -65,6 +65,30 @@ static void test_tensors(void) {
   CHECK(tensor_new(DT_F32, &neg) == NULL);
 }
 
+/* A large tensor's block is kept when freed and given to the next tensor
+ * of its size, zero-filled again by tensor_new; its contents do not leak
+ * into a new tensor, and tensors of other sizes do not take it. */
+static void test_kept_blocks(void) {
+  Shape s = shape_of(2, 512, 1024), other = shape_of(2, 512, 1000);
+  Tensor *a = tensor_new(DT_F32, &s);
+  CHECK(a != NULL);
+  tensor_fill_random(a, 3);
+  void *where = a;
+  tensor_unref(a);
+  Tensor *b = tensor_new(DT_F32, &other);
+  CHECK(b != NULL && (void *)b != where);
+  Tensor *c = tensor_new(DT_F32, &s);
+  CHECK_MSG((void *)c == where, "the freed block was not reused");
+  bool zero = true;
+  for (int64_t e = 0; c && e < tensor_numel(c); e++) zero &= ((float *)c->data)[e] == 0.0f;
+  CHECK(zero);
+  Tensor *d = tensor_new_uninit(DT_MODP, &s); /* same bytes, another block */
+  CHECK(d != NULL && (void *)d != where && tensor_bytes(d) == tensor_bytes(c));
+  tensor_unref(b);
+  tensor_unref(c);
+  tensor_unref(d);
+}
+
 static void test_diag(void) {
   Diag d;
   diag_init(&d);
@@ -87,6 +111,7 @@ int main(void) {
   test_broadcast();
   test_basics();
   test_tensors();
+  test_kept_blocks();
   test_diag();
   return check_exit();
 }
