@@ -41,7 +41,7 @@
 enum { SHAPE_A, SHAPE_B, GEN_N_SHAPES };
 
 /* Symbols a variable's extents are written in. */
-enum { SYM_M, SYM_K, SYM_N, SYM_C, SYM_H, SYM_W, SYM_B, SYM__COUNT };
+enum { SYM_M, SYM_K, SYM_K2, SYM_N, SYM_C, SYM_H, SYM_W, SYM_B, SYM__COUNT };
 
 /* An extent: >= 0 a literal, < 0 the symbol -(e + 1). */
 typedef struct SymShape {

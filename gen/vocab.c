@@ -19,12 +19,13 @@
 
 #include "gen/gen_int.h"
 
-/* M, K: matrices; N, C, H, W: images; B: the batch of batched matrices. */
+/* M, K: matrices (K2 = 2K: a matrix two of them wide); N, C, H, W: images;
+ * B: the batch of batched matrices. */
 static const int64_t assignment[GEN_N_SHAPES][SYM__COUNT] = {
-  [SHAPE_A] = {[SYM_M] = 3, [SYM_K] = 4, [SYM_N] = 2, [SYM_C] = 4, [SYM_H] = 4, [SYM_W] = 5,
-               [SYM_B] = 2},
-  [SHAPE_B] = {[SYM_M] = 5, [SYM_K] = 3, [SYM_N] = 3, [SYM_C] = 6, [SYM_H] = 5, [SYM_W] = 4,
-               [SYM_B] = 3},
+  [SHAPE_A] = {[SYM_M] = 3, [SYM_K] = 4, [SYM_K2] = 8, [SYM_N] = 2, [SYM_C] = 4, [SYM_H] = 4,
+               [SYM_W] = 5, [SYM_B] = 2},
+  [SHAPE_B] = {[SYM_M] = 5, [SYM_K] = 3, [SYM_K2] = 6, [SYM_N] = 3, [SYM_C] = 6, [SYM_H] = 5,
+               [SYM_W] = 4, [SYM_B] = 3},
 };
 
 #define S(sym) ((int8_t)(-(SYM_##sym) - 1))
@@ -36,8 +37,13 @@ static const int64_t assignment[GEN_N_SHAPES][SYM__COUNT] = {
  * four: concat(ewadd(a, b), ewadd(c, d)) = ewadd(concat(a, c), concat(b, d))
  * is how two convolutions with their own biases merge (SqueezeNet's fire
  * modules), and with three images the rules have it only where two of the
- * four are one tensor. (Enumeration time grows by a fifth.) */
-enum { NEED_CONV = 1, NEED_SCALAR = 2, NEED_BATCH = 4 };
+ * four are one tensor. (Enumeration time grows by a fifth.)
+ *
+ * A wide matrix y is two matrices side by side, so a split halves it into
+ * operands of the x's: ewadd(split(y).0, a), ewadd(split(y).1, b) =
+ * split(ewadd(y, concat(a, b))) is how the adds of the constants that
+ * follow a merged product become one (NasRNN's first step). */
+enum { NEED_CONV = 1, NEED_SCALAR = 2, NEED_BATCH = 4, NEED_SPLIT = 8 };
 
 typedef struct ClassDef {
   char prefix;
@@ -49,6 +55,7 @@ typedef struct ClassDef {
 
 static const ClassDef class_defs[] = {
   {'x', 3, false, {2, {S(M), S(K)}}, 0},                 /* activations as matrices */
+  {'y', 1, false, {2, {S(M), S(K2)}}, NEED_SPLIT},       /* one as wide as two (halves) */
   {'w', 3, true, {2, {S(K), S(K)}}, 0},                  /* square weight matrices */
   {'i', 4, false, {4, {S(N), S(C), S(H), S(W)}}, 0},     /* images */
   {'k', 3, true, {4, {S(C), S(C), 3, 3}}, NEED_CONV},    /* 3x3 kernels */
@@ -302,6 +309,7 @@ int gen_vocab_build(GenVocab *v, const char *ops, Diag *d) {
       need |= NEED_CONV;
     if (k == OP_SMUL) need |= NEED_SCALAR;
     if (v->t[i].rank == 3) need |= NEED_BATCH;
+    if (k == OP_SPLIT) need |= NEED_SPLIT;
   }
   for (size_t c = 0; c < sizeof class_defs / sizeof class_defs[0]; c++) {
     const ClassDef *cd = &class_defs[c];

@@ -897,6 +897,37 @@ static void test_bias_expression_folded(void) {
   graph_free(g);
 }
 
+/* NasRNN's first step: a merged product split into halves, each half plus
+ * its own constant. The two adds become one on the whole product (the
+ * rule with a wide matrix, proved with the axioms of element-wise
+ * operators on the parts of a split), the constants concatenated. */
+static void test_split_adds_merged(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 2, 24));
+  TensorRef m = op(g, OP_MATMUL, x, int_weight(g, shape_of(2, 24, 64), 1), 2, NULL);
+  Params halves;
+  params_default(OP_SPLIT, &halves);
+  param_set_int(&halves, param_index(OP_SPLIT, "axis"), 1);
+  param_set_ints(&halves, param_index(OP_SPLIT, "sizes"), (int64_t[]){32, 32}, 2);
+  int sp = graph_add_node(g, OP_SPLIT, &m, 1, 2, &halves, NULL, NULL);
+  CHECK(sp >= 0);
+  graph_add_output(g, op(g, OP_EWADD, (TensorRef){sp, 0}, int_weight(g, shape_of(2, 2, 32), 2), 2,
+                         NULL), "a", NULL);
+  graph_add_output(g, op(g, OP_EWADD, int_weight(g, shape_of(2, 2, 32), 3), (TensorRef){sp, 1}, 2,
+                         NULL), "b", NULL);
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 20;
+  OptStats st;
+  Graph *best = searched(g, &o, &st, NULL);
+  int adds = 0;
+  for (int i = 0; best && i < best->n_nodes; i++) adds += best->nodes[i].kind == OP_EWADD;
+  CHECK_MSG(adds == 1, "%d adds after the search", adds);
+  CHECK(best && equal_outputs(g, best));
+  opt_stats_fini(&st);
+  graph_free(best);
+  graph_free(g);
+}
+
 /* The committed table of H100 costs, found as the axioms are (main). */
 static char table_path[1024];
 
@@ -1028,6 +1059,7 @@ int main(void) {
   test_priced_rule_sources();
   test_bias_expression_folded();
   test_fire_merged();
+  test_split_adds_merged();
   opt_rules_free(rules);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
