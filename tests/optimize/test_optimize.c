@@ -88,6 +88,17 @@ static TensorRef op(Graph *g, OpKind k, TensorRef a, TensorRef b, int n_in, cons
   return (TensorRef){id, 0};
 }
 
+/* a and b side by side along axis 1 (the channels of images). */
+static TensorRef concat1(Graph *g, TensorRef a, TensorRef b) {
+  Params p;
+  params_default(OP_CONCAT, &p);
+  param_set_int(&p, param_index(OP_CONCAT, "axis"), 1);
+  TensorRef in[2] = {a, b};
+  int id = graph_add_node(g, OP_CONCAT, in, 2, 1, &p, NULL, NULL);
+  CHECK(id >= 0);
+  return (TensorRef){id, 0};
+}
+
 static TensorRef weight(Graph *g, const char *name, Shape s, uint64_t seed) {
   Tensor *t = tensor_new(DT_F32, &s);
   tensor_fill_random(t, seed);
@@ -804,11 +815,7 @@ static void test_priced_duplicates(void) {
   TensorRef x = input(g, "x", shape_of(2, 4, 16)), h = input(g, "h", shape_of(2, 4, 16));
   TensorRef a = weight(g, "A", shape_of(2, 16, 16), 1), b = weight(g, "B", shape_of(2, 16, 16), 2);
   TensorRef c = weight(g, "C", shape_of(2, 32, 16), 3);
-  Params axis1;
-  params_default(OP_CONCAT, &axis1);
-  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
-  TensorRef xh_in[2] = {x, h};
-  TensorRef xh = {graph_add_node(g, OP_CONCAT, xh_in, 2, 1, &axis1, NULL, NULL), 0};
+  TensorRef xh = concat1(g, x, h);
   TensorRef s = op(g, OP_EWADD, op(g, OP_MATMUL, x, a, 2, NULL), op(g, OP_MATMUL, h, b, 2, NULL), 2,
                    NULL);
   graph_add_output(g, op(g, OP_RELU, s, s, 1, NULL), "y", NULL);
@@ -863,11 +870,7 @@ static void test_bias_expression_folded(void) {
   }
   TensorRef b1 = {graph_add_const(g, "b1", spread[0], NULL), 0};
   TensorRef b2 = {graph_add_const(g, "b2", spread[1], NULL), 0};
-  Params axis1;
-  params_default(OP_CONCAT, &axis1);
-  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
-  TensorRef in[2] = {b1, b2};
-  TensorRef cat = {graph_add_node(g, OP_CONCAT, in, 2, 1, &axis1, NULL, NULL), 0};
+  TensorRef cat = concat1(g, b1, b2);
   TensorRef bias = op(g, OP_RELU, cat, cat, 1, NULL);
   graph_add_output(g, op(g, OP_RELU, op(g, OP_EWADD, c, bias, 2, NULL), none, 1, NULL), "y", NULL);
   TensorRef rows = weight(g, "rows", shape_of(4, 1, 6, 6, 6), 3);
@@ -946,12 +949,7 @@ static void test_fire_merged(void) {
                      int_weight(g, shape_of(1, 64), 2), 1, ACT_RELU);
   TensorRef b = conv(g, x, int_weight(g, shape_of(4, 64, 16, 3, 3), 3),
                      int_weight(g, shape_of(1, 64), 4), 1, ACT_RELU);
-  Params axis1;
-  params_default(OP_CONCAT, &axis1);
-  param_set_int(&axis1, param_index(OP_CONCAT, "axis"), 1);
-  TensorRef in[2] = {a, b};
-  graph_add_output(g, (TensorRef){graph_add_node(g, OP_CONCAT, in, 2, 1, &axis1, NULL, NULL), 0},
-                   "y", NULL);
+  graph_add_output(g, concat1(g, a, b), "y", NULL);
   Graph *plain = graph_copy(g), *best = NULL;
   Diag d;
   diag_init(&d);
