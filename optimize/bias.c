@@ -13,7 +13,8 @@
  * convolutions then merges their biases through the rules for ewadd and
  * concat. After the search the inverse folding runs: an ewadd of a
  * convolution's only use and a constant that is one value per channel
- * (whatever its shape) becomes the
+ * (whatever its shape), or weights' operators that compute one (the
+ * concat of two merged convolutions' biases), becomes the
  * convolution's bias, and a relu, sigmoid or tanh of a convolution's only
  * use becomes its fused activation. Both directions only regroup the same
  * arithmetic (the bias is added to each finished sum either way).
