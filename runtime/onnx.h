@@ -26,6 +26,8 @@ typedef struct OnnxImportOptions {
   int64_t batch;       /* value for symbolic (named or unset) dimensions; default 1 */
   bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
   bool keep_noops;     /* keep Identity and Dropout nodes */
+  bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
+                                    nine operators into one layer_norm */
 } OnnxImportOptions;
 
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
@@ -36,6 +38,7 @@ typedef struct OnnxImportStats {
   int n_opaque;        /* nodes passed through as opaque */
   int n_batchnorm_folded;
   int n_noops_removed;
+  int n_layer_norms_fused;
   int opset;           /* the model's default-domain opset */
 } OnnxImportStats;
 

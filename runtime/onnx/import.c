@@ -816,6 +816,10 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;
     im->stats.n_batchnorm_folded = n;
   }
+  if (!o->keep_written_layer_norms) {
+    if ((n = onnx_pass_fuse_layer_norm(im->g, im->d)) < 0) return n;
+    im->stats.n_layer_norms_fused = n;
+  }
   n = graph_remove_dead(im->g);
   if (n < 0) return n;
 #ifndef NDEBUG

@@ -144,5 +144,9 @@ int onnx_pass_remove_noops(Graph *g, Diag *d);
  * convolution feeds nothing else and all weights are constants; returns how
  * many, or a negative error. */
 int onnx_pass_fold_batchnorm(Graph *g, Diag *d);
+/* Replaces each layer normalization written out in nine operators (mean,
+ * subtract, square, mean, add epsilon, sqrt, divide, scale, shift) by one
+ * layer_norm; returns how many, or an error. */
+int onnx_pass_fuse_layer_norm(Graph *g, Diag *d);
 
 #endif

@@ -4,8 +4,12 @@
  * rescales each output channel of the weights and bias once, at import:
  *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
  *   s[c] = gamma[c] / sqrt(var[c] + eps),
- * which is exact in real arithmetic. Parameters are found by name through
- * the registry rows, never by index. Dead nodes are removed by the caller. */
+ * which is exact in real arithmetic. A layer normalization that an
+ * exporter wrote out in nine operators (PyTorch below opset 17: ReduceMean,
+ * Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta) becomes
+ * the one operator it computes, also exact in real arithmetic. Parameters
+ * are found by name through the registry rows, never by index. Dead nodes
+ * are removed by the caller. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +134,121 @@ int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
     int32_t c = foldable_conv(g, &g->nodes[i], uses, offset);
     if (c >= 0 && (rc = fold_one(g, i, c, param_float(&g->nodes[i].params, eps_i), d)) == TEQ_OK)
       n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}
+
+/* ---- layer normalization written out ---- */
+
+/* Tensor r's producer when it is of kind k and r is its only use; else -1. */
+static int32_t sole(const Graph *g, TensorRef r, OpKind k, const int32_t *uses,
+                    const int32_t *offset) {
+  return g->nodes[r.node].kind == k && uses[offset[r.node] + r.out] == 1 ? r.node : -1;
+}
+
+/* The one float of a one-element constant r, or NAN. */
+static double scalar_of(const Graph *g, TensorRef r) {
+  const Node *n = &g->nodes[r.node];
+  if (n->kind != OP_CONST || n->value->dtype != DT_F32 || tensor_numel(n->value) != 1) return NAN;
+  return ((const float *)n->value->data)[0];
+}
+
+/* The first axis of a reduce_mean that keeps its dimensions and averages
+ * the trailing axes of its input, from that axis on; -1 if it is not one. */
+static int trailing_mean(const Graph *g, const Node *m) {
+  const ParamValue *axes = &m->params.v[param_index(OP_REDUCE_MEAN, "axes")];
+  int rank = graph_shape(g, m->in[0])->ndim;
+  if (!param_int(&m->params, param_index(OP_REDUCE_MEAN, "keepdims")) || axes->n < 1) return -1;
+  bool at[TEQ_MAX_DIMS] = {false};
+  for (int i = 0; i < axes->n; i++)
+    if (axes->i[i] >= 0 && axes->i[i] < rank) at[axes->i[i]] = true;
+  int first = rank - axes->n;
+  for (int k = 0; k < rank; k++)
+    if (at[k] != (k >= first)) return -1;
+  return first;
+}
+
+/* Whether the Div at dv ends a written-out layer normalization; fills x,
+ * its first axis and epsilon, and the Sub the Div reads. */
+static bool normalized(const Graph *g, int32_t dv, const int32_t *uses, const int32_t *offset,
+                       TensorRef *x, int *axis, double *eps) {
+  const Node *d = &g->nodes[dv];
+  const Node *sb = &g->nodes[d->in[0].node];
+  int32_t sq = sole(g, d->in[1], OP_SQRT, uses, offset);
+  if (sb->kind != OP_SUB || uses[offset[d->in[0].node]] != 2 || sq < 0) return false;
+  int32_t m1 = sole(g, sb->in[1], OP_REDUCE_MEAN, uses, offset);
+  if (m1 < 0 || g->nodes[m1].in[0].node != sb->in[0].node ||
+      g->nodes[m1].in[0].out != sb->in[0].out)
+    return false;
+  const Node *ad = &g->nodes[g->nodes[sq].in[0].node];
+  if (sole(g, g->nodes[sq].in[0], OP_EWADD, uses, offset) < 0) return false;
+  int which = isnan(scalar_of(g, ad->in[1])) ? 1 : 0; /* the operand that is not epsilon */
+  *eps = scalar_of(g, ad->in[1 - which]);
+  int32_t m2 = sole(g, ad->in[which], OP_REDUCE_MEAN, uses, offset);
+  if (isnan(*eps) || !(*eps > 0) || m2 < 0) return false;
+  int32_t pw = sole(g, g->nodes[m2].in[0], OP_POW, uses, offset);
+  if (pw < 0 || g->nodes[pw].in[0].node != d->in[0].node || scalar_of(g, g->nodes[pw].in[1]) != 2)
+    return false;
+  int a1 = trailing_mean(g, &g->nodes[m1]), a2 = trailing_mean(g, &g->nodes[m2]);
+  if (a1 < 0 || a1 != a2) return false;
+  *x = sb->in[0];
+  *axis = a1;
+  return true;
+}
+
+int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  if (!uses) {
+    free(offset);
+    diag_error(d, "out of memory fusing layer normalizations");
+    return TEQ_ERR_NOMEM;
+  }
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    TensorRef x;
+    int axis;
+    double eps;
+    if (g->nodes[i].kind != OP_DIV || !normalized(g, i, uses, offset, &x, &axis, &eps)) continue;
+    /* gamma (required: layer_norm always scales) and beta, constants */
+    int32_t mul = -1, add = -1;
+    for (int32_t j = 0; j < n0 && (mul < 0 || add < 0); j++) {
+      const Node *u = &g->nodes[j];
+      if (u->n_in != 2) continue;
+      for (int k = 0; k < 2; k++) {
+        if (mul < 0 && u->kind == OP_EWMUL && u->in[k].node == i &&
+            g->nodes[u->in[1 - k].node].kind == OP_CONST)
+          mul = j;
+        else if (mul >= 0 && add < 0 && u->kind == OP_EWADD && u->in[k].node == mul &&
+                 g->nodes[u->in[1 - k].node].kind == OP_CONST)
+          add = j;
+      }
+    }
+    if (mul < 0 || uses[offset[i]] != 1) continue;
+    if (add >= 0 && uses[offset[mul]] != 1) add = -1;
+    const Node *mn = &g->nodes[mul];
+    TensorRef in[3] = {x, mn->in[0].node == i ? mn->in[1] : mn->in[0], {-1, 0}};
+    int n_in = 2, last = mul;
+    if (add >= 0) {
+      const Node *an = &g->nodes[add];
+      in[2] = an->in[0].node == mul ? an->in[1] : an->in[0];
+      n_in = 3, last = add;
+    }
+    Params p;
+    params_default(OP_LAYER_NORM, &p);
+    param_set_int(&p, param_index(OP_LAYER_NORM, "axis"), axis);
+    param_set_float(&p, param_index(OP_LAYER_NORM, "epsilon"), eps);
+    char *name = g->nodes[last].name ? strdup(g->nodes[last].name) : NULL;
+    Diag quiet; /* a scale or bias layer_norm cannot take leaves the operators as they are */
+    diag_init(&quiet);
+    int id = graph_add_node(g, OP_LAYER_NORM, in, n_in, 1, &p, name, &quiet);
+    diag_fini(&quiet);
+    free(name);
+    if (id == TEQ_ERR_NOMEM) rc = id;
+    if (id < 0) continue;
+    graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
+    n++;
   }
   free(uses);
   free(offset);

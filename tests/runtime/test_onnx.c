@@ -159,6 +159,32 @@ static void test_conv_bn(void) {
   diag_fini(&d);
 }
 
+/* A layer normalization written out in nine operators imports as one
+ * layer_norm, with the numpy reference's values; kept written out, it
+ * computes the same. */
+static void test_layer_norm_written(void) {
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  OnnxImportStats st;
+  char p[PATH_BUF];
+  Tensor *fused = check_reference("layer_norm_written", &o, &st);
+  CHECK_EQ_INT(st.n_layer_norms_fused, 1);
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("layer_norm_written.onnx", p), &o, NULL, &d);
+  if (g) {
+    CHECK_EQ_INT(count_kind(g, OP_LAYER_NORM), 1);
+    CHECK_EQ_INT(graph_count_ops(g), 2); /* layer_norm, relu */
+  }
+  graph_free(g);
+  o.keep_written_layer_norms = true;
+  Tensor *kept = check_reference("layer_norm_written", &o, &st);
+  CHECK_EQ_INT(st.n_layer_norms_fused, 0);
+  CHECK_MSG(max_abs_err(fused, kept) < 1e-6, "fused vs kept: %g", max_abs_err(fused, kept));
+  tensor_unref(fused);
+  tensor_unref(kept);
+  diag_fini(&d);
+}
+
 static void test_shape_fold(void) {
   OnnxImportStats st;
   const char *models[] = {"shape_fold", "shape_fold_opset12"};
@@ -655,6 +681,7 @@ static void remove_tmp(void) {
 int main(void) {
   find_dirs();
   test_conv_bn();
+  test_layer_norm_written();
   test_shape_fold();
   test_unsorted();
   check_round_trip("conv_bn");

@@ -294,6 +294,39 @@ def bad_models():
         [vi("x", f, [2])], [vi("b", f, [2])]), check=False)
 
 
+def layer_norm_written():
+    """A layer normalization over the last axis written out in nine operators,
+    as PyTorch exports one below opset 17, followed by a Relu so that the
+    normalization is not the graph's output; the last axis only of [2, 3, 8]."""
+    gamma, beta = rand(8), rand(8)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], name="mean", axes=[-1], keepdims=1),
+        helper.make_node("Sub", ["x", "mean"], ["d"], name="sub"),
+        helper.make_node("Pow", ["d", "two"], ["d2"], name="pow"),
+        helper.make_node("ReduceMean", ["d2"], ["var"], name="var", axes=[-1], keepdims=1),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+        helper.make_node("Div", ["d", "sd"], ["n"], name="div"),
+        helper.make_node("Mul", ["n", "gamma"], ["s"], name="scale"),
+        helper.make_node("Add", ["s", "beta"], ["ln"], name="shift"),
+        helper.make_node("Relu", ["ln"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "layer_norm_written",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])],
+        [init("two", np.float32(2.0)), init("eps", np.float32(1e-5)), init("gamma", gamma),
+         init("beta", beta)])
+    save("layer_norm_written", graph)
+    x = rand(2, 3, 8)
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=-1, keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = np.maximum((xd - mean) / np.sqrt(var + 1e-5) * gamma + beta, 0)
+    save_tensor("layer_norm_written.input_0.pb", x, "x")
+    save_tensor("layer_norm_written.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -303,3 +336,4 @@ if __name__ == "__main__":
     opaque_types()
     custom_domain()
     bad_models()
+    layer_norm_written()
