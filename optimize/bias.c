@@ -144,24 +144,21 @@ static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, flo
         return false;
     return true;
   }
-  for (int j = 0; j < n->n_in; j++)
-    if (!value_per_channel(g, n->in[j], &in[j], NULL, depth - 1)) return false;
-  if (!vals) return true;
   /* An element-wise operator of equal shapes: its kernel run on one value
    * per channel computes what it would at every position. */
   Tensor *x[OPT_BIAS_MAX_IN] = {0}, *y = NULL;
   Shape per = shape_make(4, (int64_t[]){1, out->d[1], 1, 1});
-  bool ok = (y = tensor_new(DT_F32, &per)) != NULL;
+  bool ok = !vals || (y = tensor_new(DT_F32, &per)) != NULL;
   for (int j = 0; j < n->n_in && ok; j++)
-    ok = (x[j] = tensor_new(DT_F32, &per)) != NULL &&
-         value_per_channel(g, n->in[j], &in[j], x[j]->data, depth - 1);
-  if (ok) {
+    ok = (!vals || (x[j] = tensor_new(DT_F32, &per)) != NULL) &&
+         value_per_channel(g, n->in[j], &in[j], vals ? x[j]->data : NULL, depth - 1);
+  if (ok && vals) {
     Diag quiet;
     diag_init(&quiet);
     ok = op_def(n->kind)->eval_f32(n, x, &y, &quiet) == TEQ_OK;
     diag_fini(&quiet);
+    if (ok) memcpy(vals, y->data, (size_t)out->d[1] * sizeof *vals);
   }
-  if (ok) memcpy(vals, y->data, (size_t)out->d[1] * sizeof *vals);
   for (int j = 0; j < n->n_in; j++) tensor_unref(x[j]);
   tensor_unref(y);
   return ok;

@@ -136,20 +136,14 @@ static int load_one(Rule *r, void *ctx) {
   Loader *L = ctx;
   L->seen++;
   if (r->status == RULE_REFUTED) return 0;
-  bool fwd = applicable(r->src, r->dst), back = applicable(r->dst, r->src);
-  int rc = TEQ_OK;
-  if (fwd && (rc = add_directed(L->rs, r->src, r->dst, false, r->id, NULL)) == TEQ_OK) {
-    L->usable++;
-    r->src = r->dst = NULL; /* the rule set's now */
-  }
-  if (rc == TEQ_OK && back) {
-    Graph *src = fwd ? L->rs->r[L->rs->n - 1].dst : r->dst;
-    Graph *dst = fwd ? L->rs->r[L->rs->n - 1].src : r->src;
-    if ((rc = add_directed(L->rs, src, dst, fwd, r->id, NULL)) == TEQ_OK) {
-      L->usable++;
-      r->src = r->dst = NULL;
-    }
-  }
+  Graph *a = r->src, *b = r->dst;
+  bool fwd = applicable(a, b), back = applicable(b, a);
+  int rc = TEQ_OK, added = 0;
+  if (fwd && (rc = add_directed(L->rs, a, b, false, r->id, NULL)) == TEQ_OK) added++;
+  if (rc == TEQ_OK && back && (rc = add_directed(L->rs, b, a, fwd, r->id, NULL)) == TEQ_OK)
+    added++;
+  if (added) r->src = r->dst = NULL; /* the rule set's now */
+  L->usable += added;
   return rc;
 }
 

@@ -128,25 +128,33 @@ enum { BLOCKS_KEPT = 16 };
 #define BLOCKS_MIN ((size_t)256 << 10)
 #define BLOCKS_BYTES ((size_t)512 << 20)
 
+typedef struct KeptBlock {
+  void *p;
+  size_t size;
+} KeptBlock;
+
 static struct {
   pthread_mutex_t lock;
-  void *block[BLOCKS_KEPT];
-  size_t size[BLOCKS_KEPT], bytes;
-  int n; /* block[0] is the oldest */
+  KeptBlock b[BLOCKS_KEPT]; /* b[0] is the oldest */
+  size_t bytes;
+  int n;
 } kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Takes kept block i out of the list (under the lock). */
+static void *kept_remove(int i) {
+  void *p = kept.b[i].p;
+  kept.bytes -= kept.b[i].size;
+  kept.n--;
+  memmove(&kept.b[i], &kept.b[i + 1], (size_t)(kept.n - i) * sizeof kept.b[0]);
+  return p;
+}
 
 static void *block_take(size_t size) {
   if (size < BLOCKS_MIN) return NULL;
   void *p = NULL;
   pthread_mutex_lock(&kept.lock);
   for (int i = kept.n - 1; i >= 0 && !p; i--)
-    if (kept.size[i] == size) {
-      p = kept.block[i];
-      kept.bytes -= size;
-      kept.n--;
-      memmove(&kept.block[i], &kept.block[i + 1], (size_t)(kept.n - i) * sizeof kept.block[0]);
-      memmove(&kept.size[i], &kept.size[i + 1], (size_t)(kept.n - i) * sizeof kept.size[0]);
-    }
+    if (kept.b[i].size == size) p = kept_remove(i);
   pthread_mutex_unlock(&kept.lock);
   if (p) KEPT_UNPOISON(p, size);
   return p;
@@ -158,17 +166,12 @@ static void block_give(void *p, size_t size) {
     return;
   }
   KEPT_POISON(p, size);
-  void *drop[BLOCKS_KEPT + 1];
+  void *drop[BLOCKS_KEPT];
   int n_drop = 0;
   pthread_mutex_lock(&kept.lock);
-  while (kept.n && (kept.n == BLOCKS_KEPT || kept.bytes + size > BLOCKS_BYTES)) {
-    drop[n_drop++] = kept.block[0];
-    kept.bytes -= kept.size[0];
-    kept.n--;
-    memmove(&kept.block[0], &kept.block[1], (size_t)kept.n * sizeof kept.block[0]);
-    memmove(&kept.size[0], &kept.size[1], (size_t)kept.n * sizeof kept.size[0]);
-  }
-  kept.block[kept.n] = p, kept.size[kept.n++] = size;
+  while (kept.n && (kept.n == BLOCKS_KEPT || kept.bytes + size > BLOCKS_BYTES))
+    drop[n_drop++] = kept_remove(0);
+  kept.b[kept.n++] = (KeptBlock){p, size};
   kept.bytes += size;
   pthread_mutex_unlock(&kept.lock);
   for (int i = 0; i < n_drop; i++) free(drop[i]); /* poisoned: ASan lets free unpoison it */

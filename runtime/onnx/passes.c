@@ -198,6 +198,21 @@ static bool normalized(const Graph *g, int32_t dv, const int32_t *uses, const in
   return true;
 }
 
+/* The first of g's nodes below n0 of kind k that reads node id's output
+ * beside a constant (*c), or -1. */
+static int32_t const_reader(const Graph *g, int32_t id, OpKind k, int32_t n0, TensorRef *c) {
+  for (int32_t j = 0; j < n0; j++) {
+    const Node *u = &g->nodes[j];
+    if (u->kind != k || u->n_in != 2) continue;
+    for (int s = 0; s < 2; s++)
+      if (u->in[s].node == id && g->nodes[u->in[1 - s].node].kind == OP_CONST) {
+        *c = u->in[1 - s];
+        return j;
+      }
+  }
+  return -1;
+}
+
 int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
   int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
   if (!uses) {
@@ -211,30 +226,12 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
     int axis;
     double eps;
     if (g->nodes[i].kind != OP_DIV || !normalized(g, i, uses, offset, &x, &axis, &eps)) continue;
-    /* gamma (required: layer_norm always scales) and beta, constants */
-    int32_t mul = -1, add = -1;
-    for (int32_t j = 0; j < n0 && (mul < 0 || add < 0); j++) {
-      const Node *u = &g->nodes[j];
-      if (u->n_in != 2) continue;
-      for (int k = 0; k < 2; k++) {
-        if (mul < 0 && u->kind == OP_EWMUL && u->in[k].node == i &&
-            g->nodes[u->in[1 - k].node].kind == OP_CONST)
-          mul = j;
-        else if (mul >= 0 && add < 0 && u->kind == OP_EWADD && u->in[k].node == mul &&
-                 g->nodes[u->in[1 - k].node].kind == OP_CONST)
-          add = j;
-      }
-    }
-    if (mul < 0 || uses[offset[i]] != 1) continue;
-    if (add >= 0 && uses[offset[mul]] != 1) add = -1;
-    const Node *mn = &g->nodes[mul];
-    TensorRef in[3] = {x, mn->in[0].node == i ? mn->in[1] : mn->in[0], {-1, 0}};
-    int n_in = 2, last = mul;
-    if (add >= 0) {
-      const Node *an = &g->nodes[add];
-      in[2] = an->in[0].node == mul ? an->in[1] : an->in[0];
-      n_in = 3, last = add;
-    }
+    /* gamma (required: layer_norm always scales), then beta */
+    TensorRef in[3] = {x, {-1, 0}, {-1, 0}};
+    int32_t mul = uses[offset[i]] == 1 ? const_reader(g, i, OP_EWMUL, n0, &in[1]) : -1;
+    if (mul < 0) continue;
+    int32_t add = uses[offset[mul]] == 1 ? const_reader(g, mul, OP_EWADD, n0, &in[2]) : -1;
+    int n_in = add < 0 ? 2 : 3, last = add < 0 ? mul : add;
     Params p;
     params_default(OP_LAYER_NORM, &p);
     param_set_int(&p, param_index(OP_LAYER_NORM, "axis"), axis);
