@@ -65,6 +65,11 @@ TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
  * this returns NULL. Lets an importer keep a weight where the decoder put
  * it instead of copying it. */
 TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
+/* size bytes aligned to 64 for tensor data (free() frees them); a block of
+ * megabytes is backed by huge pages where the kernel allows, so filling it
+ * faults once per 2 MB, not once per page. What tensors and an importer's
+ * decoded weights are allocated with. NULL when memory runs out. */
+TEQ_API void *tensor_block_alloc(size_t size);
 TEQ_API Tensor *tensor_ref(Tensor *t);
 TEQ_API void tensor_unref(Tensor *t);
 TEQ_API Tensor *tensor_clone(const Tensor *t);

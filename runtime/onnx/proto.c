@@ -79,13 +79,14 @@ void onnx_file_release(OnnxFileData *f) {
 }
 
 /* protobuf-c allocates every field of an unpacked message through this.
- * Blocks of a page or more (the raw_data of weights) are aligned to 64
- * bytes so tensor_adopt can take them over; free() frees both kinds, so
+ * Blocks of a page or more (the raw_data of weights) are tensor blocks
+ * (aligned to 64 bytes, huge pages for megabytes) so tensor_adopt can take
+ * them over; free() frees both kinds, so
  * free_unpacked's default allocator frees what this allocated. */
 static void *unpack_alloc(void *unused, size_t size) {
   (void)unused;
   if (size < 4096) return malloc(size);
-  return aligned_alloc(64, (size + 63) & ~(size_t)63);
+  return tensor_block_alloc(size);
 }
 
 static void unpack_free(void *unused, void *p) {

@@ -89,6 +89,33 @@ static void test_kept_blocks(void) {
   tensor_unref(d);
 }
 
+/* Blocks of megabytes start on a huge page, so the kernel can back them
+ * with huge pages; smaller ones on 64 bytes. Every byte asked for is
+ * writable, and free() frees either kind. */
+static void test_block_alloc(void) {
+  const size_t sizes[] = {100, 64 << 10, (5 << 20) + 3, 8 << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    unsigned char *p = tensor_block_alloc(sizes[i]);
+    CHECK(p != NULL);
+    if (!p) continue;
+    uintptr_t align = sizes[i] >= (4 << 20) ? (uintptr_t)2 << 20 : 64;
+    CHECK_MSG(((uintptr_t)p & (align - 1)) == 0, "block of %zu bytes misaligned", sizes[i]);
+    memset(p, 0xab, sizes[i]);
+    CHECK(p[sizes[i] - 1] == 0xab);
+    free(p);
+  }
+  /* A tensor of megabytes, in such a block, reads back what it was given. */
+  Shape s = shape_of(2, 1536, 1024);
+  Tensor *t = tensor_new(DT_F32, &s);
+  CHECK(t != NULL);
+  if (!t) return;
+  tensor_fill_random(t, 5);
+  Tensor *u = tensor_clone(t);
+  CHECK(u != NULL && memcmp(u->data, t->data, tensor_bytes(t)) == 0);
+  tensor_unref(u);
+  tensor_unref(t);
+}
+
 static void test_diag(void) {
   Diag d;
   diag_init(&d);
@@ -112,6 +139,7 @@ int main(void) {
   test_basics();
   test_tensors();
   test_kept_blocks();
+  test_block_alloc();
   test_diag();
   return check_exit();
 }
