@@ -188,8 +188,9 @@ static void block_give(void *p, size_t size) {
 void *tensor_block_alloc(size_t size) {
   size = (size + 63) & ~(size_t)63;
   if (size < HUGE_MIN) return aligned_alloc(64, size);
-  /* Aligned, not rounded up: the tail short of a whole huge page stays in
-   * small pages, so no block holds more memory than it asked for. */
+  /* aligned_alloc wants a multiple of the alignment (sanitizers insist), but
+   * only whole huge pages of what was asked are advised: the tail stays in
+   * small pages, and the padding past it is never touched, so never backed. */
   void *p = aligned_alloc(HUGE_PAGE, (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
   if (p) madvise(p, size & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice: failing changes nothing */
   return p;
