@@ -18,6 +18,13 @@
 #include "tests/check.h"
 #include "verify/verify.h"
 
+/* Nodes of kind k in g. */
+static int count_kind(const Graph *g, OpKind k) {
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == k;
+  return n;
+}
+
 static OptRules *rules;
 static char tmpdir[256];
 
@@ -882,15 +889,12 @@ static void test_bias_expression_folded(void) {
   int fused = 0;
   CHECK(opt_fuse_bias(h, &fused, &d) == TEQ_OK);
   CHECK_EQ_INT(fused, 2); /* y's bias, then its relu; z's stays */
-  int convs = 0, biased = 0, adds = 0;
-  for (int i = 0; i < h->n_nodes; i++) {
-    convs += h->nodes[i].kind == OP_CONV2D;
+  int biased = 0;
+  for (int i = 0; i < h->n_nodes; i++)
     biased += h->nodes[i].kind == OP_CONV2D && h->nodes[i].n_in == 3;
-    adds += h->nodes[i].kind == OP_EWADD;
-  }
-  CHECK_EQ_INT(convs, 2);
+  CHECK_EQ_INT(count_kind(h, OP_CONV2D), 2);
   CHECK_EQ_INT(biased, 1);
-  CHECK_EQ_INT(adds, 2);
+  CHECK_EQ_INT(count_kind(h, OP_EWADD), 2);
   ExecDiff diff;
   CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
   exec_diff_fini(&diff);
@@ -922,8 +926,7 @@ static void test_split_adds_merged(void) {
   o.budget = 20;
   OptStats st;
   Graph *best = searched(g, &o, &st, NULL);
-  int adds = 0;
-  for (int i = 0; best && i < best->n_nodes; i++) adds += best->nodes[i].kind == OP_EWADD;
+  int adds = best ? count_kind(best, OP_EWADD) : -1;
   CHECK_MSG(adds == 1, "%d adds after the search", adds);
   CHECK(best && equal_outputs(g, best));
   opt_stats_fini(&st);
@@ -961,8 +964,7 @@ static void test_fire_merged(void) {
   OptStats st;
   CHECK(opt_search(plain, rules, cm, &o, &best, &st, &d) == TEQ_OK);
   CHECK(best && opt_fold_weights(best, NULL, &d) == TEQ_OK && opt_fuse_bias(best, NULL, &d) == TEQ_OK);
-  int convs = 0;
-  for (int i = 0; best && i < best->n_nodes; i++) convs += best->nodes[i].kind == OP_CONV2D;
+  int convs = best ? count_kind(best, OP_CONV2D) : -1;
   CHECK_MSG(convs == 1 && graph_count_ops(best) == 1, "%d convolutions, %d operators after the search",
             convs, graph_count_ops(best));
   CHECK(best && equal_outputs(g, best));
