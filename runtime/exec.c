@@ -261,3 +261,386 @@ double exec_relative_error(const Tensor *got, const Tensor *want) {
   }
   return scale > 0 ? err / scale : err;
 }
+
+/* ---- a few positions of the outputs, in Z_p ---- */
+
+/* What a plan does with each node the outputs need. */
+enum { P_SKIP, P_WHOLE, P_FOLLOW, P_POINT };
+
+typedef struct PointNode {
+  int32_t id;
+  int64_t *pos, n, cap; /* the distinct positions asked of it, sorted */
+} PointNode;
+
+/* Where one chosen position's value comes from: value slot `slot` at
+ * `flat`; SRC_ZERO (a padding element); or point node -2 - slot. */
+enum { SRC_ZERO = -1 };
+typedef struct PointSrc {
+  int32_t slot;
+  int64_t flat;
+} PointSrc;
+
+struct ExecPoints {
+  const Graph *g;
+  int32_t *order, *offset, *input_index;
+  unsigned char *state;   /* P_* per node */
+  int32_t *claims;        /* per value slot: the nodes run whole or at positions that read it */
+  unsigned char *pinned;  /* per value slot: read by a chosen position, kept to the end */
+  PointNode *pt;
+  int n_pt;
+  int64_t *n_pos;         /* per output */
+  PointSrc **src;         /* per output, per chosen position */
+};
+
+void exec_points_free(ExecPoints *p) {
+  if (!p) return;
+  for (int k = 0; k < p->n_pt; k++) free(p->pt[k].pos);
+  for (int j = 0; p->src && j < p->g->n_outputs; j++) free(p->src[j]);
+  free(p->order), free(p->offset), free(p->input_index), free(p->state), free(p->claims);
+  free(p->pinned), free(p->pt), free(p->n_pos), free(p->src);
+  free(p);
+}
+
+void exec_points_counts(const ExecPoints *p, int *at_positions, int *followed) {
+  *at_positions = *followed = 0;
+  for (int i = 0; i < p->g->n_nodes; i++) {
+    *at_positions += p->state[i] == P_POINT;
+    *followed += p->state[i] == P_FOLLOW;
+  }
+}
+
+/* A layout operator the plan may try to follow instead of running: its
+ * inputs are residues (not int64 indices), and their element numbers,
+ * counted across all inputs from 2, stay below p. */
+static bool followable(const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (!(o->flags & OPF_LAYOUT_ONLY) || (o->flags & OPF_SOURCE) || !o->eval_modp ||
+      n->dtype == DT_I64)
+    return false;
+  int64_t total = 0;
+  for (int j = 0; j < n->n_in; j++) {
+    if (g->nodes[n->in[j].node].dtype == DT_I64) return false;
+    total += shape_numel(graph_shape(g, n->in[j]));
+  }
+  return total < (int64_t)MODP_P - 2;
+}
+
+/* Runs node id's kernel on its inputs' element numbers: element e of input
+ * j is base[j] + e + first. */
+static int run_on_numbers(const Graph *g, int id, const int64_t *base, uint32_t first,
+                          Tensor **out, Diag *d) {
+  const Node *n = &g->nodes[id];
+  Tensor *in_stack[8], **in = n->n_in <= 8 ? in_stack : calloc((size_t)n->n_in, sizeof *in);
+  if (!in) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK, made = 0;
+  for (; made < n->n_in && !rc; made++) {
+    if (!(in[made] = tensor_new_uninit(DT_MODP, graph_shape(g, n->in[made])))) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    uint32_t *x = in[made]->data;
+    for (int64_t e = 0; e < base[made + 1] - base[made]; e++)
+      x[e] = (uint32_t)(base[made] + e) + first;
+  }
+  for (int k = 0; k < n->n_out && !rc; k++)
+    if (!(out[k] = tensor_new(DT_MODP, &n->out[k]))) rc = TEQ_ERR_NOMEM;
+  if (!rc && (rc = op_def(n->kind)->eval_modp(n, in, out, d))) {
+    char label[GRAPH_LABEL_MAX];
+    diag_error(d, "node %s failed on element numbers", graph_node_label(g, id, label, sizeof label));
+  }
+  for (int j = 0; j < made; j++) tensor_unref(in[j]);
+  if (in != in_stack) free(in);
+  return rc;
+}
+
+/* The element-number maps of layout node id: maps[k][f] is 0 where output
+ * k holds a zero it made (padding), else base[j] + e + 1 for element e of
+ * input j. The kernel runs on numbers from 1 and again from 2: an element
+ * moved reads one more the second time, a zero stays zero, and anything
+ * else (a pad of a constant other than zero) makes the node one that is
+ * not followed: 0 then, 1 when the maps hold. */
+static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
+  const Node *n = &g->nodes[id];
+  Tensor *again_stack[8] = {0},
+         **again = n->n_out <= 8 ? again_stack : calloc((size_t)n->n_out, sizeof *again);
+  if (!again) return TEQ_ERR_NOMEM;
+  base[0] = 0;
+  for (int j = 0; j < n->n_in; j++) base[j + 1] = base[j] + shape_numel(graph_shape(g, n->in[j]));
+  int rc = run_on_numbers(g, id, base, 1, maps, d);
+  if (!rc) rc = run_on_numbers(g, id, base, 2, again, d);
+  bool moved_only = true;
+  for (int k = 0; k < n->n_out && !rc && moved_only; k++) {
+    const uint32_t *a = maps[k]->data, *b = again[k]->data;
+    for (int64_t f = 0; f < shape_numel(&n->out[k]) && moved_only; f++)
+      moved_only = a[f] == 0 ? b[f] == 0 : b[f] == a[f] + 1 && (int64_t)a[f] <= base[n->n_in];
+  }
+  for (int k = 0; k < n->n_out; k++) tensor_unref(again[k]);
+  if (again != again_stack) free(again);
+  return rc ? rc : moved_only;
+}
+
+/* Which nodes run whole, which at positions, which are followed (with
+ * their maps). A node is left unrun only if nothing that runs whole reads
+ * it; a point node reads its inputs whole. A followed node with no point
+ * node above it runs whole: following it would save nothing. */
+static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***maps, int64_t **base,
+                       Diag *d) {
+  const Graph *g = p->g;
+  unsigned char *read_whole = calloc((size_t)g->n_nodes + 1, 1);
+  if (!read_whole) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK;
+  for (int k = g->n_nodes - 1; k >= 0 && !rc; k--) {
+    int id = p->order[k];
+    const Node *n = &g->nodes[id];
+    const OpDef *o = op_def(n->kind);
+    if (!needed[id]) continue;
+    bool lazy = !read_whole[id] && !(o->flags & OPF_SOURCE);
+    p->state[id] = P_WHOLE;
+    if (lazy && o->eval_modp_at && n->n_out == 1 && n->dtype != DT_I64) {
+      p->state[id] = P_POINT;
+    } else if (lazy && followable(g, id)) {
+      maps[id] = calloc((size_t)n->n_out + 1, sizeof *maps[id]);
+      base[id] = malloc(((size_t)n->n_in + 1) * sizeof *base[id]);
+      rc = maps[id] && base[id] ? follow_maps(g, id, base[id], maps[id], d) : TEQ_ERR_NOMEM;
+      if (rc == 1) p->state[id] = P_FOLLOW;
+      if (rc > 0 || rc == 0) rc = TEQ_OK;
+    }
+    if (p->state[id] != P_FOLLOW)
+      for (int j = 0; j < n->n_in; j++) read_whole[n->in[j].node] = 1;
+  }
+  free(read_whole);
+  /* forward: only followed nodes with a point node above them stay followed */
+  for (int k = 0; k < g->n_nodes && !rc; k++) {
+    int id = p->order[k];
+    const Node *n = &g->nodes[id];
+    if (p->state[id] != P_FOLLOW) continue;
+    bool above = false;
+    for (int j = 0; j < n->n_in; j++) {
+      int s = p->state[n->in[j].node];
+      above = above || s == P_POINT || s == P_FOLLOW;
+    }
+    if (!above) p->state[id] = P_WHOLE;
+  }
+  return rc;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int64_t find_pos(const PointNode *pn, int64_t f) {
+  int64_t lo = 0, hi = pn->n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (pn->pos[mid] < f) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Traces each chosen position down through followed nodes to a value
+ * slot, a padding zero or a point node, which collects it. */
+static int plan_sources(ExecPoints *p, Tensor ***maps, int64_t **base, int32_t *point_of,
+                        const int64_t *const *positions, Diag *d) {
+  const Graph *g = p->g;
+  for (int j = 0; j < g->n_outputs; j++) {
+    const Shape *os = graph_shape(g, g->outputs[j]);
+    if (!(p->src[j] = malloc(((size_t)p->n_pos[j] + 1) * sizeof *p->src[j]))) return TEQ_ERR_NOMEM;
+    for (int64_t q = 0; q < p->n_pos[j]; q++) {
+      int64_t f = positions[j][q];
+      if (f < 0 || f >= shape_numel(os))
+        return diag_error(d, "exec_points: position %lld of output %d is out of range",
+                          (long long)f, j);
+      TensorRef r = g->outputs[j];
+      PointSrc *s = &p->src[j][q];
+      for (;;) {
+        int st = p->state[r.node];
+        if (st == P_WHOLE) {
+          *s = (PointSrc){p->offset[r.node] + r.out, f};
+          break;
+        }
+        if (st == P_POINT) {
+          PointNode *pn = &p->pt[point_of[r.node]];
+          if (pn->n == pn->cap) {
+            int64_t cap = pn->cap ? 2 * pn->cap : 64, *a = realloc(pn->pos, (size_t)cap * sizeof *a);
+            if (!a) return TEQ_ERR_NOMEM;
+            pn->pos = a, pn->cap = cap;
+          }
+          pn->pos[pn->n++] = f;
+          *s = (PointSrc){-2 - point_of[r.node], f};
+          break;
+        }
+        uint32_t v = ((const uint32_t *)maps[r.node][r.out]->data)[f]; /* P_FOLLOW */
+        if (v == 0) {
+          *s = (PointSrc){SRC_ZERO, 0};
+          break;
+        }
+        const Node *n = &g->nodes[r.node];
+        int in = 0;
+        while (in + 1 < n->n_in && (int64_t)v > base[r.node][in + 1]) in++;
+        f = (int64_t)v - 1 - base[r.node][in];
+        r = n->in[in];
+      }
+    }
+  }
+  return TEQ_OK;
+}
+
+int exec_points_new(const Graph *g, const int64_t *const *positions, const int64_t *n_positions,
+                    ExecPoints **out, Diag *d) {
+  *out = NULL;
+  ExecPoints *p = calloc(1, sizeof *p);
+  if (!p) return TEQ_ERR_NOMEM;
+  p->g = g;
+  size_t n = (size_t)g->n_nodes + 1;
+  int32_t *uses = graph_use_counts(g, &p->offset); /* only the slots' offsets are wanted */
+  bool have_offsets = uses != NULL;
+  free(uses);
+  p->order = malloc(n * sizeof *p->order);
+  p->input_index = malloc(n * sizeof *p->input_index);
+  p->state = calloc(n, 1);
+  p->n_pos = calloc((size_t)g->n_outputs + 1, sizeof *p->n_pos);
+  p->src = calloc((size_t)g->n_outputs + 1, sizeof *p->src);
+  unsigned char *needed = calloc(n, 1);
+  int32_t *point_of = malloc(n * sizeof *point_of);
+  Tensor ***maps = calloc(n, sizeof *maps);
+  int64_t **base = calloc(n, sizeof *base);
+  int rc = have_offsets && p->order && p->input_index && p->state && p->n_pos && p->src && needed &&
+                   point_of && maps && base
+               ? TEQ_OK
+               : TEQ_ERR_NOMEM;
+  if (!rc && graph_topo_order(g, p->order) != TEQ_OK) rc = diag_error(d, "graph has a cycle");
+  if (!rc) {
+    p->claims = calloc((size_t)p->offset[g->n_nodes] + 1, sizeof *p->claims);
+    p->pinned = calloc((size_t)p->offset[g->n_nodes] + 1, 1);
+    p->pt = calloc(n, sizeof *p->pt);
+    if (!p->claims || !p->pinned || !p->pt) rc = TEQ_ERR_NOMEM;
+  }
+  if (!rc) {
+    Run r = {.g = g, .order = p->order, .needed = needed};
+    mark_needed(&r);
+    for (int i = 0; i < g->n_nodes; i++) p->input_index[i] = -1;
+    for (int i = 0; i < g->n_inputs; i++) p->input_index[g->inputs[i]] = i;
+    for (int j = 0; j < g->n_outputs; j++) p->n_pos[j] = n_positions[j];
+    rc = plan_states(p, needed, maps, base, d);
+  }
+  if (!rc) {
+    for (int i = 0; i < g->n_nodes; i++)
+      point_of[i] = p->state[i] == P_POINT ? p->n_pt : -1, p->n_pt += p->state[i] == P_POINT;
+    for (int i = 0; i < g->n_nodes; i++)
+      if (point_of[i] >= 0) p->pt[point_of[i]].id = i;
+  }
+  if (!rc) rc = plan_sources(p, maps, base, point_of, positions, d);
+  /* A point node asked for a quarter of its output or more runs whole. */
+  for (int k = 0; k < p->n_pt && !rc; k++) {
+    PointNode *pn = &p->pt[k];
+    if (pn->n > 1) qsort(pn->pos, (size_t)pn->n, sizeof *pn->pos, cmp_i64);
+    int64_t u = 0;
+    for (int64_t q = 0; q < pn->n; q++)
+      if (q == 0 || pn->pos[q] != pn->pos[u - 1]) pn->pos[u++] = pn->pos[q];
+    pn->n = u;
+    if (4 * u >= shape_numel(&g->nodes[pn->id].out[0])) p->state[pn->id] = P_WHOLE;
+  }
+  for (int j = 0; j < g->n_outputs && !rc; j++)
+    for (int64_t q = 0; q < p->n_pos[j]; q++) {
+      PointSrc *s = &p->src[j][q];
+      if (s->slot <= -2 && p->state[p->pt[-2 - s->slot].id] == P_WHOLE)
+        s->slot = p->offset[p->pt[-2 - s->slot].id];
+      if (s->slot >= 0) p->pinned[s->slot] = 1;
+    }
+  for (int i = 0; i < g->n_nodes && !rc; i++)
+    if (p->state[i] == P_WHOLE || p->state[i] == P_POINT)
+      for (int j = 0; j < g->nodes[i].n_in; j++)
+        p->claims[p->offset[g->nodes[i].in[j].node] + g->nodes[i].in[j].out]++;
+  for (int i = 0; i < g->n_nodes; i++) {
+    for (int k = 0; maps && maps[i] && k < g->nodes[i].n_out; k++) tensor_unref(maps[i][k]);
+    if (maps) free(maps[i]);
+    if (base) free(base[i]);
+  }
+  free(maps), free(base), free(needed), free(point_of);
+  if (rc == TEQ_ERR_NOMEM) diag_error(d, "exec_points: out of memory");
+  if (rc) {
+    exec_points_free(p);
+    return rc;
+  }
+  *out = p;
+  return TEQ_OK;
+}
+
+/* Drops one claim on each input of node id. */
+static void release_claims(Run *r, const ExecPoints *p, int32_t *claims, int id) {
+  const Node *n = &p->g->nodes[id];
+  for (int j = 0; j < n->n_in; j++) {
+    int slot = p->offset[n->in[j].node] + n->in[j].out;
+    if (--claims[slot] == 0 && !p->pinned[slot]) {
+      tensor_unref(r->values[slot]);
+      r->values[slot] = NULL;
+    }
+  }
+}
+
+int exec_points_run(const ExecPoints *p, Tensor *const *inputs, uint32_t *const *values, Diag *d) {
+  const Graph *g = p->g;
+  int n_slots = p->offset[g->n_nodes];
+  Run r = {.g = g, .mode = EXEC_MODP, .order = p->order, .offset = p->offset,
+           .input_index = p->input_index};
+  r.values = calloc((size_t)n_slots + 1, sizeof *r.values);
+  int32_t *claims = malloc(((size_t)n_slots + 1) * sizeof *claims);
+  uint32_t **at = calloc((size_t)p->n_pt + 1, sizeof *at);
+  int rc = r.values && claims && at ? TEQ_OK : diag_error(d, "exec_points: out of memory");
+  if (!rc) memcpy(claims, p->claims, (size_t)n_slots * sizeof *claims);
+  for (int k = 0; k < g->n_nodes && !rc; k++) {
+    int id = p->order[k];
+    const Node *n = &g->nodes[id];
+    if (p->state[id] != P_WHOLE) continue;
+    if (n->kind == OP_INPUT) rc = feed_input(&r, id, inputs, d);
+    else if (n->kind == OP_CONST) rc = feed_const(&r, id, d);
+    else rc = compute_node(&r, id, d);
+    if (!rc) release_claims(&r, p, claims, id);
+  }
+  for (int k = 0; k < p->n_pt && !rc; k++) {
+    const PointNode *pn = &p->pt[k];
+    const Node *n = &g->nodes[pn->id];
+    if (p->state[pn->id] != P_POINT) continue;
+    Tensor *in[8];
+    if (n->n_in > 8) {
+      rc = diag_error(d, "exec_points: a point operator with %d inputs", n->n_in);
+      break;
+    }
+    for (int j = 0; j < n->n_in; j++) in[j] = r.values[p->offset[n->in[j].node] + n->in[j].out];
+    if (!(at[k] = malloc(((size_t)pn->n + 1) * sizeof *at[k]))) {
+      rc = diag_error(d, "exec_points: out of memory");
+      break;
+    }
+    if ((rc = op_def(n->kind)->eval_modp_at(n, in, pn->pos, pn->n, at[k], d))) {
+      char label[GRAPH_LABEL_MAX];
+      diag_error(d, "node %s failed", graph_node_label(g, pn->id, label, sizeof label));
+      break;
+    }
+    release_claims(&r, p, claims, pn->id);
+  }
+  for (int j = 0; j < g->n_outputs && !rc; j++)
+    for (int64_t q = 0; q < p->n_pos[j]; q++) {
+      const PointSrc *s = &p->src[j][q];
+      if (s->slot == SRC_ZERO) {
+        values[j][q] = 0;
+      } else if (s->slot >= 0) {
+        const Tensor *t = r.values[s->slot];
+        if (t->dtype != DT_MODP) {
+          rc = diag_error(d, "exec_points: output %d holds %s, not Z_p residues", j,
+                          dtype_name(t->dtype));
+          break;
+        }
+        values[j][q] = ((const uint32_t *)t->data)[s->flat];
+      } else {
+        const PointNode *pn = &p->pt[-2 - s->slot];
+        values[j][q] = at[-2 - s->slot][find_pos(pn, s->flat)];
+      }
+    }
+  for (int i = 0; r.values && i < n_slots; i++) tensor_unref(r.values[i]);
+  for (int k = 0; at && k < p->n_pt; k++) free(at[k]);
+  free(r.values), free(claims), free(at);
+  return rc;
+}

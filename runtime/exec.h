@@ -29,6 +29,32 @@ typedef enum ExecMode { EXEC_F32, EXEC_MODP } ExecMode;
 TEQ_API int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tensor **outputs,
                      Diag *d);
 
+/* ---- a few positions of the outputs, in Z_p ----
+ * PET's random tests compare a handful of positions per box of each
+ * output, while running a convolution whole costs all its sums. A plan
+ * made for chosen flat positions of each output runs only what those
+ * positions need: an operator with a point kernel (OpDef.eval_modp_at:
+ * conv2d, matmul) whose result reaches the outputs only through layout
+ * operators is evaluated at the positions that reach the chosen ones, and
+ * those layout operators are not run at all: each is followed, when the
+ * plan is made, through a map made by running its own Z_p kernel on
+ * element numbers (a layout operator moves elements and computes nothing,
+ * OPF_LAYOUT_ONLY). The rest runs whole, as exec_run runs it; so does a
+ * point operator asked for a quarter of its output or more. The values are
+ * exec_run's, exactly. positions[j] holds n_positions[j] flat positions of
+ * output j, each in range; the plan keeps g, not the positions. */
+typedef struct ExecPoints ExecPoints;
+TEQ_API int exec_points_new(const Graph *g, const int64_t *const *positions,
+                            const int64_t *n_positions, ExecPoints **out, Diag *d);
+/* Runs the plan on inputs (as exec_run's, in Z_p): values[j][k] receives
+ * output j at positions[j][k]. */
+TEQ_API int exec_points_run(const ExecPoints *p, Tensor *const *inputs, uint32_t *const *values,
+                            Diag *d);
+/* How many operators of the plan run at positions only, and how many are
+ * followed without running: what a test of the plan checks it saved. */
+TEQ_API void exec_points_counts(const ExecPoints *p, int *at_positions, int *followed);
+TEQ_API void exec_points_free(ExecPoints *p);
+
 /* A float32 tensor as Z_p residues (see above); NULL with a message if a
  * value is not an integer. */
 TEQ_API Tensor *exec_f32_to_modp(const Tensor *t, Diag *d);

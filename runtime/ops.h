@@ -129,6 +129,15 @@ typedef struct OpDef {
   int (*eval_f32)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
   int (*eval_modp)(const struct Node *n, Tensor *const *in, Tensor *const *out, Diag *d);
 
+  /* The Z_p kernel at chosen positions of output 0 only: vals[k] is what
+   * eval_modp writes at flat position pos[k] (each in range, in any order,
+   * repeats allowed). For operators whose every output element is a long
+   * sum over the inputs (conv, matmul): PET's random tests read a few
+   * positions per box of an output, and a few sums cost a sliver of the
+   * whole product (exec_points). NULL: none, the operator runs whole. */
+  int (*eval_modp_at)(const struct Node *n, Tensor *const *in, const int64_t *pos, int64_t n_pos,
+                      uint32_t *vals, Diag *d);
+
   /* The float32 kernel on the GPU (runtime/cuda/, see cuda_int.h there):
    * eval_f32's contract with its tensors in device memory, launched on the
    * context's stream without waiting. Set as CUDA_EVAL(name), which is

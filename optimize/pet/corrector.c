@@ -14,9 +14,12 @@
  * they differ at one of the tested positions as polynomials in the inputs,
  * a polynomial of degree at most n; Schwartz-Zippel (Theorem 2) makes each
  * trial miss that with probability at most n/p, independently. The
- * executor evaluates whole tensors, so the positions cost nothing to read;
- * all_positions uses that to cross-check Theorem 1. The rebuilding of the
- * differing boxes is in correct.c. */
+ * original runs whole, once per trial for every mutant tested against it;
+ * a mutant runs only at the positions tested (exec_points: its
+ * convolutions and products summed at those positions alone, the layouts
+ * after them followed), which is most of what PET's tests once spent.
+ * all_positions runs the mutant whole to cross-check Theorem 1 at every
+ * position. The rebuilding of the differing boxes is in correct.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,25 +135,109 @@ static bool same_everywhere(const Tensor *a, const Tensor *b, const int64_t *lo,
   }
 }
 
-/* Theorem 1's positions in box [lo, hi): v0, then v0 + e_k wherever the
- * box is 2 or more wide. The same v0 in every trial: it depends on the
- * seed, the output and the box only. */
-static bool same_at_theorem1(const Tensor *a, const Tensor *b, const int64_t *lo,
-                             const int64_t *hi, uint64_t pos_seed, int64_t *count) {
-  int nd = a->shape.ndim;
+/* Theorem 1's positions in box [lo, hi) of an output of shape s: v0, then
+ * v0 + e_k wherever the box is 2 or more wide, written to pos (at most
+ * 1 + rank of them); returns how many. The same v0 in every trial: it
+ * depends on the seed, the output and the box only. */
+static int theorem1_positions(const Shape *s, const int64_t *lo, const int64_t *hi,
+                              uint64_t pos_seed, int64_t *pos) {
   int64_t st[TEQ_MAX_DIMS], flat0 = 0;
   uint64_t rng = pos_seed;
-  shape_strides(&a->shape, st);
-  ++*count;
-  for (int k = 0; k < nd; k++) {
+  int n = 1;
+  shape_strides(s, st);
+  for (int k = 0; k < s->ndim; k++) {
     int64_t w = hi[k] - lo[k];
     flat0 += (lo[k] + (w >= 2 ? (int64_t)(rng_next(&rng) % (uint64_t)(w - 1)) : 0)) * st[k];
-    *count += w >= 2;
   }
-  bool same = same_at(a, b, flat0);
-  for (int k = 0; k < nd && same; k++)
-    if (hi[k] - lo[k] >= 2) same = same_at(a, b, flat0 + st[k]);
+  pos[0] = flat0;
+  for (int k = 0; k < s->ndim; k++)
+    if (hi[k] - lo[k] >= 2) pos[n++] = flat0 + st[k];
+  return n;
+}
+
+static uint64_t box_seed(const PetTestOptions *opt, int j, int64_t i) {
+  return hash_mix(hash_mix(opt->seed ^ 0x5045545f424f58ull, (uint64_t)j), (uint64_t)i);
+}
+
+static bool same_at_theorem1(const Tensor *a, const Tensor *b, const int64_t *lo,
+                             const int64_t *hi, uint64_t pos_seed, int64_t *count) {
+  int64_t pos[TEQ_MAX_DIMS + 1];
+  int n = theorem1_positions(&a->shape, lo, hi, pos_seed, pos);
+  *count += n;
+  bool same = true;
+  for (int q = 0; q < n && same; q++) same = same_at(a, b, pos[q]);
   return same;
+}
+
+/* The positions tested in each output, box after box: Theorem 1's, or
+ * every position of a box of unknown structure. Box i of output j holds
+ * pos[j][start[j][i] .. start[j][i + 1]). */
+typedef struct Tested {
+  int n_outputs;
+  int64_t **pos, *n_pos, **start;
+  uint32_t **vals, **ovals; /* per output, the mutant's and the original's values there */
+} Tested;
+
+static void tested_fini(Tested *t) {
+  for (int j = 0; j < t->n_outputs; j++) {
+    if (t->pos) free(t->pos[j]);
+    if (t->start) free(t->start[j]);
+    if (t->vals) free(t->vals[j]);
+    if (t->ovals) free(t->ovals[j]);
+  }
+  free(t->pos), free(t->n_pos), free(t->start), free(t->vals), free(t->ovals);
+}
+
+static int tested_positions(const Graph *orig, const PetReport *rep, const PetTestOptions *opt,
+                            Tested *t) {
+  int m = rep->n_outputs;
+  t->n_outputs = m;
+  t->pos = calloc((size_t)m + 1, sizeof *t->pos);
+  t->n_pos = calloc((size_t)m + 1, sizeof *t->n_pos);
+  t->start = calloc((size_t)m + 1, sizeof *t->start);
+  t->vals = calloc((size_t)m + 1, sizeof *t->vals);
+  t->ovals = calloc((size_t)m + 1, sizeof *t->ovals);
+  if (!t->pos || !t->n_pos || !t->start || !t->vals || !t->ovals) return TEQ_ERR_NOMEM;
+  for (int j = 0; j < m; j++) {
+    const PetOutputReport *o = &rep->out[j];
+    const Shape *s = graph_shape(orig, orig->outputs[j]);
+    int64_t lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS], cap = 0, n = 0;
+    if (!(t->start[j] = malloc(((size_t)o->n_boxes + 1) * sizeof *t->start[j])))
+      return TEQ_ERR_NOMEM;
+    for (int64_t i = 0; i < o->n_boxes; i++) {
+      pet_box_bounds(&o->boxes, i, lo, hi);
+      int64_t size = 1;
+      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
+      cap += o->boxes.is_whole ? size : s->ndim + 1;
+    }
+    t->pos[j] = malloc(((size_t)cap + 1) * sizeof *t->pos[j]);
+    t->vals[j] = malloc(((size_t)cap + 1) * sizeof *t->vals[j]);
+    t->ovals[j] = malloc(((size_t)cap + 1) * sizeof *t->ovals[j]);
+    if (!t->pos[j] || !t->vals[j] || !t->ovals[j]) return TEQ_ERR_NOMEM;
+    int64_t st[TEQ_MAX_DIMS];
+    shape_strides(s, st);
+    for (int64_t i = 0; i < o->n_boxes; i++) {
+      t->start[j][i] = n;
+      pet_box_bounds(&o->boxes, i, lo, hi);
+      if (!o->boxes.is_whole) {
+        n += theorem1_positions(s, lo, hi, box_seed(opt, j, i), t->pos[j] + n);
+        continue;
+      }
+      int64_t v[TEQ_MAX_DIMS], size = 1;
+      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
+      if (size <= 0) continue;
+      memcpy(v, lo, (size_t)s->ndim * sizeof *v);
+      for (int64_t e = 0; e < size; e++) { /* odometer order */
+        int64_t flat = 0;
+        for (int k = 0; k < s->ndim; k++) flat += v[k] * st[k];
+        t->pos[j][n++] = flat;
+        for (int k = s->ndim - 1; k >= 0 && ++v[k] == hi[k]; k--) v[k] = lo[k];
+      }
+    }
+    t->start[j][o->n_boxes] = n;
+    t->n_pos[j] = n;
+  }
+  return TEQ_OK;
 }
 
 /* One trial's outputs compared box by box; boxes already found to differ
@@ -162,7 +249,7 @@ static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Ten
   for (int64_t i = 0; i < o->n_boxes; i++) {
     if (o->differs[i]) continue;
     pet_box_bounds(&o->boxes, i, lo, hi);
-    uint64_t ps = hash_mix(hash_mix(opt->seed ^ 0x5045545f424f58ull, (uint64_t)j), (uint64_t)i);
+    uint64_t ps = box_seed(opt, j, i);
     bool same = o->boxes.is_whole ? same_everywhere(a, b, lo, hi, &count)
                                   : same_at_theorem1(a, b, lo, hi, ps, &count);
     if (opt->all_positions && !o->boxes.is_whole)
@@ -172,13 +259,14 @@ static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Ten
   if (first) o->n_positions = count;
 }
 
-/* The original's inputs and outputs per trial: the same for every mutant
- * tested against it with the same seed (pet_mutate tests dozens). */
+/* The inputs of each trial, and the original's whole outputs where a
+ * cross-check wants them: the same for every mutant tested against the
+ * original with the same seed (pet_mutate tests dozens). */
 struct PetOrigRuns {
   const Graph *orig;
   uint64_t seed;
   int n_trials;
-  Tensor ***in, ***out; /* per trial: n_inputs, n_outputs tensors; NULL until run */
+  Tensor ***in, ***out; /* per trial: n_inputs, n_outputs tensors; NULL until made */
 };
 
 void pet_orig_runs_free(PetOrigRuns *c) {
@@ -192,39 +280,68 @@ void pet_orig_runs_free(PetOrigRuns *c) {
   free(c);
 }
 
-/* Trial k's inputs and original outputs, run on first use. */
-static int orig_trial(PetOrigRuns *c, int k, Diag *d) {
+/* Trial k's inputs, made on first use; with whole, the original's outputs
+ * too, run on first use. */
+static int orig_trial(PetOrigRuns *c, int k, bool whole, Diag *d) {
   if (k >= c->n_trials) {
     int n = k + 4;
     Tensor ***in = realloc(c->in, (size_t)n * sizeof *in);
     if (in) c->in = in;
     Tensor ***out = realloc(c->out, (size_t)n * sizeof *out);
     if (out) c->out = out;
-    if (!in || !out) return TEQ_ERR_NOMEM;
+    if (!in || !out) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
     for (int i = c->n_trials; i < n; i++) c->in[i] = NULL, c->out[i] = NULL;
     c->n_trials = n;
   }
-  if (c->out[k]) return TEQ_OK;
   const Graph *g = c->orig;
-  Tensor **in = calloc((size_t)g->n_inputs + 1, sizeof *in);
+  int rc = TEQ_OK;
+  if (!c->in[k]) {
+    Tensor **in = calloc((size_t)g->n_inputs + 1, sizeof *in);
+    if (!in || (rc = make_inputs(g, c->seed, k, in))) {
+      for (int i = 0; in && i < g->n_inputs; i++) tensor_unref(in[i]);
+      free(in);
+      return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+    }
+    c->in[k] = in;
+  }
+  if (!whole || c->out[k]) return TEQ_OK;
   Tensor **out = calloc((size_t)g->n_outputs + 1, sizeof *out);
-  int rc = in && out ? make_inputs(g, c->seed, k, in) : TEQ_ERR_NOMEM;
-  if (rc == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
-  if (!rc && (rc = exec_run(g, EXEC_MODP, in, out, d)))
+  if (!out) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+  if ((rc = exec_run(g, EXEC_MODP, c->in[k], out, d))) {
     diag_error(d, "pet: the original does not run in Z_p");
-  if (rc) {
-    for (int i = 0; in && i < g->n_inputs; i++) tensor_unref(in[i]);
-    free(in), free(out);
+    free(out);
     return rc;
   }
-  c->in[k] = in, c->out[k] = out;
+  c->out[k] = out;
+  return TEQ_OK;
+}
+
+/* One trial of both programs at the tested positions only. */
+static int run_trial_at(PetOrigRuns *c, const ExecPoints *orig_plan, const ExecPoints *plan,
+                        Tested *t, int k, PetReport *rep, Diag *d) {
+  int rc = orig_trial(c, k, false, d);
+  if (rc) return rc;
+  if ((rc = exec_points_run(orig_plan, c->in[k], t->ovals, d)))
+    return diag_error(d, "pet: the original does not run in Z_p"), rc;
+  if ((rc = exec_points_run(plan, c->in[k], t->vals, d)))
+    return diag_error(d, "pet: the mutant does not run in Z_p"), rc;
+  for (int j = 0; j < rep->n_outputs; j++) {
+    PetOutputReport *o = &rep->out[j];
+    for (int64_t i = 0; i < o->n_boxes; i++) {
+      bool same = true;
+      for (int64_t q = t->start[j][i]; q < t->start[j][i + 1] && same; q++)
+        same = t->ovals[j][q] == t->vals[j][q];
+      if (!same) o->differs[i] = 1;
+    }
+    if (k == 0) o->n_positions = t->n_pos[j];
+  }
   return TEQ_OK;
 }
 
 static int run_trial(PetOrigRuns *c, const Graph *mutant, const PetTestOptions *opt, int k,
                      PetReport *rep, Diag *d) {
   int m = c->orig->n_outputs;
-  int rc = orig_trial(c, k, d);
+  int rc = orig_trial(c, k, true, d);
   if (rc) return rc;
   Tensor **ob = calloc((size_t)m + 1, sizeof *ob);
   if (!ob) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
@@ -267,8 +384,20 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
   r.log2_bound = r.degree < 0 ? 0.0
                  : r.trials * (log2(r.degree < 1 ? 1.0 : (double)r.degree) - log2((double)MODP_P));
   if ((rc = report_boxes(orig, mutant, &r, d)) == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
+  Tested t = {0};
+  ExecPoints *plan = NULL, *orig_plan = NULL;
+  if (!rc && !o->all_positions) {
+    if ((rc = tested_positions(orig, &r, o, &t)) == TEQ_ERR_NOMEM)
+      diag_error(d, "pet: out of memory");
+    const int64_t *const *pos = (const int64_t *const *)t.pos;
+    if (!rc && (rc = exec_points_new(orig, pos, t.n_pos, &orig_plan, d)))
+      diag_error(d, "pet: the original does not run in Z_p");
+    if (!rc && (rc = exec_points_new(mutant, pos, t.n_pos, &plan, d)))
+      diag_error(d, "pet: the mutant does not run in Z_p");
+  }
   for (int k = 0; k < r.trials && !rc; k++) {
-    rc = run_trial(c, mutant, o, k, &r, d);
+    rc = plan ? run_trial_at(c, orig_plan, plan, &t, k, &r, d)
+              : run_trial(c, mutant, o, k, &r, d);
     bool whole = false; /* a box that differs in one trial differs, whatever the others say */
     for (int j = 0; j < r.n_outputs && o->stop_if_whole && !rc && !whole; j++) {
       int64_t i = 0;
@@ -280,6 +409,9 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
       r.trials = k + 1;
     }
   }
+  exec_points_free(plan);
+  exec_points_free(orig_plan);
+  tested_fini(&t);
   if (!cache) pet_orig_runs_free(c);
   if (rc) {
     pet_report_fini(&r);

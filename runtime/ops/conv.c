@@ -492,6 +492,40 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   return TEQ_OK;
 }
 
+/* The same sums at chosen output positions: each is its group's C/g x kh x
+ * kw taps that fall inside the input, every product folded once (below
+ * 2^32, so a uint64_t holds 2^32 of them) and the sum reduced at the end. */
+static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *pos, int64_t n_pos,
+                             uint32_t *vals, Diag *d) {
+  ConvGeom g;
+  int rc = conv_geom_of(n, in, &g, d);
+  if (rc) return rc;
+  const uint32_t *x = in[0]->data, *w = in[1]->data;
+  const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
+  for (int64_t q = 0; q < n_pos; q++) {
+    int64_t f = pos[q], ox = f % g.ow, oy = f / g.ow % g.oh, m = f / (g.ow * g.oh) % g.m,
+            img = f / (g.ow * g.oh * g.m);
+    int64_t iy0 = oy * g.sh - g.pt, ix0 = ox * g.sw - g.pl, ilo, ihi, jlo, jhi;
+    tap_range(iy0, g.kh, g.dh, g.h, &ilo, &ihi);
+    tap_range(ix0, g.kw, g.dw, g.w, &jlo, &jhi);
+    const uint32_t *xg = x + (img * g.c + m / g.mg * g.cg) * g.h * g.w;
+    const uint32_t *wm = w + m * g.cg * g.kh * g.kw;
+    uint64_t acc = 0;
+    for (int64_t c = 0; c < g.cg; c++)
+      for (int64_t i = ilo; i < ihi; i++) {
+        const uint32_t *xr = xg + (c * g.h + iy0 + i * g.dh) * g.w + ix0;
+        const uint32_t *wr = wm + (c * g.kh + i) * g.kw;
+        for (int64_t j = jlo; j < jhi; j++) {
+          uint64_t p = (uint64_t)xr[j * g.dw] * wr[j];
+          acc += (p & MODP_P) + (p >> 31);
+        }
+      }
+    vals[q] = b ? modp_add(modp_reduce(acc), b[m]) : modp_reduce(acc);
+  }
+  act_apply_modp((int)param_int(&n->params, CONV_ACT), vals, n_pos);
+  return TEQ_OK;
+}
+
 /* ---- conv2d, ONNX ---- */
 
 /* Conv's remaining attributes: only 2-D convs; kernel_shape must agree
@@ -574,7 +608,7 @@ const OpDef op_def_conv2d = {
   .params = conv_params_rows, .n_params = 5,
   .flags = OPF_MULTILINEAR,
   .infer_shape = conv_infer,
-  .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp,
+  .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp, .eval_modp_at = conv_eval_modp_at,
   .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write, .half_twin = conv_half_twin,
 };

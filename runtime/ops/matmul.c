@@ -281,6 +281,26 @@ static int matmul_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
   return TEQ_OK;
 }
 
+/* The same sums at chosen output positions (batch entry t, row i, column
+ * j), each product folded once as in conv2d's. */
+static int matmul_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *pos,
+                               int64_t n_pos, uint32_t *vals, Diag *d) {
+  MatmulPlan p;
+  int rc = matmul_plan(n, &in[0]->shape, &in[1]->shape, &p, d);
+  if (rc) return rc;
+  const uint32_t *a = in[0]->data, *b = in[1]->data;
+  for (int64_t q = 0; q < n_pos; q++) {
+    int64_t t = pos[q] / (p.m * p.n), i = pos[q] / p.n % p.m, j = pos[q] % p.n, oa, ob;
+    matmul_batch_offsets(&p, t, &oa, &ob);
+    const uint32_t *ar = a + oa + i * p.k, *bc = b + ob + j;
+    uint64_t acc = 0;
+    for (int64_t k = 0; k < p.k; k++) acc += modp_fold((uint64_t)ar[k] * bc[k * p.n]);
+    vals[q] = modp_reduce(acc);
+  }
+  act_apply_modp((int)param_int(&n->params, 0), vals, n_pos);
+  return TEQ_OK;
+}
+
 static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, 0);
@@ -315,7 +335,7 @@ const OpDef op_def_matmul = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = matmul_infer,
   .eval_f32 = matmul_eval_f32, .eval_modp = matmul_eval_modp,
-  .eval_cuda = CUDA_EVAL(matmul), .flops = matmul_flops,
+  .eval_modp_at = matmul_eval_modp_at, .eval_cuda = CUDA_EVAL(matmul), .flops = matmul_flops,
   .onnx_write = matmul_onnx_write, .half_twin = matmul_half_twin,
 };
 

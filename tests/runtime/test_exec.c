@@ -1,6 +1,9 @@
 /* test_exec.c: the float32 and Z_p executors agree on multilinear graphs
  * over small integers (where float32 is exact), refuse bad inputs with a
- * message, and free every intermediate (checked by ASan's leak checker). */
+ * message, and free every intermediate (checked by ASan's leak checker);
+ * a plan of chosen positions (exec_points) gives exec_run's values at
+ * them, whether it runs operators at positions, follows layouts or runs
+ * them whole. */
 #include <string.h>
 
 #include "runtime/exec.h"
@@ -128,9 +131,189 @@ static void test_opaque_refused(void) {
   diag_fini(&d);
 }
 
+/* ---- exec_points ---- */
+
+static int add(Graph *g, OpKind kind, const int *in, int n_in, int n_out, const Params *p,
+               Diag *d) {
+  TensorRef r[8];
+  for (int i = 0; i < n_in; i++) r[i] = (TensorRef){in[i] >> 8, in[i] & 0xff};
+  return graph_add_node(g, kind, r, n_in, n_out, p, NULL, d);
+}
+/* add()'s input spelling: output k of node id. */
+static int out_of(int id, int k) { return id << 8 | k; }
+
+static Params pset(OpKind kind, const char *name, const int64_t *v, int n) {
+  Params p;
+  params_default(kind, &p);
+  if (n == 1) param_set_int(&p, param_index(kind, name), v[0]);
+  else param_set_ints(&p, param_index(kind, name), v, n);
+  return p;
+}
+
+static void pset_more(Params *p, OpKind kind, const char *name, const int64_t *v, int n) {
+  if (n == 1) param_set_int(p, param_index(kind, name), v[0]);
+  else param_set_ints(p, param_index(kind, name), v, n);
+}
+
+/* What PET's mutants look like: a padded input, a strided, dilated,
+ * grouped conv, then only layouts (transpose, reshape, a zero pad, a
+ * strided slice) between it and the outputs. */
+static Graph *points_conv_graph(Diag *d) {
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 2, 4, 9, 9), sw = shape_of(4, 6, 2, 3, 3);
+  int x = graph_add_input(g, "x", &sx, DT_F32, d), w = graph_add_input(g, "w", &sw, DT_F32, d);
+  Params pp = pset(OP_PAD, "pads", (int64_t[]){0, 0, 1, 0, 0, 0, 2, 1}, 8);
+  int xp = add(g, OP_PAD, (int[]){out_of(x, 0)}, 1, 1, &pp, d); /* [2, 4, 12, 10] */
+  Params cp = pset(OP_CONV2D, "stride", (int64_t[]){2, 1}, 2);
+  pset_more(&cp, OP_CONV2D, "dilation", (int64_t[]){1, 2}, 2);
+  pset_more(&cp, OP_CONV2D, "groups", (int64_t[]){2}, 1);
+  pset_more(&cp, OP_CONV2D, "pads", (int64_t[]){1, 0, 0, 1}, 4);
+  int c = add(g, OP_CONV2D, (int[]){out_of(xp, 0), out_of(w, 0)}, 2, 1, &cp, d);
+  Params tp = pset(OP_TRANSPOSE, "perm", (int64_t[]){0, 2, 3, 1}, 4);
+  int t = add(g, OP_TRANSPOSE, (int[]){out_of(c, 0)}, 1, 1, &tp, d);
+  const Shape *cs = &g->nodes[c].out[0];
+  Params rp = pset(OP_RESHAPE, "shape", (int64_t[]){cs->d[0] * cs->d[2], cs->d[3] * cs->d[1]}, 2);
+  int r = add(g, OP_RESHAPE, (int[]){out_of(t, 0)}, 1, 1, &rp, d);
+  Params zp = pset(OP_PAD, "pads", (int64_t[]){0, 1, 2, 0, 0, 1, 0, 3}, 8);
+  int z = add(g, OP_PAD, (int[]){out_of(c, 0)}, 1, 1, &zp, d);
+  Params sp = pset(OP_SLICE, "starts", (int64_t[]){0, 1, 0, 1}, 4);
+  pset_more(&sp, OP_SLICE, "ends", (int64_t[]){2, 6, 5, 7}, 4);
+  pset_more(&sp, OP_SLICE, "steps", (int64_t[]){1, 2, 2, 3}, 4);
+  int sl = add(g, OP_SLICE, (int[]){out_of(c, 0)}, 1, 1, &sp, d);
+  graph_add_output(g, ref(r), "r", d);
+  graph_add_output(g, ref(z), "z", d);
+  graph_add_output(g, ref(sl), "s", d);
+  return g;
+}
+
+/* A merge: two kernels concatenated, one conv, split back; beside it a
+ * conv with a bias and a fused relu (its point kernel adds and applies
+ * them too). */
+static Graph *points_merge_graph(Diag *d) {
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 1, 3, 8, 8), s1 = shape_of(4, 4, 3, 3, 3), s2 = shape_of(4, 2, 3, 3, 3),
+        sb = shape_of(1, 4);
+  int x = graph_add_input(g, "x", &sx, DT_F32, d), w1 = graph_add_input(g, "w1", &s1, DT_F32, d);
+  int w2 = graph_add_input(g, "w2", &s2, DT_F32, d), b = graph_add_input(g, "b", &sb, DT_F32, d);
+  Params ap = pset(OP_CONCAT, "axis", (int64_t[]){0}, 1);
+  int w = add(g, OP_CONCAT, (int[]){out_of(w1, 0), out_of(w2, 0)}, 2, 1, &ap, d);
+  Params cp = pset(OP_CONV2D, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+  int c = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w, 0)}, 2, 1, &cp, d);
+  Params sp = pset(OP_SPLIT, "axis", (int64_t[]){1}, 1);
+  pset_more(&sp, OP_SPLIT, "sizes", (int64_t[]){4, 2}, 2);
+  int s = add(g, OP_SPLIT, (int[]){out_of(c, 0)}, 1, 2, &sp, d);
+  pset_more(&cp, OP_CONV2D, "act", (int64_t[]){ACT_RELU}, 1);
+  int cb = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w1, 0), out_of(b, 0)}, 3, 1, &cp, d);
+  graph_add_output(g, (TensorRef){s, 0}, "a", d);
+  graph_add_output(g, (TensorRef){s, 1}, "b", d);
+  graph_add_output(g, ref(cb), "c", d);
+  return g;
+}
+
+/* A batched product with broadcast batch dimensions, then a transpose. */
+static Graph *points_matmul_graph(Diag *d) {
+  Graph *g = graph_new();
+  Shape sa = shape_of(4, 3, 1, 5, 7), sb = shape_of(3, 4, 7, 6);
+  int a = graph_add_input(g, "a", &sa, DT_F32, d), b = graph_add_input(g, "b", &sb, DT_F32, d);
+  int m = add(g, OP_MATMUL, (int[]){out_of(a, 0), out_of(b, 0)}, 2, 1, NULL, d); /* [3,4,5,6] */
+  Params tp = pset(OP_TRANSPOSE, "perm", (int64_t[]){1, 3, 0, 2}, 4);
+  int t = add(g, OP_TRANSPOSE, (int[]){out_of(m, 0)}, 1, 1, &tp, d);
+  graph_add_output(g, ref(t), "y", d);
+  return g;
+}
+
+/* Nothing to save: the conv is read whole by an add, and a pad of 3 (a
+ * constant, not a move) is not followed, so everything runs whole. */
+static Graph *points_whole_graph(Diag *d) {
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 1, 2, 5, 5), sw = shape_of(4, 3, 2, 3, 3);
+  int x = graph_add_input(g, "x", &sx, DT_F32, d), w = graph_add_input(g, "w", &sw, DT_F32, d);
+  int c = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w, 0)}, 2, 1, NULL, d);
+  int e = add(g, OP_EWADD, (int[]){out_of(c, 0), out_of(c, 0)}, 2, 1, NULL, d);
+  int c2 = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w, 0)}, 2, 1, NULL, d);
+  Params pp = pset(OP_PAD, "pads", (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}, 8);
+  param_set_float(&pp, param_index(OP_PAD, "value"), 3.0);
+  int p = add(g, OP_PAD, (int[]){out_of(c2, 0)}, 1, 1, &pp, d);
+  graph_add_output(g, ref(e), "e", d);
+  graph_add_output(g, ref(p), "p", d);
+  return g;
+}
+
+/* exec_points at every `every`-th position of each output (and its last)
+ * against exec_run; the plan's counts of point and followed operators. */
+static void check_points(Graph *g, int every, int want_points, int want_followed) {
+  Diag d;
+  diag_init(&d);
+  Tensor *in[8] = {0}, *whole[8] = {0};
+  int64_t *pos[8] = {0}, n_pos[8] = {0};
+  uint32_t *vals[8] = {0};
+  for (int i = 0; i < g->n_inputs; i++) {
+    in[i] = tensor_new_uninit(DT_MODP, &g->nodes[g->inputs[i]].out[0]);
+    tensor_fill_random(in[i], 77 + (uint64_t)i);
+  }
+  CHECK_EQ_INT(exec_run(g, EXEC_MODP, in, whole, &d), TEQ_OK);
+  for (int j = 0; j < g->n_outputs; j++) {
+    int64_t n = tensor_numel(whole[j]);
+    pos[j] = malloc((size_t)(n + 1) * sizeof **pos);
+    vals[j] = calloc((size_t)n + 1, sizeof **vals);
+    for (int64_t f = n - 1; f >= 0; f -= every) pos[j][n_pos[j]++] = f; /* backwards: any order */
+    if (n_pos[j] > 1) pos[j][n_pos[j]++] = pos[j][0]; /* a repeat */
+  }
+  ExecPoints *p = NULL;
+  CHECK_EQ_INT(exec_points_new(g, (const int64_t *const *)pos, n_pos, &p, &d), TEQ_OK);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text);
+  if (p) {
+    int at, fol;
+    exec_points_counts(p, &at, &fol);
+    CHECK_EQ_INT(at, want_points);
+    CHECK_EQ_INT(fol, want_followed);
+    for (int trial = 0; trial < 2; trial++) { /* a plan runs again */
+      CHECK_EQ_INT(exec_points_run(p, in, vals, &d), TEQ_OK);
+      int bad = 0;
+      for (int j = 0; j < g->n_outputs; j++)
+        for (int64_t q = 0; q < n_pos[j]; q++)
+          bad += vals[j][q] != ((const uint32_t *)whole[j]->data)[pos[j][q]];
+      CHECK_EQ_INT(bad, 0);
+    }
+  }
+  exec_points_free(p);
+  for (int j = 0; j < g->n_outputs; j++) tensor_unref(whole[j]), free(pos[j]), free(vals[j]);
+  for (int i = 0; i < g->n_inputs; i++) tensor_unref(in[i]);
+  diag_fini(&d);
+}
+
+static void test_points(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g[4] = {points_conv_graph(&d), points_merge_graph(&d), points_matmul_graph(&d),
+                 points_whole_graph(&d)};
+  CHECK_MSG(d.n_errors == 0, "%s", d.text);
+  /* sparse: the conv, the merged conv, the biased conv and the product run
+   * at positions; transpose, reshape, pad, slice (conv graph), split
+   * (merge graph; the weights' concat runs whole) and transpose (product)
+   * are followed */
+  check_points(g[0], 23, 1, 4);
+  check_points(g[1], 29, 2, 1);
+  check_points(g[2], 11, 1, 1);
+  check_points(g[3], 7, 0, 0);
+  /* every position: a point operator asked for all of its output runs
+   * whole, and the layouts after it are still followed */
+  check_points(g[0], 1, 0, 4);
+  check_points(g[2], 1, 0, 1);
+  /* a position out of range is refused with a message */
+  int64_t bad = 1 << 20, *pos[3] = {&bad, &bad, &bad}, n_pos[3] = {1, 1, 1};
+  ExecPoints *p = NULL;
+  CHECK_EQ_INT(exec_points_new(g[0], (const int64_t *const *)pos, n_pos, &p, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(d.text, "out of range") != NULL, "%s", d.text);
+  CHECK(p == NULL);
+  for (int i = 0; i < 4; i++) graph_free(g[i]);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_modp_agrees_with_f32();
   test_errors();
   test_opaque_refused();
+  test_points();
   return check_exit();
 }
