@@ -13,13 +13,14 @@
  * Why (n/p)^t: if the programs differ somewhere in a box, Theorem 1 says
  * they differ at one of the tested positions as polynomials in the inputs,
  * a polynomial of degree at most n; Schwartz-Zippel (Theorem 2) makes each
- * trial miss that with probability at most n/p, independently. The
- * original runs whole, once per trial for every mutant tested against it;
- * a mutant runs only at the positions tested (exec_points: its
- * convolutions and products summed at those positions alone, the layouts
- * after them followed), which is most of what PET's tests once spent.
- * all_positions runs the mutant whole to cross-check Theorem 1 at every
- * position. The rebuilding of the differing boxes is in correct.c. */
+ * trial miss that with probability at most n/p, independently. Both
+ * programs run only at the positions tested (exec_points: convolutions and
+ * products summed at those positions alone, the layouts after them
+ * followed, not run); running them whole was most of what PET's tests
+ * spent. The inputs of each trial are drawn once for every mutant tested
+ * against one original. all_positions runs both whole instead, to
+ * cross-check Theorem 1 at every position. The rebuilding of the
+ * differing boxes is in correct.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
