@@ -533,9 +533,14 @@ int exec_points_new(const Graph *g, const int64_t *const *positions, const int64
       if (point_of[i] >= 0) p->pt[point_of[i]].id = i;
   }
   if (!rc) rc = plan_sources(p, maps, base, point_of, positions, d);
-  /* A point node asked for a quarter of its output or more runs whole. */
+  /* A point node asked for a quarter of its output or more runs whole
+   * (counting repeats, so that a box tested whole is not sorted first). */
   for (int k = 0; k < p->n_pt && !rc; k++) {
     PointNode *pn = &p->pt[k];
+    if (4 * pn->n >= shape_numel(&g->nodes[pn->id].out[0])) {
+      p->state[pn->id] = P_WHOLE;
+      continue;
+    }
     if (pn->n > 1) qsort(pn->pos, (size_t)pn->n, sizeof *pn->pos, cmp_i64);
     int64_t u = 0;
     for (int64_t q = 0; q < pn->n; q++)

@@ -189,6 +189,30 @@ static void tested_fini(Tested *t) {
   free(t->pos), free(t->n_pos), free(t->start), free(t->vals), free(t->ovals);
 }
 
+/* Whether the positions tested are under a quarter of the outputs'
+ * elements, so that running both programs at them alone pays: boxes of
+ * unknown structure are tested whole, and then the original's whole runs,
+ * shared by every mutant, cost less than a run of it per mutant. */
+static bool few_positions(const Graph *orig, const PetReport *rep) {
+  int64_t tested = 0, total = 0, lo[TEQ_MAX_DIMS], hi[TEQ_MAX_DIMS];
+  for (int j = 0; j < rep->n_outputs; j++) {
+    const PetOutputReport *o = &rep->out[j];
+    const Shape *s = graph_shape(orig, orig->outputs[j]);
+    total += shape_numel(s);
+    if (!o->boxes.is_whole) {
+      tested += o->n_boxes * (s->ndim + 1);
+      continue;
+    }
+    for (int64_t i = 0; i < o->n_boxes; i++) {
+      pet_box_bounds(&o->boxes, i, lo, hi);
+      int64_t size = 1;
+      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
+      tested += size;
+    }
+  }
+  return 4 * tested < total;
+}
+
 static int tested_positions(const Graph *orig, const PetReport *rep, const PetTestOptions *opt,
                             Tested *t) {
   int m = rep->n_outputs;
@@ -387,7 +411,7 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
   if ((rc = report_boxes(orig, mutant, &r, d)) == TEQ_ERR_NOMEM) diag_error(d, "pet: out of memory");
   Tested t = {0};
   ExecPoints *plan = NULL, *orig_plan = NULL;
-  if (!rc && !o->all_positions) {
+  if (!rc && !o->all_positions && few_positions(orig, &r)) {
     if ((rc = tested_positions(orig, &r, o, &t)) == TEQ_ERR_NOMEM)
       diag_error(d, "pet: out of memory");
     const int64_t *const *pos = (const int64_t *const *)t.pos;

@@ -558,6 +558,47 @@ static void test_bad_input(void) {
   graph_free(c);
 }
 
+/* At a size where the tested positions are a sliver of the output (45 of
+ * 2048), both programs run at those positions alone (exec_points); the
+ * verdicts must be the whole runs': the border mutant wrong in its 8
+ * border boxes, the merged convolutions right everywhere. */
+static void test_positions_only(void) {
+  Graph *a = graph_new(), *b = graph_new();
+  Graph *gs[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    TensorRef x = input(gs[i], "x", shape_of(4, 1, 4, 16, 16)),
+              w = input(gs[i], "w", shape_of(4, 8, 4, 3, 3));
+    output(gs[i], i == 0 ? conv(gs[i], x, w, 1, 1, 1, 1)
+                         : pad(gs[i], conv(gs[i], x, w, 0, 1, 1, 1),
+                               (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}));
+  }
+  PetReport at = compare(a, b, false), all = compare(a, b, true);
+  CHECK_EQ_INT(at.out[0].n_boxes, 9);
+  CHECK_EQ_INT(at.out[0].n_differ, 8);
+  for (int i = 0; i < 9; i++) CHECK_MSG(at.out[0].differs[i] == all.out[0].differs[i], "box %d", i);
+  CHECK_EQ_INT(at.out[0].differs[4], 0);
+  pet_report_fini(&at);
+  pet_report_fini(&all);
+  graph_free(a);
+  graph_free(b);
+
+  a = graph_new(), b = graph_new();
+  gs[0] = a, gs[1] = b;
+  for (int i = 0; i < 2; i++) {
+    Graph *g = gs[i];
+    TensorRef x = input(g, "x", shape_of(4, 1, 3, 12, 12));
+    TensorRef w1 = input(g, "w1", shape_of(4, 4, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, 6, 3, 3, 3));
+    if (i == 0) output(g, concat(g, conv(g, x, w1, 1, 1, 1, 1), conv(g, x, w2, 1, 1, 1, 1), 1));
+    else output(g, conv(g, x, concat(g, w1, w2, 0), 1, 1, 1, 1));
+  }
+  at = compare(a, b, false);
+  CHECK_EQ_INT(at.n_boxes, 18);
+  CHECK_EQ_INT(at.n_differ, 0);
+  pet_report_fini(&at);
+  graph_free(a);
+  graph_free(b);
+}
+
 int main(void) {
   diag_init(&diag);
   test_boxes_conv();
@@ -566,6 +607,7 @@ int main(void) {
   test_boxes_unknown();
   test_equal_mutants();
   test_border_mutant();
+  test_positions_only();
   test_stop_if_whole();
   test_corner_mutant();
   test_column_mutant();
