@@ -183,13 +183,15 @@ int graph_add_const(Graph *g, const char *name, Tensor *value, Diag *d) {
   return id;
 }
 
+static bool ref_valid(const Graph *g, TensorRef r) {
+  return r.node >= 0 && r.node < g->n_nodes && r.out >= 0 && r.out < g->nodes[r.node].n_out;
+}
+
 static int check_refs(const Graph *g, const TensorRef *in, int n_in, const char *what, Diag *d) {
-  for (int i = 0; i < n_in; i++) {
-    if (in[i].node < 0 || in[i].node >= g->n_nodes || in[i].out < 0 ||
-        in[i].out >= g->nodes[in[i].node].n_out)
+  for (int i = 0; i < n_in; i++)
+    if (!ref_valid(g, in[i]))
       return diag_error(d, "%s: input %d refers to a missing tensor (%%%d:%d)", what, i,
                         in[i].node, in[i].out);
-  }
   return TEQ_OK;
 }
 
@@ -497,22 +499,25 @@ int graph_check(const Graph *g, Diag *d) {
       diag_error(d, "graph: node %d has kind %d", i, (int)n->kind);
       return TEQ_ERR_INTERNAL;
     }
+    bool refs_ok = true;
+    for (int j = 0; j < n->n_in; j++) refs_ok = refs_ok && ref_valid(g, n->in[j]);
+    bool value_ok = n->kind != OP_CONST || (n->value && shape_equal(&n->value->shape, &n->out[0]));
+    bool opaque_ok = (n->kind == OP_OPAQUE) == (n->opaque != NULL);
+    bool opaque_arity_ok = !n->opaque || ((!n->opaque->n_in || n->opaque->n_in == n->n_in) &&
+                                          (!n->opaque->n_out || n->opaque->n_out == n->n_out));
+    /* PET's search checks every candidate it rewrites: the message is
+     * formatted only for a node that fails */
+    if (refs_ok && value_ok && opaque_ok && opaque_arity_ok) continue;
+    rc = TEQ_ERR_INTERNAL;
     char what[64];
     snprintf(what, sizeof what, "graph: node %d (%s)", i, op_def(n->kind)->name);
-    if (check_refs(g, n->in, n->n_in, what, d)) rc = TEQ_ERR_INTERNAL;
-    if (n->kind == OP_CONST && (!n->value || !shape_equal(&n->value->shape, &n->out[0]))) {
-      diag_error(d, "%s: value missing or of the wrong shape", what);
-      rc = TEQ_ERR_INTERNAL;
-    }
-    if ((n->kind == OP_OPAQUE) != (n->opaque != NULL)) {
+    if (!refs_ok) check_refs(g, n->in, n->n_in, what, d);
+    if (!value_ok) diag_error(d, "%s: value missing or of the wrong shape", what);
+    if (!opaque_ok)
       diag_error(d, "%s: opaque data present exactly when opaque", what);
-      rc = TEQ_ERR_INTERNAL;
-    } else if (n->opaque && ((n->opaque->n_in && n->opaque->n_in != n->n_in) ||
-                             (n->opaque->n_out && n->opaque->n_out != n->n_out))) {
+    else if (!opaque_arity_ok)
       diag_error(d, "%s: opaque element types for %d inputs and %d outputs, node has %d and %d",
                  what, n->opaque->n_in, n->opaque->n_out, n->n_in, n->n_out);
-      rc = TEQ_ERR_INTERNAL;
-    }
   }
   for (int i = 0; i < g->n_outputs; i++)
     if (check_refs(g, &g->outputs[i], 1, "graph output", d)) rc = TEQ_ERR_INTERNAL;

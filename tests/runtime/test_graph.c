@@ -121,6 +121,15 @@ static void test_errors(void) {
   diag_init(&quiet);
   CHECK(graph_check(g, &quiet) != TEQ_OK);
   CHECK(strstr(quiet.text, "cycle") != NULL);
+  /* A reference made dangling by hand names the node and the input. */
+  g->nodes[3].in[0] = (TensorRef){99, 0};
+  diag_fini(&quiet);
+  diag_init(&quiet);
+  CHECK(graph_check(g, &quiet) != TEQ_OK);
+  char want[96];
+  snprintf(want, sizeof want, "graph: node 3 (%s): input 0 refers to a missing tensor (%%99:0)",
+           op_def(g->nodes[3].kind)->name);
+  CHECK_MSG(strstr(quiet.text, want) != NULL, "%s", quiet.text);
   diag_fini(&quiet);
   graph_free(g);
   diag_fini(&d);
