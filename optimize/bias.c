@@ -47,7 +47,7 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
       const Tensor *bv = g->nodes[b.node].value;
       const Shape s = g->nodes[plain].out[0];
       if (s.ndim != 4 || tensor_numel(bv) != s.d[1] || bv->dtype != DT_F32) return TEQ_ERR_INTERNAL;
-      Tensor *t = tensor_new(DT_F32, &s);
+      Tensor *t = tensor_new_uninit(DT_F32, &s); /* every element written below */
       if (!t) return TEQ_ERR_NOMEM;
       const float *src = bv->data;
       float *dst = t->data;
