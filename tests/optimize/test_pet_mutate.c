@@ -423,6 +423,63 @@ static void test_bad_input(void) {
   graph_free(g);
 }
 
+/* At the sizes of a real layer the tested positions are a sliver of each
+ * output, and pet_mutate's tests run both programs at them alone
+ * (exec_points): every mutant's verdict, box by box, must be what the
+ * whole runs give (pet_compare with all_positions, with the same seed),
+ * and every corrected mutant the original at every position. A conv with
+ * a batch of two (Figure 1's family), a dilated one (Figure 3's) and two
+ * convs on one input (Figure 10a's). */
+static void test_reports_at_positions(void) {
+  Graph *gs[3] = {graph_new(), graph_new(), graph_new()};
+  TensorRef x = input(gs[0], "x", shape_of(4, 2, 8, 18, 20));
+  output(gs[0], conv(gs[0], x, input(gs[0], "w", shape_of(4, 12, 8, 3, 3)), 1, 1, 1, 1));
+  x = input(gs[1], "x", shape_of(4, 1, 6, 24, 24));
+  output(gs[1], conv(gs[1], x, input(gs[1], "w", shape_of(4, 10, 6, 3, 3)), 2, 1, 2, 1));
+  x = input(gs[2], "x", shape_of(4, 1, 6, 16, 16));
+  output(gs[2], conv(gs[2], x, input(gs[2], "w1", shape_of(4, 8, 6, 3, 3)), 1, 1, 1, 1));
+  output(gs[2], conv(gs[2], x, input(gs[2], "w2", shape_of(4, 12, 6, 1, 1)), 0, 1, 1, 1));
+  for (int t = 0; t < 3; t++) {
+    int n, at_positions = 0;
+    PetMutant *m = mutate(gs[t], 0, 0, &n);
+    CHECK_MSG(n >= 2, "case %d: %d mutants", t, n);
+    check_all(gs[t], m, n);
+    for (int i = 0; i < n; i++) {
+      PetTestOptions all = {.seed = 77, .all_positions = true};
+      PetReport whole;
+      CHECK(pet_compare(gs[t], m[i].graph, &all, &whole, &diag) == TEQ_OK);
+      int64_t same = 0, boxes = 0;
+      bool few = true;
+      for (int j = 0; j < whole.n_outputs; j++) {
+        const PetOutputReport *a = &m[i].report.out[j], *b = &whole.out[j];
+        CHECK_EQ_INT(a->n_boxes, b->n_boxes);
+        for (int64_t k = 0; k < a->n_boxes && k < b->n_boxes; k++)
+          same += a->differs[k] == b->differs[k], boxes++;
+        /* what makes pet_compare run them at positions (corrector.c) */
+        int64_t bound = a->n_boxes * (graph_shape(gs[t], gs[t]->outputs[j])->ndim + 1);
+        few = few && !a->boxes.is_whole &&
+              4 * bound < shape_numel(graph_shape(gs[t], gs[t]->outputs[j]));
+      }
+      CHECK_MSG(same == boxes, "case %d mutant %d (%s): %lld of %lld boxes agree", t, i, m[i].desc,
+                (long long)same, (long long)boxes);
+      pet_report_fini(&whole);
+      at_positions += few;
+      Graph *c = NULL;
+      CHECK(pet_correct(gs[t], m[i].graph, &m[i].report, &c, NULL, &diag) == TEQ_OK);
+      CHECK_MSG(c && equal_everywhere(gs[t], c, 1, false), "case %d mutant %d: %s", t, i, m[i].desc);
+      graph_free(c);
+    }
+    /* (a mutant whose boxes are many, as the phases of a dilated conv
+     * make, is tested whole) */
+    printf("case %d: %d mutants, %d tested at positions\n", t, n, at_positions);
+    CHECK_MSG(at_positions >= n - 1, "case %d: %d of %d mutants tested at positions", t,
+              at_positions, n);
+    pet_mutants_free(m, n);
+    graph_free(gs[t]);
+  }
+  diag_flush(&diag, stderr);
+}
+
 int main(void) {
   diag_init(&diag);
   test_batch_to_width();
@@ -433,6 +490,7 @@ int main(void) {
   test_halos();
   test_const_weights();
   test_merged_matmuls();
+  test_reports_at_positions();
   test_bad_input();
   diag_flush(&diag, stderr);
   diag_fini(&diag);
