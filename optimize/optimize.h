@@ -79,8 +79,9 @@ typedef struct OptOptions {
   int pet_depth;         /* operators per mutant (pet_mutate's depth; default 3) */
   int pet_trials;        /* random tests per mutant; 0: from the bound (n/p)^t <= 2^-60 */
   int pet_mutants;       /* K: corrected mutants kept per subprogram (default 8) */
-  double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): each mutant
-                            is tested by running both programs in Z_p on the CPU */
+  double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): the
+                            mutants of larger ones add more candidates than they gain
+                            (ResNeXt-50: search 3.8 -> 8.0 s at 2e9 for 0.9% less cost) */
   int jobs;              /* threads testing PET's mutants side by side (0 or 1: one; the
                             optimize command: the machine's cores) */
   bool check_derived;    /* build and post-optimize every PET candidate the search derives
