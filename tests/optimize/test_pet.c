@@ -240,6 +240,32 @@ static void check_correction(const Graph *orig, const Graph *mutant, const PetRe
   graph_free(c);
 }
 
+/* concat(conv(x, w1), conv(x, w2)) along channels (*a) and conv(x,
+ * concat(w1, w2)) (*b), equal everywhere: x [1, 3, hw, hw], m1 and m2
+ * output channels, 3x3 kernels, pads 1. */
+static void merged_pair(Graph **a, Graph **b, int64_t hw, int64_t m1, int64_t m2) {
+  Graph *gs[2] = {*a = graph_new(), *b = graph_new()};
+  for (int i = 0; i < 2; i++) {
+    Graph *g = gs[i];
+    TensorRef x = input(g, "x", shape_of(4, 1, 3, hw, hw));
+    TensorRef w1 = input(g, "w1", shape_of(4, m1, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, m2, 3, 3, 3));
+    if (i == 0) output(g, concat(g, conv(g, x, w1, 1, 1, 1, 1), conv(g, x, w2, 1, 1, 1, 1), 1));
+    else output(g, conv(g, x, concat(g, w1, w2, 0), 1, 1, 1, 1));
+  }
+}
+
+/* A conv padded by its dilation dl (*a) and the same conv unpadded, then
+ * zero-padded (*b): equal inside, wrong on a border ring dl wide. x [1, c,
+ * hw, hw], m output channels, 3x3 kernels. */
+static void border_pair(Graph **a, Graph **b, int64_t c, int64_t hw, int64_t m, int dl) {
+  Graph *gs[2] = {*a = graph_new(), *b = graph_new()};
+  for (int i = 0; i < 2; i++) {
+    TensorRef x = input(gs[i], "x", shape_of(4, 1, c, hw, hw)), w = input(gs[i], "w", shape_of(4, m, c, 3, 3));
+    if (i == 0) output(gs[i], conv(gs[i], x, w, dl, 1, dl, 1));
+    else output(gs[i], pad(gs[i], conv(gs[i], x, w, 0, 1, dl, 1), (int64_t[]){0, 0, dl, dl, 0, 0, dl, dl}));
+  }
+}
+
 static void test_equal_mutants(void) {
   TensorRef y, x, w;
   Graph *a = conv_graph(&y, &x, &w), *b = graph_new();
@@ -261,16 +287,7 @@ static void test_equal_mutants(void) {
   graph_free(a);
   graph_free(b);
 
-  /* concat(conv(x, w1), conv(x, w2)) along channels = conv(x, concat(w1, w2)) */
-  a = graph_new(), b = graph_new();
-  Graph *gs[2] = {a, b};
-  for (int i = 0; i < 2; i++) {
-    Graph *g = gs[i];
-    TensorRef xx = input(g, "x", shape_of(4, 1, 3, 7, 7));
-    TensorRef w1 = input(g, "w1", shape_of(4, 2, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, 4, 3, 3, 3));
-    if (i == 0) output(g, concat(g, conv(g, xx, w1, 1, 1, 1, 1), conv(g, xx, w2, 1, 1, 1, 1), 1));
-    else output(g, conv(g, xx, concat(g, w1, w2, 0), 1, 1, 1, 1));
-  }
+  merged_pair(&a, &b, 7, 2, 4);
   rep = compare(a, b, false);
   CHECK_EQ_INT(rep.n_differ, 0);
   CHECK_EQ_INT(rep.n_boxes, 18); /* channels {2} x H {1, 6} x W {1, 6} */
@@ -421,13 +438,7 @@ static void test_corrections(void) {
   graph_free(b);
 
   /* dilation 2, pad 2: a pad 0 conv re-padded is wrong on a ring 2 wide */
-  a = graph_new(), b = graph_new();
-  gs[0] = a, gs[1] = b;
-  for (int i = 0; i < 2; i++) {
-    TensorRef x = input(gs[i], "x", shape_of(4, 1, 2, 7, 7)), w = input(gs[i], "w", shape_of(4, 3, 2, 3, 3));
-    if (i == 0) output(gs[i], conv(gs[i], x, w, 2, 1, 2, 1));
-    else output(gs[i], pad(gs[i], conv(gs[i], x, w, 0, 1, 2, 1), (int64_t[]){0, 0, 2, 2, 0, 0, 2, 2}));
-  }
+  border_pair(&a, &b, 2, 7, 3, 2);
   rep = compare(a, b, true);
   CHECK_EQ_INT(rep.n_differ, 8);
   check_correction(a, b, &rep, &rg, 3 * (49 - 9));
@@ -563,15 +574,8 @@ static void test_bad_input(void) {
  * verdicts must be the whole runs': the border mutant wrong in its 8
  * border boxes, the merged convolutions right everywhere. */
 static void test_positions_only(void) {
-  Graph *a = graph_new(), *b = graph_new();
-  Graph *gs[2] = {a, b};
-  for (int i = 0; i < 2; i++) {
-    TensorRef x = input(gs[i], "x", shape_of(4, 1, 4, 16, 16)),
-              w = input(gs[i], "w", shape_of(4, 8, 4, 3, 3));
-    output(gs[i], i == 0 ? conv(gs[i], x, w, 1, 1, 1, 1)
-                         : pad(gs[i], conv(gs[i], x, w, 0, 1, 1, 1),
-                               (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}));
-  }
+  Graph *a, *b;
+  border_pair(&a, &b, 4, 16, 8, 1);
   PetReport at = compare(a, b, false), all = compare(a, b, true);
   CHECK_EQ_INT(at.out[0].n_boxes, 9);
   CHECK_EQ_INT(at.out[0].n_differ, 8);
@@ -582,15 +586,7 @@ static void test_positions_only(void) {
   graph_free(a);
   graph_free(b);
 
-  a = graph_new(), b = graph_new();
-  gs[0] = a, gs[1] = b;
-  for (int i = 0; i < 2; i++) {
-    Graph *g = gs[i];
-    TensorRef x = input(g, "x", shape_of(4, 1, 3, 12, 12));
-    TensorRef w1 = input(g, "w1", shape_of(4, 4, 3, 3, 3)), w2 = input(g, "w2", shape_of(4, 6, 3, 3, 3));
-    if (i == 0) output(g, concat(g, conv(g, x, w1, 1, 1, 1, 1), conv(g, x, w2, 1, 1, 1, 1), 1));
-    else output(g, conv(g, x, concat(g, w1, w2, 0), 1, 1, 1, 1));
-  }
+  merged_pair(&a, &b, 12, 4, 6);
   at = compare(a, b, false);
   CHECK_EQ_INT(at.n_boxes, 18);
   CHECK_EQ_INT(at.n_differ, 0);
