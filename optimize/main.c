@@ -24,6 +24,8 @@
 #include <math.h>
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <sys/mman.h>
+#include <stdint.h>
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -490,16 +492,37 @@ static char *default_output(const char *model) {
  * above an adaptive threshold, the heap's top beyond 128 KB), and the next
  * allocation faults fresh zeroed pages in: a third of NasRNN's search time
  * on a virtual machine. They stay in the heap instead; blocks over 64 MB,
- * a model's largest weights, are still mapped and returned. */
-static void keep_freed_memory(void) {
+ * a model's largest weights, are still mapped and returned.
+ *
+ * The heap's first HEAP_HUGE bytes are also asked to be backed by
+ * transparent huge pages, one fault per 2 MB instead of one per 4 KB: the
+ * rules' small graphs (tens of megabytes of nodes) and the search's
+ * candidates are faulted in page by page otherwise, which on a virtual
+ * machine cost NasRNN's whole run 2.4 -> 1.6-1.9 s and BERT's 3.6 -> 2.0 s
+ * for 2-5% more peak memory. The heap is grown once by that much (address
+ * space only; nothing is touched) and advised; the trim threshold keeps it.
+ * Sanitizer builds have their own allocator and skip this. */
+#define HEAP_HUGE ((size_t)512 << 20)
+
+static void prepare_heap(void) {
 #ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#if !defined(__SANITIZE_ADDRESS__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30); /* so that the block below grows the heap */
+  char *start = sbrk(0);
+  void *block = malloc(HEAP_HUGE);
+  char *end = sbrk(0);
+  uintptr_t huge = (uintptr_t)2 << 20, first = ((uintptr_t)start + huge - 1) & ~(huge - 1);
+  if (block && end > (char *)first)
+    madvise((void *)first, (size_t)(end - (char *)first), MADV_HUGEPAGE);
+  free(block);
+#endif
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
 #endif
 }
 
 int main(int argc, char **argv) {
-  keep_freed_memory();
+  prepare_heap();
   Args a;
   int prc = parse_args(argc, argv, &a);
   if (prc) return prc == 1 ? 0 : prc;
