@@ -388,7 +388,20 @@ static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***map
                        Diag *d) {
   const Graph *g = p->g;
   unsigned char *read_whole = calloc((size_t)g->n_nodes + 1, 1);
-  if (!read_whole) return TEQ_ERR_NOMEM;
+  unsigned char *may_reach = calloc((size_t)g->n_nodes + 1, 1);
+  if (!read_whole || !may_reach) {
+    free(read_whole), free(may_reach);
+    return TEQ_ERR_NOMEM;
+  }
+  /* may_reach: a node that could be run at positions, or a layout over
+   * one; a layout over none is never worth its maps */
+  for (int k = 0; k < g->n_nodes; k++) {
+    int id = p->order[k];
+    const Node *n = &g->nodes[id];
+    if (op_def(n->kind)->eval_modp_at) may_reach[id] = 1;
+    else if (followable(g, id))
+      for (int j = 0; j < n->n_in; j++) may_reach[id] |= may_reach[n->in[j].node];
+  }
   int rc = TEQ_OK;
   for (int k = g->n_nodes - 1; k >= 0 && !rc; k--) {
     int id = p->order[k];
@@ -399,17 +412,17 @@ static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***map
     p->state[id] = P_WHOLE;
     if (lazy && o->eval_modp_at && n->n_out == 1 && n->dtype != DT_I64) {
       p->state[id] = P_POINT;
-    } else if (lazy && followable(g, id)) {
+    } else if (lazy && may_reach[id]) {
       maps[id] = calloc((size_t)n->n_out + 1, sizeof *maps[id]);
       base[id] = malloc(((size_t)n->n_in + 1) * sizeof *base[id]);
       rc = maps[id] && base[id] ? follow_maps(g, id, base[id], maps[id], d) : TEQ_ERR_NOMEM;
       if (rc == 1) p->state[id] = P_FOLLOW;
-      if (rc > 0 || rc == 0) rc = TEQ_OK;
+      if (rc >= 0) rc = TEQ_OK;
     }
     if (p->state[id] != P_FOLLOW)
       for (int j = 0; j < n->n_in; j++) read_whole[n->in[j].node] = 1;
   }
-  free(read_whole);
+  free(read_whole), free(may_reach);
   /* forward: only followed nodes with a point node above them stay followed */
   for (int k = 0; k < g->n_nodes && !rc; k++) {
     int id = p->order[k];

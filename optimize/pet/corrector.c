@@ -115,14 +115,20 @@ static bool same_at(const Tensor *a, const Tensor *b, int64_t flat) {
                 es) == 0;
 }
 
+/* The positions in box [lo, hi) of rank nd. */
+static int64_t box_size(const int64_t *lo, const int64_t *hi, int nd) {
+  int64_t n = 1;
+  for (int k = 0; k < nd; k++) n *= hi[k] - lo[k];
+  return n;
+}
+
 /* Every position of box [lo, hi), odometer order. */
 static bool same_everywhere(const Tensor *a, const Tensor *b, const int64_t *lo,
                             const int64_t *hi, int64_t *count) {
   int nd = a->shape.ndim;
   int64_t st[TEQ_MAX_DIMS], v[TEQ_MAX_DIMS];
   shape_strides(&a->shape, st);
-  int64_t n = 1;
-  for (int k = 0; k < nd; k++) n *= hi[k] - lo[k];
+  int64_t n = box_size(lo, hi, nd);
   *count += n;
   if (n <= 0) return true;
   memcpy(v, lo, (size_t)nd * sizeof *v);
@@ -205,9 +211,7 @@ static bool few_positions(const Graph *orig, const PetReport *rep) {
     }
     for (int64_t i = 0; i < o->n_boxes; i++) {
       pet_box_bounds(&o->boxes, i, lo, hi);
-      int64_t size = 1;
-      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
-      tested += size;
+      tested += box_size(lo, hi, s->ndim);
     }
   }
   return 4 * tested < total;
@@ -231,9 +235,7 @@ static int tested_positions(const Graph *orig, const PetReport *rep, const PetTe
       return TEQ_ERR_NOMEM;
     for (int64_t i = 0; i < o->n_boxes; i++) {
       pet_box_bounds(&o->boxes, i, lo, hi);
-      int64_t size = 1;
-      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
-      cap += o->boxes.is_whole ? size : s->ndim + 1;
+      cap += o->boxes.is_whole ? box_size(lo, hi, s->ndim) : s->ndim + 1;
     }
     t->pos[j] = malloc(((size_t)cap + 1) * sizeof *t->pos[j]);
     t->vals[j] = malloc(((size_t)cap + 1) * sizeof *t->vals[j]);
@@ -248,8 +250,7 @@ static int tested_positions(const Graph *orig, const PetReport *rep, const PetTe
         n += theorem1_positions(s, lo, hi, box_seed(opt, j, i), t->pos[j] + n);
         continue;
       }
-      int64_t v[TEQ_MAX_DIMS], size = 1;
-      for (int k = 0; k < s->ndim; k++) size *= hi[k] - lo[k];
+      int64_t v[TEQ_MAX_DIMS], size = box_size(lo, hi, s->ndim);
       if (size <= 0) continue;
       memcpy(v, lo, (size_t)s->ndim * sizeof *v);
       for (int64_t e = 0; e < size; e++) { /* odometer order */
