@@ -254,8 +254,18 @@ static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, cha
 }
 
 /* Both graphs on the same seeded random inputs: the largest relative error
- * over the outputs (see exec_relative_error). */
-static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, double *err, Diag *d) {
+ * over the outputs (see exec_relative_error). *n_flat counts the float
+ * outputs the original computes as one value everywhere (a zero-initialised
+ * head, a dead branch): equal there, the models may still differ. */
+static bool is_flat(const Tensor *t) {
+  const float *x = t->data;
+  for (int64_t i = 1; i < tensor_numel(t); i++)
+    if (x[i] != x[0]) return false;
+  return true;
+}
+
+static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, double *err,
+                            int *n_flat, Diag *d) {
   int ni = a->n_inputs, no = a->n_outputs;
   if (b->n_inputs != ni || b->n_outputs != no)
     return diag_error(d, "the optimized graph has %d inputs and %d outputs, the original %d and %d",
@@ -277,9 +287,16 @@ static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, doubl
     memset(oa, 0, (size_t)no * sizeof *oa);
   }
   double worst = 0;
+  *n_flat = 0;
   for (int o = 0; o < no && rc == TEQ_OK; o++) {
     double e = exec_relative_error(ob[o], oa[o]);
     if (!(e <= worst)) worst = e;
+    if (oa[o]->dtype == DT_F32 && is_flat(oa[o])) {
+      diag_warn(d, "optimize: the original's output '%s' is %g everywhere on the check's random "
+                   "inputs, so the check shows little about it", a->output_names[o],
+                (double)((const float *)oa[o]->data)[0]);
+      ++*n_flat;
+    }
   }
   for (int i = 0; in && i < ni; i++) tensor_unref(in[i]);
   for (int o = 0; oa && ob && o < no; o++) {
@@ -306,6 +323,7 @@ typedef struct Report {
   const char *model, *out, *rules_path, *cost_what;
   int n_rules, ops_before, ops_after, folded, fused;
   double cost_before, cost_after, check_err, tolerance;
+  int check_flat; /* outputs the check saw as one value everywhere */
   int src_before[COST__SOURCES], src_after[COST__SOURCES];
   bool checked;
   bool kept_original; /* the search's best came out dearer after folding */
@@ -353,8 +371,9 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d biases and activations folded into convolutions\n", "after the search",
           r->fused);
   if (r->checked)
-    fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s\n", "end-to-end check",
-            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED");
+    fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s%s\n", "end-to-end check",
+            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED",
+            r->check_flat ? ", but some outputs are one value everywhere" : "");
   else
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->opt->pet) {
@@ -431,8 +450,9 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           (long long)st->zp_checked, (long long)st->zp_trusted);
   fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n", r->folded, r->fused);
   if (r->checked)
-    fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s},\n",
-            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "true" : "false");
+    fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
+            "\"flat_outputs\": %d},\n", r->check_err, r->tolerance,
+            r->check_err <= r->tolerance ? "true" : "false", r->check_flat);
   else
     fprintf(f, "  \"check\": null,\n");
   if (r->opt->pet) {
@@ -604,7 +624,7 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK && a.dump) graph_dump(best, stdout);
   if (rc == TEQ_OK && a.check) {
     if (!a.opt.quiet) fprintf(stderr, "optimize: checking both models on the CPU executor\n");
-    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &d);
+    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &r.check_flat, &d);
     r.checked = rc == TEQ_OK;
   }
   if (rc == TEQ_OK) {

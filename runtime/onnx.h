@@ -69,6 +69,10 @@ TEQ_API const char *onnx_in_op_type(const OnnxNodeIn *v);
 TEQ_API int onnx_in_opset(const OnnxNodeIn *v);
 TEQ_API int onnx_in_n_inputs(const OnnxNodeIn *v);  /* including empty optional ones */
 TEQ_API int onnx_in_n_outputs(const OnnxNodeIn *v);
+/* If nothing in the model reads outputs keep and after, the node is
+ * imported with its first keep outputs only, and true is returned; else
+ * nothing changes and false is returned. */
+TEQ_API bool onnx_in_drop_unread_outputs(OnnxNodeIn *v, int keep);
 TEQ_API bool onnx_in_has_input(const OnnxNodeIn *v, int i); /* present and non-empty */
 /* Shape of input i, or NULL if absent. */
 TEQ_API const Shape *onnx_in_input_shape(const OnnxNodeIn *v, int i);

@@ -687,6 +687,65 @@ static int fold_reduce_prod(OnnxNodeIn *v, Tensor **out, Diag *d) {
   return TEQ_OK;
 }
 
+/* ScatterND: data with the slices that indices name replaced by updates
+ * (or, with reduction add or mul, combined with them; int64 only).
+ * Exporters write it for slice assignment into masks built from shapes,
+ * as in Swin's shifted windows. Duplicate indices with reduction none are
+ * undefined in ONNX; here the last one wins. */
+static int fold_scatter_nd(OnnxNodeIn *v, Tensor **out, Diag *d) {
+  const Tensor *t, *ix, *up;
+  const char *reduction = "none";
+  int rc = need(v, 0, &t, d);
+  if (rc == TEQ_OK) rc = need(v, 1, &ix, d);
+  if (rc == TEQ_OK) rc = need(v, 2, &up, d);
+  if (rc != TEQ_OK) return rc;
+  onnx_in_attr_string(v, "reduction", &reduction);
+  bool add = strcmp(reduction, "add") == 0, mul = strcmp(reduction, "mul") == 0;
+  if (!add && !mul && strcmp(reduction, "none") != 0)
+    return onnx_in_unsupported(v, d, "reduction '%s'", reduction);
+  if ((add || mul) && t->dtype != DT_I64) return ONNX_FOLD_DECLINED;
+  if (ix->dtype != DT_I64 || ix->shape.ndim < 1 || up->dtype != t->dtype)
+    return onnx_in_error(v, d, "needs int64 indices and updates of the data's type");
+  int q = ix->shape.ndim, k = (int)ix->shape.d[q - 1], r = t->shape.ndim;
+  bool fits = k >= 1 && k <= r && up->shape.ndim == q - 1 + r - k;
+  for (int i = 0; fits && i < q - 1; i++) fits = up->shape.d[i] == ix->shape.d[i];
+  for (int i = 0; fits && i < r - k; i++) fits = up->shape.d[q - 1 + i] == t->shape.d[k + i];
+  if (!fits) {
+    char st[SHAPE_STR_MAX], si[SHAPE_STR_MAX], su[SHAPE_STR_MAX];
+    return onnx_in_error(v, d, "data %s, indices %s and updates %s do not fit together",
+                         shape_format(&t->shape, st, sizeof st),
+                         shape_format(&ix->shape, si, sizeof si),
+                         shape_format(&up->shape, su, sizeof su));
+  }
+  if ((rc = new_tensor(v, t->dtype, &t->shape, out, d)) != TEQ_OK) return rc;
+  memcpy((*out)->data, t->data, tensor_bytes(t));
+  int64_t slice = dims_product(&t->shape, k, r), n_ix = dims_product(&ix->shape, 0, q - 1);
+  size_t es = dtype_size(t->dtype);
+  for (int64_t j = 0; j < n_ix; j++) {
+    int64_t off = 0;
+    for (int a = 0; a < k; a++) {
+      int64_t i = ((const int64_t *)ix->data)[j * k + a], len = t->shape.d[a];
+      if (i < -len || i >= len) {
+        tensor_unref(*out);
+        return onnx_in_error(v, d, "index %lld out of range [%lld, %lld) on axis %d",
+                             (long long)i, (long long)-len, (long long)len, a);
+      }
+      off = off * len + (i < 0 ? i + len : i);
+    }
+    if (!add && !mul) {
+      memcpy((char *)(*out)->data + (size_t)(off * slice) * es,
+             (const char *)up->data + (size_t)(j * slice) * es, (size_t)slice * es);
+      continue;
+    }
+    int64_t *dst = (int64_t *)(*out)->data + off * slice;
+    const int64_t *src = (const int64_t *)up->data + j * slice;
+    for (int64_t e = 0; e < slice; e++)
+      dst[e] = add ? (int64_t)((uint64_t)dst[e] + (uint64_t)src[e])
+                   : (int64_t)((uint64_t)dst[e] * (uint64_t)src[e]);
+  }
+  return TEQ_OK;
+}
+
 /* ---- dispatch ---- */
 
 static const struct {
@@ -709,7 +768,7 @@ static const struct {
     {"LessOrEqual", fold_less_eq}, {"GreaterOrEqual", fold_greater_eq},
     {"Neg", fold_unary},         {"Abs", fold_unary},
     {"Not", fold_unary},         {"Where", fold_where},
-    {"ReduceProd", fold_reduce_prod},
+    {"ReduceProd", fold_reduce_prod}, {"ScatterND", fold_scatter_nd},
 };
 
 int onnx_fold_node(OnnxNodeIn *v, Tensor **out, Diag *d) {

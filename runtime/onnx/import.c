@@ -28,6 +28,7 @@ typedef struct Importer {
   int32_t n_vals, cap_vals;
   OnnxNames by_name;          /* value name -> index in vals */
   OnnxNames infos;            /* declared name -> index in info */
+  OnnxNames read;             /* names some node (or subgraph) or a graph output reads */
   const Onnx__ValueInfoProto **info;
   const Onnx__NodeProto **unsupported; /* one node of each operator kept opaque */
   int *n_unsupported_of;
@@ -112,7 +113,7 @@ static void forward_messages(Diag *from, Diag *d, const char *where) {
 
 static int node_in_init(Importer *im, const Onnx__NodeProto *np, int index, OnnxNodeIn *v) {
   *v = (OnnxNodeIn){.path = im->path, .np = np, .index = index, .opset = im->opset,
-                    .g = im->g, .n_in = (int)np->n_input, .d = im->d};
+                    .g = im->g, .n_in = (int)np->n_input, .read = &im->read, .d = im->d};
   for (int k = 0; k < (int)np->n_output; k++)
     if (*np->output[k]) v->n_out = k + 1;
   v->in = calloc(np->n_input + 1, sizeof *v->in);
@@ -660,11 +661,37 @@ static int node_order(Importer *im, int *order) {
   return rc;
 }
 
+/* Every name a node of gp or of its subgraphs reads (a subgraph may read
+ * any value of the graphs around it). */
+static int index_reads_of(OnnxNames *read, const Onnx__GraphProto *gp) {
+  int rc = TEQ_OK;
+  for (size_t k = 0; k < gp->n_node && rc == TEQ_OK; k++) {
+    const Onnx__NodeProto *np = gp->node[k];
+    for (size_t i = 0; i < np->n_input && rc == TEQ_OK; i++)
+      if (*np->input[i]) rc = onnx_names_put(read, np->input[i], 1);
+    for (size_t a = 0; a < np->n_attribute && rc == TEQ_OK; a++) {
+      const Onnx__AttributeProto *at = np->attribute[a];
+      if (at->g) rc = index_reads_of(read, at->g);
+      for (size_t j = 0; j < at->n_graphs && rc == TEQ_OK; j++)
+        rc = index_reads_of(read, at->graphs[j]);
+    }
+  }
+  return rc;
+}
+
+static int index_reads(Importer *im) {
+  int rc = index_reads_of(&im->read, im->gp);
+  for (size_t k = 0; k < im->gp->n_output && rc == TEQ_OK; k++)
+    if (im->gp->output[k]->name) rc = onnx_names_put(&im->read, im->gp->output[k]->name, 1);
+  return rc == TEQ_OK ? TEQ_OK : out_of_memory(im);
+}
+
 static int import_nodes(Importer *im) {
   int n = (int)im->gp->n_node;
   int *order = malloc(((size_t)n + 1) * sizeof *order);
   if (!order) return out_of_memory(im);
-  int rc = node_order(im, order);
+  int rc = index_reads(im);
+  if (rc == TEQ_OK) rc = node_order(im, order);
   for (int k = 0; k < n && rc == TEQ_OK; k++) rc = import_node(im, order[k]);
   free(order);
   return rc;
@@ -879,6 +906,7 @@ static void importer_fini(Importer *im) {
   free(im->n_unsupported_of);
   onnx_names_fini(&im->by_name);
   onnx_names_fini(&im->infos);
+  onnx_names_fini(&im->read);
 }
 
 int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,

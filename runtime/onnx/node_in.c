@@ -62,6 +62,13 @@ int onnx_in_opset(const OnnxNodeIn *v) { return v->opset; }
 int onnx_in_n_inputs(const OnnxNodeIn *v) { return v->n_in; }
 int onnx_in_n_outputs(const OnnxNodeIn *v) { return v->n_out; }
 
+bool onnx_in_drop_unread_outputs(OnnxNodeIn *v, int keep) {
+  for (int o = keep; o < v->n_out; o++)
+    if (*v->np->output[o] && onnx_names_get(v->read, v->np->output[o]) >= 0) return false;
+  if (keep < v->n_out) v->n_out = keep;
+  return true;
+}
+
 bool onnx_in_has_input(const OnnxNodeIn *v, int i) {
   return i >= 0 && i < v->n_in && v->in[i] != NULL;
 }

@@ -99,6 +99,7 @@ struct OnnxNodeIn {
   OnnxValue **in;      /* per ONNX input; NULL where the name is empty */
   int n_in;
   int n_out;           /* outputs up to the last non-empty name */
+  const OnnxNames *read; /* the names anything in the model reads */
   bool *consumed;      /* per input */
   bool *attr_read;     /* per attribute */
   char **strings;      /* NUL-terminated copies handed out by onnx_in_attr_string */

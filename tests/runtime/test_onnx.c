@@ -210,6 +210,23 @@ static void test_unsorted(void) {
   CHECK_EQ_INT(st.n_folded, 0);
 }
 
+/* ScatterND folded on int64 and float constants; Dropouts whose masks
+ * nothing reads, one in training mode at ratio 0, removed. */
+static void test_scatter_dropout(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("scatter_dropout", NULL, &st));
+  CHECK_EQ_INT(st.opset, 16);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("scatter_dropout.onnx", p), NULL, NULL, &d);
+  if (g) CHECK_EQ_INT(graph_count_ops(g), 3); /* reshape, add of the folded mask, relu */
+  if (g) CHECK_EQ_INT(count_kind(g, OP_OPAQUE), 0);
+  if (g) CHECK_EQ_INT(d.n_warnings, 0);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* Export, import the result, and compare outputs on the same input. */
 static void check_round_trip(const char *model) {
   char p[PATH_BUF], q[PATH_BUF], name[256];
@@ -593,6 +610,12 @@ static void test_bad_files(void) {
   check_bad(data("bad_attr_type.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
             "attribute 'group' is of type float, expected int");
   check_bad(data("bad_cycle.onnx", p), TEQ_ERR_INPUT, "cycle", "node 'first' (Add)");
+  check_bad(data("bad_dropout_mask.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",
+            "mask output is read");
+  check_bad(data("bad_dropout_training.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",
+            "training mode");
+  check_bad(data("bad_scatter_index.onnx", p), TEQ_ERR_INPUT, "node 'scatter' (ScatterND)",
+            "index 2 out of range [-2, 2)");
   check_bad("/nonexistent/model.onnx", TEQ_ERR_IO, "cannot open", NULL);
 
   /* Files that are not ONNX models at all, made from a good one. */
@@ -684,6 +707,7 @@ int main(void) {
   test_layer_norm_written();
   test_shape_fold();
   test_unsorted();
+  test_scatter_dropout();
   check_round_trip("conv_bn");
   check_round_trip("shape_fold");
   check_round_trip("shape_fold_opset12");

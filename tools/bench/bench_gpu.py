@@ -35,14 +35,11 @@ import export_torchvision as ex  # noqa: E402  (the model builders and their see
 
 DEFAULT_MODELS = ["resnet18", "resnet50", "resnext50_32x4d", "squeezenet1_1", "mobilenet_v2",
                   "vgg19", "inception_v3", "transformer"]
-SHAPES = {name: spec[1] for name, spec in ex.MODELS.items()}
+SHAPES = {name: spec[1] for name, spec in ex.ALL.items()}
 
 
 def build(name, torch, torchvision):
-    torch.manual_seed(ex.WEIGHT_SEED)
-    model = ex.MODELS[name][0](torch, torchvision)
-    ex.calibrate_batchnorm(model, torch, SHAPES[name])
-    return model.eval()
+    return ex.build_model(name, torch, torchvision)
 
 
 def export(model, x, path, torch, grad_path):
@@ -137,7 +134,7 @@ def main():
     print("{:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12}".format(*header), flush=True)
     for name in [m for m in args.models.split(",") if m]:
         model = build(name, torch, torchvision)
-        grad_path = ex.MODELS.get(name, (None, None, None, {}))[3].get("grad_path", False)
+        grad_path = ex.ALL.get(name, (None, None, None, {}))[3].get("grad_path", False)
         for batch in [int(b) for b in args.batches.split(",")]:
             t0 = time.monotonic()
             shape = (batch,) + tuple(SHAPES[name][1:])

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """The benchmark suite: the whole pipeline over the papers' models, in one run.
 
-    bench_suite.py [--models a,b|all] [--depth 3 | --rules DB] [--budget N]
+    bench_suite.py [--models a,b|all|zoo] [--depth 3 | --rules DB] [--budget N]
                    [--time-limit S] [--repeat N] [--gpu auto|on|off] [--ort auto|off]
                    [--record FILE] [--pet-models a,b|none] [--build DIR] [--out DIR]
                    [--cache DIR] [--no-plot]
 
 First gen-rules at --depth and verify-rules on its database (wall time, peak RSS and the
-counts of each), unless --rules names a database made earlier. Then for every model:
+counts of each), unless --rules names a database made earlier. Then for every model (all:
+the papers' suite; zoo: further torchvision architectures, see export_torchvision.py):
 
   optimize    the model with those rules and PET (optimize's default; its JSON report:
               operators, estimated cost before and after, search time; its own end-to-end
@@ -72,6 +73,8 @@ SUITE = [
     ("inception_v3", "torch"),
     ("vgg19", "torch"),
 ]
+# Further real models no paper measures (export_torchvision.py's zoo): --models zoo.
+ZOO = [(name, "torch") for name in tv.ZOO]
 BUILD_SEED = 1      # build-model --seed for the Teq-built models
 INPUT_SEED = 1000   # their inputs: input i from numpy's PCG64 with seed INPUT_SEED + i
 
@@ -325,7 +328,7 @@ def bench_gpu_columns(name, kind, path, opt, feed, args, tools, work, mods, row,
     torch, torchvision, np = mods["torch"], mods["torchvision"], mods["numpy"]
     model = bench_gpu.build(name, torch, torchvision).cuda()
     x_np = np.fromfile(os.path.join(args.cache, name, "input_0.bin"), dtype="<f4")
-    x = torch.from_numpy(x_np.reshape(tv.MODELS[name][1]).copy()).cuda()
+    x = torch.from_numpy(x_np.reshape(tv.ALL[name][1]).copy()).cuda()
     row["eager_ms"], _ = bench_gpu.time_torch(model, x, torch, 20, args.gpu_repeat)
     torch._dynamo.reset()
     compiled = torch.compile(model, mode="reduce-overhead")
@@ -510,7 +513,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [n for n, _ in SUITE]
-    ap.add_argument("--models", default="all", help="comma-separated subset of: " + ", ".join(names))
+    ap.add_argument("--models", default="all", help="comma-separated subset of: " + ", ".join(names)
+                    + "; or zoo, or names from it: " + ", ".join(n for n, _ in ZOO))
     ap.add_argument("--depth", type=int, default=3, help="gen-rules depth (default 3)")
     ap.add_argument("--rules", help="a rule database made and verified earlier (skips gen/verify)")
     ap.add_argument("--budget", type=int, default=100, help="optimize --budget (default 100)")
@@ -534,6 +538,10 @@ def main():
     args = ap.parse_args()
 
     chosen = names if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    chosen = [z for m in chosen for z in ([n for n, _ in ZOO] if m == "zoo" else [m])]
+    if args.models == "zoo" and "--pet-models" not in sys.argv:
+        args.pet_models = "none"
+    names += [n for n, _ in ZOO]
     args.pet_models = [] if args.pet_models == "none" else \
         [m.strip() for m in args.pet_models.split(",") if m.strip()]
     unknown = [m for m in chosen + args.pet_models if m not in names]
@@ -607,7 +615,7 @@ def main():
             rules_db, rule_rows = make_rules(args, work, tools)
         rows = []
         for name in chosen:
-            kind = dict(SUITE)[name]
+            kind = dict(SUITE + ZOO)[name]
             t0 = time.monotonic()
             try:
                 row = bench_model(name, kind, args, tools, rules_db, work, mods, gpu)

@@ -65,6 +65,17 @@ def calibrate_batchnorm(model, torch, shape):
     return len(bns)
 
 
+def randomize_zero_weights(model, torch):
+    """Draws every all-zero weight matrix or kernel from N(0, 1/fan_in); returns how many."""
+    n = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, (p[0].numel()) ** -0.5)
+                n += 1
+    return n
+
+
 def build_torchvision(name, **kwargs):
     def build(torch, torchvision):
         return getattr(torchvision.models, name)(weights=None, **kwargs)
@@ -100,6 +111,31 @@ MODELS = collections.OrderedDict([
     ("resnet18_bn", (build_torchvision("resnet18"), (1, 3, 224, 224), 1, {"keep_bn": True})),
 ])
 
+# The zoo: further torchvision architectures no paper of ours measures, exported only
+# when named (--models, or --models zoo for all of them). They test that Teq takes real
+# models it was not tuned on: depthwise and grouped convolutions with squeeze-excitation
+# (EfficientNet, MnasNet, RegNet, MobileNetV3), channel shuffles (ShuffleNet), dense
+# concatenation (DenseNet), LayerNorm and GELU (ConvNeXt, ViT), and Swin's shifted
+# windows, whose attention masks the exporter builds from shapes with ScatterND.
+# init_zero: ViT's classification head starts at zero, which would make every output 0
+# and every comparison vacuous; such weights are drawn at random instead.
+ZOO = collections.OrderedDict([
+    ("alexnet", (build_torchvision("alexnet"), (1, 3, 224, 224), 20, {})),
+    ("googlenet", (build_torchvision("googlenet", aux_logits=False, init_weights=True),
+                   (1, 3, 224, 224), 21, {})),
+    ("densenet121", (build_torchvision("densenet121"), (1, 3, 224, 224), 22, {})),
+    ("shufflenet_v2_x1_0", (build_torchvision("shufflenet_v2_x1_0"), (1, 3, 224, 224), 23, {})),
+    ("mnasnet1_0", (build_torchvision("mnasnet1_0"), (1, 3, 224, 224), 24, {})),
+    ("mobilenet_v3_small", (build_torchvision("mobilenet_v3_small"), (1, 3, 224, 224), 25, {})),
+    ("efficientnet_b0", (build_torchvision("efficientnet_b0"), (1, 3, 224, 224), 26, {})),
+    ("regnet_y_400mf", (build_torchvision("regnet_y_400mf"), (1, 3, 224, 224), 27, {})),
+    ("convnext_tiny", (build_torchvision("convnext_tiny"), (1, 3, 224, 224), 28, {})),
+    ("vit_b_16", (build_torchvision("vit_b_16"), (1, 3, 224, 224), 29,
+                  {"init_zero": True, "grad_path": True})),
+    ("swin_t", (build_torchvision("swin_t"), (1, 3, 224, 224), 30, {})),
+])
+ALL = collections.OrderedDict(list(MODELS.items()) + list(ZOO.items()))
+
 
 def cache_complete(outdir):
     return all(os.path.isfile(os.path.join(outdir, f)) for f in FILES)
@@ -112,14 +148,22 @@ def write_atomic(path, data):
     os.replace(tmp, path)
 
 
+def build_model(name, torch, torchvision):
+    """Model name in eval mode, with the weights every export and benchmark of it uses."""
+    builder, shape, _, opts = ALL[name]
+    torch.manual_seed(WEIGHT_SEED)
+    model = builder(torch, torchvision)
+    if opts.get("init_zero"):
+        randomize_zero_weights(model, torch)
+    calibrate_batchnorm(model, torch, shape)
+    return model.eval()
+
+
 def export_one(name, outdir, torch, torchvision, onnx, np):
     from onnx import numpy_helper
 
-    builder, shape, input_seed, opts = MODELS[name]
-    torch.manual_seed(WEIGHT_SEED)
-    model = builder(torch, torchvision)
-    calibrate_batchnorm(model, torch, shape)
-    model.eval()
+    _, shape, input_seed, opts = ALL[name]
+    model = build_model(name, torch, torchvision)
 
     x_np = np.random.default_rng(input_seed).standard_normal(shape, dtype=np.float32)
     x = torch.from_numpy(x_np.copy())
@@ -193,23 +237,26 @@ def main():
     ap.add_argument("cache", nargs="?", default=None,
                     help="cache directory (default $TEQ_CACHE or REPO/.cache/models)")
     ap.add_argument("--models", default=None,
-                    help="comma-separated subset (default all; see --list)")
+                    help="comma-separated subset, zoo for the zoo (default: all but the zoo; "
+                         "see --list)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--force", action="store_true", help="re-export even if cached")
     args = ap.parse_args()
 
     if args.list:
-        for name, (_, shape, _, opts) in MODELS.items():
+        for name, (_, shape, _, opts) in ALL.items():
             extra = " (BatchNormalization kept)" if opts.get("keep_bn") else ""
+            extra += " (zoo: only when named)" if name in ZOO else ""
             print(f"{name}\tinput {'x'.join(map(str, shape))}{extra}")
         return 0
 
     cache = args.cache or os.environ.get("TEQ_CACHE") or os.path.join(REPO_ROOT, ".cache", "models")
     names = list(MODELS) if not args.models else [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [n for n in names if n not in MODELS]
+    names = [z for n in names for z in (ZOO if n == "zoo" else [n])]
+    unknown = [n for n in names if n not in ALL]
     if unknown:
         print(f"export_torchvision: unknown model(s) {', '.join(unknown)}; "
-              f"known: {', '.join(MODELS)}", file=sys.stderr)
+              f"known: {', '.join(ALL)}, zoo", file=sys.stderr)
         return 2
 
     todo = [n for n in names if args.force or not cache_complete(os.path.join(cache, n))]

@@ -327,6 +327,67 @@ def layer_norm_written():
     save_tensor("layer_norm_written.output_0.pb", y.astype(np.float32), "y")
 
 
+def scatter_dropout():
+    """Exporter bookkeeping as Swin's shifted windows write it (opset 16): a
+    Reshape target computed from Shape by two int64 ScatterNDs (reduction add,
+    then none), a float mask made by ScatterND into ConstantOfShape, and two
+    Dropouts whose mask outputs nothing reads, one in training mode at ratio
+    0 (the identity, as F.dropout(p=0.0, training=True) exports)."""
+    x, rows = rand(2, 6, 4), rand(2, 8)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["s"]),                                           # [2, 6, 4]
+        n("ScatterND", ["s", "ix1", "minus3"], ["s2"], reduction="add"),    # [2, 3, 4]
+        n("ScatterND", ["s2", "ix2", "eight"], ["target"]),                 # [2, 3, 8]
+        n("Reshape", ["x", "target"], ["xr"]),
+        n("ConstantOfShape", ["mask_shape"], ["zeros"],
+          value=numpy_helper.from_array(np.zeros(1, np.float32), "v")),
+        n("ScatterND", ["zeros", "rows_ix", "rows"], ["mask"]),              # [3, 8]
+        n("Add", ["xr", "mask"], ["a"]),
+        n("Dropout", ["a", "ratio0", "training"], ["d1", "d1_mask"], name="drop_train0"),
+        n("Dropout", ["d1"], ["d2", "d2_mask"], name="drop_plain"),
+        n("Relu", ["d2"], ["y"]),
+    ]
+    inits = [init("ix1", np.array([[1]], np.int64)), init("minus3", np.array([-3], np.int64)),
+             init("ix2", np.array([[2]], np.int64)), init("eight", np.array([8], np.int64)),
+             init("mask_shape", np.array([3, 8], np.int64)),
+             init("rows_ix", np.array([[0], [2]], np.int64)), init("rows", rows),
+             init("ratio0", np.array(0.0, np.float32)), init("training", np.array(True))]
+    graph = helper.make_graph(
+        nodes, "scatter_dropout",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])], inits)
+    save("scatter_dropout", graph, opset=16)
+    mask = np.zeros((3, 8), np.float32)
+    mask[0], mask[2] = rows[0], rows[1]
+    y = np.maximum(x.reshape(2, 3, 8) + mask, 0)
+    save_tensor("scatter_dropout.input_0.pb", x, "x")
+    save_tensor("scatter_dropout.output_0.pb", y, "y")
+
+
+def bad_dropouts():
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    # The mask of a Dropout feeds a Cast that is a graph output.
+    save("bad_dropout_mask", helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y", "m"], name="drop"),
+         helper.make_node("Cast", ["m"], ["mf"], name="cast", to=f)], "g",
+        [vi("x", f, [2])], [vi("y", f, [2]), vi("mf", f, [2])]), opset=13)
+    # Dropout in training mode at ratio 0.5: random, not inference.
+    save("bad_dropout_training", helper.make_graph(
+        [helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="drop")], "g",
+        [vi("x", f, [2])], [vi("y", f, [2])],
+        [init("ratio", np.array(0.5, np.float32)), init("training", np.array(True))]), opset=13)
+    # ScatterND whose index is outside the data.
+    save("bad_scatter_index", helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("ScatterND", ["s", "ix", "one"], ["t"], name="scatter"),
+         helper.make_node("Reshape", ["x", "t"], ["y"])], "g",
+        [vi("x", f, [2, 3])], [vi("y", f, [3, 2])],
+        [init("ix", np.array([[2]], np.int64)), init("one", np.array([1], np.int64))]),
+        check=False)
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -337,3 +398,5 @@ if __name__ == "__main__":
     custom_domain()
     bad_models()
     layer_norm_written()
+    scatter_dropout()
+    bad_dropouts()
