@@ -44,6 +44,12 @@ typedef struct CudaInfo {
 /* Fills info; never fails, never aborts, on any machine. */
 TEQ_API void cuda_probe(CudaInfo *info);
 
+/* Loads cuBLAS and cuBLASLt, once per process; cuda_device_open does this
+ * first, so only programs that use a GPU pay for them. Works without a GPU
+ * (tests call it to check that every function Teq uses resolves). An
+ * error names the library and says why it did not load. */
+TEQ_API int cuda_libraries_load(Diag *d);
+
 typedef struct CudaDevice CudaDevice;
 typedef struct CudaPlan CudaPlan;
 

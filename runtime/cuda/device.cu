@@ -3,6 +3,8 @@
  * constants uploaded once, the graph captured for replay), timing, and the
  * profiler that times one operator configuration. The kernels themselves
  * are the registry rows' eval_cuda, in the family files beside this one. */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,60 @@ struct CudaDevice {
   std::vector<MemoEntry> memo; /* few entries (one per conv configuration): a scan is enough */
 };
 
+/* ---- cuBLAS and cuBLASLt, loaded on first use (see cuda_int.h) ---- */
+
+void *cuda_library_fn[CUDA_FN__COUNT];
+
+static const char *const cublas_names[] = {
+#define TEQ_FUNCTION_NAME(f) #f,
+    TEQ_CUBLAS_FUNCTIONS(TEQ_FUNCTION_NAME)};
+static const char *const cublaslt_names[] = {TEQ_CUBLASLT_FUNCTIONS(TEQ_FUNCTION_NAME)};
+#undef TEQ_FUNCTION_NAME
+
+#define TEQ_STR2(x) #x
+#define TEQ_STR(x) TEQ_STR2(x)
+
+static pthread_once_t libraries_once = PTHREAD_ONCE_INIT;
+static char libraries_why[512]; /* empty once both loaded */
+
+/* Opens soname (found as the linker would: the program's run path, then
+ * the system's) and fills n entries of the table from `first` on. The
+ * handle stays open for the life of the process. */
+static bool load_library(const char *soname, const char *const *names, int n, int first) {
+  void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(libraries_why, sizeof libraries_why, "cannot load %s: %s", soname, dlerror());
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    cuda_library_fn[first + i] = dlsym(h, names[i]);
+    if (!cuda_library_fn[first + i]) {
+      snprintf(libraries_why, sizeof libraries_why, "%s has no function %s (a cuBLAS older "
+               "than the headers Teq was built with?)", soname, names[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void load_libraries(void) {
+  const int n_blas = (int)(sizeof cublas_names / sizeof *cublas_names);
+  const int n_lt = (int)(sizeof cublaslt_names / sizeof *cublaslt_names);
+  static_assert(sizeof cublas_names / sizeof *cublas_names +
+                    sizeof cublaslt_names / sizeof *cublaslt_names == CUDA_FN__COUNT,
+                "one name per table entry");
+  if (load_library("libcublasLt.so." TEQ_STR(CUBLAS_VER_MAJOR), cublaslt_names, n_lt, n_blas) &&
+      load_library("libcublas.so." TEQ_STR(CUBLAS_VER_MAJOR), cublas_names, n_blas, 0))
+    libraries_why[0] = '\0';
+}
+
+extern "C" int cuda_libraries_load(Diag *d) {
+  pthread_once(&libraries_once, load_libraries);
+  if (!libraries_why[0]) return TEQ_OK;
+  diag_error(d, "%s", libraries_why);
+  return TEQ_ERR_UNSUPPORTED;
+}
+
 /* cuBLAS allocates nothing during a capture when it is given this much of
  * its own (its documentation's recommendation for Hopper). */
 enum { CUBLAS_WORKSPACE_BYTES = 32 << 20 };
@@ -109,6 +165,8 @@ extern "C" int cuda_device_open(CudaDevice **out, Diag *d) {
     diag_error(d, "%s", info.why);
     return TEQ_ERR_UNSUPPORTED;
   }
+  int loaded = cuda_libraries_load(d);
+  if (loaded != TEQ_OK) return loaded;
   CudaDevice *dev = new CudaDevice();
   snprintf(dev->name, sizeof dev->name, "%s", info.device);
   int rc = TEQ_OK;

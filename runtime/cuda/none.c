@@ -17,6 +17,8 @@ static int refuse(Diag *d) {
   return TEQ_ERR_UNSUPPORTED;
 }
 
+int cuda_libraries_load(Diag *d) { return refuse(d); }
+
 int cuda_device_open(CudaDevice **out, Diag *d) {
   *out = NULL;
   return refuse(d);
