@@ -358,7 +358,34 @@ static inline float clamp(float x, float lo, float hi) {
   return pick(x > hi, hi, x);
 }
 
-UNARY_LOOP(sigmoid_f32, 1.0f / (1.0f + expf(-x)))
+/* e^x with no call and no branch, so that a loop over it vectorizes:
+ * glibc's expf is a call per element, 29% of EfficientNet-B0's CPU time
+ * in the expf of its Sigmoids. Cephes' method: x = n ln 2 + r with
+ * |r| <= ln 2 / 2 (n rounded by the 1.5 * 2^23 trick, which needs no
+ * SSE4.1), e^r by its degree-7 polynomial, 2^n written into the exponent
+ * bits. Within 2 ulp of e^x on [-87.3, 88.3]; x is clamped there, so the
+ * result is between 1.2e-38 and 2.3e38, never 0 or inf. A NaN comes out
+ * NaN. */
+static inline float exp_clamped(float x) {
+  float t = pick(x < -87.33f, -87.33f, pick(x > 88.37f, 88.37f, x));
+  t = pick(t == t, t, 0.0f); /* a NaN is computed as 0, put back below */
+  const float round = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float n = (t * 1.44269504088896341f + round) - round;
+  float r = t - n * 0.693359375f + n * 2.12194440e-4f; /* ln 2 in two parts */
+  float z = r * r;
+  float q = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+              4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+  float e = q * z + r + 1.0f;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float two_n;
+  memcpy(&two_n, &bits, sizeof two_n);
+  return pick(x == x, e * two_n, x);
+}
+
+/* Past the clamp: 1 above (1 + e^-x rounds to 1 there anyway) and 0 below
+ * (as 1 / (1 + inf) is with expf). */
+FLOAT_VECTOR_CLONES
+UNARY_LOOP(sigmoid_f32, pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x))))
 UNARY_LOOP(tanh_f32, tanhf(x))
 UNARY_LOOP(exp_f32, expf(x))
 UNARY_LOOP(log_f32, logf(x))

@@ -89,6 +89,17 @@ void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, i
 #define MODP_VECTOR_CLONES /* one build, for the baseline of the target */
 #endif
 
+/* A float loop compiled for AVX-512, for AVX2 with FMA and for the
+ * baseline (the loader picks one): where each element costs a polynomial,
+ * as sigmoid's e^x does, the wide copies run it 4 and 7 times faster than
+ * SSE2. FMA may round the last bit differently from the baseline copy. */
+#if defined(__GNUC__) && __GNUC__ >= 12 && !defined(__clang__) && defined(__x86_64__)
+#define FLOAT_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FLOAT_VECTOR_CLONES
+#endif
+
 /* Row-major C = alpha op(A) op(B) + beta C through the BLAS, in the calling
  * thread when it is small (blas.c). Extents must fit int (callers check). */
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
