@@ -335,7 +335,7 @@ void act_apply_f32(int act, float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
     break;
   case ACT_SIGMOID:
-    for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i]));
+    sigmoid_apply_f32(x, x, n);
     break;
   case ACT_TANH:
     for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i]);

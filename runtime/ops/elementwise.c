@@ -385,7 +385,17 @@ static inline float exp_clamped(float x) {
 /* Past the clamp: 1 above (1 + e^-x rounds to 1 there anyway) and 0 below
  * (as 1 / (1 + inf) is with expf). */
 FLOAT_VECTOR_CLONES
-UNARY_LOOP(sigmoid_f32, pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x))))
+void sigmoid_apply_f32(const float *xs, float *ys, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float x = xs[i];
+    ys[i] = pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x)));
+  }
+}
+
+static void sigmoid_f32(const float *xs, float *ys, int64_t n, const Params *p) {
+  (void)p;
+  sigmoid_apply_f32(xs, ys, n);
+}
 UNARY_LOOP(tanh_f32, tanhf(x))
 UNARY_LOOP(exp_f32, expf(x))
 UNARY_LOOP(log_f32, logf(x))

@@ -166,6 +166,9 @@ void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);
+/* The sigmoid row's kernel (elementwise.c), which fused activations share
+ * so that a fused sigmoid computes what the operator does; xs may be ys. */
+void sigmoid_apply_f32(const float *xs, float *ys, int64_t n);
 
 /* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
  * with k taps `dl` apart that fall inside [0, in): convolutions and pools
