@@ -253,10 +253,30 @@ static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, cha
   return TEQ_OK;
 }
 
-/* Both graphs on the same seeded random inputs: the largest relative error
- * over the outputs (see exec_relative_error). *n_flat counts the float
- * outputs the original computes as one value everywhere (a zero-initialised
- * head, a dead branch): equal there, the models may still differ. */
+/* The search cuts, costs and rewrites nodes by their shapes; an operator
+ * Teq does not know has one only where the model declares it. Refuses a
+ * graph with an unknown shape, naming the first node whose shape is
+ * unknown because such an operator's is (TEQ_ERR_INPUT). */
+static int require_shapes(const Graph *g, const char *path, Diag *d) {
+  for (int id = 0; id < g->n_nodes; id++) {
+    const Node *n = &g->nodes[id];
+    if (n->kind == OP_OPAQUE) continue;
+    for (int j = 0; j < n->n_in; j++) {
+      const Node *p = &g->nodes[n->in[j].node];
+      if (p->kind != OP_OPAQUE || shape_is_known(&p->out[n->in[j].out])) continue;
+      char a[256], b[256];
+      return diag_error(d, "%s: %s reads output %d of %s, an operator Teq does not know, whose "
+                           "shape the model does not declare; onnx.shape_inference.infer_shapes "
+                           "writes the shapes into the model", path,
+                        graph_node_label(g, id, a, sizeof a), n->in[j].out,
+                        graph_node_label(g, n->in[j].node, b, sizeof b));
+    }
+  }
+  return TEQ_OK;
+}
+
+/* ---- the end-to-end check ---- */
+
 static bool is_flat(const Tensor *t) {
   const float *x = t->data;
   for (int64_t i = 1; i < tensor_numel(t); i++)
@@ -264,15 +284,104 @@ static bool is_flat(const Tensor *t) {
   return true;
 }
 
-static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, double *err,
-                            int *n_flat, Diag *d) {
-  int ni = a->n_inputs, no = a->n_outputs;
-  if (b->n_inputs != ni || b->n_outputs != no)
+static bool same_opaque(const Node *x, const Node *y) {
+  return x->kind == OP_OPAQUE && y->kind == OP_OPAQUE &&
+         x->opaque->proto_len == y->opaque->proto_len &&
+         memcmp(x->opaque->proto, y->opaque->proto, x->opaque->proto_len) == 0;
+}
+
+/* The CPU executor cannot run an operator Teq does not know, but the search
+ * never touches one: the original and the optimized graph hold the same
+ * opaque nodes (the same packed NodeProto, whose output names are unique).
+ * Each graph is checked with them cut out: every output of an opaque node
+ * becomes an input (after the graph's own, in ids, the original's order),
+ * fed the same random values in both, and every input of one becomes an
+ * output (after the graph's own), so that both must also feed it the same
+ * values. *out is a copy of g; ids[k] is the id in g of the original's
+ * k-th opaque node. */
+static int cut_opaque(const Graph *g, const int32_t *ids, int n, Graph **out, Diag *d) {
+  Graph *c = graph_copy(g);
+  int rc = c ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int k = 0; k < n && rc == TEQ_OK; k++) {
+    int32_t n_in = c->nodes[ids[k]].n_in, n_out = c->nodes[ids[k]].n_out;
+    for (int j = 0; j < n_in && rc == TEQ_OK; j++) {
+      int r = graph_add_output(c, c->nodes[ids[k]].in[j], NULL, d);
+      rc = r < 0 ? r : TEQ_OK;
+    }
+    for (int o = 0; o < n_out && rc == TEQ_OK; o++) {
+      Shape s = c->nodes[ids[k]].out[o];
+      if (!shape_is_known(&s)) {
+        char label[256];
+        rc = diag_error(d, "optimize: cannot check: output %d of %s has an unknown shape", o,
+                        graph_node_label(c, ids[k], label, sizeof label));
+        break;
+      }
+      int id = graph_add_input(c, NULL, &s, c->nodes[ids[k]].dtype, d);
+      if (id < 0) rc = id;
+      else graph_replace_uses(c, (TensorRef){ids[k], o}, (TensorRef){id, 0});
+    }
+  }
+  if (rc == TEQ_OK && graph_remove_dead(c) < 0) rc = TEQ_ERR_NOMEM;
+  if (rc != TEQ_OK) {
+    graph_free(c);
+    return rc;
+  }
+  *out = c;
+  return TEQ_OK;
+}
+
+/* a and b with their opaque nodes cut out (cut_opaque), matched; *n_cut
+ * says how many. b must hold exactly a's. */
+static int cut_both(const Graph *a, const Graph *b, Graph **ca, Graph **cb, int *n_cut, Diag *d) {
+  int32_t *ia = malloc(((size_t)a->n_nodes + 1) * sizeof *ia);
+  int32_t *ib = malloc(((size_t)a->n_nodes + 1) * sizeof *ib);
+  int n = 0, n_b = 0, rc = ia && ib ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int id = 0; id < b->n_nodes; id++) n_b += b->nodes[id].kind == OP_OPAQUE;
+  for (int id = 0; id < a->n_nodes && rc == TEQ_OK; id++) {
+    if (a->nodes[id].kind != OP_OPAQUE) continue;
+    int twin = -1;
+    for (int j = 0; j < b->n_nodes && twin < 0; j++)
+      if (same_opaque(&a->nodes[id], &b->nodes[j])) twin = j;
+    if (twin < 0) {
+      char label[256];
+      rc = diag_error(d, "optimize: the optimized graph lost %s",
+                      graph_node_label(a, id, label, sizeof label));
+    }
+    ia[n] = id, ib[n++] = twin;
+  }
+  if (rc == TEQ_OK && n != n_b)
+    rc = diag_error(d, "optimize: the optimized graph has %d operators Teq does not know, the "
+                       "original %d", n_b, n);
+  *ca = *cb = NULL;
+  if (rc == TEQ_OK) rc = cut_opaque(a, ia, n, ca, d);
+  if (rc == TEQ_OK) rc = cut_opaque(b, ib, n, cb, d);
+  if (rc != TEQ_OK) {
+    graph_free(*ca);
+    *ca = NULL;
+  }
+  *n_cut = n;
+  free(ia);
+  free(ib);
+  return rc;
+}
+
+/* Both graphs on the same seeded random inputs: the largest relative error
+ * over the outputs (see exec_relative_error), opaque nodes cut out as
+ * cut_opaque says (*n_cut of them). *n_flat counts the float outputs the
+ * original computes as one value everywhere (a zero-initialised head, a
+ * dead branch): equal there, the models may still differ. */
+static int check_end_to_end(const Graph *a0, const Graph *b0, uint64_t seed, double *err,
+                            int *n_flat, int *n_cut, Diag *d) {
+  if (b0->n_inputs != a0->n_inputs || b0->n_outputs != a0->n_outputs)
     return diag_error(d, "the optimized graph has %d inputs and %d outputs, the original %d and %d",
-                      b->n_inputs, b->n_outputs, ni, no);
+                      b0->n_inputs, b0->n_outputs, a0->n_inputs, a0->n_outputs);
+  Graph *a, *b;
+  int rc = cut_both(a0, b0, &a, &b, n_cut, d);
+  if (rc != TEQ_OK) return rc;
+  int ni = a->n_inputs, no = a->n_outputs;
   Tensor **in = calloc((size_t)ni + 1, sizeof *in);
   Tensor **oa = calloc((size_t)no + 1, sizeof *oa), **ob = calloc((size_t)no + 1, sizeof *ob);
-  int rc = in && oa && ob ? TEQ_OK : TEQ_ERR_NOMEM;
+  rc = in && oa && ob ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int i = 0; i < ni && rc == TEQ_OK; i++) {
     const Node *n = &a->nodes[a->inputs[i]];
     in[i] = tensor_new(n->dtype == DT_I64 ? DT_I64 : DT_F32, &n->out[0]);
@@ -291,9 +400,9 @@ static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, doubl
   for (int o = 0; o < no && rc == TEQ_OK; o++) {
     double e = exec_relative_error(ob[o], oa[o]);
     if (!(e <= worst)) worst = e;
-    if (oa[o]->dtype == DT_F32 && is_flat(oa[o])) {
+    if (o < a0->n_outputs && oa[o]->dtype == DT_F32 && is_flat(oa[o])) {
       diag_warn(d, "optimize: the original's output '%s' is %g everywhere on the check's random "
-                   "inputs, so the check shows little about it", a->output_names[o],
+                   "inputs, so the check shows little about it", a0->output_names[o],
                 (double)((const float *)oa[o]->data)[0]);
       ++*n_flat;
     }
@@ -304,6 +413,8 @@ static int check_end_to_end(const Graph *a, const Graph *b, uint64_t seed, doubl
     if (rc == TEQ_OK || ob[o]) tensor_unref(ob[o]);
   }
   free(in), free(oa), free(ob);
+  graph_free(a);
+  graph_free(b);
   if (rc == TEQ_OK) *err = worst;
   return rc;
 }
@@ -324,6 +435,7 @@ typedef struct Report {
   int n_rules, ops_before, ops_after, folded, fused;
   double cost_before, cost_after, check_err, tolerance;
   int check_flat; /* outputs the check saw as one value everywhere */
+  int check_cut;  /* opaque nodes the check cut out (cut_opaque) */
   int src_before[COST__SOURCES], src_after[COST__SOURCES];
   bool checked;
   bool kept_original; /* the search's best came out dearer after folding */
@@ -374,6 +486,9 @@ static void report_text(const Report *r, FILE *f) {
     fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s%s\n", "end-to-end check",
             r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED",
             r->check_flat ? ", but some outputs are one value everywhere" : "");
+  if (r->checked && r->check_cut)
+    fprintf(f, "  %-26s %d operator%s Teq cannot run cut out: inputs compared, outputs fed the "
+            "same random values to both\n", "", r->check_cut, r->check_cut == 1 ? "" : "s");
   else
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->opt->pet) {
@@ -451,8 +566,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n", r->folded, r->fused);
   if (r->checked)
     fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
-            "\"flat_outputs\": %d},\n", r->check_err, r->tolerance,
-            r->check_err <= r->tolerance ? "true" : "false", r->check_flat);
+            "\"flat_outputs\": %d, \"opaque_cut\": %d},\n", r->check_err, r->tolerance,
+            r->check_err <= r->tolerance ? "true" : "false", r->check_flat, r->check_cut);
   else
     fprintf(f, "  \"check\": null,\n");
   if (r->opt->pet) {
@@ -564,6 +679,7 @@ int main(int argc, char **argv) {
     OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
     io.batch = a.batch;
     rc = onnx_import_file(a.model, &io, &g, NULL, &d);
+    if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
   }
   if (rc == TEQ_OK) rc = open_cost_model(&a, &cm, &dev, what, sizeof what, &d);
   if (rc == TEQ_OK && a.record) {
@@ -624,7 +740,7 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK && a.dump) graph_dump(best, stdout);
   if (rc == TEQ_OK && a.check) {
     if (!a.opt.quiet) fprintf(stderr, "optimize: checking both models on the CPU executor\n");
-    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &r.check_flat, &d);
+    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &r.check_flat, &r.check_cut, &d);
     r.checked = rc == TEQ_OK;
   }
   if (rc == TEQ_OK) {

@@ -281,13 +281,29 @@ static int add_registry_node(Importer *im, const OnnxNodeIn *v, OpKind kind, con
   return rc;
 }
 
+/* After v failed: says which of its inputs come without a shape from an
+ * operator Teq does not know, and how to give the model those shapes. */
+static void explain_unknown_inputs(const Importer *im, const OnnxNodeIn *v) {
+  for (int i = 0; i < v->n_in; i++) {
+    const OnnxValue *x = v->in[i];
+    if (!x || x->konst || x->ref.node < 0) continue;
+    const Node *p = &im->g->nodes[x->ref.node];
+    if (p->kind != OP_OPAQUE || shape_is_known(graph_shape(im->g, x->ref))) continue;
+    char where[512];
+    diag_error(im->d, "%s: input %d ('%s') comes from node '%s' (%s), an operator Teq does not "
+                     "know, and the model does not declare its shape; "
+                     "onnx.shape_inference.infer_shapes writes the shapes into the model",
+              onnx_in_where(v, where, sizeof where), i, x->name,
+              p->name ? p->name : "?", p->opaque->op_type);
+  }
+}
+
 static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   Params p;
   int n_edges = 0, rc = read_params(im, v, kind, &p);
-  if (rc != TEQ_OK) return rc;
-  OnnxValue **edges = calloc((size_t)v->n_in + 1, sizeof *edges);
-  if (!edges) return out_of_memory(im);
-  rc = collect_edges(v, edges, &n_edges, im->d);
+  OnnxValue **edges = rc == TEQ_OK ? calloc((size_t)v->n_in + 1, sizeof *edges) : NULL;
+  if (rc == TEQ_OK && !edges) return out_of_memory(im);
+  if (rc == TEQ_OK) rc = collect_edges(v, edges, &n_edges, im->d);
   bool known = rc == TEQ_OK, folded = false;
   for (int i = 0; i < n_edges && known; i++) known = edges[i]->konst != NULL;
   const OpDef *o = op_def(kind);
@@ -295,6 +311,7 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
     rc = fold_with_registry(im, v, kind, &p, edges, n_edges, &folded);
   if (rc == TEQ_OK && !folded) rc = add_registry_node(im, v, kind, &p, edges, n_edges);
   free(edges);
+  if (rc != TEQ_OK && rc != TEQ_ERR_NOMEM) explain_unknown_inputs(im, v);
   return rc;
 }
 

@@ -118,6 +118,46 @@ then ok "a zero output: the check says it compared one value"
 else fail "a zero output: no warning ($(tail -n1 "$WORK/err.log"))"
 fi
 
+# --- an operator Teq does not know (CumSum) between rewritable products: optimize keeps it,
+# checks around it (its inputs compared, its output fed the same values to both), and ONNX
+# Runtime agrees; without declared shapes the error says where the unknown shape comes from.
+"$PY" - "$WORK/opaque.onnx" "$WORK/opaque_noshape.onnx" "$WORK/opaque_reshape.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(5)
+w = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{i}") for i in range(4)]
+n = helper.make_node
+nodes = [n("MatMul", ["x", "w0"], ["a0"]), n("MatMul", ["x", "w1"], ["a1"]), n("Add", ["a0", "a1"], ["s"]),
+         n("CumSum", ["s", "axis"], ["c"], name="cumsum"),
+         n("MatMul", ["c", "w2"], ["b0"]), n("MatMul", ["c", "w3"], ["b1"]), n("Add", ["b0", "b1"], ["y"])]
+axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+g = helper.make_graph(nodes, "opaque", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], w + [axis])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+onnx.save(onnx.shape_inference.infer_shapes(m), sys.argv[1])
+g = m.graph
+g.node.insert(4, n("Transpose", ["c"], ["ct"], perm=[1, 0]))
+g.node[5].input[0] = g.node[6].input[0] = "ct"
+onnx.save(m, sys.argv[2])      # a transpose imports without its input's shape; the search needs it
+g.node[4].CopyFrom(n("Reshape", ["c", "shape"], ["ct"]))
+g.initializer.append(numpy_helper.from_array(np.array([-1, 8], np.int64), "shape"))
+onnx.save(m, sys.argv[3])      # a reshape does not import without it
+PY
+if "$OPT" --rules "$db" --quiet --no-pet --budget 20 --json "$WORK/opaque.json" -o "$WORK/opaque.opt.onnx" \
+     "$WORK/opaque.onnx" >"$WORK/opaque.txt" 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["opaque_cut"] == 1, c' "$WORK/opaque.json" &&
+   grep -q "1 operator Teq cannot run cut out" "$WORK/opaque.txt"
+then ok "CumSum kept opaque, the check cut around it: $(grep -E '^  operators' "$WORK/opaque.txt" | tr -s ' ')"
+else fail "CumSum between products: $(tail -n1 "$WORK/err.log")"
+fi
+mkdir -p "$WORK/opaque"
+[[ -f $WORK/opaque.opt.onnx ]] && ort_same_outputs opaque "$WORK/opaque.onnx" "$WORK/opaque.opt.onnx" "$WORK/opaque" || true
+expect_status 2 "reads output 0 of 'cumsum' \(CumSum\), an operator Teq does not know.*infer_shapes" \
+  "$OPT" --rules "$db" "$WORK/opaque_noshape.onnx"
+expect_status 2 "comes from node 'cumsum' \(CumSum\).*infer_shapes" "$OPT" --rules "$db" "$WORK/opaque_reshape.onnx"
+
 # --- one site a step against every site too: NasRNN's x W_i + h U_i become one product on
 # concat(x, h) only when a rule may apply at all its sites in one step.
 if [[ -f $WORK/nasrnn/report.json ]]; then
