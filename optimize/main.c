@@ -482,6 +482,8 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
   fprintf(f, "  %-26s %d biases and activations folded into convolutions\n", "after the search",
           r->fused);
+  if (!r->checked)
+    fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->checked)
     fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s%s\n", "end-to-end check",
             r->check_err, r->tolerance, r->check_err <= r->tolerance ? "ok" : "FAILED",
@@ -489,8 +491,6 @@ static void report_text(const Report *r, FILE *f) {
   if (r->checked && r->check_cut)
     fprintf(f, "  %-26s %d operator%s Teq cannot run cut out: inputs compared, outputs fed the "
             "same random values to both\n", "", r->check_cut, r->check_cut == 1 ? "" : "s");
-  else
-    fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->opt->pet) {
     int times = 0;
     for (int i = 0; i < st->n_pet_applied; i++) times += st->pet_applied[i].times;

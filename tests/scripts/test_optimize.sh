@@ -92,6 +92,10 @@ for entry in "${models[@]}"; do
   fi
   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' \
     "$w/report.json" || { fail "$name: report.json says the check failed or saw one value everywhere"; continue; }
+  if [[ $(grep -c '^  end-to-end check' "$w/report.txt") != 1 ]] || grep -q 'skipped (--no-check)' "$w/report.txt"; then
+    fail "$name: the report's lines on the check: $(grep 'end-to-end check' "$w/report.txt" | tr -s ' ')"
+    continue
+  fi
   ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || continue
   summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
   echo "     $name: $summary $(($(date +%s) - t0)) s"
