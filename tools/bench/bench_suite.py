@@ -539,8 +539,6 @@ def main():
 
     chosen = names if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
     chosen = [z for m in chosen for z in ([n for n, _ in ZOO] if m == "zoo" else [m])]
-    if args.models == "zoo" and "--pet-models" not in sys.argv:
-        args.pet_models = "none"
     names += [n for n, _ in ZOO]
     args.pet_models = [] if args.pet_models == "none" else \
         [m.strip() for m in args.pet_models.split(",") if m.strip()]
