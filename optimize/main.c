@@ -656,6 +656,39 @@ static void prepare_heap(void) {
 #endif
 }
 
+/* The search's best as it will be exported: weights computed into
+ * initializers, biases and activations folded into convolutions, and its
+ * cost. The search post-optimized each candidate it built with a mutant, one
+ * window at a time; layouts that meet across a window's seam, or that rule
+ * rewrites left, are taken up here (pet_post_optimize), but only where that
+ * is cheaper: moving a transpose past an element-wise operator pays only
+ * when it meets its inverse, and a move that meets nothing costs. */
+static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d) {
+  Graph *posted = NULL;
+  PetPostStats post = {0};
+  int folded = 0, fused = 0, src[COST__SOURCES] = {0};
+  double cost = 0;
+  int rc = TEQ_OK;
+  if (pet) {
+    rc = (posted = graph_copy(*best)) ? TEQ_OK : TEQ_ERR_NOMEM;
+    if (rc == TEQ_OK) rc = pet_post_optimize(&posted, &post, d);
+    if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
+    if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
+    if (rc == TEQ_OK) rc = opt_graph_cost(cm, posted, &cost, src, d);
+  }
+  if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
+  if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
+  if (rc == TEQ_OK) rc = opt_graph_cost(cm, *best, &r->cost_after, r->src_after, d);
+  if (rc == TEQ_OK && posted && cost <= r->cost_after) {
+    graph_free(*best);
+    *best = posted, posted = NULL;
+    r->post = post, r->folded = folded, r->fused = fused, r->cost_after = cost;
+    memcpy(r->src_after, src, sizeof src);
+  }
+  graph_free(posted);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   prepare_heap();
   Args a;
@@ -708,17 +741,12 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK && graph_merge_duplicates(plain) < 0) rc = TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = opt_search(plain, rs, cm, &a.opt, &best, &st, &d);
   graph_free(plain);
-  /* The search post-optimized each candidate it built with a mutant, one
-   * window at a time; layouts that meet across a window's seam, or that
-   * rule rewrites left, are taken up here. */
-  if (rc == TEQ_OK && a.opt.pet) rc = pet_post_optimize(&best, &r.post, &d);
-  if (rc == TEQ_OK) rc = opt_fold_weights(best, &r.folded, &d);
-  if (rc == TEQ_OK) rc = opt_fuse_bias(best, &r.fused, &d);
-  if (rc == TEQ_OK) rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
+  if (rc == TEQ_OK) rc = finish_best(cm, &best, a.opt.pet, &r, &d);
   if (rc == TEQ_OK && r.cost_after > r.cost_before) {
     /* The search prices graphs as they will be exported, but folding
      * weights and biases afterwards can still land above the original: a
-     * dearer model is never the answer, the original is. */
+     * dearer model is never the answer, the original is, and the report
+     * lists no rewrite it does not hold. */
     Graph *orig = graph_copy(g);
     if (!orig) rc = TEQ_ERR_NOMEM;
     if (rc == TEQ_OK) {
@@ -727,6 +755,8 @@ int main(int argc, char **argv) {
       r.kept_original = true;
       r.folded = r.fused = 0;
       r.post = (PetPostStats){0};
+      memset(st.applied, 0, (size_t)st.n_rules * sizeof *st.applied);
+      st.n_pet_applied = 0;
       rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
     }
   }
