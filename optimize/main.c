@@ -441,6 +441,7 @@ typedef struct Report {
   bool kept_original; /* the search's best came out dearer after folding */
   int merged;         /* duplicate nodes of the model merged before the search */
   PetPostStats post;  /* PET's post-optimization of the whole result (--pet) */
+  OnnxImportStats import;
   const OptStats *st;
   const OptRules *rs;
   const OptOptions *opt;
@@ -454,7 +455,8 @@ static void print_sources(FILE *f, const int *src) {
 
 static void report_text(const Report *r, FILE *f) {
   const OptStats *st = r->st;
-  fprintf(f, "optimize: %s -> %s\n", r->model, r->out);
+  fprintf(f, "optimize: %s -> %s%s\n", r->model, r->out,
+          r->import.n_external ? " (weights beside it in its .data file)" : "");
   fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
   fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
   fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
@@ -536,6 +538,7 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   json_string(f, r->model);
   fprintf(f, ",\n  \"output\": ");
   json_string(f, r->out);
+  fprintf(f, ",\n  \"external_weights\": %d", r->import.n_external);
   fprintf(f, ",\n  \"rules\": ");
   json_string(f, r->rules_path);
   fprintf(f, ",\n  \"directed_rules\": %d,\n  \"cost_model\": ", r->n_rules);
@@ -711,7 +714,7 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK) {
     OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
     io.batch = a.batch;
-    rc = onnx_import_file(a.model, &io, &g, NULL, &d);
+    rc = onnx_import_file(a.model, &io, &g, &r.import, &d);
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
   }
   if (rc == TEQ_OK) rc = open_cost_model(&a, &cm, &dev, what, sizeof what, &d);
@@ -766,7 +769,9 @@ int main(int argc, char **argv) {
     r.out = a.out ? a.out : (out_default = default_output(a.model));
     if (!r.out) rc = TEQ_ERR_NOMEM;
   }
-  if (rc == TEQ_OK) rc = onnx_export_file(best, r.out, &d);
+  /* Weights the model kept beside it stay beside the optimized model. */
+  OnnxExportOptions eo = {.external = r.import.n_external > 0};
+  if (rc == TEQ_OK) rc = onnx_export_file(best, r.out, &eo, &d);
   if (rc == TEQ_OK && a.dump) graph_dump(best, stdout);
   if (rc == TEQ_OK && a.check) {
     if (!a.opt.quiet) fprintf(stderr, "optimize: checking both models on the CPU executor\n");

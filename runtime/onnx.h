@@ -40,6 +40,7 @@ typedef struct OnnxImportStats {
   int n_noops_removed;
   int n_layer_norms_fused;
   int opset;           /* the model's default-domain opset */
+  int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;
 
 /* Reads path into a new graph (*out), which the caller frees. Returns
@@ -52,8 +53,21 @@ TEQ_API int onnx_import_buffer(const uint8_t *data, size_t len, const char *name
                                const OnnxImportOptions *opts, Graph **out,
                                OnnxImportStats *stats, Diag *d);
 
-/* Writes g to path as an ONNX model. */
-TEQ_API int onnx_export_file(const Graph *g, const char *path, Diag *d);
+typedef struct OnnxExportOptions {
+  /* Initializers of at least external_min_bytes are written to a file
+   * beside the model (ONNX external data) rather than into it. Without
+   * this they are too, with a warning, when the model would pass
+   * protobuf's 2 GiB limit. */
+  bool external;
+  const char *external_data; /* that file's name; NULL: "<model file name>.data" */
+  size_t external_min_bytes; /* 0: 1024 */
+} OnnxExportOptions;
+
+/* Writes g to path as an ONNX model; opts may be NULL. A model read with
+ * external data is read the same way: onnx_import_file finds the files
+ * beside the model it reads. */
+TEQ_API int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *opts,
+                             Diag *d);
 
 /* Reads one serialized onnx.TensorProto (the test data sets' input_N.pb and
  * output_N.pb) into a new float32 or int64 tensor; *name_out (optional)

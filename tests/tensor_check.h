@@ -294,7 +294,7 @@ static inline int check_graph_round_trip(const Graph *g, const OnnxImportOptions
   Tensor *a[TEST_MAX_OUT] = {0}, *b[TEST_MAX_OUT] = {0};
   int n_out = g->n_outputs;
   assert(n_out <= TEST_MAX_OUT);
-  int export_rc = onnx_export_file(g, path, d), rc = export_rc;
+  int export_rc = onnx_export_file(g, path, NULL, d), rc = export_rc;
   if (rc == TEQ_OK) rc = onnx_import_file(path, o, &back, NULL, d);
   if (rc == TEQ_OK) rc = exec_run(g, EXEC_F32, in, a, d);
   if (rc == TEQ_OK) rc = exec_run(back, EXEC_F32, in, b, d);

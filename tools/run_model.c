@@ -319,8 +319,9 @@ static void print_results(const Graph *g, Tensor **outputs, const RunOptions *o,
 
 static void print_stats(const char *path, const OnnxImportStats *s) {
   fprintf(stderr, "%s: opset %d, %d nodes: %d folded, %d opaque, %d batchnorm folded, "
-          "%d layer norms fused, %d no-ops removed\n", path, s->opset, s->n_nodes, s->n_folded,
-          s->n_opaque, s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_noops_removed);
+          "%d layer norms fused, %d no-ops removed%s\n", path, s->opset, s->n_nodes, s->n_folded,
+          s->n_opaque, s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_noops_removed,
+          s->n_external ? "; weights read from external data" : "");
 }
 
 /* The GPU run: plan, run once for the outputs, time, and compare with the
@@ -377,7 +378,8 @@ static int run_model(const RunOptions *o, Diag *d) {
   Tensor **outputs = calloc((size_t)g->n_outputs + 1, sizeof *outputs);
   double ms = 0;
   rc = inputs && outputs ? TEQ_OK : TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, d);
+  OnnxExportOptions eo = {.external = stats.n_external > 0}; /* as the model was read */
+  if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, &eo, d);
   bool run = o->repeat > 0;
   if (rc == TEQ_OK && run) rc = make_inputs(o, g, inputs, d);
   if (rc == TEQ_OK && run && o->gpu && o->modp) rc = fail(d, TEQ_ERR_INPUT, "--gpu runs float32 only, not --modp");

@@ -794,7 +794,44 @@ static void exporter_fini(Exporter *x) {
   onnx_names_fini(&x->node_names);
 }
 
-int onnx_export_file(const Graph *g, const char *path, Diag *d) {
+/* Protobuf refuses messages of 2 GiB or more; a model's structure is a
+ * small part of it, and this much is left for it. */
+#define INLINE_LIMIT (((size_t)2 << 30) - ((size_t)64 << 20))
+
+/* "<file name of path>.data": where weights go when they do not fit. */
+static char *default_data_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  size_t n = strlen(base) + sizeof ".data";
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s.data", base);
+  return s;
+}
+
+/* Moves the initializers' bytes into a file beside the model where asked,
+ * or where the model would not fit in one message. */
+static int place_weights(Exporter *x, const OnnxExportOptions *o) {
+  size_t total = 0;
+  for (size_t k = 0; k < x->gp->n_initializer; k++) total += x->gp->initializer[k]->raw_data.len;
+  if (!o->external && total < INLINE_LIMIT) return TEQ_OK;
+  const char *name = o->external_data;
+  char *own = NULL;
+  if (!name && !(name = own = default_data_name(x->path))) return TEQ_ERR_NOMEM;
+  int moved = 0;
+  int rc = onnx_external_write(x->gp->initializer, x->gp->n_initializer, x->path, name,
+                               o->external_min_bytes ? o->external_min_bytes : 1024, &moved,
+                               x->d);
+  if (rc == TEQ_OK && !o->external)
+    diag_warn(x->d, "%s: %.2f GiB of weights pass protobuf's 2 GiB limit: %d of them are written "
+              "to '%s' beside it (ONNX external data)", x->path, (double)total / (1 << 30),
+              moved, name);
+  free(own);
+  return rc;
+}
+
+int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *opts,
+                     Diag *d) {
+  OnnxExportOptions o = opts ? *opts : (OnnxExportOptions){0};
   Exporter x = {.g = g, .path = path, .d = d, .opset = EXPORT_OPSET};
   int rc = exporter_init(&x);
   if (rc == TEQ_OK) rc = write_graph(&x);
@@ -806,6 +843,7 @@ int onnx_export_file(const Graph *g, const char *path, Diag *d) {
   if (rc == TEQ_OK && x.old_opset_op && x.old_opset < x.opset)
     diag_warn(d, "%s: the opaque operator '%s' from opset %d is written into an opset-%d model; "
               "its definition may differ there", path, x.old_opset_op, x.old_opset, x.opset);
+  if (rc == TEQ_OK) rc = place_weights(&x, &o);
   if (rc == TEQ_OK) rc = onnx_pack_to_file(&x.m->base, path, d);
   exporter_fini(&x);
   return rc;

@@ -18,6 +18,7 @@
 
 typedef struct Importer {
   const char *path;
+  OnnxExternal *external;     /* files of external data; NULL: none can be read */
   int64_t batch;              /* extent of symbolic dimensions */
   Diag *d;
   const Onnx__ModelProto *model;
@@ -800,7 +801,9 @@ static int import_initializers(Importer *im) {
     snprintf(where, sizeof where, "%s: initializer '%s'", im->path, tp->name ? tp->name : "");
     if (!tp->name || !*tp->name) return diag_error(im->d, "%s: has no name", where);
     Tensor *t;
-    int rc = onnx_tensor_take_from_proto(tp, where, &t, im->d); /* the model is freed after */
+    if (onnx_tensor_is_external(tp)) im->stats.n_external++;
+    /* the model is freed after: its raw_data may be taken over */
+    int rc = onnx_tensor_take_from_initializer(tp, im->external, where, &t, im->d);
     if (rc == TEQ_OK) rc = define_value(im, tp->name, (TensorRef){-1, 0}, t, tp->data_type);
     if (rc != TEQ_OK) return rc;
   }
@@ -926,16 +929,17 @@ static void importer_fini(Importer *im) {
   onnx_names_fini(&im->read);
 }
 
-int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
-                       const OnnxImportOptions *opts, Graph **out, OnnxImportStats *stats,
-                       Diag *d) {
+/* ext: where external data is read from (NULL: it is refused). */
+static int import_model(const uint8_t *data, size_t len, const char *name, OnnxExternal *ext,
+                        const OnnxImportOptions *opts, Graph **out, OnnxImportStats *stats,
+                        Diag *d) {
   OnnxImportOptions o = opts ? *opts : ONNX_IMPORT_DEFAULTS;
   Onnx__ModelProto *m = NULL;
   int rc = unpack_model(data, len, name, &m, d);
   if (rc != TEQ_OK) return rc;
   int opset = domain_opset(m, "");
-  Importer im = {.path = name, .batch = o.batch > 0 ? o.batch : 1, .d = d, .model = m,
-                 .gp = m->graph, .opset = opset > 0 ? opset : 0, .g = graph_new()};
+  Importer im = {.path = name, .external = ext, .batch = o.batch > 0 ? o.batch : 1, .d = d,
+                 .model = m, .gp = m->graph, .opset = opset > 0 ? opset : 0, .g = graph_new()};
   im.stats.n_nodes = (int)m->graph->n_node;
   im.stats.opset = im.opset;
   rc = im.g ? import_graph(&im, &o) : out_of_memory(&im);
@@ -950,12 +954,24 @@ int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
   return rc;
 }
 
+int onnx_import_buffer(const uint8_t *data, size_t len, const char *name,
+                       const OnnxImportOptions *opts, Graph **out, OnnxImportStats *stats,
+                       Diag *d) {
+  return import_model(data, len, name, NULL, opts, out, stats, d);
+}
+
 int onnx_import_file(const char *path, const OnnxImportOptions *opts, Graph **out,
                      OnnxImportStats *stats, Diag *d) {
   OnnxFileData f;
   int rc = onnx_file_read(path, &f, d);
   if (rc != TEQ_OK) return rc;
-  rc = onnx_import_buffer(f.data, f.len, path, opts, out, stats, d);
+  OnnxExternal *ext = onnx_external_new(path);
+  if (!ext) {
+    diag_error(d, "%s: out of memory", path);
+    rc = TEQ_ERR_NOMEM;
+  }
+  if (rc == TEQ_OK) rc = import_model(f.data, f.len, path, ext, opts, out, stats, d);
+  onnx_external_free(ext);
   onnx_file_release(&f);
   return rc;
 }

@@ -41,6 +41,24 @@ int onnx_pack(const ProtobufCMessage *m, uint8_t **data, size_t *len);
 int onnx_pack_to_file(const ProtobufCMessage *m, const char *path, Diag *d);
 void onnx_message_free(void *m); /* any message built or unpacked here; NULL is fine */
 
+/* ---- external.c: weights in files beside the model ---- */
+
+/* The files one import reads external data from, mapped once each. */
+typedef struct OnnxExternal OnnxExternal;
+OnnxExternal *onnx_external_new(const char *model_path); /* NULL when out of memory */
+void onnx_external_free(OnnxExternal *x);
+bool onnx_tensor_is_external(const Onnx__TensorProto *tp);
+/* tp's bytes (exactly `bytes` of them) in the file its external_data
+ * names; *out points into the mapping, valid until onnx_external_free.
+ * x NULL: refused (a model not read from a file has no directory). */
+int onnx_external_bytes(OnnxExternal *x, const Onnx__TensorProto *tp, size_t bytes,
+                        const char *where, const uint8_t **out, Diag *d);
+/* Writes the raw_data of each of tps[0..n) with at least min_bytes into
+ * the file `location` beside model_path, and points the TensorProto there
+ * (raw_data is kept but no longer packed); *n_moved counts them. */
+int onnx_external_write(Onnx__TensorProto **tps, size_t n, const char *model_path,
+                        const char *location, size_t min_bytes, int *n_moved, Diag *d);
+
 /* ---- tensorproto.c ---- */
 
 /* The ONNX element type kept as dtype: float32 and float64 become DT_F32;
@@ -55,6 +73,10 @@ int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tenso
  * it) instead of copying it: for a message freed right after. */
 int onnx_tensor_take_from_proto(Onnx__TensorProto *tp, const char *where, Tensor **out,
                                 Diag *d);
+/* The same for an initializer, whose data may be in a file beside the
+ * model (external data, read through x; x NULL refuses it). */
+int onnx_tensor_take_from_initializer(Onnx__TensorProto *tp, OnnxExternal *x,
+                                      const char *where, Tensor **out, Diag *d);
 /* A new TensorProto (raw_data) holding t, or NULL if memory runs out. With
  * lend, raw_data is t's own data where ONNX lays it out so (not DT_MODP,
  * whose residues are widened to int64): the caller keeps t alive while the

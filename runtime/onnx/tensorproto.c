@@ -3,8 +3,9 @@
  * A TensorProto holds its values either in raw_data (little-endian bytes)
  * or in one typed repeated field; both are read. Element types are narrowed
  * to the two Teq keeps: float types become float32, integer types and bool
- * become int64 (shape tensors, indices, masks). Data in external files is
- * refused. Writing always uses raw_data.
+ * become int64 (shape tensors, indices, masks). An initializer's data may
+ * be in a file beside the model (external.c); elsewhere that is refused.
+ * Writing always uses raw_data (export.c may then move it out).
  *
  * Reading an initializer takes its raw_data over rather than copying it,
  * and writing one points raw_data at the tensor's own data: weights are
@@ -96,11 +97,6 @@ static int proto_shape(const Onnx__TensorProto *tp, const char *where, Shape *s,
 }
 
 static int check_storage(const Onnx__TensorProto *tp, const char *where, Diag *d) {
-  if (tp->n_external_data || (tp->has_data_location &&
-                              tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)) {
-    diag_error(d, "%s: data in an external file is not supported", where);
-    return TEQ_ERR_UNSUPPORTED;
-  }
   if (tp->segment) {
     diag_error(d, "%s: segmented tensors are not supported", where);
     return TEQ_ERR_UNSUPPORTED;
@@ -128,18 +124,18 @@ static bool raw_is_native(int32_t elem, DType dt) {
          __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 }
 
-/* Copies the values of tp into t (numel elements), from raw_data or the
- * typed field, whichever holds them. */
-static void fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, bool raw) {
+/* Copies the values of tp into t (numel elements), from raw bytes (its
+ * raw_data or its external data) or, raw NULL, from its typed field. */
+static void fill(Tensor *t, const Onnx__TensorProto *tp, int32_t elem, const uint8_t *raw) {
   size_t n = (size_t)tensor_numel(t), es = elem_size(elem);
   if (raw && raw_is_native(elem, t->dtype)) {
-    if (n) memcpy(t->data, tp->raw_data.data, n * es);
+    if (n) memcpy(t->data, raw, n * es);
     return;
   }
   for (size_t k = 0; k < n; k++) {
     double f;
     int64_t i;
-    if (raw) raw_element(tp->raw_data.data + k * es, elem, &f, &i);
+    if (raw) raw_element(raw + k * es, elem, &f, &i);
     else typed_element(tp, elem, k, &f, &i);
     if (t->dtype == DT_F32) ((float *)t->data)[k] = (float)f;
     else ((int64_t *)t->data)[k] = i;
@@ -160,9 +156,10 @@ static bool adopt_raw(Onnx__TensorProto *tp, DType dt, const Shape *s, Tensor **
   return false;
 }
 
-/* owned: tp itself when its raw_data may be taken over, else NULL. */
-static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, const char *where,
-                      Tensor **out, Diag *d) {
+/* owned: tp itself when its raw_data may be taken over, else NULL; ext:
+ * where external data is read from (NULL: it is refused). */
+static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, OnnxExternal *ext,
+                      const char *where, Tensor **out, Diag *d) {
   int32_t elem = tp->has_data_type ? tp->data_type : ELEM(UNDEFINED);
   DType dt;
   if (!onnx_elem_dtype(elem, &dt)) {
@@ -170,15 +167,21 @@ static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, con
     return TEQ_ERR_UNSUPPORTED;
   }
   Shape s;
-  bool raw;
+  bool raw = false;
+  const uint8_t *bytes = NULL;
   int rc = check_storage(tp, where, d);
   if (rc == TEQ_OK) rc = proto_shape(tp, where, &s, d);
-  if (rc == TEQ_OK) rc = raw_values(tp, elem, (size_t)shape_numel(&s), where, &raw, d);
+  if (rc == TEQ_OK && onnx_tensor_is_external(tp))
+    rc = onnx_external_bytes(ext, tp, (size_t)shape_numel(&s) * elem_size(elem), where, &bytes,
+                             d);
+  else if (rc == TEQ_OK)
+    rc = raw_values(tp, elem, (size_t)shape_numel(&s), where, &raw, d);
   if (rc != TEQ_OK) return rc;
+  if (raw) bytes = tp->raw_data.data;
   Tensor *t = NULL;
   if (!(owned && raw && raw_is_native(elem, dt) && adopt_raw(owned, dt, &s, &t))) {
     t = tensor_new_uninit(dt, &s); /* fill writes every element */
-    if (t) fill(t, tp, elem, raw);
+    if (t) fill(t, tp, elem, bytes);
   }
   if (!t) {
     diag_error(d, "%s: out of memory", where);
@@ -190,12 +193,17 @@ static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, con
 
 int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *where, Tensor **out,
                            Diag *d) {
-  return from_proto(tp, NULL, where, out, d);
+  return from_proto(tp, NULL, NULL, where, out, d);
 }
 
 int onnx_tensor_take_from_proto(Onnx__TensorProto *tp, const char *where, Tensor **out,
                                 Diag *d) {
-  return from_proto(tp, tp, where, out, d);
+  return from_proto(tp, tp, NULL, where, out, d);
+}
+
+int onnx_tensor_take_from_initializer(Onnx__TensorProto *tp, OnnxExternal *x,
+                                      const char *where, Tensor **out, Diag *d) {
+  return from_proto(tp, tp, x, where, out, d);
 }
 
 Onnx__TensorProto *onnx_tensor_to_proto(const Tensor *t, const char *name, bool lend) {

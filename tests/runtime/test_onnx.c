@@ -11,6 +11,7 @@
  * (run under ASan, a leak fails the test too). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,7 +236,7 @@ static void check_round_trip(const char *model) {
   snprintf(name, sizeof name, "%s.onnx", model);
   Graph *g = import(data(name, p), NULL, NULL, &d);
   snprintf(name, sizeof name, "%s.rt.onnx", model);
-  int rc = g ? onnx_export_file(g, tmp(name, q), &d) : TEQ_ERR_INPUT;
+  int rc = g ? onnx_export_file(g, tmp(name, q), NULL, &d) : TEQ_ERR_INPUT;
   CHECK_MSG(rc == TEQ_OK, "export %s: %s", model, d.text ? d.text : "");
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -287,7 +288,7 @@ static void test_opaque(void) {
   CHECK(cumsum && !shape_is_known(&cumsum->out[0])); /* declared nowhere */
   const Node *hardmax = g ? find_opaque(g, "Hardmax") : NULL;
   CHECK(hardmax && shape_equal(&hardmax->out[0], &(Shape){2, {2, 4}})); /* graph output */
-  int rc = g ? onnx_export_file(g, tmp("opaque.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  int rc = g ? onnx_export_file(g, tmp("opaque.rt.onnx", q), NULL, &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   CHECK_EQ_INT(st.n_opaque, 5);
@@ -330,7 +331,7 @@ static void test_opaque_types(void) {
   CHECK(greater && greater->opaque->opset == 13 && greater->opaque->out_elem[0] == 9);
   CHECK(where && where->opaque->n_in == 3 && where->opaque->in_elem[0] == 9); /* bool mask */
   if (g) CHECK(shape_equal(graph_shape(g, g->outputs[0]), &s23));
-  int rc = g ? onnx_export_file(g, tmp("opaque_types.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  int rc = g ? onnx_export_file(g, tmp("opaque_types.rt.onnx", q), NULL, &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   /* The added Cast of the constant mask folds again on import. */
@@ -421,7 +422,7 @@ static void test_opaque_meta(void) {
   graph_free(g);
   check_mystery(c, "copy");
   char q[PATH_BUF];
-  int rc = c ? onnx_export_file(c, tmp("meta.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  int rc = c ? onnx_export_file(c, tmp("meta.rt.onnx", q), NULL, &d) : TEQ_ERR_INPUT;
   CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
   FILE *fp = fopen(q, "rb");
   char buf[4096];
@@ -448,7 +449,7 @@ static void test_custom_domain(void) {
   const Node *f = g ? find_opaque(g, "Frobnicate") : NULL;
   CHECK(f && strcmp(f->opaque->domain, "com.example.teq") == 0);
   CHECK(d.text && strstr(d.text, "operator 'Frobnicate' (domain com.example.teq) kept as opaque"));
-  int rc = g ? onnx_export_file(g, tmp("custom.rt.onnx", q), &d) : TEQ_ERR_INPUT;
+  int rc = g ? onnx_export_file(g, tmp("custom.rt.onnx", q), NULL, &d) : TEQ_ERR_INPUT;
   CHECK_EQ_INT(rc, TEQ_OK);
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   f = h ? find_opaque(h, "Frobnicate") : NULL;
@@ -493,7 +494,7 @@ static void test_export_built(void) {
   graph_add_output(g, (TensorRef){wi, 0}, "weights", &d);
   graph_add_output(g, (TensorRef){mm, 0}, "y_again", &d);
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("built.onnx", q), &d);
+  int rc = onnx_export_file(g, tmp("built.onnx", q), NULL, &d);
   CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -537,7 +538,7 @@ static void test_large_weights(void) {
   CHECK(x >= 0 && wi >= 0 && bi >= 0 && mm >= 0 && y >= 0);
   graph_add_output(g, (TensorRef){y, 0}, "y", &d);
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("large.onnx", q), &d);
+  int rc = onnx_export_file(g, tmp("large.onnx", q), NULL, &d);
   CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
   int fds[2] = {-1, -1};
   pid_t child = -1;
@@ -571,6 +572,57 @@ static void test_large_weights(void) {
   if (child > 0) waitpid(child, NULL, 0);
   tensor_unref(want);
   tensor_unref(in);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+/* Weights in files beside the model: read (two tensors in one file, one in
+ * a subdirectory), written back beside an exported model when asked, and
+ * inline when not; a model given as a buffer has no directory to read
+ * them from. */
+static void test_external_data(void) {
+  OnnxImportStats st;
+  Tensor *want = check_reference("external_data", NULL, &st);
+  CHECK_EQ_INT(st.n_external, 3);
+  char p[PATH_BUF], q[PATH_BUF], r[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("external_data.onnx", p), NULL, NULL, &d);
+  Tensor *x = read_tensor("external_data.input_0.pb");
+  /* asked: the two weights of 1 KiB and more go to ext.onnx.data, the 32-byte bias stays */
+  OnnxExportOptions eo = {.external = true};
+  int rc = g ? onnx_export_file(g, tmp("ext.onnx", q), &eo, &d) : TEQ_ERR_INPUT;
+  CHECK_MSG(rc == TEQ_OK, "export: %s", d.text ? d.text : "");
+  struct stat sm, sd;
+  CHECK(stat(q, &sm) == 0 && stat(tmp("ext.onnx.data", r), &sd) == 0);
+  CHECK_MSG(sm.st_size < 1024 && sd.st_size == 2048 + 1024, "model %lld, data %lld bytes",
+            (long long)sm.st_size, (long long)sd.st_size);
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  CHECK_EQ_INT(st.n_external, 2);
+  Tensor *y = h && x ? run(h, x) : NULL;
+  CHECK_MSG(y && want && max_abs_err(y, want) == 0, "external round trip differs");
+  tensor_unref(y);
+  graph_free(h);
+  /* not asked: everything in the model */
+  rc = g ? onnx_export_file(g, tmp("inline.onnx", q), NULL, &d) : TEQ_ERR_INPUT;
+  h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  CHECK_EQ_INT(st.n_external, 0);
+  CHECK(access(tmp("inline.onnx.data", r), F_OK) != 0);
+  y = h && x ? run(h, x) : NULL;
+  CHECK_MSG(y && want && max_abs_err(y, want) == 0, "inline round trip differs");
+  tensor_unref(y);
+  graph_free(h);
+  /* a buffer */
+  FILE *f = fopen(data("external_data.onnx", p), "rb");
+  static unsigned char model[4096];
+  size_t n = f ? fread(model, 1, sizeof model, f) : 0;
+  if (f) fclose(f);
+  Graph *b = NULL;
+  CHECK_EQ_INT(onnx_import_buffer(model, n, "buffer-name", NULL, &b, NULL, &d),
+               TEQ_ERR_UNSUPPORTED);
+  CHECK(!b && strstr(diag_last(&d), "initializers of a model read from a file"));
+  tensor_unref(x);
+  tensor_unref(want);
   graph_free(g);
   diag_fini(&d);
 }
@@ -616,6 +668,18 @@ static void test_bad_files(void) {
             "training mode");
   check_bad(data("bad_scatter_index.onnx", p), TEQ_ERR_INPUT, "node 'scatter' (ScatterND)",
             "index 2 out of range [-2, 2)");
+  check_bad(data("bad_external_escape.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
+            "'..' are refused");
+  check_bad(data("bad_external_absolute.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
+            "absolute paths");
+  check_bad(data("bad_external_missing.onnx", p), TEQ_ERR_IO, "no_such_file.weights",
+            "cannot be opened");
+  check_bad(data("bad_external_range.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
+            "bytes 1000000..1002048 of 'external_data.weights', which has 3136");
+  check_bad(data("bad_external_length.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
+            "100 bytes for a shape of 2048 bytes");
+  check_bad(data("bad_external_offset.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
+            "offset '-8' is not a byte count");
   check_bad("/nonexistent/model.onnx", TEQ_ERR_IO, "cannot open", NULL);
 
   /* Files that are not ONNX models at all, made from a good one. */
@@ -695,7 +759,8 @@ static void remove_tmp(void) {
   const char *files[] = {"conv_bn.rt.onnx", "shape_fold.rt.onnx", "shape_fold_opset12.rt.onnx",
                          "unsorted.rt.onnx", "opaque.rt.onnx", "opaque_types.rt.onnx",
                          "custom.rt.onnx", "meta.rt.onnx", "built.onnx", "empty.onnx",
-                         "truncated.onnx", "garbage.onnx", "text.onnx", "t.pb", "large.onnx"};
+                         "truncated.onnx", "garbage.onnx", "text.onnx", "t.pb", "large.onnx",
+                         "ext.onnx", "ext.onnx.data", "inline.onnx"};
   char p[PATH_BUF];
   for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) unlink(tmp(files[k], p));
   rmdir(tmp_dir);
@@ -718,6 +783,7 @@ int main(void) {
   test_opaque_meta();
   test_export_built();
   test_large_weights();
+  test_external_data();
   test_bad_files();
   test_tensor_files();
   remove_tmp();

@@ -162,6 +162,32 @@ expect_status 2 "reads output 0 of 'cumsum' \(CumSum\), an operator Teq does not
   "$OPT" --rules "$db" "$WORK/opaque_noshape.onnx"
 expect_status 2 "comes from node 'cumsum' \(CumSum\).*infer_shapes" "$OPT" --rules "$db" "$WORK/opaque_reshape.onnx"
 
+# --- weights beside the model (ONNX external data, as models over 2 GiB must keep them): the
+# optimized model keeps its weights beside it too, and ONNX Runtime reads both.
+mkdir -p "$WORK/ext/in/weights" "$WORK/ext/out"
+"$PY" - "$WORK/ext/in/model.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(6)
+w = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in range(2)]
+n = helper.make_node
+g = helper.make_graph([n("MatMul", ["x", "w0"], ["a"]), n("MatMul", ["x", "w1"], ["b"]), n("Add", ["a", "b"], ["y"])],
+                      "ext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], w)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1],
+          save_as_external_data=True, location="weights/all.bin", size_threshold=0)
+PY
+if "$OPT" --rules "$db" --quiet --no-pet --budget 20 --json "$WORK/ext/report.json" -o "$WORK/ext/out/m.onnx" \
+     "$WORK/ext/in/model.onnx" >"$WORK/ext/report.txt" 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["external_weights"] == 2 and r["check"]["ok"], r' \
+     "$WORK/ext/report.json" && [[ -s $WORK/ext/out/m.onnx.data ]]
+then ok "external data: weights beside the optimized model too ($(stat -c %s "$WORK/ext/out/m.onnx.data") bytes)"
+else fail "external data: $(tail -n1 "$WORK/err.log")"
+fi
+[[ -f $WORK/ext/out/m.onnx ]] && ort_same_outputs external "$WORK/ext/in/model.onnx" "$WORK/ext/out/m.onnx" "$WORK/ext" || true
+
 # --- one site a step against every site too: NasRNN's x W_i + h U_i become one product on
 # concat(x, h) only when a rule may apply at all its sites in one step.
 if [[ -f $WORK/nasrnn/report.json ]]; then

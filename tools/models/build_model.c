@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
   diag_init(&d);
   Builder b = {.g = graph_new(), .d = &d, .seed = seed * 1000003u + 1};
   int rc = b.g ? row->build(&b) : TEQ_ERR_NOMEM;
-  if (!rc) rc = onnx_export_file(b.g, out, &d);
+  if (!rc) rc = onnx_export_file(b.g, out, NULL, &d);
   diag_flush(&d, stderr);
   if (!rc) fprintf(stderr, "build-model: wrote %s (%d operators)\n", out, graph_count_ops(b.g));
   graph_free(b.g);

@@ -388,6 +388,59 @@ def bad_dropouts():
         check=False)
 
 
+def external_tensor(name, array, location, offset):
+    """A TensorProto whose bytes are at offset in the file location (ONNX
+    external data); the caller writes them there."""
+    t = numpy_helper.from_array(np.asarray(array), name)
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)),
+                       ("length", str(np.asarray(array).nbytes))):
+        e = t.external_data.add()
+        e.key, e.value = key, value
+    return t
+
+
+def external_data():
+    """Weights beside the model, as exporters write models over 2 GiB: two in
+    one file (the second 64 bytes past the first's end) and one in a file in
+    a subdirectory. Also the bad ones, each with one entry wrong."""
+    x, w1, w2, b = rand(2, 16), rand(16, 32), rand(32, 8), rand(8)
+    gap = 64
+    with open(os.path.join(HERE, "external_data.weights"), "wb") as f:
+        f.write(w1.tobytes() + bytes(gap) + w2.tobytes())
+    os.makedirs(os.path.join(HERE, "external_data"), exist_ok=True)
+    with open(os.path.join(HERE, "external_data", "bias.bin"), "wb") as f:
+        f.write(b.tobytes())
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["h"]), n("Relu", ["h"], ["r"]),
+             n("MatMul", ["r", "w2"], ["m"]), n("Add", ["m", "b"], ["y"])]
+    vi = helper.make_tensor_value_info
+    io = ([vi("x", TensorProto.FLOAT, [2, 16])], [vi("y", TensorProto.FLOAT, [2, 8])])
+
+    def model(name, w1_entry=None):
+        first = external_tensor("w1", w1, "external_data.weights", 0)
+        if w1_entry:
+            for e in first.external_data:
+                if e.key == w1_entry[0]:
+                    e.value = w1_entry[1]
+        inits = [first, external_tensor("w2", w2, "external_data.weights", w1.nbytes + gap),
+                 external_tensor("b", b, "external_data/bias.bin", 0)]
+        save(name, helper.make_graph(nodes, "external_data", *io, inits), check=False)
+
+    model("external_data")
+    onnx.checker.check_model(os.path.join(HERE, "external_data.onnx"), full_check=True)
+    y = np.maximum(x.astype(np.float64) @ w1, 0) @ w2 + b
+    save_tensor("external_data.input_0.pb", x, "x")
+    save_tensor("external_data.output_0.pb", y.astype(np.float32), "y")
+    model("bad_external_escape", ("location", "../onnx/external_data.weights"))
+    model("bad_external_absolute", ("location", "/nonexistent/external_data.weights"))
+    model("bad_external_missing", ("location", "no_such_file.weights"))
+    model("bad_external_range", ("offset", "1000000"))
+    model("bad_external_length", ("length", "100"))
+    model("bad_external_offset", ("offset", "-8"))
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -400,3 +453,4 @@ if __name__ == "__main__":
     layer_norm_written()
     scatter_dropout()
     bad_dropouts()
+    external_data()
