@@ -232,17 +232,37 @@ static double log_error(const Sample *s, size_t n, const CostCalib *c) {
   return n ? sum / (double)n : 0;
 }
 
-/* Efficiencies of one kind by a grid over log-spaced values. */
-static void fit_kind(const Sample *s, size_t n, CostCalib *c, OpKind k) {
+/* Whether some sample of a kind spends at least half the launch overhead
+ * on a term of the roofline (flops or bytes, at full efficiency). A term
+ * below that on every sample hides in the launch and its noise, and a fit
+ * explains that noise with an absurd efficiency: one sigmoid of 512
+ * elements, 0.1 us over the launch, fitted a bandwidth of 38 GB/s and
+ * priced EfficientNet's large sigmoids at two thirds of the model. */
+static bool tells(const Sample *s, size_t n, const CostCalib *c, bool bytes) {
+  for (size_t i = 0; i < n; i++) {
+    double us = bytes ? s[i].bytes / (c->mem_gbps * 1e3) : s[i].flops / (c->peak_gflops * 1e3);
+    if (us >= 0.5 * c->launch_us) return true;
+  }
+  return false;
+}
+
+/* Efficiencies of one kind by a grid over log-spaced values, for the terms
+ * its samples tell; the others keep the defaults. False: neither is told,
+ * and the kind is left unfitted. */
+static bool fit_kind(const Sample *s, size_t n, CostCalib *c, OpKind k) {
+  bool fit_f = tells(s, n, c, false), fit_b = tells(s, n, c, true);
+  if (!fit_f && !fit_b) return false;
   double best = INFINITY, bf = c->flop_eff[k], bb = c->byte_eff[k];
-  for (int i = 0; i <= 40; i++)
-    for (int j = 0; j <= 40; j++) {
-      c->flop_eff[k] = pow(10, -3 + 3.0 * i / 40);
-      c->byte_eff[k] = pow(10, -2 + 2.0 * j / 40);
+  double f0 = bf, b0 = bb;
+  for (int i = 0; i <= (fit_f ? 40 : 0); i++)
+    for (int j = 0; j <= (fit_b ? 40 : 0); j++) {
+      c->flop_eff[k] = fit_f ? pow(10, -3 + 3.0 * i / 40) : f0;
+      c->byte_eff[k] = fit_b ? pow(10, -2 + 2.0 * j / 40) : b0;
       double e = log_error(s, n, c);
       if (e < best) best = e, bf = c->flop_eff[k], bb = c->byte_eff[k];
     }
   c->flop_eff[k] = bf, c->byte_eff[k] = bb;
+  return true;
 }
 
 static int by_kind(const void *a, const void *b) {
@@ -342,8 +362,7 @@ static int do_calibrate(int argc, char **argv, Diag *d) {
       t.launch_us = launch;
       for (size_t a = 0, b; a < n; a = b) {
         for (b = a; b < n && s[b].kind == s[a].kind; b++) {}
-        fit_kind(s + a, b - a, &t, s[a].kind);
-        t.fitted[s[a].kind] = true;
+        t.fitted[s[a].kind] = fit_kind(s + a, b - a, &t, s[a].kind);
       }
       double e = log_error(s, n, &t);
       if (e < best_err) best_err = e, best = t;
