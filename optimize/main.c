@@ -66,7 +66,9 @@ static const char usage[] =
   "                      (default 3e7; 0: never)\n"
   "  --no-check          skip the end-to-end check\n"
   "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
-  "  --batch N           value of symbolic dimensions (default 1)\n"
+  "  --batch N           value of symbolic dimensions not named by --dim (default 1)\n"
+  "  --dim NAME=N        the inputs' symbolic dimension NAME is N (repeatable): the\n"
+  "                      optimized model is specialized to these extents\n"
   "  --dump              print the optimized graph, one node per line\n"
   "  --pet, --no-pet     PET's partially equivalent mutations in the search (default on;\n"
   "                      --no-pet: the proved rules alone)\n"
@@ -85,6 +87,8 @@ typedef struct Args {
   OptOptions opt;
   double tolerance;
   long long batch;
+  const char *dims[64]; /* --dim NAME=N */
+  int n_dims;
   bool unproved, check, dump;
 } Args;
 
@@ -197,6 +201,10 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--batch")) {
       if (!teq_parse_int(v, 1, 1 << 20, &n)) return bad("--batch '%s': expected 1 to 1048576", v);
       a->batch = n;
+    } else if (!strcmp(k, "--dim")) {
+      if (!v || !strchr(v, '=')) return bad("--dim '%s': expected NAME=N", v ? v : "");
+      if (a->n_dims == (int)(sizeof a->dims / sizeof *a->dims)) return bad("too many --dim%s", "");
+      a->dims[a->n_dims++] = v;
     } else {
       return bad("unknown option '%s'", k);
     }
@@ -714,6 +722,8 @@ int main(int argc, char **argv) {
   if (rc == TEQ_OK) {
     OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
     io.batch = a.batch;
+    io.dims = a.dims;
+    io.n_dims = a.n_dims;
     rc = onnx_import_file(a.model, &io, &g, &r.import, &d);
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
   }

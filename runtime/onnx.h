@@ -24,6 +24,11 @@
 
 typedef struct OnnxImportOptions {
   int64_t batch;       /* value for symbolic (named or unset) dimensions; default 1 */
+  /* "NAME=N" each: the graph inputs' symbolic dimension NAME is N (and so is
+   * every dimension declared with that name), where `batch` is not. A
+   * name no graph input has is an error, as is a malformed entry. */
+  const char *const *dims;
+  int n_dims;
   bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
   bool keep_noops;     /* keep Identity and Dropout nodes */
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in

@@ -1,6 +1,6 @@
 /* profile.c: the teq-profile command, which makes and checks cost tables.
  *
- *   teq-profile record [--batch N] [-o CONFIGS] MODEL.onnx...
+ *   teq-profile record [--batch N] [--dim NAME=N]... [-o CONFIGS] MODEL.onnx...
  *       the configuration key of every operator the models run, one per
  *       line, sorted and unique (no GPU needed; keys from CONFIGS already
  *       there are kept)
@@ -12,7 +12,7 @@
  *       fits the analytic model to the table's measurements, prints its
  *       error per operator before and after, and writes the table back
  *       with its #calib lines
- *   teq-profile cost [--table TABLE] [--gpu] [--batch N] [--all] MODEL.onnx
+ *   teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all] MODEL.onnx
  *       what the cost model says a model costs, node by node, and where
  *       each figure came from (the table, this GPU, or the roofline)
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
@@ -31,10 +31,11 @@
 
 static int usage(FILE *f, int status) {
   fprintf(f,
-          "usage: teq-profile record [--batch N] [-o CONFIGS] MODEL.onnx...\n"
+          "usage: teq-profile record [--batch N] [--dim NAME=N]... [-o CONFIGS] MODEL.onnx...\n"
           "       teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...\n"
           "       teq-profile calibrate [-o TABLE] TABLE\n"
-          "       teq-profile cost [--table TABLE] [--gpu] [--batch N] [--all] MODEL.onnx\n");
+          "       teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all]\n"
+          "                        MODEL.onnx\n");
   return status;
 }
 
@@ -97,8 +98,19 @@ static int lines_read(Lines *l, const char *path, bool optional, Diag *d) {
 
 /* ---- record ---- */
 
+/* --dim NAME=N into dims[*n] (at most 64); false with a message if malformed. */
+static bool take_dim(const char *v, const char **dims, int *n, Diag *d) {
+  if (!strchr(v, '=') || *n == 64) {
+    diag_error(d, *n == 64 ? "too many --dim options" : "--dim takes NAME=N, not '%s'", v);
+    return false;
+  }
+  dims[(*n)++] = v;
+  return true;
+}
+
 static int do_record(int argc, char **argv, Diag *d) {
-  const char *out = NULL;
+  const char *out = NULL, *dims[64];
+  int n_dims = 0;
   long long batch = 1;
   Lines keys = {0};
   int rc = TEQ_OK, n_models = 0;
@@ -112,9 +124,15 @@ static int do_record(int argc, char **argv, Diag *d) {
         return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
       continue;
     }
+    if (strcmp(argv[i], "--dim") == 0 && i + 1 < argc) {
+      if (!take_dim(argv[++i], dims, &n_dims, d)) return TEQ_ERR_INPUT;
+      continue;
+    }
     if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
     OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
     io.batch = batch;
+    io.dims = dims;
+    io.n_dims = n_dims;
     Graph *g = NULL;
     if ((rc = onnx_import_file(argv[i], &io, &g, NULL, d)) != TEQ_OK) break;
     int before = (int)keys.n;
@@ -435,7 +453,8 @@ static void print_cost_by_kind(const Graph *g, const NodeCost *costs, int n, dou
 }
 
 static int do_cost(int argc, char **argv, Diag *d) {
-  const char *table = NULL, *model = NULL;
+  const char *table = NULL, *model = NULL, *dims[64];
+  int n_dims = 0;
   long long batch = 1;
   bool gpu = false;
   int shown = 15;
@@ -446,12 +465,16 @@ static int do_cost(int argc, char **argv, Diag *d) {
     else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
       if (!teq_parse_int(argv[++i], 1, 1 << 20, &batch))
         return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
+    } else if (strcmp(argv[i], "--dim") == 0 && i + 1 < argc) {
+      if (!take_dim(argv[++i], dims, &n_dims, d)) return TEQ_ERR_INPUT;
     } else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
     else model = argv[i];
   }
   if (!model) return diag_error(d, "cost: no model given");
   OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
   io.batch = batch;
+  io.dims = dims;
+  io.n_dims = n_dims;
   Graph *g = NULL;
   CostModel *m = cost_model_new();
   CudaDevice *dev = NULL;

@@ -32,6 +32,8 @@
 typedef struct RunOptions {
   const char *input_files[MAX_INPUT_FILES]; /* "NAME=FILE" */
   int64_t n_input_files;
+  const char *dims[MAX_INPUT_FILES]; /* "NAME=N" */
+  int64_t n_dims;
   int64_t seed;
   int64_t batch;
   int64_t repeat;
@@ -48,30 +50,34 @@ typedef struct OptRow {
   const char *name;
   OptKind kind;
   size_t offset;    /* of the field in RunOptions */
+  size_t count;     /* OPT_LIST: of its count */
   int64_t def, lo, hi;
   const char *help;
 } OptRow;
 
 static const OptRow option_rows[] = {
-    {"input", OPT_LIST, offsetof(RunOptions, input_files), 0, 0, 0,
+    {"input", OPT_LIST, offsetof(RunOptions, input_files), offsetof(RunOptions, n_input_files),
+     0, 0, 0,
      "NAME=FILE: feed input NAME from FILE (.pb: a TensorProto; else raw little-endian data)"},
-    {"seed", OPT_INT, offsetof(RunOptions, seed), 0, 0, INT64_MAX,
+    {"dim", OPT_LIST, offsetof(RunOptions, dims), offsetof(RunOptions, n_dims), 0, 0, 0,
+     "NAME=N: the inputs' symbolic dimension NAME is N"},
+    {"seed", OPT_INT, offsetof(RunOptions, seed), 0, 0, 0, INT64_MAX,
      "seed of the random inputs; input i gets seed S+i"},
-    {"batch", OPT_INT, offsetof(RunOptions, batch), 1, 1, 1 << 20,
+    {"batch", OPT_INT, offsetof(RunOptions, batch), 0, 1, 1, 1 << 20,
      "extent given to symbolic dimensions"},
-    {"repeat", OPT_INT, offsetof(RunOptions, repeat), 1, 0, 1000000,
+    {"repeat", OPT_INT, offsetof(RunOptions, repeat), 0, 1, 0, 1000000,
      "runs to time; the median is printed (0: import only)"},
-    {"output-dir", OPT_STRING, offsetof(RunOptions, output_dir), 0, 0, 0,
+    {"output-dir", OPT_STRING, offsetof(RunOptions, output_dir), 0, 0, 0, 0,
      "write output_J.pb (TensorProto) and output_J.bin (raw float32) there"},
-    {"save", OPT_STRING, offsetof(RunOptions, save), 0, 0, 0,
+    {"save", OPT_STRING, offsetof(RunOptions, save), 0, 0, 0, 0,
      "write the imported graph back as ONNX"},
-    {"modp", OPT_FLAG, offsetof(RunOptions, modp), 0, 0, 1, "evaluate exactly in Z_p"},
-    {"quiet", OPT_FLAG, offsetof(RunOptions, quiet), 0, 0, 1, "no statistics on stderr"},
-    {"gpu", OPT_FLAG, offsetof(RunOptions, gpu), 0, 0, 1,
+    {"modp", OPT_FLAG, offsetof(RunOptions, modp), 0, 0, 0, 1, "evaluate exactly in Z_p"},
+    {"quiet", OPT_FLAG, offsetof(RunOptions, quiet), 0, 0, 0, 1, "no statistics on stderr"},
+    {"gpu", OPT_FLAG, offsetof(RunOptions, gpu), 0, 0, 0, 1,
      "run on the GPU (cuDNN, cuBLAS, Teq's kernels), timed by CUDA events"},
-    {"warmup", OPT_INT, offsetof(RunOptions, warmup), 10, 0, 1000000,
+    {"warmup", OPT_INT, offsetof(RunOptions, warmup), 0, 10, 0, 1000000,
      "with --gpu: untimed runs before the timed ones"},
-    {"check", OPT_FLAG, offsetof(RunOptions, check), 0, 0, 1,
+    {"check", OPT_FLAG, offsetof(RunOptions, check), 0, 0, 0, 1,
      "with --gpu: compare with the CPU executor; fail above 1e-4 relative error"},
 };
 #define N_OPTIONS (sizeof option_rows / sizeof option_rows[0])
@@ -102,9 +108,16 @@ static int set_option(RunOptions *o, const OptRow *r, const char *val) {
   } else if (r->kind == OPT_STRING) {
     *(const char **)field = val;
   } else if (r->kind == OPT_LIST) {
-    if (o->n_input_files == MAX_INPUT_FILES) return bad_usage("too many --%s options", r->name);
-    if (!strchr(val, '=')) return bad_usage("--input takes NAME=FILE, not '%s'", val);
-    ((const char **)field)[o->n_input_files++] = val;
+    int64_t *n = (int64_t *)((char *)o + r->count);
+    if (*n == MAX_INPUT_FILES) return bad_usage("too many --%s options", r->name);
+    if (!strchr(val, '=')) {
+      /* a list's help opens with its form, "NAME=FILE: ..." */
+      fprintf(stderr, "run-model: --%s takes %.*s, not '%s'\n", r->name,
+              (int)strcspn(r->help, ":"), r->help, val);
+      usage(stderr);
+      return 2;
+    }
+    ((const char **)field)[(*n)++] = val;
   } else {
     char *end;
     errno = 0;
@@ -366,6 +379,8 @@ static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor 
 static int run_model(const RunOptions *o, Diag *d) {
   OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
   io.batch = o->batch;
+  io.dims = o->dims;
+  io.n_dims = (int)o->n_dims;
   OnnxImportStats stats;
   Graph *g = NULL;
   double t0 = now_ms();

@@ -16,10 +16,22 @@
 #include "runtime/exec.h"
 #include "runtime/onnx/onnx_int.h"
 
+/* A named symbolic dimension and its extent: given in the options, or set
+ * to `batch` where a graph input has it (first seen at input, dimension). */
+typedef struct SymbolicDim {
+  const char *name;
+  int64_t value;
+  bool used;
+  const char *input;
+  size_t axis;
+} SymbolicDim;
+
 typedef struct Importer {
   const char *path;
   OnnxExternal *external;     /* files of external data; NULL: none can be read */
-  int64_t batch;              /* extent of symbolic dimensions */
+  int64_t batch;              /* extent of symbolic dimensions not named in dims */
+  SymbolicDim *dims;          /* the options' named extents, then names the inputs default */
+  int n_dims, n_named;        /* all of them; the first n_named come from the options */
   Diag *d;
   const Onnx__ModelProto *model;
   const Onnx__GraphProto *gp;
@@ -41,6 +53,13 @@ typedef struct Importer {
 static int out_of_memory(Importer *im) {
   diag_error(im->d, "%s: out of memory", im->path);
   return TEQ_ERR_NOMEM;
+}
+
+/* The named symbolic dimension `name`, or NULL. */
+static SymbolicDim *find_dim(const Importer *im, const char *name) {
+  for (int k = 0; name && k < im->n_dims; k++)
+    if (!strcmp(im->dims[k].name, name)) return &im->dims[k];
+  return NULL;
 }
 
 /* ---- values ---- */
@@ -376,7 +395,8 @@ static bool has_subgraph(const Onnx__NodeProto *np) {
 }
 
 /* What value_info (or a graph output) declares for name: its element type
- * (0 if none) and its extents, -1 where symbolic; rank SHAPE_UNKNOWN if none. */
+ * (0 if none) and its extents, -1 where symbolic (a name the graph inputs
+ * have is their extent); rank SHAPE_UNKNOWN if none. */
 static int32_t declared_type(const Importer *im, const char *name, Shape *s) {
   memset(s, 0, sizeof *s);
   s->ndim = SHAPE_UNKNOWN;
@@ -389,7 +409,10 @@ static int32_t declared_type(const Importer *im, const char *name, Shape *s) {
     for (size_t i = 0; i < tt->shape->n_dim; i++) {
       const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[i];
       bool known = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-      s->d[i] = known && dm->dim_value >= 0 ? dm->dim_value : -1;
+      const SymbolicDim *sd =
+          dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
+              ? find_dim(im, dm->dim_param) : NULL;
+      s->d[i] = known && dm->dim_value >= 0 ? dm->dim_value : sd ? sd->value : -1;
     }
   }
   return tt->has_elem_type ? tt->elem_type : 0;
@@ -717,6 +740,38 @@ static int import_nodes(Importer *im) {
 
 /* ---- graph inputs, initializers, outputs ---- */
 
+/* The options' "NAME=N" entries, parsed; malformed ones are errors. */
+static int parse_dims(Importer *im, const OnnxImportOptions *o) {
+  if (o->n_dims < 0 || (o->n_dims && !o->dims)) return TEQ_ERR_INPUT;
+  /* room for every named dimension of every input too (found later) */
+  size_t room = (size_t)o->n_dims;
+  for (size_t k = 0; k < im->gp->n_input; k++) {
+    const Onnx__TypeProto *tp = im->gp->input[k]->type;
+    if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+        tp->tensor_type->shape)
+      room += tp->tensor_type->shape->n_dim;
+  }
+  im->dims = calloc(room + 1, sizeof *im->dims);
+  if (!im->dims) return out_of_memory(im);
+  for (int k = 0; k < o->n_dims; k++) {
+    const char *e = o->dims[k], *eq = e ? strchr(e, '=') : NULL;
+    long long v = 0;
+    char *name = eq && eq > e ? strndup(e, (size_t)(eq - e)) : NULL;
+    if (name && !teq_parse_int(eq + 1, 1, 1 << 20, &v)) free(name), name = NULL;
+    if (!name)
+      return diag_error(im->d, "%s: dimension '%s': expected NAME=N, N from 1 to 1048576",
+                        im->path, e ? e : "");
+    if (find_dim(im, name)) {
+      diag_error(im->d, "%s: dimension '%s' is given twice", im->path, name);
+      free(name);
+      return TEQ_ERR_INPUT;
+    }
+    im->dims[im->n_dims++] = (SymbolicDim){.name = name, .value = v};
+  }
+  im->n_named = im->n_dims;
+  return TEQ_OK;
+}
+
 static int symbolic_dim(Importer *im, const Onnx__ValueInfoProto *vi, size_t i, int64_t *out) {
   const Onnx__TensorShapeProto__Dimension *dm = vi->type->tensor_type->shape->dim[i];
   if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
@@ -725,14 +780,54 @@ static int symbolic_dim(Importer *im, const Onnx__ValueInfoProto *vi, size_t i, 
     return diag_error(im->d, "%s: input '%s': dimension %zu is %lld", im->path, vi->name, i,
                       (long long)dm->dim_value);
   }
+  bool named = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+               dm->dim_param && *dm->dim_param;
+  SymbolicDim *sd = named ? find_dim(im, dm->dim_param) : NULL;
+  if (!sd && named) { /* the same name means the same extent everywhere */
+    sd = &im->dims[im->n_dims++];
+    char *copy = strdup(dm->dim_param);
+    if (!copy) return out_of_memory(im);
+    *sd = (SymbolicDim){.name = copy, .value = im->batch, .input = vi->name, .axis = i};
+  }
+  if (sd) {
+    sd->used = true;
+    *out = sd->value;
+    return TEQ_OK;
+  }
   if (!im->warned_symbolic) {
-    bool named = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-    diag_warn(im->d, "%s: symbolic dimensions set to %lld (first: input '%s', dimension %zu%s%s%s)",
-              im->path, (long long)im->batch, vi->name, i, named ? " '" : "",
-              named ? dm->dim_param : "", named ? "'" : "");
+    diag_warn(im->d, "%s: an unnamed symbolic dimension (input '%s', dimension %zu) is set "
+              "to %lld", im->path, vi->name, i, (long long)im->batch);
     im->warned_symbolic = true;
   }
   *out = im->batch;
+  return TEQ_OK;
+}
+
+/* After the inputs: every name the options gave must have been met, and
+ * the names set to `batch` are listed once, so a user sees what to name. */
+static int check_dims(Importer *im) {
+  for (int k = 0; k < im->n_named; k++) {
+    if (im->dims[k].used) continue;
+    char have[512] = "";
+    size_t at = 0;
+    for (int j = 0; j < im->n_dims && at < sizeof have - 64; j++)
+      if (j >= im->n_named || im->dims[j].used)
+        at += (size_t)snprintf(have + at, sizeof have - at, "%s'%s'", at ? ", " : "",
+                               im->dims[j].name);
+    return diag_error(im->d, "%s: no graph input has a symbolic dimension named '%s' (%s%s)",
+                      im->path, im->dims[k].name, at ? "it has " : "it has none",
+                      at ? have : "");
+  }
+  if (im->n_dims > im->n_named) {
+    char list[512] = "";
+    size_t at = 0;
+    for (int j = im->n_named; j < im->n_dims && at < sizeof list - 128; j++)
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s'%s' (input '%s', dimension %zu)",
+                             at ? ", " : "", im->dims[j].name, im->dims[j].input,
+                             im->dims[j].axis);
+    diag_warn(im->d, "%s: symbolic dimensions set to %lld: %s", im->path, (long long)im->batch,
+              list);
+  }
   return TEQ_OK;
 }
 
@@ -880,7 +975,9 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
 static int import_graph(Importer *im, const OnnxImportOptions *o) {
   int rc = index_infos(im);
   if (rc == TEQ_OK) rc = import_initializers(im);
+  if (rc == TEQ_OK) rc = parse_dims(im, o);
   if (rc == TEQ_OK) rc = import_inputs(im);
+  if (rc == TEQ_OK) rc = check_dims(im);
   if (rc == TEQ_OK) rc = import_nodes(im);
   if (rc == TEQ_OK) rc = import_outputs(im);
   if (rc == TEQ_OK) warn_unsupported(im);
@@ -927,6 +1024,8 @@ static void importer_fini(Importer *im) {
   onnx_names_fini(&im->by_name);
   onnx_names_fini(&im->infos);
   onnx_names_fini(&im->read);
+  for (int k = 0; k < im->n_dims; k++) free((char *)im->dims[k].name);
+  free(im->dims);
 }
 
 /* ext: where external data is read from (NULL: it is refused). */

@@ -65,6 +65,9 @@ expect_status 2 "garbage.onnx" "$OPT" --rules "$db" "$WORK/garbage.onnx"
 expect_status 2 "no model given" "$OPT" --rules "$db"
 expect_status 2 "--alpha" "$OPT" --rules "$db" --alpha 0.5 "$WORK/tiny.onnx"
 expect_status 2 "--cost-model" "$OPT" --rules "$db" --cost-model magic "$WORK/tiny.onnx"
+expect_status 2 "--dim 'seq': expected NAME=N" "$OPT" --rules "$db" --dim seq "$WORK/tiny.onnx"
+expect_status 2 "no graph input has a symbolic dimension named 'seq' \(it has none\)" \
+  "$OPT" --rules "$db" --dim seq=64 "$WORK/tiny.onnx"
 
 # --- models: optimize, then both versions in ONNX Runtime on one input.
 models=("tiny-cnn:$WORK/tiny.onnx")

@@ -441,6 +441,23 @@ def external_data():
     model("bad_external_offset", ("offset", "-8"))
 
 
+def symbolic_dims():
+    """Inputs with named symbolic dimensions ("batch", "seq") and an operator
+    Teq does not know (CumSum) whose output shape is declared with the same
+    names: naming their extents at import also makes that shape known, which
+    the Transpose after it needs."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [n("MatMul", ["x", "w"], ["h"]), n("CumSum", ["h", "axis"], ["c"], name="cumsum"),
+         n("Transpose", ["c"], ["y"], perm=[0, 2, 1])], "symbolic_dims",
+        [vi("x", f, ["batch", "seq", 8])], [vi("y", f, ["batch", 4, "seq"])],
+        [init("w", rand(8, 4)), init("axis", np.array(1, np.int64))],
+        value_info=[vi("c", f, ["batch", "seq", 4])])
+    save("symbolic_dims", graph)
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -454,3 +471,4 @@ if __name__ == "__main__":
     scatter_dropout()
     bad_dropouts()
     external_data()
+    symbolic_dims()
