@@ -309,7 +309,8 @@ static bool same_opaque(const Node *x, const Node *y) {
  * k-th opaque node. */
 static int cut_opaque(const Graph *g, const int32_t *ids, int n, Graph **out, Diag *d) {
   Graph *c = graph_copy(g);
-  int rc = c ? TEQ_OK : TEQ_ERR_NOMEM;
+  int32_t *off = NULL, *uses = c ? graph_use_counts(c, &off) : NULL;
+  int rc = uses ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int k = 0; k < n && rc == TEQ_OK; k++) {
     int32_t n_in = c->nodes[ids[k]].n_in, n_out = c->nodes[ids[k]].n_out;
     for (int j = 0; j < n_in && rc == TEQ_OK; j++) {
@@ -317,10 +318,13 @@ static int cut_opaque(const Graph *g, const int32_t *ids, int n, Graph **out, Di
       rc = r < 0 ? r : TEQ_OK;
     }
     for (int o = 0; o < n_out && rc == TEQ_OK; o++) {
+      if (!uses[off[ids[k]] + o]) continue; /* read by nothing: nothing to feed */
       Shape s = c->nodes[ids[k]].out[o];
       if (!shape_is_known(&s)) {
         char label[256];
-        rc = diag_error(d, "optimize: cannot check: output %d of %s has an unknown shape", o,
+        rc = diag_error(d, "optimize: cannot check: output %d of %s has an unknown shape "
+                        "(onnx.shape_inference.infer_shapes writes it into the model; "
+                        "--no-check skips the check)", o,
                         graph_node_label(c, ids[k], label, sizeof label));
         break;
       }
@@ -329,6 +333,7 @@ static int cut_opaque(const Graph *g, const int32_t *ids, int n, Graph **out, Di
       else graph_replace_uses(c, (TensorRef){ids[k], o}, (TensorRef){id, 0});
     }
   }
+  free(uses), free(off);
   if (rc == TEQ_OK && graph_remove_dead(c) < 0) rc = TEQ_ERR_NOMEM;
   if (rc != TEQ_OK) {
     graph_free(c);

@@ -439,13 +439,14 @@ static bool in_list(const char *op, const char *const *list) {
  * broadcast of their input shapes (the input's shape, for one input):
  * enough to keep shapes known past the masks and comparisons models are
  * full of when nothing declares them. Comparisons make bool; Cast makes
- * its `to`; Where picks from inputs 1 and 2; the rest keep input 0's type. */
+ * its `to`, and the random ones (Bernoulli, Random*Like) their `dtype`;
+ * Where picks from inputs 1 and 2; the rest keep input 0's type. */
 static const char *const elementwise_ops[] = {
-    "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
+    "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "Bernoulli", "BitShift", "BitwiseAnd",
     "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "Ceil", "Cos", "Cosh", "Equal", "Floor",
     "Greater", "GreaterOrEqual", "Hardmax", "IsInf", "IsNaN", "Less", "LessOrEqual", "Mod",
-    "Not", "Or", "PRelu", "Round", "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Tan", "Where",
-    "Xor", NULL};
+    "Not", "Or", "PRelu", "RandomNormalLike", "RandomUniformLike", "Round", "Shrink", "Sign",
+    "Sin", "Sinh", "Softsign", "Tan", "Where", "Xor", NULL};
 static const char *const comparison_ops[] = {"Equal", "Greater", "GreaterOrEqual", "IsInf", "IsNaN",
                                             "Less", "LessOrEqual", NULL};
 
@@ -469,8 +470,10 @@ static void elementwise_output(const OnnxNodeIn *v, OpaqueInfo *info) {
   const Onnx__NodeProto *np = v->np;
   int32_t *elem = &info->out_elem[0];
   if (!*elem && in_list(op, comparison_ops)) *elem = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-  for (size_t k = 0; !*elem && strcmp(op, "Cast") == 0 && k < np->n_attribute; k++)
-    if (strcmp(np->attribute[k]->name, "to") == 0) *elem = (int32_t)np->attribute[k]->i;
+  /* Cast's `to`; the random operators' `dtype` (absent: input 0's type) */
+  const char *type_attr = strcmp(op, "Cast") == 0 ? "to" : "dtype";
+  for (size_t k = 0; !*elem && k < np->n_attribute; k++)
+    if (strcmp(np->attribute[k]->name, type_attr) == 0) *elem = (int32_t)np->attribute[k]->i;
   if (!*elem) *elem = input_elem(v, strcmp(op, "Where") == 0 ? 1 : 0);
   if (shape_is_known(&info->out_declared[0])) return;
   Shape s = {0};
