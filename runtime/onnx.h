@@ -33,6 +33,12 @@ typedef struct OnnxImportOptions {
   bool keep_noops;     /* keep Identity and Dropout nodes */
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
+  /* A node of an operator Teq knows, in a form its row does not take (an
+   * attribute value, a computed parameter, an extra output), is kept whole
+   * as an opaque node, with a warning saying why, as an unknown operator is,
+   * rather than refused: for callers that work around opaque nodes
+   * (optimize), not for those that must run every node. */
+  bool opaque_unsupported_forms;
 } OnnxImportOptions;
 
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})

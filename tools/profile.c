@@ -133,6 +133,7 @@ static int do_record(int argc, char **argv, Diag *d) {
     io.batch = batch;
     io.dims = dims;
     io.n_dims = n_dims;
+    io.opaque_unsupported_forms = true; /* opaque nodes are not costed */
     Graph *g = NULL;
     if ((rc = onnx_import_file(argv[i], &io, &g, NULL, d)) != TEQ_OK) break;
     int before = (int)keys.n;
@@ -475,6 +476,7 @@ static int do_cost(int argc, char **argv, Diag *d) {
   io.batch = batch;
   io.dims = dims;
   io.n_dims = n_dims;
+  io.opaque_unsupported_forms = true; /* opaque nodes are not costed */
   Graph *g = NULL;
   CostModel *m = cost_model_new();
   CudaDevice *dev = NULL;

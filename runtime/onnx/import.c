@@ -47,6 +47,7 @@ typedef struct Importer {
   int *n_unsupported_of;
   int n_unsupported;
   bool warned_symbolic;
+  bool opaque_forms;          /* the options' opaque_unsupported_forms */
   OnnxImportStats stats;
 } Importer;
 
@@ -118,12 +119,14 @@ static void forward_messages(Diag *from, Diag *d, const char *where) {
   for (char *line = from->text; line && *line;) {
     char *nl = strchr(line, '\n');
     int n = nl ? (int)(nl - line) : (int)strlen(line);
+    const char *sep = where ? ": " : "";
+    where = where ? where : "";
     if (strncmp(line, "warning: ", 9) == 0)
-      diag_warn(d, "%s: %.*s", where, n - 9, line + 9);
+      diag_warn(d, "%s%s%.*s", where, sep, n - 9, line + 9);
     else if (strncmp(line, "error: ", 7) == 0)
-      diag_error(d, "%s: %.*s", where, n - 7, line + 7);
+      diag_error(d, "%s%s%.*s", where, sep, n - 7, line + 7);
     else
-      diag_error(d, "%s: %.*s", where, n, line);
+      diag_error(d, "%s%s%.*s", where, sep, n, line);
     line += n + (nl != NULL);
   }
   diag_fini(from);
@@ -535,7 +538,8 @@ static int add_opaque(Importer *im, const OnnxNodeIn *v, OpaqueInfo *info, Tenso
   return id < 0 ? id : define_outputs_ref(im, v, id, im->g->nodes[id].opaque->out_elem);
 }
 
-static int import_opaque(Importer *im, OnnxNodeIn *v) {
+/* note: count the node's operator among the unknown ones (warn_unsupported). */
+static int import_opaque(Importer *im, OnnxNodeIn *v, bool note) {
   const Onnx__NodeProto *np = v->np;
   if (has_subgraph(np))
     return onnx_in_unsupported(v, im->d,
@@ -546,7 +550,7 @@ static int import_opaque(Importer *im, OnnxNodeIn *v) {
     return TEQ_OK;
   }
   OpaqueInfo *info = NULL;
-  int rc = note_unsupported(im, np);
+  int rc = note ? note_unsupported(im, np) : TEQ_OK;
   if (rc == TEQ_OK) rc = opaque_info_make(im, v, &info);
   TensorRef *in = calloc(np->n_input + 1, sizeof *in);
   Shape *shapes = calloc(np->n_output, sizeof *shapes);
@@ -610,8 +614,26 @@ static int import_default_domain(Importer *im, OnnxNodeIn *v) {
   }
   v->failed = false;
   int kind = op_by_onnx(op);
-  if (kind < 0 || (op_def((OpKind)kind)->flags & OPF_OPAQUE)) return import_opaque(im, v);
-  return import_registry_node(im, v, (OpKind)kind);
+  if (kind < 0 || (op_def((OpKind)kind)->flags & OPF_OPAQUE)) return import_opaque(im, v, true);
+  if (!im->opaque_forms) return import_registry_node(im, v, (OpKind)kind);
+  /* The row's refusal is held back: a form it does not take makes the node
+   * opaque, with the refusal as the warning; any other outcome stands. */
+  Diag local, *outer = im->d;
+  diag_init(&local);
+  int32_t n0 = im->g->n_nodes;
+  im->d = v->d = &local;
+  int rc = import_registry_node(im, v, (OpKind)kind);
+  im->d = v->d = outer;
+  if (rc == TEQ_ERR_UNSUPPORTED && im->g->n_nodes == n0) {
+    const char *why = diag_last(&local);
+    if (!strncmp(why, "error: ", 7)) why += 7;
+    diag_warn(outer, "%.*s; the node is kept as an opaque node", (int)strcspn(why, "\n"), why);
+    diag_fini(&local);
+    v->failed = false;
+    return import_opaque(im, v, false);
+  }
+  forward_messages(&local, outer, NULL);
+  return rc;
 }
 
 static int import_node(Importer *im, int index) {
@@ -619,7 +641,8 @@ static int import_node(Importer *im, int index) {
   OnnxNodeIn v;
   int rc = node_in_init(im, np, index, &v);
   if (rc == TEQ_OK)
-    rc = is_default_domain(np->domain) ? import_default_domain(im, &v) : import_opaque(im, &v);
+    rc = is_default_domain(np->domain) ? import_default_domain(im, &v)
+                                       : import_opaque(im, &v, true);
   node_in_fini(&v);
   return rc;
 }
@@ -1041,7 +1064,7 @@ static int import_model(const uint8_t *data, size_t len, const char *name, OnnxE
   if (rc != TEQ_OK) return rc;
   int opset = domain_opset(m, "");
   Importer im = {.path = name, .external = ext, .batch = o.batch > 0 ? o.batch : 1, .d = d,
-                 .model = m, .gp = m->graph, .opset = opset > 0 ? opset : 0, .g = graph_new()};
+                 .opaque_forms = o.opaque_unsupported_forms, .model = m, .gp = m->graph, .opset = opset > 0 ? opset : 0, .g = graph_new()};
   im.stats.n_nodes = (int)m->graph->n_node;
   im.stats.opset = im.opset;
   rc = im.g ? import_graph(&im, &o) : out_of_memory(&im);

@@ -671,6 +671,30 @@ static void test_symbolic_dims(void) {
   }
 }
 
+/* A form of a known operator its row does not take is refused, or, when
+ * asked (opaque_unsupported_forms), kept whole as an opaque node with the
+ * refusal as a warning; a malformed node is refused either way. */
+static void test_opaque_forms(void) {
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  o.opaque_unsupported_forms = true;
+  OnnxImportStats st;
+  Graph *g = import(data("bad_storage_order.onnx", p), &o, &st, &d);
+  CHECK(g && count_kind(g, OP_OPAQUE) == 1 && count_kind(g, OP_MAXPOOL) == 0 && st.n_opaque == 1);
+  CHECK_MSG(d.n_errors == 0 && d.text && strstr(d.text, "node 'pool' (MaxPool): MaxPool with "
+            "storage_order=1 is not supported; the node is kept as an opaque node") &&
+            !strstr(d.text, "unsupported operator"), "%s", d.text ? d.text : "");
+  graph_free(g);
+  diag_fini(&d);
+  diag_init(&d);
+  g = NULL;
+  CHECK_EQ_INT(onnx_import_file(data("bad_auto_pad.onnx", p), &o, &g, NULL, &d), TEQ_ERR_INPUT);
+  CHECK(!g && strstr(diag_last(&d), "FOO"));
+  diag_fini(&d);
+}
+
 /* ---- bad input ---- */
 
 static void write_file(const char *path, const void *bytes, size_t n) {
@@ -829,6 +853,7 @@ int main(void) {
   test_large_weights();
   test_external_data();
   test_symbolic_dims();
+  test_opaque_forms();
   test_bad_files();
   test_tensor_files();
   remove_tmp();

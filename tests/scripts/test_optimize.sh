@@ -166,10 +166,12 @@ expect_status 2 "reads output 0 of 'cumsum' \(CumSum\), an operator Teq does not
 expect_status 2 "comes from node 'cumsum' \(CumSum\).*infer_shapes" "$OPT" --rules "$db" "$WORK/opaque_reshape.onnx"
 
 # --- ONNX's node tests with operators Teq does not know: an RNN whose first output nothing
-# reads and whose shape nothing declares (the check feeds only what is read), and Bernoulli
-# written out with RandomUniformLike (its output has its input's shape).
+# reads and whose shape nothing declares (the check feeds only what is read), Bernoulli
+# written out with RandomUniformLike (its output has its input's shape); and forms of known
+# operators Teq does not take (a MaxPool's indices, a cubic Resize), kept opaque.
 NODE_TESTS=/usr/share/libonnx-testdata/data/node
-for t in test_simple_rnn_defaults test_gru_defaults test_bernoulli_seed_expanded; do
+for t in test_simple_rnn_defaults test_gru_defaults test_bernoulli_seed_expanded \
+         test_maxpool_with_argmax_2d_precomputed_pads test_resize_upsample_scales_cubic; do
   [[ -f $NODE_TESTS/$t/model.onnx ]] || continue
   if "$OPT" --rules "$db" --quiet --budget 20 --json "$WORK/$t.json" -o "$WORK/$t.opt.onnx" \
        "$NODE_TESTS/$t/model.onnx" >/dev/null 2>"$WORK/err.log" &&
