@@ -129,14 +129,11 @@ TEQ_API void onnx_out_attr_float(OnnxNodeOut *w, const char *name, double v);
 TEQ_API void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n);
 TEQ_API void onnx_out_attr_string(OnnxNodeOut *w, const char *name, const char *v);
 /* Shape of the node's input i (NULL if there is none), and the opset being
- * written, for rows whose ONNX form depends on them. */
+ * written, for rows whose ONNX form depends on them. The opset is decided
+ * before any node is written: the highest any node needs (a row's
+ * onnx_opset, an opaque node's own), so a row's form can follow it. */
 TEQ_API const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i);
 TEQ_API int onnx_out_opset(const OnnxNodeOut *w);
-/* Raises the opset the model is written in to at least version, for an
- * operator born after opset 13. Every row writes forms valid up to opset
- * 17, so a version above that is refused (TEQ_ERR_UNSUPPORTED, with a
- * message naming the node's operator). */
-TEQ_API int onnx_out_require_opset(OnnxNodeOut *w, int version, Diag *d);
 /* Removes an attribute the generic mapping wrote (e.g. a default that the
  * exported op_type does not accept). */
 TEQ_API void onnx_out_drop_attr(OnnxNodeOut *w, const char *name);

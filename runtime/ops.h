@@ -107,6 +107,7 @@ typedef struct OpDef {
   const char *axiom_name;  /* symbol in specs/ops.axioms; NULL: uninterpreted */
   const char *onnx_op;     /* ONNX op_type written on export and read on import, or NULL */
   const char *const *onnx_aliases; /* further op_types imported as this kind, NULL-ended */
+  int onnx_opset;          /* the opset its ONNX form needs (born after 13); 0: any */
   int n_in_min, n_in_max;  /* n_in_max -1: any number (concat) */
   int n_out_min, n_out_max;
   const OpParam *params;

@@ -344,17 +344,28 @@ const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i) {
 
 int onnx_out_opset(const OnnxNodeOut *w) { return w->x->opset; }
 
-/* The last opset in which every row's ONNX form is what the row writes
- * (opset 18 moved ReduceMean's axes and others from attributes to inputs). */
-#define EXPORT_OPSET_MAX 17
+/* The last opset whose changes every row's ONNX form follows (18 moved
+ * the reduce operators' axes from an attribute to an input; 19 and 20 only
+ * added operators and attributes). */
+#define EXPORT_OPSET_MAX 20
 
-int onnx_out_require_opset(OnnxNodeOut *w, int version, Diag *d) {
-  if (version > EXPORT_OPSET_MAX) {
-    diag_error(d, "%s: ONNX %s needs opset %d; Teq writes opsets up to %d", w->x->path,
-               w->np->op_type, version, EXPORT_OPSET_MAX);
-    return TEQ_ERR_UNSUPPORTED;
+/* The opset the model is written in: the highest any node needs, a row's
+ * onnx_opset or a default-domain opaque node's own. Decided before any
+ * node is written, since rows write the forms of that opset. */
+static int decide_opset(Exporter *x) {
+  for (int32_t id = 0; id < x->g->n_nodes; id++) {
+    const Node *n = &x->g->nodes[id];
+    const OpDef *o = op_def(n->kind);
+    int v = o->onnx_opset;
+    if (n->kind == OP_OPAQUE && n->opaque && (!n->opaque->domain || !*n->opaque->domain ||
+                                              !strcmp(n->opaque->domain, "ai.onnx")))
+      v = n->opaque->opset;
+    else if (v > EXPORT_OPSET_MAX)
+      return diag_error(x->d, "%s: ONNX %s needs opset %d; Teq writes opsets up to %d", x->path,
+                        o->onnx_op ? o->onnx_op : o->name, v, EXPORT_OPSET_MAX),
+             TEQ_ERR_UNSUPPORTED;
+    if (v > x->opset) x->opset = v;
   }
-  if (version > w->x->opset) w->x->opset = version;
   return TEQ_OK;
 }
 
@@ -713,6 +724,7 @@ static int write_graph(Exporter *x) {
   int rc = order && out_names && via_identity ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = internal_error(x, "the graph has a cycle");
+  if (rc == TEQ_OK) rc = decide_opset(x);
   if (rc == TEQ_OK) rc = reserve_io_names(x, out_names, via_identity);
   if (rc == TEQ_OK) write_inputs(x);
   if (rc == TEQ_OK) rc = write_nodes(x, order);

@@ -705,16 +705,10 @@ const OpDef op_def_thresholded_relu = {
   .modp_standin = standin_thresholded_relu, .family = &fam_thresholded_relu,
 };
 
-/* Operators born after opset 13 raise the opset the model is written in. */
-static int hard_swish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  (void)n;
-  return onnx_out_require_opset(w, 14, d);
-}
-
 const OpDef op_def_hard_swish = {
   .kind = OP_HARD_SWISH, .name = "hard_swish", .onnx_op = "HardSwish",
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(hard_swish), .flags = NONLINEAR_FLAGS,
-  .onnx_write = hard_swish_onnx_write,
+  .onnx_opset = 14, /* born after 13: it raises the opset the model is written in */
   .modp_standin = standin_hard_swish, .family = &fam_hard_swish,
 };
 
@@ -729,15 +723,10 @@ const OpDef op_def_celu = {
   .modp_standin = standin_celu, .family = &fam_celu,
 };
 
-static int mish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  (void)n;
-  return onnx_out_require_opset(w, 18, d);
-}
-
 const OpDef op_def_mish = {
   .kind = OP_MISH, .name = "mish", .onnx_op = "Mish",
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(mish), .flags = NONLINEAR_FLAGS,
-  .onnx_write = mish_onnx_write,
+  .onnx_opset = 18,
   .modp_standin = standin_mish, .family = &fam_mish,
 };
 

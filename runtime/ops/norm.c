@@ -221,16 +221,15 @@ static int layer_norm_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
-/* LayerNormalization exists from opset 17 on: it raises the model's. */
 static int layer_norm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  int rc = onnx_out_require_opset(w, 17, d);
-  if (rc) return rc;
+  (void)d;
   onnx_out_attr_int(w, "axis", param_int(&n->params, LN_AXIS));
   return TEQ_OK;
 }
 
 const OpDef op_def_layer_norm = {
   .kind = OP_LAYER_NORM, .name = "layer_norm", .onnx_op = "LayerNormalization",
+  .onnx_opset = 17,
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
   .params = layer_norm_params, .n_params = 2,
   .flags = OPF_NONLINEAR,

@@ -424,12 +424,13 @@ static int reduce_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
-/* Opset 13: ReduceSum's axes are an input, the others' an attribute. */
+/* Axes are an attribute before the family's axes_input_since (ReduceSum's
+ * 13, the others' 18), an input from then on. */
 static int reduce_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   const ParamValue *a = &n->params.v[RED_AXES];
   const ReduceFamily *f = op_def(n->kind)->family;
   if (a->n == 0) return TEQ_OK;
-  if (f->axes_input_since > 13) {
+  if (f->axes_input_since > onnx_out_opset(w)) {
     onnx_out_attr_ints(w, "axes", a->i, a->n);
     return TEQ_OK;
   }
