@@ -33,6 +33,7 @@ typedef struct OnnxImportOptions {
   bool keep_noops;     /* keep Identity and Dropout nodes */
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
+  bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
   /* A node of an operator Teq knows, in a form its row does not take (an
    * attribute value, a computed parameter, an extra output), is kept whole
    * as an opaque node, with a warning saying why, as an unknown operator is,
@@ -50,6 +51,7 @@ typedef struct OnnxImportStats {
   int n_batchnorm_folded;
   int n_noops_removed;
   int n_layer_norms_fused;
+  int n_gelus_fused;
   int opset;           /* the model's default-domain opset */
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;

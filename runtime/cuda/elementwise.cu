@@ -617,6 +617,27 @@ UNARY_ROW(hard_swish, OpHardSwish)
 UNARY_ROW(celu, OpCelu)
 UNARY_ROW(mish, OpMish)
 
+/* gelu's one parameter picks the formula (0: erf, 1: tanh), as on the CPU. */
+struct OpGelu {
+  __device__ float operator()(float x, UnaryArgs) const {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+  }
+};
+struct OpGeluTanh {
+  __device__ float operator()(float x, UnaryArgs) const {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+extern "C" int cuda_eval_gelu(CUDA_KERNEL_SIGNATURE) {
+  int rc = check_f32(n, in, 1, out, d);
+  if (rc) return rc;
+  const float *x = (const float *)in[0].data;
+  float *y = (float *)out[0].data;
+  int64_t count = shape_numel(&out[0].shape);
+  return n->params.v[0].i[0] == 1 ? unary_run<OpGeluTanh>(cx, x, y, count, UnaryArgs{}, d)
+                                  : unary_run<OpGelu>(cx, x, y, count, UnaryArgs{}, d);
+}
+
 /* ---- fused activations (conv, matmul) ---- */
 
 /* act_apply_f32's relu, which unlike the relu row maps NaN to 0. */

@@ -7,9 +7,11 @@
  * which is exact in real arithmetic. A layer normalization that an
  * exporter wrote out in nine operators (PyTorch below opset 17: ReduceMean,
  * Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta) becomes
- * the one operator it computes, also exact in real arithmetic. Parameters
- * are found by name through the registry rows, never by index. Dead nodes
- * are removed by the caller. */
+ * the one operator it computes, also exact in real arithmetic, and so does
+ * a GELU written out in erf (x / sqrt 2, Erf, + 1, times x, times 1/2, as
+ * PyTorch below opset 20 and most exporters write it). Parameters are
+ * found by name through the registry rows, never by index. Dead nodes are
+ * removed by the caller. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +246,102 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
     free(name);
     if (id == TEQ_ERR_NOMEM) rc = id;
     if (id < 0) continue;
+    graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
+    n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}
+
+/* ---- GELU written out ---- */
+
+static bool near(double v, double want) { return fabs(v - want) <= 1e-6 * fabs(want); }
+
+/* The operand of binary node b that is not `r` (either side), or {-1}. */
+static TensorRef other_operand(const Node *b, TensorRef r) {
+  if (b->n_in != 2) return (TensorRef){-1, 0};
+  for (int s = 0; s < 2; s++)
+    if (b->in[s].node == r.node && b->in[s].out == r.out) return b->in[1 - s];
+  return (TensorRef){-1, 0};
+}
+
+static bool same_ref(TensorRef a, TensorRef b) { return a.node == b.node && a.out == b.out; }
+
+/* x when r, used once, is x / sqrt 2 or x * (1 / sqrt 2); else {-1}. */
+static TensorRef scaled_input(const Graph *g, TensorRef r, const int32_t *uses,
+                              const int32_t *offset) {
+  const Node *n = &g->nodes[r.node];
+  if (uses[offset[r.node] + r.out] != 1) return (TensorRef){-1, 0};
+  if (n->kind == OP_DIV && near(scalar_of(g, n->in[1]), M_SQRT2)) return n->in[0];
+  if (n->kind == OP_EWMUL)
+    for (int s = 0; s < 2; s++)
+      if (near(scalar_of(g, n->in[s]), M_SQRT1_2)) return n->in[1 - s];
+  return (TensorRef){-1, 0};
+}
+
+/* The only reader of node id's output 0 among nodes below n0, or -1. */
+static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const int32_t *uses,
+                           const int32_t *offset) {
+  if (uses[offset[id]] != 1) return -1;
+  for (int32_t j = 0; j < n0; j++)
+    for (int k = 0; k < g->nodes[j].n_in; k++)
+      if (g->nodes[j].in[k].node == id && g->nodes[j].in[k].out == 0) return j;
+  return -1; /* a graph output */
+}
+
+/* Whether the Erf at e ends ... 1 + erf(x / sqrt 2) ... of a GELU: fills x
+ * and the node whose output is the GELU (the last multiplication). Both
+ * orders of the halving are taken: (x (1 + erf)) / 2 and (x / 2) (1 + erf). */
+static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
+                    const int32_t *offset, TensorRef *x, int32_t *last) {
+  *x = scaled_input(g, g->nodes[e].in[0], uses, offset);
+  if (x->node < 0) return false;
+  int32_t add = only_reader(g, e, n0, uses, offset);
+  if (add < 0 || g->nodes[add].kind != OP_EWADD ||
+      scalar_of(g, other_operand(&g->nodes[add], (TensorRef){e, 0})) != 1)
+    return false;
+  int32_t mul = only_reader(g, add, n0, uses, offset);
+  if (mul < 0 || g->nodes[mul].kind != OP_EWMUL) return false;
+  TensorRef by = other_operand(&g->nodes[mul], (TensorRef){add, 0});
+  if (by.node < 0) return false;
+  if (same_ref(by, *x)) { /* then halved */
+    int32_t half = only_reader(g, mul, n0, uses, offset);
+    if (half < 0 || g->nodes[half].kind != OP_EWMUL ||
+        scalar_of(g, other_operand(&g->nodes[half], (TensorRef){mul, 0})) != 0.5)
+      return false;
+    *last = half;
+    return true;
+  }
+  const Node *h = &g->nodes[by.node]; /* x halved first, used here only */
+  if (h->kind != OP_EWMUL || uses[offset[by.node] + by.out] != 1 ||
+      scalar_of(g, other_operand(h, *x)) != 0.5)
+    return false;
+  *last = mul;
+  return true;
+}
+
+int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  if (!uses) {
+    free(offset);
+    diag_error(d, "out of memory fusing GELUs");
+    return TEQ_ERR_NOMEM;
+  }
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    TensorRef x;
+    int32_t last;
+    if (g->nodes[i].kind != OP_ERF || !gelu_of(g, i, n0, uses, offset, &x, &last)) continue;
+    const Shape *xs = graph_shape(g, x), *ys = &g->nodes[last].out[0];
+    if (!shape_equal(xs, ys) || g->nodes[x.node].dtype != DT_F32) continue;
+    char *name = g->nodes[last].name ? strdup(g->nodes[last].name) : NULL;
+    int id = graph_add_node(g, OP_GELU, &x, 1, 1, NULL, name, d);
+    free(name);
+    if (id < 0) {
+      rc = id;
+      break;
+    }
     graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
     n++;
   }

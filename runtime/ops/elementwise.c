@@ -419,6 +419,22 @@ UNARY_LOOP(hard_swish_f32, x * clamp(x * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
 UNARY_LOOP(celu_f32, x > 0.0f ? x : a0 * expm1f(x / a0))
 UNARY_LOOP(mish_f32, x * tanhf(x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x))))
 
+/* GELU, x Phi(x): exactly, with erf (approximate "none"), or with tanh
+ * (approximate "tanh"), ONNX's two definitions. */
+enum { GELU_ERF, GELU_TANH };
+static void gelu_f32(const float *xs, float *ys, int64_t n, const Params *p) {
+  if (p->v[0].i[0] == GELU_TANH)
+    for (int64_t i = 0; i < n; i++) {
+      float x = xs[i];
+      ys[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    }
+  else
+    for (int64_t i = 0; i < n; i++) {
+      float x = xs[i];
+      ys[i] = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    }
+}
+
 /* The stand-ins, one distinct polynomial per operator. Distinct cubics agree
  * on at most 3 points, so fingerprints tell them apart; the odd and even
  * shapes of tanh, erf and abs are kept only as a mnemonic. */
@@ -441,6 +457,7 @@ static uint32_t standin_thresholded_relu(uint32_t x) { return modp_poly3(x, 0, 1
 static uint32_t standin_hard_swish(uint32_t x) { return modp_poly3(x, 1, 5, 2, 3); }
 static uint32_t standin_celu(uint32_t x) { return modp_poly3(x, 0, 1, 29, 31); }
 static uint32_t standin_mish(uint32_t x) { return modp_poly3(x, 1, 7, 1, 2); }
+static uint32_t standin_gelu(uint32_t x) { return modp_poly3(x, 1, 2, 7, 3); }
 static uint32_t exact_neg(uint32_t x) { return modp_neg(x); }
 
 /* A non-linear operator's parameters (leaky_relu's alpha, clip's bounds)
@@ -497,6 +514,7 @@ UNARY_FAMILY(thresholded_relu)
 UNARY_FAMILY(hard_swish)
 UNARY_FAMILY(celu)
 UNARY_FAMILY(mish)
+UNARY_FAMILY(gelu)
 static const UnaryFamily fam_neg = {neg_f32, exact_neg};
 
 #define UNARY_SIGNATURE                                                         \
@@ -728,6 +746,38 @@ const OpDef op_def_mish = {
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(mish), .flags = NONLINEAR_FLAGS,
   .onnx_opset = 18,
   .modp_standin = standin_mish, .family = &fam_mish,
+};
+
+static const char *const gelu_modes[] = {"none", "tanh", NULL};
+static const OpParam gelu_params[] = {
+  {.name = "approximate", .type = PARAM_INT, .lo = 0, .hi = 1, .symbols = gelu_modes},
+};
+
+static int gelu_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  const char *mode = "none";
+  onnx_in_attr_string(v, "approximate", &mode);
+  for (int m = 0; gelu_modes[m]; m++)
+    if (strcmp(mode, gelu_modes[m]) == 0) {
+      param_set_int(p, 0, m);
+      return TEQ_OK;
+    }
+  return onnx_in_error(v, d, "approximate '%s' is neither 'none' nor 'tanh'", mode);
+}
+
+static int gelu_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  if (param_int(&n->params, 0) == GELU_TANH) onnx_out_attr_string(w, "approximate", "tanh");
+  return TEQ_OK;
+}
+
+/* Born in opset 20; an exporter's GELU written out in erf (Div, Erf, Add,
+ * Mul, Mul) is fused into it at import (passes.c). */
+const OpDef op_def_gelu = {
+  .kind = OP_GELU, .name = "gelu", .onnx_op = "Gelu", .onnx_opset = 20,
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(gelu), .flags = NONLINEAR_FLAGS,
+  .params = gelu_params, .n_params = 1,
+  .onnx_read = gelu_onnx_read, .onnx_write = gelu_onnx_write,
+  .modp_standin = standin_gelu, .family = &fam_gelu,
 };
 
 /* ---- sum and mean: any number of inputs, broadcast together ---- */

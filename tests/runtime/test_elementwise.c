@@ -147,6 +147,7 @@ static double ref_hard_swish(double x) { return x * fmax(0, fmin(1, x / 6 + 0.5)
 static double ref_celu(double x) { return fmax(0, x) + fmin(0, 2 * (exp(x / 2) - 1)); }
 static double ref_celu_neg(double x) { return fmax(0, x) + fmin(0, -1.5 * (exp(x / -1.5) - 1)); }
 static double ref_mish(double x) { return x * tanh(log1p(exp(x))); }
+static double ref_gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2))); }
 
 enum { ANY, POSITIVE, NONZERO }; /* the domain test inputs are drawn from */
 
@@ -179,6 +180,7 @@ static const struct UnaryCase {
   {OP_CELU, ref_celu, ANY, 2, NAN},
   {OP_CELU, ref_celu_neg, ANY, -1.5, NAN},
   {OP_MISH, ref_mish, ANY, NAN, NAN},
+  {OP_GELU, ref_gelu, ANY, NAN, NAN},
 };
 #define N_UNARY (sizeof unary_cases / sizeof *unary_cases)
 
@@ -218,6 +220,34 @@ static void test_unary_f32(void) {
     tensor_unref(x);
     tensor_unref(y);
   }
+  diag_fini(&d);
+}
+
+/* gelu's tanh approximation (ONNX's approximate="tanh"), which must differ
+ * from the exact one, as the two definitions do (by up to about 5e-4). */
+static void test_gelu_tanh(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(shape_of(1, 4096), 7), *y = NULL, *exact = NULL;
+  float *xv = x->data;
+  for (int64_t i = 0; i < 4096; i++) xv[i] *= 5;
+  Params p;
+  params_default(OP_GELU, &p);
+  param_set_int(&p, 0, 1);
+  CHECK_EQ_INT(run_op(OP_GELU, &p, &x, 1, false, &y, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(OP_GELU, NULL, &x, 1, false, &exact, &d), TEQ_OK);
+  int64_t bad = 0;
+  double most = 0;
+  for (int64_t i = 0; y && exact && i < 4096; i++) {
+    double v = xv[i], r = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    if (!close_to(elem_f32(y, i), (float)r, 2e-6)) bad++;
+    most = fmax(most, fabs(elem_f32(y, i) - elem_f32(exact, i)));
+  }
+  CHECK_MSG(y && bad == 0, "gelu tanh: %lld wrong elements", (long long)bad);
+  CHECK_MSG(most > 1e-4, "gelu tanh: within %g of the exact gelu everywhere", most);
+  tensor_unref(x);
+  tensor_unref(y);
+  tensor_unref(exact);
   diag_fini(&d);
 }
 
@@ -670,6 +700,7 @@ int main(void) {
   test_unary_f32();
   test_unary_extremes();
   test_sigmoid_sweep();
+  test_gelu_tanh();
   test_variadic();
   test_modp_linear();
   test_modp_nonlinear_binary();

@@ -627,6 +627,31 @@ static void test_external_data(void) {
   diag_fini(&d);
 }
 
+/* GELUs written out in erf, in PyTorch's order and BERT's, fused at import
+ * (and one with + 2, which is none, left as written); ONNX's own Gelu in
+ * both forms; both against references in double, and through export. */
+static void test_gelu(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("gelu_written", NULL, &st));
+  CHECK_EQ_INT(st.n_gelus_fused, 2);
+  tensor_unref(check_reference("gelu_native", NULL, &st));
+  CHECK_EQ_INT(st.opset, 20);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("gelu_written.onnx", p), NULL, NULL, &d);
+  if (g) CHECK(count_kind(g, OP_GELU) == 2 && count_kind(g, OP_ERF) == 1);
+  graph_free(g);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  o.keep_written_gelus = true;
+  g = import(p, &o, &st, &d);
+  if (g) CHECK(count_kind(g, OP_GELU) == 0 && count_kind(g, OP_ERF) == 3 && st.n_gelus_fused == 0);
+  graph_free(g);
+  diag_fini(&d);
+  check_round_trip("gelu_written");
+  check_round_trip("gelu_native");
+}
+
 /* Named symbolic dimensions: given extents reach the inputs and every
  * shape declared with those names (an opaque operator's output, which the
  * transpose after it needs); the rest get `batch`, listed in one warning;
@@ -828,7 +853,8 @@ static void remove_tmp(void) {
                          "unsorted.rt.onnx", "opaque.rt.onnx", "opaque_types.rt.onnx",
                          "custom.rt.onnx", "meta.rt.onnx", "built.onnx", "empty.onnx",
                          "truncated.onnx", "garbage.onnx", "text.onnx", "t.pb", "large.onnx",
-                         "ext.onnx", "ext.onnx.data", "inline.onnx"};
+                         "ext.onnx", "ext.onnx.data", "inline.onnx", "gelu_written.rt.onnx",
+                         "gelu_native.rt.onnx"};
   char p[PATH_BUF];
   for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) unlink(tmp(files[k], p));
   rmdir(tmp_dir);
@@ -853,6 +879,7 @@ int main(void) {
   test_large_weights();
   test_external_data();
   test_symbolic_dims();
+  test_gelu();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

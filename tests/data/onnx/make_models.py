@@ -458,6 +458,49 @@ def symbolic_dims():
     save("symbolic_dims", graph)
 
 
+def gelu_models():
+    """GELU written out in erf as PyTorch exports it (x / sqrt 2, Erf, + 1, times
+    x, then times 1/2) and as BERT writes it (x * 1/2 first, times
+    1 + erf(x * 1/sqrt 2)), both fused at import, beside one with + 2 that is
+    no GELU and must stay as written; and ONNX's own Gelu (opset 20) in both
+    of its forms. References from math.erf and math.tanh in double."""
+    import math
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w = rand(3, 16), rand(16, 16)
+    s = np.float32(math.sqrt(2))
+    nodes = [n("MatMul", ["x", "w"], ["h"]),
+             n("Div", ["h", "sqrt2"], ["a1"]), n("Erf", ["a1"], ["a2"]), n("Add", ["a2", "one"], ["a3"]),
+             n("Mul", ["h", "a3"], ["a4"]), n("Mul", ["a4", "half"], ["g1"]),
+             n("Mul", ["g1", "half"], ["b0"]), n("Mul", ["g1", "rsqrt2"], ["b1"]),
+             n("Erf", ["b1"], ["b2"]), n("Add", ["one", "b2"], ["b3"]), n("Mul", ["b0", "b3"], ["g2"]),
+             n("Div", ["g2", "sqrt2"], ["c1"]), n("Erf", ["c1"], ["c2"]), n("Add", ["c2", "two"], ["c3"]),
+             n("Mul", ["g2", "c3"], ["c4"]), n("Mul", ["c4", "half"], ["y"])]
+    inits = [init("w", w), init("sqrt2", np.array(s)), init("rsqrt2", np.array(1 / s, np.float32)),
+             init("one", np.array(1, np.float32)), init("two", np.array(2, np.float32)),
+             init("half", np.array(0.5, np.float32))]
+    save("gelu_written", helper.make_graph(nodes, "gelu_written", [vi("x", f, [3, 16])],
+                                           [vi("y", f, [3, 16])], inits))
+    erf = np.vectorize(math.erf)
+    gelu = lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2)))
+    g2 = gelu(gelu(x.astype(np.float64) @ w))
+    y = 0.5 * g2 * (1 + erf(g2 / math.sqrt(2)) + 1)
+    save_tensor("gelu_written.input_0.pb", x, "x")
+    save_tensor("gelu_written.output_0.pb", y.astype(np.float32), "y")
+
+    nodes = [n("Gelu", ["x"], ["e"]), n("Gelu", ["e"], ["y"], approximate="tanh")]
+    m = helper.make_model(helper.make_graph(nodes, "gelu_native", [vi("x", f, [3, 16])],
+                                            [vi("y", f, [3, 16])]),
+                          producer_name="teq-tests", opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 9
+    onnx.save(m, os.path.join(HERE, "gelu_native.onnx"))  # this onnx's checker knows no Gelu
+    e = gelu(x.astype(np.float64))
+    y = 0.5 * e * (1 + np.tanh(math.sqrt(2 / math.pi) * (e + 0.044715 * e ** 3)))
+    save_tensor("gelu_native.input_0.pb", x, "x")
+    save_tensor("gelu_native.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -472,3 +515,4 @@ if __name__ == "__main__":
     bad_dropouts()
     external_data()
     symbolic_dims()
+    gelu_models()
