@@ -172,7 +172,8 @@ int onnx_pass_fold_batchnorm(Graph *g, Diag *d);
  * layer_norm; returns how many, or an error. */
 int onnx_pass_fuse_layer_norm(Graph *g, Diag *d);
 /* Replaces each GELU written out in erf (x / sqrt 2 or x * (1 / sqrt 2),
- * Erf, + 1, times x, times 1/2, the halving first or last) by one gelu;
+ * Erf, + 1, times x, times 1/2, the halving first or last) or in tanh
+ * (sqrt(2/pi) (x + 0.044715 x^3), Tanh, and the same tail) by one gelu;
  * returns how many, or an error. */
 int onnx_pass_fuse_gelu(Graph *g, Diag *d);
 

@@ -9,7 +9,8 @@
  * Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta) becomes
  * the one operator it computes, also exact in real arithmetic, and so does
  * a GELU written out in erf (x / sqrt 2, Erf, + 1, times x, times 1/2, as
- * PyTorch below opset 20 and most exporters write it). Parameters are
+ * PyTorch below opset 20 and most exporters write it) or in tanh (its
+ * approximation, as GPT-2's is written). Parameters are
  * found by name through the registry rows, never by index. Dead nodes are
  * removed by the caller. */
 #include <math.h>
@@ -280,6 +281,36 @@ static TensorRef scaled_input(const Graph *g, TensorRef r, const int32_t *uses,
   return (TensorRef){-1, 0};
 }
 
+/* x when r, used once, is sqrt(2/pi) (x + 0.044715 x^3), the cube written
+ * x (x x) or Pow(x, 3) (PyTorch's tanh GELU below opset 20); else {-1}. */
+static TensorRef cubic_input(const Graph *g, TensorRef r, const int32_t *uses,
+                             const int32_t *offset) {
+  const TensorRef none = {-1, 0};
+  const Node *m = &g->nodes[r.node];
+  if (m->kind != OP_EWMUL || uses[offset[r.node] + r.out] != 1) return none;
+  int s = near(scalar_of(g, m->in[0]), 0.7978845608028654) ? 0 : 1;
+  if (!near(scalar_of(g, m->in[s]), 0.7978845608028654)) return none;
+  TensorRef u = m->in[1 - s];
+  const Node *a = &g->nodes[u.node];
+  if (a->kind != OP_EWADD || uses[offset[u.node] + u.out] != 1) return none;
+  for (int k = 0; k < 2; k++) { /* a = x + v, v = 0.044715 x^3 */
+    TensorRef x = a->in[k], v = a->in[1 - k];
+    const Node *vm = &g->nodes[v.node];
+    if (vm->kind != OP_EWMUL || uses[offset[v.node] + v.out] != 1) continue;
+    int c = near(scalar_of(g, vm->in[0]), 0.044715) ? 0 : 1;
+    if (!near(scalar_of(g, vm->in[c]), 0.044715)) continue;
+    TensorRef cube = vm->in[1 - c];
+    const Node *cb = &g->nodes[cube.node];
+    if (uses[offset[cube.node] + cube.out] != 1) continue;
+    if (cb->kind == OP_POW && same_ref(cb->in[0], x) && scalar_of(g, cb->in[1]) == 3) return x;
+    TensorRef sq = other_operand(cb, x);
+    if (cb->kind != OP_EWMUL || sq.node < 0 || uses[offset[sq.node] + sq.out] != 1) continue;
+    const Node *q = &g->nodes[sq.node];
+    if (q->kind == OP_EWMUL && same_ref(q->in[0], x) && same_ref(q->in[1], x)) return x;
+  }
+  return none;
+}
+
 /* The only reader of node id's output 0 among nodes below n0, or -1. */
 static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const int32_t *uses,
                            const int32_t *offset) {
@@ -290,12 +321,15 @@ static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const int32_t
   return -1; /* a graph output */
 }
 
-/* Whether the Erf at e ends ... 1 + erf(x / sqrt 2) ... of a GELU: fills x
- * and the node whose output is the GELU (the last multiplication). Both
- * orders of the halving are taken: (x (1 + erf)) / 2 and (x / 2) (1 + erf). */
+/* Whether the Erf or Tanh at e is that of a GELU, 1 + erf(x / sqrt 2) or
+ * 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)): fills x and the node whose
+ * output is the GELU (the last multiplication). Both orders of the halving
+ * are taken: (x (1 + f)) / 2 and (x / 2) (1 + f). */
 static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
                     const int32_t *offset, TensorRef *x, int32_t *last) {
-  *x = scaled_input(g, g->nodes[e].in[0], uses, offset);
+  TensorRef in = g->nodes[e].in[0];
+  *x = g->nodes[e].kind == OP_ERF ? scaled_input(g, in, uses, offset)
+                                  : cubic_input(g, in, uses, offset);
   if (x->node < 0) return false;
   int32_t add = only_reader(g, e, n0, uses, offset);
   if (add < 0 || g->nodes[add].kind != OP_EWADD ||
@@ -332,11 +366,15 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     TensorRef x;
     int32_t last;
-    if (g->nodes[i].kind != OP_ERF || !gelu_of(g, i, n0, uses, offset, &x, &last)) continue;
+    OpKind k = g->nodes[i].kind;
+    if ((k != OP_ERF && k != OP_TANH) || !gelu_of(g, i, n0, uses, offset, &x, &last)) continue;
     const Shape *xs = graph_shape(g, x), *ys = &g->nodes[last].out[0];
     if (!shape_equal(xs, ys) || g->nodes[x.node].dtype != DT_F32) continue;
+    Params p;
+    params_default(OP_GELU, &p);
+    param_set_int(&p, param_index(OP_GELU, "approximate"), k == OP_TANH);
     char *name = g->nodes[last].name ? strdup(g->nodes[last].name) : NULL;
-    int id = graph_add_node(g, OP_GELU, &x, 1, 1, NULL, name, d);
+    int id = graph_add_node(g, OP_GELU, &x, 1, 1, &p, name, d);
     free(name);
     if (id < 0) {
       rc = id;

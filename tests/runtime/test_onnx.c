@@ -627,25 +627,33 @@ static void test_external_data(void) {
   diag_fini(&d);
 }
 
-/* GELUs written out in erf, in PyTorch's order and BERT's, fused at import
- * (and one with + 2, which is none, left as written); ONNX's own Gelu in
+/* GELUs written out in erf, in PyTorch's order and BERT's, and in tanh,
+ * fused at import (and one with + 2, which is none, left as written); ONNX's own Gelu in
  * both forms; both against references in double, and through export. */
 static void test_gelu(void) {
   OnnxImportStats st;
   tensor_unref(check_reference("gelu_written", NULL, &st));
-  CHECK_EQ_INT(st.n_gelus_fused, 2);
+  CHECK_EQ_INT(st.n_gelus_fused, 3);
   tensor_unref(check_reference("gelu_native", NULL, &st));
   CHECK_EQ_INT(st.opset, 20);
   char p[PATH_BUF];
   Diag d;
   diag_init(&d);
   Graph *g = import(data("gelu_written.onnx", p), NULL, NULL, &d);
-  if (g) CHECK(count_kind(g, OP_GELU) == 2 && count_kind(g, OP_ERF) == 1);
+  if (g) CHECK(count_kind(g, OP_GELU) == 3 && count_kind(g, OP_ERF) == 1 &&
+               count_kind(g, OP_TANH) == 0);
   graph_free(g);
   OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
   o.keep_written_gelus = true;
   g = import(p, &o, &st, &d);
   if (g) CHECK(count_kind(g, OP_GELU) == 0 && count_kind(g, OP_ERF) == 3 && st.n_gelus_fused == 0);
+  graph_free(g);
+  /* the tanh one is fused with approximate = tanh */
+  g = import(p, NULL, NULL, &d);
+  int tanh_form = 0;
+  for (int32_t i = 0; g && i < g->n_nodes; i++)
+    tanh_form += g->nodes[i].kind == OP_GELU && param_int(&g->nodes[i].params, 0) == 1;
+  CHECK_EQ_INT(tanh_form, 1);
   graph_free(g);
   diag_fini(&d);
   check_round_trip("gelu_written");

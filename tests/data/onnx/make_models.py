@@ -460,9 +460,10 @@ def symbolic_dims():
 
 def gelu_models():
     """GELU written out in erf as PyTorch exports it (x / sqrt 2, Erf, + 1, times
-    x, then times 1/2) and as BERT writes it (x * 1/2 first, times
-    1 + erf(x * 1/sqrt 2)), both fused at import, beside one with + 2 that is
-    no GELU and must stay as written; and ONNX's own Gelu (opset 20) in both
+    x, then times 1/2), as BERT writes it (x * 1/2 first, times
+    1 + erf(x * 1/sqrt 2)) and in tanh as PyTorch writes its approximation,
+    all fused at import, beside one with + 2 that is no GELU and must stay
+    as written; and ONNX's own Gelu (opset 20) in both
     of its forms. References from math.erf and math.tanh in double."""
     import math
     n = helper.make_node
@@ -475,17 +476,23 @@ def gelu_models():
              n("Mul", ["h", "a3"], ["a4"]), n("Mul", ["a4", "half"], ["g1"]),
              n("Mul", ["g1", "half"], ["b0"]), n("Mul", ["g1", "rsqrt2"], ["b1"]),
              n("Erf", ["b1"], ["b2"]), n("Add", ["one", "b2"], ["b3"]), n("Mul", ["b0", "b3"], ["g2"]),
-             n("Div", ["g2", "sqrt2"], ["c1"]), n("Erf", ["c1"], ["c2"]), n("Add", ["c2", "two"], ["c3"]),
-             n("Mul", ["g2", "c3"], ["c4"]), n("Mul", ["c4", "half"], ["y"])]
+             n("Mul", ["g2", "g2"], ["t1"]), n("Mul", ["g2", "t1"], ["t2"]),
+             n("Mul", ["cubic", "t2"], ["t3"]), n("Add", ["g2", "t3"], ["t4"]),
+             n("Mul", ["tscale", "t4"], ["t5"]), n("Tanh", ["t5"], ["t6"]), n("Add", ["one", "t6"], ["t7"]),
+             n("Mul", ["g2", "t7"], ["t8"]), n("Mul", ["half", "t8"], ["g3"]),
+             n("Div", ["g3", "sqrt2"], ["c1"]), n("Erf", ["c1"], ["c2"]), n("Add", ["c2", "two"], ["c3"]),
+             n("Mul", ["g3", "c3"], ["c4"]), n("Mul", ["c4", "half"], ["y"])]
     inits = [init("w", w), init("sqrt2", np.array(s)), init("rsqrt2", np.array(1 / s, np.float32)),
              init("one", np.array(1, np.float32)), init("two", np.array(2, np.float32)),
-             init("half", np.array(0.5, np.float32))]
+             init("half", np.array(0.5, np.float32)), init("cubic", np.array(0.044715, np.float32)),
+             init("tscale", np.array(math.sqrt(2 / math.pi), np.float32))]
     save("gelu_written", helper.make_graph(nodes, "gelu_written", [vi("x", f, [3, 16])],
                                            [vi("y", f, [3, 16])], inits))
     erf = np.vectorize(math.erf)
     gelu = lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2)))
-    g2 = gelu(gelu(x.astype(np.float64) @ w))
-    y = 0.5 * g2 * (1 + erf(g2 / math.sqrt(2)) + 1)
+    gelu_tanh = lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    g3 = gelu_tanh(gelu(gelu(x.astype(np.float64) @ w)))
+    y = 0.5 * g3 * (1 + erf(g3 / math.sqrt(2)) + 1)
     save_tensor("gelu_written.input_0.pb", x, "x")
     save_tensor("gelu_written.output_0.pb", y.astype(np.float32), "y")
 
