@@ -143,8 +143,12 @@ TEQ_API void onnx_out_drop_attr(OnnxNodeOut *w, const char *name);
  * shape, a Split's sizes), or the empty name of a skipped optional input. */
 TEQ_API void onnx_out_add_const_input(OnnxNodeOut *w, const Tensor *t);
 TEQ_API void onnx_out_add_empty_input(OnnxNodeOut *w);
-/* Follows the node with a one-input node of op_type (a fused activation):
- * the node's output feeds it and it produces the node's output name. */
+/* Follows the node with a node of op_type (a fused activation; an
+ * operator written out where the opset lacks it): the node's output feeds
+ * it and the last such node produces the node's output name. A binary one
+ * reads, second, the constant c (copied), or the node's input 0 when c is
+ * NULL. */
 TEQ_API void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type);
+TEQ_API void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c);
 
 #endif

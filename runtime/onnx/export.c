@@ -17,7 +17,7 @@
 #include "runtime/onnx/onnx_int.h"
 
 #define EXPORT_OPSET 13
-#define MAX_UNARY 4
+#define MAX_THEN 8
 
 typedef struct Domain {
   char *name;
@@ -57,12 +57,20 @@ typedef struct Exporter {
   bool nomem;             /* an allocation failed; reported once at the end */
 } Exporter;
 
+/* A node written after the row's own, reading its result (see
+ * onnx_out_then_unary and onnx_out_then_binary). */
+typedef struct Then {
+  const char *op_type;
+  Tensor *operand; /* a constant second operand (held), or NULL */
+  bool input0;     /* the second operand is the row's input 0 */
+} Then;
+
 struct OnnxNodeOut {
   Exporter *x;
   const Node *node;
   Onnx__NodeProto *np;
-  const char *unary[MAX_UNARY];
-  int n_unary;
+  Then then[MAX_THEN];
+  int n_then;
 };
 
 /* ---- growing the repeated fields ---- */
@@ -391,9 +399,18 @@ void onnx_out_add_empty_input(OnnxNodeOut *w) {
   append_string(w->x, &w->np->input, &w->np->n_input, "");
 }
 
-void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
-  if (w->n_unary < MAX_UNARY) w->unary[w->n_unary++] = op_type;
+static void then_add(OnnxNodeOut *w, Then t) {
+  if (w->n_then < MAX_THEN) w->then[w->n_then++] = t;
   else w->x->nomem = true; /* a row chaining this many is a bug; fail loudly */
+}
+
+void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
+  then_add(w, (Then){.op_type = op_type});
+}
+
+void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c) {
+  then_add(w, (Then){.op_type = op_type, .operand = c ? tensor_ref((Tensor *)c) : NULL,
+                     .input0 = !c});
 }
 
 /* ---- nodes ---- */
@@ -402,12 +419,12 @@ static void add_node(Exporter *x, Onnx__NodeProto *np) {
   append_message(x, &x->gp->node, &x->gp->n_node, np);
 }
 
-/* Writes the following activation nodes a hook asked for: the node's
+/* Writes the nodes a hook asked for after the row's own: the node's
  * output is renamed and the last of the chain produces it. */
-static int write_unary_chain(Exporter *x, const OnnxNodeOut *w) {
+static int write_then_chain(Exporter *x, const OnnxNodeOut *w) {
   Onnx__NodeProto *np = w->np;
   if (np->n_output != 1)
-    return internal_error(x, "%s: a fused activation on a node with %zu outputs", np->name,
+    return internal_error(x, "%s: nodes chained after a node with %zu outputs", np->name,
                           np->n_output);
   const char *final = tensor_name(x, (TensorRef){(int32_t)(w->node - x->g->nodes), 0});
   char base[300];
@@ -416,12 +433,21 @@ static int write_unary_chain(Exporter *x, const OnnxNodeOut *w) {
   free(np->output[0]);
   np->output[0] = strdup(prev);
   if (!np->output[0]) x->nomem = true;
-  for (int k = 0; k < w->n_unary; k++) {
-    snprintf(base, sizeof base, "%s_%s", np->name, w->unary[k]);
-    Onnx__NodeProto *u = node_new(x, w->unary[k], unique_in(x, &x->node_names, base));
+  for (int k = 0; k < w->n_then; k++) {
+    const Then *t = &w->then[k];
+    snprintf(base, sizeof base, "%s_%s", np->name, t->op_type);
+    Onnx__NodeProto *u = node_new(x, t->op_type, unique_in(x, &x->node_names, base));
     if (!u) break;
-    const char *out = k + 1 == w->n_unary ? final : unique_name(x, base);
+    const char *out = k + 1 == w->n_then ? final : unique_name(x, base);
     append_string(x, &u->input, &u->n_input, prev);
+    if (t->input0) {
+      append_string(x, &u->input, &u->n_input, tensor_name(x, w->node->in[0]));
+    } else if (t->operand) {
+      snprintf(base, sizeof base, "%s_c", u->name);
+      const char *name = unique_name(x, base);
+      append_initializer(x, t->operand, name);
+      append_string(x, &u->input, &u->n_input, name);
+    }
     append_string(x, &u->output, &u->n_output, out);
     add_node(x, u);
     prev = out;
@@ -462,6 +488,7 @@ static int export_op(Exporter *x, int32_t id) {
     rc = diag_error(x->d, "%s: node '%s': the row of '%s' set no op_type", x->path, np->name,
                     o->name);
   if (rc != TEQ_OK) {
+    for (int k = 0; k < w.n_then; k++) tensor_unref(w.then[k].operand);
     onnx_message_free(np);
     return rc;
   }
@@ -472,7 +499,9 @@ static int export_op(Exporter *x, int32_t id) {
   bool moved = !(o->flags & OPF_INT64_OUT);
   for (int32_t k = 0; moved && n->dtype == DT_I64 && n->n_in > 0 && k < n->n_out; k++)
     x->elem[x->offset[id] + k] = exported_elem(x, n->in[0]);
-  return w.n_unary ? write_unary_chain(x, &w) : TEQ_OK;
+  rc = w.n_then ? write_then_chain(x, &w) : TEQ_OK;
+  for (int k = 0; k < w.n_then; k++) tensor_unref(w.then[k].operand);
+  return rc;
 }
 
 /* ---- opaque nodes ---- */

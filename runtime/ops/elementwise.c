@@ -764,16 +764,57 @@ static int gelu_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return onnx_in_error(v, d, "approximate '%s' is neither 'none' nor 'tanh'", mode);
 }
 
-static int gelu_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  (void)d;
-  if (param_int(&n->params, 0) == GELU_TANH) onnx_out_attr_string(w, "approximate", "tanh");
-  return TEQ_OK;
+/* A scalar float constant, for gelu's written-out form; NULL when out of memory. */
+static Tensor *scalar_f32(float v) {
+  Shape s = {0};
+  Tensor *t = tensor_new(DT_F32, &s);
+  if (t) *(float *)t->data = v;
+  return t;
 }
 
-/* Born in opset 20; an exporter's GELU written out in erf (Div, Erf, Add,
- * Mul, Mul) is fused into it at import (passes.c). */
+/* Gelu exists from opset 20 on. Below it, gelu is written out as PyTorch
+ * writes it, which ONNX Runtime fuses back: the erf form as
+ * x / sqrt 2, Erf, + 1, times x, times 1/2; the tanh form as x^3, times
+ * 0.044715, + x, times sqrt(2/pi), Tanh, + 1, times x, times 1/2. A model is
+ * never raised to opset 20 for it. */
+static int gelu_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  bool tanh_form = param_int(&n->params, 0) == GELU_TANH;
+  if (onnx_out_opset(w) >= 20) {
+    if (tanh_form) onnx_out_attr_string(w, "approximate", "tanh");
+    return TEQ_OK;
+  }
+  enum { N_CONSTS = 6 };
+  Tensor *c[N_CONSTS] = {scalar_f32(1.41421356f), scalar_f32(1), scalar_f32(0.5f),
+                         scalar_f32(3), scalar_f32(0.044715f), scalar_f32(0.7978845608f)};
+  int rc = TEQ_OK;
+  for (int k = 0; k < N_CONSTS; k++)
+    if (!c[k]) rc = TEQ_ERR_NOMEM;
+  if (rc) {
+    op_error(n, d, "out of memory");
+  } else if (tanh_form) {
+    onnx_out_set_op_type(w, "Pow");
+    onnx_out_add_const_input(w, c[3]);
+    onnx_out_then_binary(w, "Mul", c[4]);
+    onnx_out_then_binary(w, "Add", NULL);
+    onnx_out_then_binary(w, "Mul", c[5]);
+    onnx_out_then_unary(w, "Tanh");
+  } else {
+    onnx_out_set_op_type(w, "Div");
+    onnx_out_add_const_input(w, c[0]);
+    onnx_out_then_unary(w, "Erf");
+  }
+  if (rc == TEQ_OK) {
+    onnx_out_then_binary(w, "Add", c[1]);
+    onnx_out_then_binary(w, "Mul", NULL);
+    onnx_out_then_binary(w, "Mul", c[2]);
+  }
+  for (int k = 0; k < N_CONSTS; k++) tensor_unref(c[k]);
+  return rc;
+}
+
+/* An exporter's GELU written out (passes.c) is fused into it at import. */
 const OpDef op_def_gelu = {
-  .kind = OP_GELU, .name = "gelu", .onnx_op = "Gelu", .onnx_opset = 20,
+  .kind = OP_GELU, .name = "gelu", .onnx_op = "Gelu",
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(gelu), .flags = NONLINEAR_FLAGS,
   .params = gelu_params, .n_params = 1,
   .onnx_read = gelu_onnx_read, .onnx_write = gelu_onnx_write,
