@@ -625,8 +625,9 @@ static int import_default_domain(Importer *im, OnnxNodeIn *v) {
   int rc = import_registry_node(im, v, (OpKind)kind);
   im->d = v->d = outer;
   if (rc == TEQ_ERR_UNSUPPORTED && im->g->n_nodes == n0) {
-    const char *why = diag_last(&local);
-    if (!strncmp(why, "error: ", 7)) why += 7;
+    /* the first error is the row's refusal; later ones only explain it */
+    const char *why = local.text ? strstr(local.text, "error: ") : NULL;
+    why = why ? why + 7 : "";
     diag_warn(outer, "%.*s; the node is kept as an opaque node", (int)strcspn(why, "\n"), why);
     diag_fini(&local);
     v->failed = false;
