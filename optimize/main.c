@@ -273,7 +273,7 @@ static int require_shapes(const Graph *g, const char *path, Diag *d) {
       const Node *p = &g->nodes[n->in[j].node];
       if (p->kind != OP_OPAQUE || shape_is_known(&p->out[n->in[j].out])) continue;
       char a[256], b[256];
-      return diag_error(d, "%s: %s reads output %d of %s, an operator Teq does not know, whose "
+      return diag_error(d, "%s: %s reads output %d of %s, which Teq keeps opaque, whose "
                            "shape the model does not declare; onnx.shape_inference.infer_shapes "
                            "writes the shapes into the model", path,
                         graph_node_label(g, id, a, sizeof a), n->in[j].out,

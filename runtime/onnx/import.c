@@ -116,11 +116,11 @@ static int materialize(Importer *im, OnnxValue *v, TensorRef *ref) {
 /* Moves the messages graph functions wrote into `from` to d, each after
  * `where`; `from` is emptied. Lines are "error: ..." or "warning: ...". */
 static void forward_messages(Diag *from, Diag *d, const char *where) {
+  const char *sep = where ? ": " : ""; /* where NULL: the messages as they are */
+  where = where ? where : "";
   for (char *line = from->text; line && *line;) {
     char *nl = strchr(line, '\n');
     int n = nl ? (int)(nl - line) : (int)strlen(line);
-    const char *sep = where ? ": " : "";
-    where = where ? where : "";
     if (strncmp(line, "warning: ", 9) == 0)
       diag_warn(d, "%s%s%.*s", where, sep, n - 9, line + 9);
     else if (strncmp(line, "error: ", 7) == 0)
@@ -304,14 +304,20 @@ static int add_registry_node(Importer *im, const OnnxNodeIn *v, OpKind kind, con
   return rc;
 }
 
+/* Whether input i of v comes without a shape from an opaque node. */
+static bool unknown_opaque_input(const Importer *im, const OnnxNodeIn *v, int i) {
+  const OnnxValue *x = v->in[i];
+  return x && !x->konst && x->ref.node >= 0 && im->g->nodes[x->ref.node].kind == OP_OPAQUE &&
+         !shape_is_known(graph_shape(im->g, x->ref));
+}
+
 /* After v failed: says which of its inputs come without a shape from an
  * operator Teq does not know, and how to give the model those shapes. */
 static void explain_unknown_inputs(const Importer *im, const OnnxNodeIn *v) {
   for (int i = 0; i < v->n_in; i++) {
+    if (!unknown_opaque_input(im, v, i)) continue;
     const OnnxValue *x = v->in[i];
-    if (!x || x->konst || x->ref.node < 0) continue;
     const Node *p = &im->g->nodes[x->ref.node];
-    if (p->kind != OP_OPAQUE || shape_is_known(graph_shape(im->g, x->ref))) continue;
     char where[512];
     diag_error(im->d, "%s: input %d ('%s') comes from node '%s' (%s), an operator Teq does not "
                      "know, and the model does not declare its shape; "
@@ -624,7 +630,11 @@ static int import_default_domain(Importer *im, OnnxNodeIn *v) {
   im->d = v->d = &local;
   int rc = import_registry_node(im, v, (OpKind)kind);
   im->d = v->d = outer;
-  if (rc == TEQ_ERR_UNSUPPORTED && im->g->n_nodes == n0) {
+  /* A node refused for an input whose shape an opaque node left unknown
+   * keeps its refusal: the remedy is to declare that shape. */
+  bool shapeless = false;
+  for (int i = 0; i < v->n_in; i++) shapeless = shapeless || unknown_opaque_input(im, v, i);
+  if (rc == TEQ_ERR_UNSUPPORTED && im->g->n_nodes == n0 && !shapeless) {
     /* the first error is the row's refusal; later ones only explain it */
     const char *why = local.text ? strstr(local.text, "error: ") : NULL;
     why = why ? why + 7 : "";

@@ -664,10 +664,14 @@ static int split_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* Equal parts are written without sizes; from opset 18 on, ONNX then
+ * needs their number (num_outputs). */
 static int split_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   const ParamValue *s = &n->params.v[SPLIT_SIZES];
   onnx_out_attr_int(w, "axis", param_int(&n->params, SPLIT_AXIS));
-  return s->n ? add_ints_input(w, s->i, s->n, d) : TEQ_OK;
+  if (s->n) return add_ints_input(w, s->i, s->n, d);
+  if (onnx_out_opset(w) >= 18) onnx_out_attr_int(w, "num_outputs", n->n_out);
+  return TEQ_OK;
 }
 
 const OpDef op_def_split = {
