@@ -151,8 +151,10 @@ static int32_t sole(const Graph *g, TensorRef r, OpKind k, const int32_t *uses,
   return g->nodes[r.node].kind == k && uses[offset[r.node] + r.out] == 1 ? r.node : -1;
 }
 
-/* The one float of a one-element constant r, or NAN. */
+/* The one float of a one-element constant r, or NAN (also for no tensor,
+ * r.node < 0). */
 static double scalar_of(const Graph *g, TensorRef r) {
+  if (r.node < 0) return NAN;
   const Node *n = &g->nodes[r.node];
   if (n->kind != OP_CONST || n->value->dtype != DT_F32 || tensor_numel(n->value) != 1) return NAN;
   return ((const float *)n->value->data)[0];

@@ -634,6 +634,8 @@ static void test_gelu(void) {
   OnnxImportStats st;
   tensor_unref(check_reference("gelu_written", NULL, &st));
   CHECK_EQ_INT(st.n_gelus_fused, 3);
+  tensor_unref(check_reference("gelu_lookalike", NULL, &st));
+  CHECK_EQ_INT(st.n_gelus_fused, 0);
   tensor_unref(check_reference("gelu_native", NULL, &st));
   CHECK_EQ_INT(st.opset, 20);
   char p[PATH_BUF];

@@ -496,6 +496,16 @@ def gelu_models():
     save_tensor("gelu_written.input_0.pb", x, "x")
     save_tensor("gelu_written.output_0.pb", y.astype(np.float32), "y")
 
+    # (x2 / 2) (1 + erf(x / sqrt 2)) with x2 not x: a look-alike the fusion must leave alone
+    nodes = [n("Mul", ["x", "two"], ["x2"]), n("Div", ["x", "sqrt2"], ["a"]), n("Erf", ["a"], ["b"]),
+             n("Add", ["b", "one"], ["e"]), n("Mul", ["x2", "half"], ["h"]), n("Mul", ["h", "e"], ["y"])]
+    save("gelu_lookalike", helper.make_graph(nodes, "gelu_lookalike", [vi("x", f, [3, 16])],
+                                             [vi("y", f, [3, 16])], inits))
+    xd = x.astype(np.float64)
+    save_tensor("gelu_lookalike.input_0.pb", x, "x")
+    save_tensor("gelu_lookalike.output_0.pb",
+                (xd * (1 + erf(xd / math.sqrt(2)))).astype(np.float32), "y")
+
     nodes = [n("Gelu", ["x"], ["e"]), n("Gelu", ["e"], ["y"], approximate="tanh")]
     m = helper.make_model(helper.make_graph(nodes, "gelu_native", [vi("x", f, [3, 16])],
                                             [vi("y", f, [3, 16])]),
