@@ -16,8 +16,10 @@
  * (whatever its shape), or weights' operators that compute one (the
  * concat of two merged convolutions' biases), becomes the
  * convolution's bias, and a relu, sigmoid or tanh of a convolution's only
- * use becomes its fused activation. Both directions only regroup the same
- * arithmetic (the bias is added to each finished sum either way).
+ * use becomes its fused activation; a bias or an activation after a concat
+ * along the channels of convolutions read by it alone is pushed into them
+ * (push_through_concat). Both directions only regroup the same arithmetic
+ * (the bias is added to each finished sum either way).
  *
  * The search prices every candidate as this folding would leave it
  * without running it (delta.c derives the folding of a rewrite from the
@@ -168,6 +170,104 @@ bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, f
   return value_per_channel(g, r, out, vals, OPT_BIAS_DEPTH);
 }
 
+bool opt_concat_of_convs(const Graph *g, int id, const int32_t *user, bool bare) {
+  const Node *cat = &g->nodes[id];
+  int act_i = param_index(OP_CONV2D, "act");
+  if (cat->kind != OP_CONCAT || cat->n_out != 1 || cat->out[0].ndim != 4) return false;
+  int64_t axis = cat->params.v[param_index(OP_CONCAT, "axis")].i[0];
+  if (axis != 1 && axis != -3) return false;
+  for (int j = 0; j < cat->n_in; j++) {
+    const Node *c = &g->nodes[cat->in[j].node];
+    if (c->kind != OP_CONV2D || cat->in[j].out != 0 || user[cat->in[j].node] != id ||
+        c->params.v[act_i].i[0] != ACT_NONE || (bare && c->n_in != 2))
+      return false;
+  }
+  return cat->n_in > 0;
+}
+
+/* Concat id (axis 1) of convolutions, each read by it alone, whose only
+ * consumer u adds a per-channel bias or applies an activation: the bias
+ * is split among the convolutions, or the activation fused into each, and
+ * u's uses read the concat's result instead. The same arithmetic: the
+ * bias of each channel is added to each finished sum, the activation
+ * applied to each value, either way. A rule that moves relus, then
+ * biases, out of the concat of two convolutions on one input (SqueezeNet's
+ * fires) is the first step towards merging them; priced without this, each
+ * step cost a kernel, and the search rarely crossed the valley. A bias
+ * makes new convolutions and a new concat, appended as every refolded
+ * convolution is; an activation is set in place (the order delta.c sums
+ * costs in follows from this). n: nodes as the pass started (user's
+ * extent); an input added since waits for the next pass. 1 when done, 0
+ * when it does not apply, or an error. */
+static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int *fused,
+                               Diag *d) {
+  int act_i = param_index(OP_CONV2D, "act");
+  int u = user[id];
+  if (u < 0) return 0;
+  const Node *un = &g->nodes[u];
+  int act = act_of_op_kind(un->kind);
+  bool bias = un->kind == OP_EWADD;
+  if (!bias && act == ACT_NONE) return 0;
+  for (int j = 0; j < g->nodes[id].n_in; j++)
+    if (g->nodes[id].in[j].node >= n) return 0;
+  if (!opt_concat_of_convs(g, id, user, bias)) return 0;
+  int n_in = g->nodes[id].n_in;
+  if (!bias) {
+    for (int j = 0; j < n_in; j++) g->nodes[g->nodes[id].in[j].node].params.v[act_i].i[0] = act;
+    graph_replace_uses(g, (TensorRef){u, 0}, (TensorRef){id, 0});
+    *fused += n_in;
+    return 1;
+  }
+  const Shape out = g->nodes[id].out[0];
+  TensorRef other = un->in[0].node == id ? un->in[1] : un->in[0];
+  if (other.node == id) return 0;
+  float *vals = malloc((size_t)out.d[1] * sizeof *vals);
+  if (!vals) return TEQ_ERR_NOMEM;
+  if (!opt_bias_value_per_channel(g, other, &out, vals)) {
+    free(vals);
+    return 0;
+  }
+  int rc = TEQ_OK;
+  TensorRef *parts = malloc((size_t)n_in * sizeof *parts);
+  if (!parts) rc = TEQ_ERR_NOMEM;
+  int64_t at = 0;
+  for (int j = 0; j < n_in && rc == TEQ_OK; j++) {
+    int cid = g->nodes[id].in[j].node;
+    const Node *c = &g->nodes[cid];
+    TensorRef in[3] = {c->in[0], c->in[1], {-1, 0}};
+    Params p = c->params;
+    int64_t channels = c->out[0].d[1];
+    Shape flat = shape_of(1, (int)channels);
+    Tensor *t = tensor_new(DT_F32, &flat);
+    if (!t) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    memcpy(t->data, vals + at, (size_t)channels * sizeof *vals);
+    at += channels;
+    int bid = graph_add_const(g, g->nodes[u].name, t, d);
+    if (bid < 0) {
+      rc = bid;
+      break;
+    }
+    in[2] = (TensorRef){bid, 0};
+    int nid = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, g->nodes[cid].name, d);
+    if (nid < 0) rc = nid;
+    else parts[j] = (TensorRef){nid, 0};
+  }
+  if (rc == TEQ_OK) {
+    Params cp = g->nodes[id].params;
+    int nc = graph_add_node(g, OP_CONCAT, parts, n_in, 1, &cp, g->nodes[id].name, d);
+    if (nc < 0) rc = nc;
+    else graph_replace_uses(g, (TensorRef){u, 0}, (TensorRef){nc, 0});
+  }
+  free(parts);
+  free(vals);
+  if (rc) return rc;
+  *fused += n_in;
+  return 1;
+}
+
 int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), fused = 0;
   for (bool again = true; again;) {
@@ -179,6 +279,15 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
     if (!user) return TEQ_ERR_NOMEM;
     for (int id = 0; id < n; id++) {
       const Node *c = &g->nodes[id];
+      if (c->kind == OP_CONCAT) {
+        int r = push_through_concat(g, id, n, user, &fused, d);
+        if (r < 0) {
+          free(user);
+          return r;
+        }
+        again |= r > 0;
+        continue;
+      }
       if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE) continue;
       int u = user[id];
       if (u < 0) continue;

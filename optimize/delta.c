@@ -108,7 +108,8 @@ typedef struct BiasSlot {
 
 struct OptPricer {
   CostModel *cm;
-  int act_i; /* conv2d's "act" parameter */
+  int act_i;         /* conv2d's "act" parameter */
+  int concat_axis_i; /* concat's "axis" */
   CfgSlot *cfg;
   size_t cfg_cap, cfg_n;
   BiasSlot *bias;
@@ -120,6 +121,7 @@ int opt_pricer_new(CostModel *cm, OptPricer **out) {
   if (!p) return TEQ_ERR_NOMEM;
   p->cm = cm;
   p->act_i = param_index(OP_CONV2D, "act");
+  p->concat_axis_i = param_index(OP_CONCAT, "axis");
   *out = p;
   return TEQ_OK;
 }
@@ -332,7 +334,8 @@ struct OptBase {
   uint64_t *h2;
   int32_t *uses2, *user2, *stack, *next_in;
   bool *dead2, *w2;
-  uint8_t *fuse2;
+  uint8_t *fuse2, *place2;         /* per refolded conv: how, and where its cost is summed */
+  uint32_t *pushed;                /* concats that take a bias into their convs (gen) */
   double *l1, *l2;
 };
 
@@ -345,7 +348,7 @@ void opt_base_free(OptBase *b) {
   free(b->desc), free(b->repl), free(b->absorbed), free(b->head), free(b->seen), free(b->done);
   free(b->h2), free(b->uses2), free(b->user2), free(b->stack), free(b->next_in), free(b->dead2);
   free(b->w2);
-  free(b->fuse2), free(b->l1), free(b->l2);
+  free(b->fuse2), free(b->place2), free(b->pushed), free(b->l1), free(b->l2);
   free(b->by_hash), free(b->anew_gen), free(b->anew);
   free(b);
 }
@@ -402,6 +405,8 @@ int opt_base_new(OptPricer *p, const Graph *g, const OptUses *u, OptBase **out, 
   b->dead2 = malloc(cap * sizeof *b->dead2);
   b->w2 = malloc(cap * sizeof *b->w2);
   b->fuse2 = malloc(cap * sizeof *b->fuse2);
+  b->place2 = malloc(cap * sizeof *b->place2);
+  b->pushed = calloc(cap, sizeof *b->pushed);
   b->l1 = malloc(cap * sizeof *b->l1);
   b->l2 = malloc(cap * sizeof *b->l2);
   b->hash_cap = 16;
@@ -413,7 +418,7 @@ int opt_base_new(OptPricer *p, const Graph *g, const OptUses *u, OptBase **out, 
                    b->convs && b->x && b->desc && b->repl && b->seen && b->done && b->next_in &&
                    b->absorbed && b->head && b->h2 && b->uses2 && b->user2 && b->stack &&
                    b->dead2 && b->w2 &&
-                   b->fuse2 && b->l1 && b->l2 && b->by_hash && b->anew_gen && b->anew
+                   b->fuse2 && b->place2 && b->pushed && b->l1 && b->l2 && b->by_hash && b->anew_gen && b->anew
                ? TEQ_OK
                : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = graph_topo_order(g, b->order) == TEQ_OK ? TEQ_OK : TEQ_ERR_INTERNAL;
@@ -591,6 +596,7 @@ OptDelta opt_delta_hash(OptBase *b, OptInst *in, const TensorRef *bind, const Te
     memset(b->desc, 0, cap * sizeof *b->desc), memset(b->repl, 0, cap * sizeof *b->repl);
     memset(b->seen, 0, cap * sizeof *b->seen), memset(b->done, 0, cap * sizeof *b->done);
     memset(b->absorbed, 0, cap * sizeof *b->absorbed), memset(b->head, 0, cap * sizeof *b->head);
+    memset(b->pushed, 0, cap * sizeof *b->pushed);
     memset(b->anew_gen, 0, b->hash_cap * sizeof *b->anew_gen);
     b->gen = 1;
   }
@@ -753,6 +759,82 @@ static int vfused(OptBase *b, int v, int fuse, double *us, Diag *d) {
   return TEQ_OK;
 }
 
+/* Where opt_fuse_bias leaves a refolded convolution, which decides where
+ * opt_graph_cost's sum takes its cost: appended by the pass that folds its
+ * bias or activation (and, with both, by a second pass); appended once,
+ * its activation then set in place (bias.c: push_through_concat); left in
+ * place with its activation set; or appended with the new concat that
+ * took its consumer's bias, at that concat's turn. */
+enum { PLACE_REFOLD, PLACE_ONCE, PLACE_IN_SITU, PLACE_BY_CONCAT };
+
+/* Whether virtual node v is a convolution without an activation read by
+ * reader alone (bare: and without a bias). */
+static bool conv_for(const OptBase *b, int v, int reader, bool bare) {
+  const Node *n = vnode(b, v);
+  return n->kind == OP_CONV2D && b->user2[v] == reader &&
+         n->params.v[b->pr->act_i].i[0] == ACT_NONE && (!bare || n->n_in == 2);
+}
+
+/* The refolded convolution whose bias absorbs ewadd e, read by reader
+ * alone; -1 if none. */
+static int folded_into(const OptBase *b, int e, int reader) {
+  const Node *en = vnode(b, e);
+  if (en->kind != OP_EWADD || b->user2[e] != reader || b->absorbed[e] != b->gen) return -1;
+  for (int k = 0; k < en->n_in; k++) {
+    int c = vin(b, e, k).node;
+    if (c < b->n + b->k && b->head[c] == b->gen && b->fuse2[c] == OPT_FUSE_BIAS &&
+        b->user2[c] == e)
+      return c;
+  }
+  return -1;
+}
+
+/* What opt_fuse_bias pushes through concat v of the rewritten graph
+ * (bias.c: push_through_concat): its consumer's per-channel bias into its
+ * bare convolutions (then an activation after it), or an activation into
+ * convolutions, including those a first pass refolds with their bias. */
+static void push_through_concat(OptBase *b, int v) {
+  const Node *cat = vnode(b, v);
+  if (cat->kind != OP_CONCAT || cat->n_out != 1 || cat->out[0].ndim != 4 || cat->n_in < 1)
+    return;
+  int64_t axis = cat->params.v[b->pr->concat_axis_i].i[0];
+  int u = b->user2[v];
+  if ((axis != 1 && axis != -3) || u < 0) return;
+  const Node *un = vnode(b, u);
+  int act = act_of_op_kind(un->kind);
+  if (un->kind == OP_EWADD) {
+    for (int j = 0; j < cat->n_in; j++)
+      if (!conv_for(b, vin(b, v, j).node, v, true)) return;
+    TensorRef other = vin(b, u, 0);
+    if (other.node == v) other = vin(b, u, 1);
+    if (other.node == v || !vbias_per_channel(b, other, &cat->out[0], OPT_BIAS_DEPTH)) return;
+    int u2 = b->user2[u]; /* the new concat takes over u's uses */
+    int act2 = u2 >= 0 ? act_of_op_kind(vnode(b, u2)->kind) : ACT_NONE;
+    b->pushed[v] = b->gen, b->absorbed[u] = b->gen;
+    if (act2 != ACT_NONE) b->absorbed[u2] = b->gen;
+    for (int j = 0; j < cat->n_in; j++) {
+      int c = vin(b, v, j).node;
+      b->head[c] = b->gen, b->fuse2[c] = (uint8_t)(OPT_FUSE_BIAS | act2),
+      b->place2[c] = PLACE_BY_CONCAT;
+    }
+    return;
+  }
+  if (act == ACT_NONE) return;
+  for (int j = 0; j < cat->n_in; j++) {
+    int c = vin(b, v, j).node;
+    if (!conv_for(b, c, v, false) && folded_into(b, c, v) < 0) return;
+  }
+  b->absorbed[u] = b->gen;
+  for (int j = 0; j < cat->n_in; j++) {
+    int c = vin(b, v, j).node, f = folded_into(b, c, v);
+    if (f >= 0) {
+      b->fuse2[f] = (uint8_t)(OPT_FUSE_BIAS | act), b->place2[f] = PLACE_ONCE;
+    } else {
+      b->head[c] = b->gen, b->fuse2[c] = (uint8_t)act, b->place2[c] = PLACE_IN_SITU;
+    }
+  }
+}
+
 int opt_delta_cost(OptBase *b, double *us, Diag *d) {
   const Graph *g = b->g;
   int n = b->n, k = b->k, nv = n + k;
@@ -816,15 +898,17 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
     int c = b->convs[i];
     if (b->dead2[c]) continue;
     b->fuse2[c] = refold(b, c);
-    b->head[c] = b->gen;
+    b->head[c] = b->gen, b->place2[c] = PLACE_REFOLD;
   }
   for (int v = n; v < nv; v++) {
     const Node *nd = vnode(b, v);
     if (b->dead2[v] || nd->kind != OP_CONV2D || nd->params.v[b->pr->act_i].i[0] != ACT_NONE)
       continue;
     b->fuse2[v] = refold(b, v);
-    b->head[v] = b->gen;
+    b->head[v] = b->gen, b->place2[v] = PLACE_REFOLD;
   }
+  for (int v = 0; v < nv; v++)
+    if (!b->dead2[v] && vnode(b, v)->kind == OP_CONCAT) push_through_concat(b, v);
   /* The sum in opt_graph_cost's order over the refolded graph: the nodes
    * left as they were, in the rewritten graph's order (g's, then the new
    * ones); then the convolutions refolded once, which opt_fuse_bias
@@ -836,10 +920,24 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
     if (b->dead2[v] || b->absorbed[v] == b->gen) continue;
     if (vweight(b, v)) continue;
     double c = 0;
+    if (b->pushed[v] == b->gen) { /* its convolutions, then the new concat: appended */
+      const Node *cat = vnode(b, v);
+      for (int j = 0; j < cat->n_in && rc == TEQ_OK; j++) {
+        int cv = vin(b, v, j).node;
+        rc = vfused(b, cv, b->fuse2[cv], &c, d);
+        b->l1[n1++] = c;
+      }
+      if (rc == TEQ_OK) rc = vplain(b, v, &c, d);
+      b->l1[n1++] = c;
+      continue;
+    }
     uint8_t fuse = b->head[v] == b->gen ? b->fuse2[v] : OPT_FUSE_NONE;
     if (fuse != OPT_FUSE_NONE) {
+      uint8_t place = b->place2[v];
+      if (place == PLACE_BY_CONCAT) continue;
       rc = vfused(b, v, fuse, &c, d);
-      if ((fuse & OPT_FUSE_BIAS) && (fuse & 3)) b->l2[n2++] = c;
+      if (place == PLACE_IN_SITU) total += c;
+      else if (place == PLACE_REFOLD && (fuse & OPT_FUSE_BIAS) && (fuse & 3)) b->l2[n2++] = c;
       else b->l1[n1++] = c;
       continue;
     }

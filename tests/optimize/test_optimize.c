@@ -904,6 +904,85 @@ static void test_bias_expression_folded(void) {
   graph_free(g);
 }
 
+/* A [1, C, 6, 6] constant of one value per channel (vary_h: and along H,
+ * which no convolution's bias can hold). */
+static TensorRef spread_bias(Graph *g, int64_t channels, float scale, bool vary_h) {
+  Shape s = shape_of(4, 1, channels, 6, 6);
+  Tensor *t = tensor_new(DT_F32, &s);
+  for (int64_t e = 0; e < tensor_numel(t); e++)
+    ((float *)t->data)[e] = (float)(e / 36) * scale - 0.1f + (vary_h ? 0.01f * (float)(e / 6 % 6) : 0);
+  return (TensorRef){graph_add_const(g, NULL, t, NULL), 0};
+}
+
+/* Two convolutions of one input side by side, then an epilogue after the
+ * concat: shape 0 a spread bias and a relu; 1 each convolution with its
+ * own bias, then a relu after the concat (the biases fold first, then the
+ * relu is pushed); 2 a bias that varies along H, and a relu; 3 a relu
+ * after a concat of a convolution and a pool. */
+static Graph *concat_epilogue(int shape) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 4, 6, 6)), none = {-1, 0};
+  TensorRef a = conv(g, x, weight(g, "k1", shape_of(4, 6, 4, 3, 3), 1), none, 1, ACT_NONE);
+  TensorRef b = conv(g, x, weight(g, "k2", shape_of(4, 5, 4, 3, 3), 2), none, 1, ACT_NONE);
+  if (shape == 1) {
+    a = op(g, OP_EWADD, a, spread_bias(g, 6, 0.25f, false), 2, NULL);
+    b = op(g, OP_EWADD, spread_bias(g, 5, -0.5f, false), b, 2, NULL);
+  }
+  if (shape == 3) {
+    Params p;
+    params_default(OP_MAXPOOL, &p);
+    param_set_ints(&p, param_index(OP_MAXPOOL, "kernel"), (int64_t[]){3, 3}, 2);
+    param_set_ints(&p, param_index(OP_MAXPOOL, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+    b = op(g, OP_MAXPOOL, x, x, 1, &p);
+  }
+  int64_t channels = shape == 3 ? 10 : 11;
+  TensorRef cat = concat1(g, a, b);
+  if (shape == 0 || shape == 2)
+    cat = op(g, OP_EWADD, cat, spread_bias(g, channels, 0.125f, shape == 2), 2, NULL);
+  graph_add_output(g, op(g, OP_RELU, cat, cat, 1, NULL), "y", NULL);
+  return g;
+}
+
+/* A per-channel bias or an activation after a concat of convolutions is
+ * pushed into them on export (and priced so in the search, derived to the
+ * last bit): SqueezeNet's fire after rules moved its relus and biases out
+ * of the concat, on the way to merging its convolutions, costs what it
+ * did before. What cannot be pushed stays. */
+static void test_epilogue_through_concat(void) {
+  static const int expect_biased[] = {2, 2, 0, 0}, expect_relus[] = {0, 0, 1, 1};
+  for (int shape = 0; shape < 4; shape++) {
+    Graph *g = concat_epilogue(shape), *h = graph_copy(g);
+    Diag d;
+    diag_init(&d);
+    int fused = 0;
+    CHECK(h && opt_fuse_bias(h, &fused, &d) == TEQ_OK);
+    int biased = 0, relu_convs = 0;
+    for (int i = 0; i < h->n_nodes; i++) {
+      const Node *n = &h->nodes[i];
+      if (n->kind != OP_CONV2D) continue;
+      biased += n->n_in == 3;
+      relu_convs += n->params.v[param_index(OP_CONV2D, "act")].i[0] == ACT_RELU;
+    }
+    CHECK_MSG(biased == expect_biased[shape] && count_kind(h, OP_RELU) == expect_relus[shape],
+              "shape %d: %d convolutions with a bias, %d relus left", shape, biased,
+              count_kind(h, OP_RELU));
+    CHECK_EQ_INT(relu_convs, shape < 2 ? 2 : 0);
+    CHECK_EQ_INT(count_kind(h, OP_EWADD), shape == 2 ? 1 : 0);
+    CHECK(graph_check(h, &d) == TEQ_OK);
+    ExecDiff diff;
+    CHECK(exec_compare(g, h, EXEC_F32, 3, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
+    exec_diff_fini(&diff);
+    Priced p = price_all_checked(g);
+    CHECK(p.derived > 0);
+    printf("concat epilogue %d: %d folds on export; %d rewrites priced, %d derived\n", shape,
+           fused, p.rewrites, p.derived);
+    diag_flush(&d, stderr);
+    diag_fini(&d);
+    graph_free(h);
+    graph_free(g);
+  }
+}
+
 /* NasRNN's first step: a merged product split into halves, each half plus
  * its own constant. The two adds become one on the whole product (the
  * rule with a wide matrix, proved with the axioms of element-wise
@@ -1058,6 +1137,7 @@ int main(void) {
   test_priced_duplicates();
   test_priced_rule_sources();
   test_bias_expression_folded();
+  test_epilogue_through_concat();
   test_fire_merged();
   test_split_adds_merged();
   opt_rules_free(rules);
