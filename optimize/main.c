@@ -450,6 +450,7 @@ typedef struct Report {
   int check_flat; /* outputs the check saw as one value everywhere */
   int check_cut;  /* opaque nodes the check cut out (cut_opaque) */
   int src_before[COST__SOURCES], src_after[COST__SOURCES];
+  double us_before[COST__SOURCES], us_after[COST__SOURCES]; /* microseconds by source */
   bool checked;
   bool kept_original; /* the search's best came out dearer after folding */
   int merged;         /* duplicate nodes of the model merged before the search */
@@ -464,6 +465,13 @@ static void print_sources(FILE *f, const int *src) {
   const char *sep = "";
   for (int s = 0; s < COST__SOURCES; s++)
     if (src[s]) fprintf(f, "%s%s %d", sep, cost_source_name((CostSource)s), src[s]), sep = ", ";
+}
+
+static void print_source_us(FILE *f, const double *us) {
+  const char *sep = "";
+  for (int s = 0; s < COST__SOURCES; s++)
+    if (us[s] > 0) fprintf(f, "%s%s %.1f", sep, cost_source_name((CostSource)s), us[s]), sep = ", ";
+  if (!*sep) fprintf(f, "none");
 }
 
 static void report_text(const Report *r, FILE *f) {
@@ -483,6 +491,12 @@ static void report_text(const Report *r, FILE *f) {
   print_sources(f, r->src_before);
   fprintf(f, "; after: ");
   print_sources(f, r->src_after);
+  /* How much of each estimate rests on measurements: a gain found among
+   * analytic estimates is the estimator's word until a GPU measures it. */
+  fprintf(f, "\n  %-26s before: ", "cost by source (us)");
+  print_source_us(f, r->us_before);
+  fprintf(f, "; after: ");
+  print_source_us(f, r->us_after);
   fprintf(f, "\n  %-26s %d window%s, %lld graphs expanded, %lld rewrites (%lld of a rule at "
           "all its sites), %lld duplicates, %lld queued, %lld built, %.2f s%s\n", "search",
           st->windows, st->windows == 1 ? "" : "s", (long long)st->explored, (long long)st->generated,
@@ -567,6 +581,11 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     fprintf(f, "  \"cost_sources_%s\": {", w ? "after" : "before");
     for (int s = 0; s < COST__SOURCES; s++)
       fprintf(f, "%s\"%s\": %d", s ? ", " : "", cost_source_name((CostSource)s), src[s]);
+    fprintf(f, "},\n");
+    const double *us = w ? r->us_after : r->us_before;
+    fprintf(f, "  \"cost_us_by_source_%s\": {", w ? "after" : "before");
+    for (int s = 0; s < COST__SOURCES; s++)
+      fprintf(f, "%s\"%s\": %.6g", s ? ", " : "", cost_source_name((CostSource)s), us[s]);
     fprintf(f, "},\n");
   }
   fprintf(f, "  \"search\": {\"windows\": %d, \"expanded\": %lld, \"built\": %lld, "
@@ -683,6 +702,7 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
   Graph *posted = NULL;
   PetPostStats post = {0};
   int folded = 0, fused = 0, src[COST__SOURCES] = {0};
+  double us[COST__SOURCES] = {0};
   double cost = 0;
   int rc = TEQ_OK;
   if (pet) {
@@ -690,16 +710,18 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     if (rc == TEQ_OK) rc = pet_post_optimize(&posted, &post, d);
     if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
     if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
-    if (rc == TEQ_OK) rc = opt_graph_cost(cm, posted, &cost, src, d);
+    if (rc == TEQ_OK) rc = opt_graph_cost_split(cm, posted, &cost, src, us, d);
   }
   if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
-  if (rc == TEQ_OK) rc = opt_graph_cost(cm, *best, &r->cost_after, r->src_after, d);
+  if (rc == TEQ_OK)
+    rc = opt_graph_cost_split(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
   if (rc == TEQ_OK && posted && cost <= r->cost_after) {
     graph_free(*best);
     *best = posted, posted = NULL;
     r->post = post, r->folded = folded, r->fused = fused, r->cost_after = cost;
     memcpy(r->src_after, src, sizeof src);
+    memcpy(r->us_after, us, sizeof us);
   }
   graph_free(posted);
   return rc;
@@ -747,7 +769,7 @@ int main(int argc, char **argv) {
     if (!a.opt.quiet)
       fprintf(stderr, "optimize: %s: %d operators, %d directed rules; searching\n", a.model,
               r.ops_before, r.n_rules);
-    rc = opt_graph_cost(cm, g, &r.cost_before, r.src_before, &d);
+    rc = opt_graph_cost_split(cm, g, &r.cost_before, r.src_before, r.us_before, &d);
   }
   Graph *plain = NULL;
   if (rc == TEQ_OK) rc = (plain = graph_copy(g)) ? TEQ_OK : TEQ_ERR_NOMEM;
@@ -776,7 +798,7 @@ int main(int argc, char **argv) {
       r.post = (PetPostStats){0};
       memset(st.applied, 0, (size_t)st.n_rules * sizeof *st.applied);
       st.n_pet_applied = 0;
-      rc = opt_graph_cost(cm, best, &r.cost_after, r.src_after, &d);
+      rc = opt_graph_cost_split(cm, best, &r.cost_after, r.src_after, r.us_after, &d);
     }
   }
   if (rc == TEQ_OK) rc = graph_check(best, &d);

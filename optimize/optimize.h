@@ -174,6 +174,12 @@ TEQ_API int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const 
  * themselves). counts[s] (optional) counts node costs per source. */
 TEQ_API int opt_graph_cost(CostModel *cm, const Graph *g, double *us,
                            int counts[COST__SOURCES], Diag *d);
+/* The same, and (us_by_source, optional) the microseconds from each source:
+ * how much of an estimate rests on measurements and how much on the
+ * analytic model. */
+TEQ_API int opt_graph_cost_split(CostModel *cm, const Graph *g, double *us,
+                                 int counts[COST__SOURCES], double us_by_source[COST__SOURCES],
+                                 Diag *d);
 
 /* Computes every node whose inputs are all weights on the CPU and replaces
  * it by a constant (an initializer on export); *n_folded (optional)

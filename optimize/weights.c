@@ -34,6 +34,11 @@ bool *opt_weight_only(const Graph *g, const int32_t *order) {
 
 int opt_graph_cost(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
                    Diag *d) {
+  return opt_graph_cost_split(cm, g, us, counts, NULL, d);
+}
+
+int opt_graph_cost_split(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
+                         double us_by_source[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   if (!order) return TEQ_ERR_NOMEM;
   int rc = graph_topo_order(g, order);
@@ -41,6 +46,8 @@ int opt_graph_cost(CostModel *cm, const Graph *g, double *us, int counts[COST__S
   if (!rc && !w) rc = TEQ_ERR_NOMEM;
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
+  if (us_by_source)
+    for (int s = 0; s < COST__SOURCES; s++) us_by_source[s] = 0;
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
     const Node *n = &g->nodes[id];
     if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE)
@@ -50,6 +57,7 @@ int opt_graph_cost(CostModel *cm, const Graph *g, double *us, int counts[COST__S
     if (rc) break;
     total += e.us;
     if (counts) counts[e.source]++;
+    if (us_by_source) us_by_source[e.source] += e.us;
   }
   free(order);
   free(w);

@@ -95,6 +95,15 @@ for entry in "${models[@]}"; do
   fi
   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' \
     "$w/report.json" || { fail "$name: report.json says the check failed or saw one value everywhere"; continue; }
+  # Each estimate split by the source of its operators' costs adds up to it.
+  "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+for w in ("before", "after"):
+    parts = r["cost_us_by_source_" + w]
+    assert set(parts) == {"measured", "table", "analytic"} and min(parts.values()) >= 0, parts
+    assert abs(sum(parts.values()) - r["cost_" + w + "_us"]) <= 1e-4 * r["cost_" + w + "_us"], (w, parts)
+' "$w/report.json" || { fail "$name: report.json's costs by source do not add up to its costs"; continue; }
   if [[ $(grep -c '^  end-to-end check' "$w/report.txt") != 1 ]] || grep -q 'skipped (--no-check)' "$w/report.txt"; then
     fail "$name: the report's lines on the check: $(grep 'end-to-end check' "$w/report.txt" | tr -s ' ')"
     continue

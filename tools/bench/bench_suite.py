@@ -280,6 +280,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
             problems.append(f"optimize --no-pet exit {a.rc}: {a.tail(2)}")
     src = rep["cost_sources_after"]
     row["cost_sources"] = "/".join(str(src[k]) for k in ("measured", "table", "analytic"))
+    # How much of the estimate after rests on the analytic model, not on measurements.
+    row["analytic_us_after"] = rep.get("cost_us_by_source_after", {}).get("analytic")
 
     for which, model in (("before", path), ("after", opt)):
         log(f"{name}: CPU executor and ONNX Runtime, {which}")
@@ -363,7 +365,7 @@ PET_COLUMNS = [  # the second table: rules + PET against the rules alone
     ("rules_search_s", "search s, rules", "{:.1f}"), ("search_s", "search s, rules + PET", "{:.1f}"),
     ("pet_s", "of which PET s", "{:.1f}"),
 ]
-CSV_EXTRA = ["rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
+CSV_EXTRA = ["rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
              "status"]
 
 
