@@ -90,7 +90,7 @@ const char *cost_model_device(const CostModel *m) { return m->device; }
 int cost_model_size(const CostModel *m) { return (int)m->n_entries; }
 
 const char *cost_source_name(CostSource s) {
-  static const char *const names[] = {"measured", "table", "analytic"};
+  static const char *const names[] = {"measured", "table", "twin", "analytic"};
   return s < COST__SOURCES ? names[s] : "?";
 }
 
@@ -444,7 +444,7 @@ static bool same_inputs(const Graph *ga, int a, const Graph *gb, int b) {
   return true;
 }
 
-static double analytic_us(CostModel *m, const Graph *g, int id);
+static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *source);
 
 enum { TWIN_MAX_IN = 8 };
 
@@ -561,7 +561,7 @@ static double twice_half_us(CostModel *m, const Graph *g, int id) {
  * only measurements of its own kind, through the bounds, set it apart.
  * And no estimate exceeds its two half twins' run as two kernels
  * (twice_half_us). */
-static double analytic_us(CostModel *m, const Graph *g, int id) {
+static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *source) {
   const Node *n = &g->nodes[id];
   double flops = cost_node_flops(g, id), bytes = cost_node_bytes(g, id);
   double est = family_twin_us(m, g, id);
@@ -604,13 +604,18 @@ static double analytic_us(CostModel *m, const Graph *g, int id) {
   /* The one-part twin bounds what no measurement of these shapes prices:
    * an estimate of its own (a grouped conv of 4 channels a group becomes a
    * dense conv of 4 input channels) says less than a measured twin. */
+  double lo_measured = lo, hi_measured = hi;
   if (!twin) lo = fmax(lo, one_part_us(m, g, id));
   /* Two halves priced by their neighbours say less than the measurement of
    * this very kernel with its epilogue. */
   if (!from_fuller) hi = fmin(hi, twice_half_us(m, g, id));
   /* Where the bounds disagree (hi < lo), the lower one wins: an estimate
    * never promises less than a part of the work. */
-  return fmax(fmin(est, hi), lo);
+  double us = fmax(fmin(est, hi), lo);
+  /* A twin's price, or one set by a measured bound, is a measurement's; one
+   * the halves set is an estimate's. */
+  *source = twin && (us == est || us == lo_measured || us == hi_measured) ? COST_TWIN : COST_ANALYTIC;
+  return us;
 }
 
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
@@ -623,7 +628,7 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
   if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key) {
     /* Too wide to name (a concat of dozens of corrected pieces): no table
      * can hold it, so the analytic model prices it, unrecorded. */
-    out->us = analytic_us(m, g, id);
+    out->us = analytic_us(m, g, id, &out->source);
     return TEQ_OK;
   }
   CostEntry *e = find(m, key);
@@ -640,7 +645,9 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     diag_fini(&pd);
   }
   if (!e) {
-    e = insert(m, key, analytic_us(m, g, id), COST_ANALYTIC);
+    CostSource source;
+    double us = analytic_us(m, g, id, &source);
+    e = insert(m, key, us, source);
     if (!e) return diag_error(d, "out of memory");
   }
   if (m->record && !e->recorded) {

@@ -31,7 +31,11 @@
 #include "runtime/err.h"
 #include "runtime/graph.h"
 
-typedef enum CostSource { COST_MEASURED, COST_TABLE, COST_ANALYTIC, COST__SOURCES } CostSource;
+/* Where a cost came from: measured on this machine's GPU, a row of a table
+ * measured earlier, an estimate scaled from a measurement of the same kernel
+ * at the same shapes with or without a bias or fused activation (a twin:
+ * one epilogue away from a measurement), or the analytic model. */
+typedef enum CostSource { COST_MEASURED, COST_TABLE, COST_TWIN, COST_ANALYTIC, COST__SOURCES } CostSource;
 
 typedef struct CostEstimate {
   double us;

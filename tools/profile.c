@@ -497,9 +497,11 @@ static int do_cost(int argc, char **argv, Diag *d) {
   }
   if (rc == TEQ_OK) {
     qsort(costs, (size_t)n, sizeof *costs, by_cost_desc);
-    printf("%s: %d operators, %.1f us in all (%d from the table%s%s, %d measured now, %d analytic)\n",
+    printf("%s: %d operators, %.1f us in all (%d from the table%s%s, %d measured now, %d from a "
+           "measured twin, %d analytic)\n",
            model, n, total, counts[COST_TABLE], table ? " of " : "",
-           table ? cost_model_device(m) : "", counts[COST_MEASURED], counts[COST_ANALYTIC]);
+           table ? cost_model_device(m) : "", counts[COST_MEASURED], counts[COST_TWIN],
+           counts[COST_ANALYTIC]);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);

@@ -331,7 +331,7 @@ static void test_bounds_by_one_part(const char *root) {
   int id = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, "conv", &d);
   CostEstimate e;
   CHECK(id >= 0 && cost_node(m, g, id, &e, &d) == TEQ_OK);
-  CHECK_MSG(e.source == COST_ANALYTIC && e.us > 12.9 && e.us < 14.0, "grouped relu: %g", e.us);
+  CHECK_MSG(e.source == COST_TWIN && e.us > 12.9 && e.us < 14.0, "grouped relu: %g", e.us);
   graph_free(g);
   cost_model_free(m);
   diag_fini(&d);
@@ -485,7 +485,7 @@ static void test_priced_from_fuller_twin(const char *root) {
     }
     printf("%s: measured %.2f us with its bias, %.2f us without (neighbours alone %.2f)\n",
            pairs[k][0], e[0].us, e[1].us, neighbours);
-    CHECK(e[0].source == COST_TABLE && e[1].source == COST_ANALYTIC);
+    CHECK(e[0].source == COST_TABLE && e[1].source == COST_TWIN);
     CHECK_MSG(e[1].us <= e[0].us && e[1].us > 0.99 * e[0].us, "%s: %.2f us without its bias",
               pairs[k][0], e[1].us);
     CHECK(neighbours < 0.99 * e[0].us); /* the hole this closes */

@@ -101,7 +101,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 for w in ("before", "after"):
     parts = r["cost_us_by_source_" + w]
-    assert set(parts) == {"measured", "table", "analytic"} and min(parts.values()) >= 0, parts
+    assert set(parts) == {"measured", "table", "twin", "analytic"} and min(parts.values()) >= 0, parts
     assert abs(sum(parts.values()) - r["cost_" + w + "_us"]) <= 1e-4 * r["cost_" + w + "_us"], (w, parts)
 ' "$w/report.json" || { fail "$name: report.json's costs by source do not add up to its costs"; continue; }
   if [[ $(grep -c '^  end-to-end check' "$w/report.txt") != 1 ]] || grep -q 'skipped (--no-check)' "$w/report.txt"; then

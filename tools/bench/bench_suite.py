@@ -279,7 +279,7 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         else:
             problems.append(f"optimize --no-pet exit {a.rc}: {a.tail(2)}")
     src = rep["cost_sources_after"]
-    row["cost_sources"] = "/".join(str(src[k]) for k in ("measured", "table", "analytic"))
+    row["cost_sources"] = "/".join(str(src.get(k, 0)) for k in ("measured", "table", "twin", "analytic"))
     # How much of the estimate after rests on the analytic model, not on measurements.
     row["analytic_us_after"] = rep.get("cost_us_by_source_after", {}).get("analytic")
 
