@@ -170,7 +170,10 @@ bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, f
   return value_per_channel(g, r, out, vals, OPT_BIAS_DEPTH);
 }
 
-bool opt_concat_of_convs(const Graph *g, int id, const int32_t *user, bool bare) {
+/* Whether concat id of g (axis 1) reads convolutions alone, each without
+ * an activation (and, if bare, without a bias) and read by it alone (user:
+ * each node's only consumer, -1 for none or several). */
+static bool concat_of_convs(const Graph *g, int id, const int32_t *user, bool bare) {
   const Node *cat = &g->nodes[id];
   int act_i = param_index(OP_CONV2D, "act");
   if (cat->kind != OP_CONCAT || cat->n_out != 1 || cat->out[0].ndim != 4) return false;
@@ -210,7 +213,7 @@ static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int
   if (!bias && act == ACT_NONE) return 0;
   for (int j = 0; j < g->nodes[id].n_in; j++)
     if (g->nodes[id].in[j].node >= n) return 0;
-  if (!opt_concat_of_convs(g, id, user, bias)) return 0;
+  if (!concat_of_convs(g, id, user, bias)) return 0;
   int n_in = g->nodes[id].n_in;
   if (!bias) {
     for (int j = 0; j < n_in; j++) g->nodes[g->nodes[id].in[j].node].params.v[act_i].i[0] = act;

@@ -247,12 +247,6 @@ bool opt_bias_keeps_channels(const Node *n, const Shape *in);
  * there. */
 bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals);
 
-/* Whether concat id of g (axis 1) reads convolutions alone, each without
- * an activation (and, if bare, without a bias) and read by it alone (user:
- * each node's only consumer, -1 for none or several): opt_fuse_bias then
- * pushes a per-channel bias or an activation after it into them. */
-bool opt_concat_of_convs(const Graph *g, int id, const int32_t *user, bool bare);
-
 /* ---- weights.c ---- */
 
 /* Per node of g (order: a topological order): whether every input is a

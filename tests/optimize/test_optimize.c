@@ -918,16 +918,15 @@ static TensorRef spread_bias(Graph *g, int64_t channels, float scale, bool vary_
  * concat: shape 0 a spread bias and a relu; 1 each convolution with its
  * own bias, then a relu after the concat (the biases fold first, then the
  * relu is pushed); 2 a bias that varies along H, and a relu; 3 a relu
- * after a concat of a convolution and a pool. */
+ * after a concat of a convolution and a pool; 4 a relu alone; 5 a relu,
+ * one convolution with its own bias and one without. */
 static Graph *concat_epilogue(int shape) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(4, 1, 4, 6, 6)), none = {-1, 0};
   TensorRef a = conv(g, x, weight(g, "k1", shape_of(4, 6, 4, 3, 3), 1), none, 1, ACT_NONE);
   TensorRef b = conv(g, x, weight(g, "k2", shape_of(4, 5, 4, 3, 3), 2), none, 1, ACT_NONE);
-  if (shape == 1) {
-    a = op(g, OP_EWADD, a, spread_bias(g, 6, 0.25f, false), 2, NULL);
-    b = op(g, OP_EWADD, spread_bias(g, 5, -0.5f, false), b, 2, NULL);
-  }
+  if (shape == 1 || shape == 5) a = op(g, OP_EWADD, a, spread_bias(g, 6, 0.25f, false), 2, NULL);
+  if (shape == 1) b = op(g, OP_EWADD, spread_bias(g, 5, -0.5f, false), b, 2, NULL);
   if (shape == 3) {
     Params p;
     params_default(OP_MAXPOOL, &p);
@@ -949,8 +948,9 @@ static Graph *concat_epilogue(int shape) {
  * of the concat, on the way to merging its convolutions, costs what it
  * did before. What cannot be pushed stays. */
 static void test_epilogue_through_concat(void) {
-  static const int expect_biased[] = {2, 2, 0, 0}, expect_relus[] = {0, 0, 1, 1};
-  for (int shape = 0; shape < 4; shape++) {
+  static const int expect_biased[] = {2, 2, 0, 0, 0, 1}, expect_relus[] = {0, 0, 1, 1, 0, 0};
+  static const int expect_relu_convs[] = {2, 2, 0, 0, 2, 2};
+  for (int shape = 0; shape < 6; shape++) {
     Graph *g = concat_epilogue(shape), *h = graph_copy(g);
     Diag d;
     diag_init(&d);
@@ -966,7 +966,7 @@ static void test_epilogue_through_concat(void) {
     CHECK_MSG(biased == expect_biased[shape] && count_kind(h, OP_RELU) == expect_relus[shape],
               "shape %d: %d convolutions with a bias, %d relus left", shape, biased,
               count_kind(h, OP_RELU));
-    CHECK_EQ_INT(relu_convs, shape < 2 ? 2 : 0);
+    CHECK_EQ_INT(relu_convs, expect_relu_convs[shape]);
     CHECK_EQ_INT(count_kind(h, OP_EWADD), shape == 2 ? 1 : 0);
     CHECK(graph_check(h, &d) == TEQ_OK);
     ExecDiff diff;
