@@ -116,13 +116,16 @@ bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
   return true;
 }
 
+bool opt_is_channel_concat(const Node *n) {
+  if (n->kind != OP_CONCAT || n->n_out != 1 || n->out[0].ndim != 4 || n->n_in < 1) return false;
+  int64_t axis = n->params.v[param_index(OP_CONCAT, "axis")].i[0];
+  return axis == 1 || axis == 1 - n->out[0].ndim;
+}
+
 bool opt_bias_keeps_channels(const Node *n, const Shape *in) {
   const Shape *out = &n->out[0];
   if (n->n_out != 1 || out->ndim != 4 || n->opaque) return false;
-  if (n->kind == OP_CONCAT) {
-    int64_t axis = n->params.v[param_index(OP_CONCAT, "axis")].i[0];
-    return axis == 1 || axis == 1 - out->ndim;
-  }
+  if (n->kind == OP_CONCAT) return opt_is_channel_concat(n);
   unsigned f = op_def(n->kind)->flags;
   if (!(f & OPF_ELEMENTWISE) || (f & (OPF_SOURCE | OPF_INT64_OUT))) return false;
   for (int j = 0; j < n->n_in; j++)
@@ -176,16 +179,14 @@ bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, f
 static bool concat_of_convs(const Graph *g, int id, const int32_t *user, bool bare) {
   const Node *cat = &g->nodes[id];
   int act_i = param_index(OP_CONV2D, "act");
-  if (cat->kind != OP_CONCAT || cat->n_out != 1 || cat->out[0].ndim != 4) return false;
-  int64_t axis = cat->params.v[param_index(OP_CONCAT, "axis")].i[0];
-  if (axis != 1 && axis != -3) return false;
+  if (!opt_is_channel_concat(cat)) return false;
   for (int j = 0; j < cat->n_in; j++) {
     const Node *c = &g->nodes[cat->in[j].node];
     if (c->kind != OP_CONV2D || cat->in[j].out != 0 || user[cat->in[j].node] != id ||
         c->params.v[act_i].i[0] != ACT_NONE || (bare && c->n_in != 2))
       return false;
   }
-  return cat->n_in > 0;
+  return true;
 }
 
 /* Concat id (axis 1) of convolutions, each read by it alone, whose only

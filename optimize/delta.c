@@ -108,8 +108,7 @@ typedef struct BiasSlot {
 
 struct OptPricer {
   CostModel *cm;
-  int act_i;         /* conv2d's "act" parameter */
-  int concat_axis_i; /* concat's "axis" */
+  int act_i; /* conv2d's "act" parameter */
   CfgSlot *cfg;
   size_t cfg_cap, cfg_n;
   BiasSlot *bias;
@@ -121,7 +120,6 @@ int opt_pricer_new(CostModel *cm, OptPricer **out) {
   if (!p) return TEQ_ERR_NOMEM;
   p->cm = cm;
   p->act_i = param_index(OP_CONV2D, "act");
-  p->concat_axis_i = param_index(OP_CONCAT, "axis");
   *out = p;
   return TEQ_OK;
 }
@@ -782,8 +780,7 @@ static int folded_into(const OptBase *b, int e, int reader) {
   if (en->kind != OP_EWADD || b->user2[e] != reader || b->absorbed[e] != b->gen) return -1;
   for (int k = 0; k < en->n_in; k++) {
     int c = vin(b, e, k).node;
-    if (c < b->n + b->k && b->head[c] == b->gen && b->fuse2[c] == OPT_FUSE_BIAS &&
-        b->user2[c] == e)
+    if (b->head[c] == b->gen && b->fuse2[c] == OPT_FUSE_BIAS && b->user2[c] == e)
       return c;
   }
   return -1;
@@ -795,11 +792,8 @@ static int folded_into(const OptBase *b, int e, int reader) {
  * convolutions, including those a first pass refolds with their bias. */
 static void push_through_concat(OptBase *b, int v) {
   const Node *cat = vnode(b, v);
-  if (cat->kind != OP_CONCAT || cat->n_out != 1 || cat->out[0].ndim != 4 || cat->n_in < 1)
-    return;
-  int64_t axis = cat->params.v[b->pr->concat_axis_i].i[0];
   int u = b->user2[v];
-  if ((axis != 1 && axis != -3) || u < 0) return;
+  if (!opt_is_channel_concat(cat) || u < 0) return;
   const Node *un = vnode(b, u);
   int act = act_of_op_kind(un->kind);
   if (un->kind == OP_EWADD) {
@@ -908,7 +902,7 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
     b->head[v] = b->gen, b->place2[v] = PLACE_REFOLD;
   }
   for (int v = 0; v < nv; v++)
-    if (!b->dead2[v] && vnode(b, v)->kind == OP_CONCAT) push_through_concat(b, v);
+    if (!b->dead2[v]) push_through_concat(b, v);
   /* The sum in opt_graph_cost's order over the refolded graph: the nodes
    * left as they were, in the rewritten graph's order (g's, then the new
    * ones); then the convolutions refolded once, which opt_fuse_bias

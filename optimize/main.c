@@ -461,17 +461,15 @@ typedef struct Report {
   const OptOptions *opt;
 } Report;
 
-static void print_sources(FILE *f, const int *src) {
+/* Operators per source of their costs, and the microseconds each source
+ * gives: how much of an estimate rests on measurements, and how much is the
+ * analytic model's word until a GPU measures it. */
+static void print_sources(FILE *f, const int *src, const double *us) {
   const char *sep = "";
   for (int s = 0; s < COST__SOURCES; s++)
-    if (src[s]) fprintf(f, "%s%s %d", sep, cost_source_name((CostSource)s), src[s]), sep = ", ";
-}
-
-static void print_source_us(FILE *f, const double *us) {
-  const char *sep = "";
-  for (int s = 0; s < COST__SOURCES; s++)
-    if (us[s] > 0) fprintf(f, "%s%s %.1f", sep, cost_source_name((CostSource)s), us[s]), sep = ", ";
-  if (!*sep) fprintf(f, "none");
+    if (src[s])
+      fprintf(f, "%s%s %d (%.1f us)", sep, cost_source_name((CostSource)s), src[s], us[s]),
+          sep = ", ";
 }
 
 static void report_text(const Report *r, FILE *f) {
@@ -488,15 +486,9 @@ static void report_text(const Report *r, FILE *f) {
           r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0,
           r->kept_original ? " (the original: nothing cheaper was found)" : "");
   fprintf(f, "  %-26s before: ", "cost sources (operators)");
-  print_sources(f, r->src_before);
+  print_sources(f, r->src_before, r->us_before);
   fprintf(f, "; after: ");
-  print_sources(f, r->src_after);
-  /* How much of each estimate rests on measurements: a gain found among
-   * analytic estimates is the estimator's word until a GPU measures it. */
-  fprintf(f, "\n  %-26s before: ", "cost by source (us)");
-  print_source_us(f, r->us_before);
-  fprintf(f, "; after: ");
-  print_source_us(f, r->us_after);
+  print_sources(f, r->src_after, r->us_after);
   fprintf(f, "\n  %-26s %d window%s, %lld graphs expanded, %lld rewrites (%lld of a rule at "
           "all its sites), %lld duplicates, %lld queued, %lld built, %.2f s%s\n", "search",
           st->windows, st->windows == 1 ? "" : "s", (long long)st->explored, (long long)st->generated,

@@ -233,6 +233,10 @@ bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals);
  * channels, or an element-wise operator of inputs of its own shape. */
 bool opt_bias_keeps_channels(const Node *n, const Shape *in);
 
+/* Whether n concatenates [N, C, H, W] tensors along their channels: a bias
+ * or an activation after it may be pushed into what it concatenates. */
+bool opt_is_channel_concat(const Node *n);
+
 /* Levels of weight operators above the constants that a bias may be, and
  * inputs of each. */
 #define OPT_BIAS_DEPTH 8

@@ -561,6 +561,15 @@ static double twice_half_us(CostModel *m, const Graph *g, int id) {
  * only measurements of its own kind, through the bounds, set it apart.
  * And no estimate exceeds its two half twins' run as two kernels
  * (twice_half_us). */
+/* What measured anchor a says a kernel of these flops and bytes costs, one
+ * epilogue (a bias, a fused activation) away from it: its time scaled by
+ * the rooflines' ratio. */
+static double twin_us(const CostModel *m, OpKind fam, const CostAnchor *a, double flops,
+                      double bytes) {
+  return a->us * roofline(&m->calib, fam, flops, bytes) /
+         roofline(&m->calib, fam, a->flops, a->bytes);
+}
+
 static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *source) {
   const Node *n = &g->nodes[id];
   double flops = cost_node_flops(g, id), bytes = cost_node_bytes(g, id);
@@ -578,8 +587,7 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
     if (part && same_inputs(a->g, a->node, g, id)) {
       /* A twin measured without the fused activation or a bias: its time
        * scaled by the rooflines' ratio says more than any neighbour. */
-      est = a->us * roofline(&m->calib, fam, flops, bytes) /
-            roofline(&m->calib, fam, a->flops, a->bytes);
+      est = twin_us(m, fam, a, flops, bytes);
       twin = true;
     }
     if (part && a->us > lo) lo = a->us;
@@ -597,8 +605,7 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
    * spellings of one product must tie. */
   bool from_fuller = !twin && !family && fuller;
   if (from_fuller) {
-    est = fuller->us * roofline(&m->calib, fam, flops, bytes) /
-          roofline(&m->calib, fam, fuller->flops, fuller->bytes);
+    est = twin_us(m, fam, fuller, flops, bytes);
     twin = true;
   }
   /* The one-part twin bounds what no measurement of these shapes prices:

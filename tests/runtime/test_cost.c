@@ -337,6 +337,27 @@ static void test_bounds_by_one_part(const char *root) {
   diag_fini(&d);
 }
 
+/* The operator of configuration key, priced by m (*e), and what its
+ * measured neighbours alone would say (*neighbours, optional); false when
+ * the key does not build. */
+static bool price_key(CostModel *m, const char *key, CostEstimate *e, double *neighbours) {
+  Graph *g = NULL;
+  int id = -1;
+  Diag d;
+  diag_init(&d);
+  bool ok = cost_graph_from_key(key, &g, &id, &d) == TEQ_OK && g &&
+            cost_node(m, g, id, e, &d) == TEQ_OK;
+  CHECK_MSG(ok, "%s: %s", key, diag_last(&d));
+  if (ok && neighbours) {
+    const Node *n = &g->nodes[id];
+    *neighbours = cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
+                                cost_node_bytes(g, id), -1);
+  }
+  graph_free(g);
+  diag_fini(&d);
+  return ok;
+}
+
 /* A gemm without a bias runs the BLAS call of the matmul of its operands
  * in their plain layouts: unmeasured, every spelling of one product costs
  * the same, so a search cannot trade one for another (and a vector for
@@ -362,19 +383,13 @@ static void test_gemm_priced_as_matmul(const char *root) {
   for (size_t c = 0; c < sizeof spellings / sizeof spellings[0]; c++) {
     double first = 0;
     for (int k = 0; k < 4; k++) {
-      Graph *g = NULL;
-      int id = -1;
       CostEstimate e;
-      CHECK_MSG(cost_graph_from_key(spellings[c][k], &g, &id, &d) == TEQ_OK, "%s", diag_last(&d));
-      if (!g) continue;
-      CHECK(cost_node(m, g, id, &e, &d) == TEQ_OK);
+      double neighbours = 0;
+      if (!price_key(m, spellings[c][k], &e, &neighbours)) continue;
       CHECK(e.source == COST_ANALYTIC);
       if (k == 0) first = e.us;
       CHECK_MSG(e.us == first, "%s: %g, the matmul %g", spellings[c][k], e.us, first);
-      const Node *n = &g->nodes[id];
-      neighbours_differ += k > 0 && fabs(cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
-                                              cost_node_bytes(g, id), -1) - first) > 0.01 * first;
-      graph_free(g);
+      neighbours_differ += k > 0 && fabs(neighbours - first) > 0.01 * first;
     }
   }
   printf("gemm spellings: %d of %zu priced apart by their neighbours alone\n", neighbours_differ,
@@ -417,8 +432,6 @@ static void test_gemm_priced_as_matmul(const char *root) {
 static void test_bounds_by_halves(const char *root) {
   CostModel *m = committed_table(root, "test_bounds_by_halves");
   if (!m) return;
-  Diag d;
-  diag_init(&d);
   const char *pairs[][2] = {
     {"matmul [1,1024] [1024,4096] {act=none}", "matmul [1,1024] [1024,2048] {act=none}"},
     {"gemm [1,25088] [4096,25088] [4096] {transA=0 transB=1 alpha=1 beta=1}",
@@ -431,19 +444,14 @@ static void test_bounds_by_halves(const char *root) {
   for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
     double us[2] = {0, 0};
     for (int h = 0; h < 2; h++) {
-      Graph *g = NULL;
-      int id = -1;
       CostEstimate e;
-      CHECK_MSG(cost_graph_from_key(pairs[k][h], &g, &id, &d) == TEQ_OK, "%s", pairs[k][h]);
-      if (g && cost_node(m, g, id, &e, &d) == TEQ_OK) us[h] = e.us;
-      graph_free(g);
+      if (price_key(m, pairs[k][h], &e, NULL)) us[h] = e.us;
     }
     printf("%s: %.2f us, its half %.2f us\n", pairs[k][0], us[0], us[1]);
     CHECK_MSG(us[1] > 0 && us[0] <= 2 * us[1] - cost_model_calib(m)->launch_us + 1e-9,
               "%s: %.2f us, above two halves of %.2f us", pairs[k][0], us[0], us[1]);
   }
   cost_model_free(m);
-  diag_fini(&d);
 }
 
 /* A conv whose bias a rewrite moved elsewhere (ResNet's, into the residual
@@ -456,8 +464,6 @@ static void test_bounds_by_halves(const char *root) {
 static void test_priced_from_fuller_twin(const char *root) {
   CostModel *m = committed_table(root, "the fuller twin");
   if (!m) return;
-  Diag d;
-  diag_init(&d);
   static const char *const pairs[][2] = {
     {"conv2d [1,64,56,56] [64,64,3,3] [64] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
      "groups=1 act=none}",
@@ -469,20 +475,10 @@ static void test_priced_from_fuller_twin(const char *root) {
      "act=none}"},
   };
   for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
-    CostEstimate e[2];
+    CostEstimate e[2] = {{0, COST_ANALYTIC}, {0, COST_ANALYTIC}};
     double neighbours = 0;
-    for (int h = 0; h < 2; h++) {
-      Graph *g = NULL;
-      int id = -1;
-      CHECK_MSG(cost_graph_from_key(pairs[k][h], &g, &id, &d) == TEQ_OK, "%s", pairs[k][h]);
-      CHECK(g && cost_node(m, g, id, &e[h], &d) == TEQ_OK);
-      if (g && h == 1) {
-        const Node *n = &g->nodes[id];
-        neighbours = cost_anchored(m, n->kind, n->n_in + n->n_out, cost_node_flops(g, id),
-                                   cost_node_bytes(g, id), -1);
-      }
-      graph_free(g);
-    }
+    price_key(m, pairs[k][0], &e[0], NULL);
+    price_key(m, pairs[k][1], &e[1], &neighbours);
     printf("%s: measured %.2f us with its bias, %.2f us without (neighbours alone %.2f)\n",
            pairs[k][0], e[0].us, e[1].us, neighbours);
     CHECK(e[0].source == COST_TABLE && e[1].source == COST_TWIN);
@@ -491,7 +487,6 @@ static void test_priced_from_fuller_twin(const char *root) {
     CHECK(neighbours < 0.99 * e[0].us); /* the hole this closes */
   }
   cost_model_free(m);
-  diag_fini(&d);
 }
 
 static void test_record_and_analytic(void) {
