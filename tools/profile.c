@@ -219,6 +219,8 @@ static int do_measure(int argc, char **argv, Diag *d) {
     diag_fini(&kd);
     graph_free(g);
     if (now_s() - last > 5 || i + 1 == keys.n) {
+      /* A run cut short keeps every row measured before its last report. */
+      fflush(f);
       last = now_s();
       fprintf(stderr, "measured %zu/%zu configurations, %.0f s\n", i + 1, keys.n, last - t0);
     }

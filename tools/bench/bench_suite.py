@@ -83,6 +83,14 @@ def log(msg):
     print(f"bench_suite: {msg}", file=sys.stderr, flush=True)
 
 
+class Stopped(Exception):
+    """SIGTERM: stop after writing the report of the models finished so far."""
+
+
+def stop_on_sigterm(signum, frame):
+    raise Stopped()
+
+
 class Run:
     """One finished command: exit status, output files, wall seconds and peak RSS."""
 
@@ -105,15 +113,20 @@ def run(cmd, work, tag, timeout=1800, env=None):
     t0 = time.monotonic()
     with open(out, "w") as fo, open(err, "w") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env)
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > timeout:
-                p.send_signal(signal.SIGKILL)
-                pid, status, usage = os.wait4(p.pid, 0)
-                break
-            time.sleep(0.02)
+        try:
+            while True:
+                pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() - t0 > timeout:
+                    p.send_signal(signal.SIGKILL)
+                    pid, status, usage = os.wait4(p.pid, 0)
+                    break
+                time.sleep(0.02)
+        except Stopped:  # the suite was told to stop: the child goes with it
+            p.kill()
+            p.wait()
+            raise
     p.returncode = os.waitstatus_to_exitcode(status)  # so Popen's destructor stays quiet
     return Run(p.returncode, out, err, time.monotonic() - t0, usage.ru_maxrss / 1024.0)
 
@@ -276,6 +289,7 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
                 ra = json.load(f)
             row["rules_cost_after_us"] = ra["cost_after_us"]
             row["rules_search_s"] = ra["search"]["seconds"]
+            row["rules_model"] = os.path.join(work, f"{name}.rules.onnx")
         else:
             problems.append(f"optimize --no-pet exit {a.rc}: {a.tail(2)}")
     src = rep["cost_sources_after"]
@@ -316,8 +330,12 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
 
 
 def bench_gpu_columns(name, kind, path, opt, feed, args, tools, work, mods, row, problems):
-    """Teq's GPU runtime on both models and, for PyTorch's models, eager and compiled."""
-    for which, model in (("before", path), ("after", opt)):
+    """Teq's GPU runtime on both models (and on the rules-alone one of the PET table) and,
+    for PyTorch's models, eager and compiled."""
+    timed = [("before", path), ("after", opt)]
+    if row.get("rules_model"):
+        timed.append(("rules", row["rules_model"]))
+    for which, model in timed:
         log(f"{name}: GPU, {which}")
         g = run([tools["run-model"], "--gpu", "--quiet", "--warmup", "20", "--repeat",
                  str(args.gpu_repeat), *feed, model], work, f"{name}.gpu.{which}")
@@ -353,6 +371,7 @@ COLUMNS = [  # key, heading, format
 ]
 GPU_COLUMNS = [
     ("gpu_ms_before", "Teq GPU ms before", "{:.3f}"), ("gpu_ms_after", "Teq GPU ms after", "{:.3f}"),
+    ("gpu_speedup", "GPU speedup", "{:.3f}"),
     ("eager_ms", "eager ms", "{:.3f}"), ("compiled_ms", "compiled ms", "{:.3f}"),
 ]
 PET_COLUMNS = [  # the second table: rules + PET against the rules alone
@@ -365,7 +384,12 @@ PET_COLUMNS = [  # the second table: rules + PET against the rules alone
     ("rules_search_s", "search s, rules", "{:.1f}"), ("search_s", "search s, rules + PET", "{:.1f}"),
     ("pet_s", "of which PET s", "{:.1f}"),
 ]
-CSV_EXTRA = ["rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
+PET_GPU_COLUMNS = [  # measured: the same three graphs on the GPU
+    ("gpu_ms_before", "GPU ms before", "{:.3f}"), ("gpu_ms_rules", "GPU ms, rules", "{:.3f}"),
+    ("gpu_ms_after", "GPU ms, rules + PET", "{:.3f}"),
+    ("gpu_pet_gain", "measured rules + PET over rules", "{:.3f}"),
+]
+CSV_EXTRA = ["gpu_ms_rules", "rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
              "status"]
 
 
@@ -476,6 +500,10 @@ def write_report(rows, rule_rows, args, gpu, out, header_notes):
             r["est_speedup"] = r["cost_before_us"] / r["cost_after_us"]
         if r.get("rules_cost_after_us") and r.get("cost_after_us"):
             r["pet_gain"] = r["rules_cost_after_us"] / r["cost_after_us"]
+        if r.get("gpu_ms_rules") and r.get("gpu_ms_after"):
+            r["gpu_pet_gain"] = r["gpu_ms_rules"] / r["gpu_ms_after"]
+        if r.get("gpu_ms_before") and r.get("gpu_ms_after"):
+            r["gpu_speedup"] = r["gpu_ms_before"] / r["gpu_ms_after"]
     with open(os.path.join(out, "results_suite.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow([c[0] for c in cols] + CSV_EXTRA)
@@ -495,12 +523,13 @@ def write_report(rows, rule_rows, args, gpu, out, header_notes):
         lines.append("| " + " | ".join(fmt(r, *c[::2]) for c in cols) + " |")
     pet_rows = [r for r in rows if r.get("rules_cost_after_us") is not None]
     if pet_rows:
+        pet_cols = PET_COLUMNS + (PET_GPU_COLUMNS if gpu else [])
         lines += ["", "PET: the same search with PET's mutants competing (optimize's default) "
                   "and with the rules alone (--no-pet)", ""]
-        lines.append("| " + " | ".join(c[1] for c in PET_COLUMNS) + " |")
-        lines.append("|" + "---|" * len(PET_COLUMNS))
+        lines.append("| " + " | ".join(c[1] for c in pet_cols) + " |")
+        lines.append("|" + "---|" * len(pet_cols))
         for r in pet_rows:
-            lines.append("| " + " | ".join(fmt(r, *c[::2]) for c in PET_COLUMNS) + " |")
+            lines.append("| " + " | ".join(fmt(r, *c[::2]) for c in pet_cols) + " |")
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         lines.append("")
@@ -614,15 +643,22 @@ def main():
         else:
             rules_db, rule_rows = make_rules(args, work, tools)
         rows = []
-        for name in chosen:
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
+        for i, name in enumerate(chosen):
             kind = dict(SUITE + ZOO)[name]
             t0 = time.monotonic()
             try:
                 row = bench_model(name, kind, args, tools, rules_db, work, mods, gpu)
+            except Stopped:  # a time limit outside: report what is finished
+                rows += [{"model": n, "status": "not run: the suite was stopped (SIGTERM)"}
+                         for n in chosen[i:]]
+                log(f"stopped at {name}: the report has the models finished before it")
+                break
             except Exception as e:  # one model's failure must not lose the others' figures
                 row = {"model": name, "status": f"failed: {e}"}
             rows.append(row)
             log(f"{name}: {row['status']} ({time.monotonic() - t0:.0f} s)")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if args.record:
             configs = set()
             for name in chosen:

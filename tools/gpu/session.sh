@@ -4,15 +4,20 @@
 # on the GPU against the CPU executor, the cost table's measurements, and
 # the timing against PyTorch eager and torch.compile. Logs and results are
 # packed into OUT_DIR/logs.tgz after every step, so a run cut short still
-# returns what it finished.
+# returns what it finished. With TEQ_GPU_SECONDS set, the long steps (the
+# table's measurements, the suite) stop in time for the last pack: the
+# table keeps the rows measured so far, the suite reports the models done.
 #
-#   tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16 petops suite
+#   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
+#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
 out=/tmp/teq-logs
 mkdir -p "$out" "$final"
+deadline=$((SECONDS + ${TEQ_GPU_SECONDS:-86400}))
+# Seconds a step may still take: what is left, less a margin for the pack.
+left() { local s=$((deadline - SECONDS - 15)); echo $((s > 1 ? s : 1)); }
 stage=/tmp/teq-gpu
 rm -rf "$stage" && mkdir -p "$stage" && cp "$packed/node-tests.tgz" "$stage/"
 python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
@@ -27,7 +32,7 @@ run_tests() {
   mkdir -p /tmp/node && tar xzf "$stage/node-tests.tgz" -C /tmp
   for t in "$stage"/tests/runtime_test_cuda*; do
     echo "== $(basename "$t")"
-    "$t" > "$out/$(basename "$t").log" 2>&1; rc=$?
+    timeout 120 "$t" > "$out/$(basename "$t").log" 2>&1; rc=$?
     grep -E "^(FAIL|GPU)|CHECK failed" "$out/$(basename "$t").log" | head -40
     echo "exit $rc"; [ $rc -eq 0 ] || failed=$((failed + 1))
   done
@@ -41,10 +46,10 @@ run_tests() {
 build_models() {
   mkdir -p "$models"
   PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
-    --models resnet18,resnet50,squeezenet1_1,mobilenet_v2,resnext50_32x4d,inception_v3,transformer \
+    --models resnet18,resnet50,squeezenet1_1,mobilenet_v2,resnext50_32x4d,inception_v3,vgg19,transformer \
     > "$out/export.log" 2>&1 || tail -5 "$out/export.log"
   for m in tiny-cnn bert nasrnn nasneta csrnet; do
-    mkdir -p "$models/$m"; "$stage/tools/build-model" "$m" "$models/$m/model.onnx" >/dev/null
+    mkdir -p "$models/$m"; "$stage/tools/build-model" --seed 1 "$m" "$models/$m/model.onnx" >/dev/null
   done
 }
 
@@ -58,8 +63,11 @@ check_models() {
 
 profile() {
   "$stage/tools/teq-profile" record -o "$out/configs.txt" "$models"/*/model.onnx 2>&1 | tail -1
-  [ -f tools/profiles/configs.txt ] && cat tools/profiles/configs.txt >> "$out/configs.txt"
-  "$stage/tools/teq-profile" measure --repeats 30 -o "$out/h100.tsv" "$out/configs.txt" 2>&1 | tail -5
+  # What earlier searches asked about, here (a suite run earlier in this session) and on the
+  # development machine (tools/profiles/configs.txt).
+  cat "$out"/suite*/configs_suite.txt tools/profiles/configs.txt >> "$out/configs.txt" 2>/dev/null
+  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/h100.tsv" \
+    "$out/configs.txt" 2>&1 | tail -5
 }
 
 for step in "$@"; do
@@ -74,9 +82,15 @@ for step in "$@"; do
     bench16) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 16 --no-check ;;
     # The whole suite through optimize, each model timed before and after on the GPU beside
     # PyTorch; the configurations optimize costed are recorded for the next table.
-    suite) PYTHONUNBUFFERED=1 python3 tools/bench/bench_suite.py --build "$stage" \
-             --rules "$packed/rules.sqlite" --gpu on --cache "$models" --out "$out" \
-             --record "$out/configs_suite.txt" 2>"$out/suite.log" ;;
+    # suite=a,b: those models alone, into their own folder (a suite split over two calls).
+    suite|suite=*)
+      chosen=${step#suite}; chosen=${chosen#=}; dir="$out/suite${chosen:+_${chosen//,/_}}"
+      mkdir -p "$dir"
+      PYTHONUNBUFFERED=1 timeout -k 20 "$(left)" python3 tools/bench/bench_suite.py \
+        --models "${chosen:-all}" --build "$stage" --rules "$packed/rules.sqlite" --gpu on \
+        --cache "$models" --out "$dir" --repeat 3 --gpu-repeat 100 \
+        --record "$dir/configs_suite.txt" 2>"$dir/suite.log"
+      tail -3 "$dir/suite.log" ;;
     *) echo "unknown step $step" ;;
   esac
   tar czf "$final/logs.tgz" -C "$out" .
