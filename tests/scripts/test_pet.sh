@@ -76,7 +76,8 @@ for entry in "${models[@]}"; do
   mkdir -p "$w"
   t0=$(date +%s)
   rc=0
-  "$OPT" --rules "$db" --quiet --budget 10 --time-limit 40 --pet-max-flops 1e8 --check-derived \
+  "$OPT" --rules "$db" --cost-table "$ROOT/tests/data/h100-2026-11-22.tsv" --quiet --budget 10 \
+    --time-limit 40 --pet-max-flops 1e8 --check-derived \
     --json "$w/report.json" -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
   if ((rc != 0)); then
     fail "$name: optimize --pet exited $rc: $(tail -n1 "$w/err.log")"
