@@ -34,6 +34,8 @@ typedef struct OnnxImportOptions {
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
+  bool keep_unfused_activations; /* do not fuse a relu, sigmoid or tanh into the conv or
+                                    matmul it alone reads (their act parameter) */
   /* A node of an operator Teq knows, in a form its row does not take (an
    * attribute value, a computed parameter, an extra output), is kept whole
    * as an opaque node, with a warning saying why, as an unknown operator is,
@@ -52,6 +54,7 @@ typedef struct OnnxImportStats {
   int n_noops_removed;
   int n_layer_norms_fused;
   int n_gelus_fused;
+  int n_activations_fused;
   int opset;           /* the model's default-domain opset */
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;

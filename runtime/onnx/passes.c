@@ -10,7 +10,11 @@
  * the one operator it computes, also exact in real arithmetic, and so does
  * a GELU written out in erf (x / sqrt 2, Erf, + 1, times x, times 1/2, as
  * PyTorch below opset 20 and most exporters write it) or in tanh (its
- * approximation, as GPT-2's is written). Parameters are
+ * approximation, as GPT-2's is written). An activation that is the only
+ * reader of a convolution or product becomes that operator's fused act:
+ * an exporter (Teq's own among them) writes a fused activation as a second
+ * node, and every runtime fuses it back, so a graph priced or timed with
+ * the two apart would charge a kernel nobody runs. Parameters are
  * found by name through the registry rows, never by index. Dead nodes are
  * removed by the caller. */
 #include <math.h>
@@ -383,6 +387,54 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
       break;
     }
     graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
+    n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}
+
+/* The value of the fused-activation parameter (act_symbols) that computes
+ * what an operator of kind k computes, or -1 where none does. */
+static int fused_act_of(OpKind k) {
+  for (int a = ACT_NONE + 1; act_symbols[a]; a++)
+    if (strcmp(act_symbols[a], op_def(k)->name) == 0) return a;
+  return -1;
+}
+
+int onnx_pass_fuse_activations(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  if (!uses) {
+    free(offset);
+    diag_error(d, "out of memory fusing activations");
+    return TEQ_ERR_NOMEM;
+  }
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    const Node *a = &g->nodes[i];
+    int act = a->n_in == 1 ? fused_act_of(a->kind) : -1;
+    if (act < 0) continue;
+    TensorRef x = a->in[0];
+    const Node *p = &g->nodes[x.node];
+    int act_i = param_index(p->kind, "act");
+    /* The producer's only use, and its only output: fusing must not change
+     * what another reader (or the graph's output) sees. */
+    if (act_i < 0 || x.node >= n0 || p->n_out != 1 || uses[offset[x.node]] != 1 ||
+        p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32)
+      continue;
+    Params params = p->params;
+    params.v[act_i].i[0] = act;
+    TensorRef in[8];
+    if (p->n_in > 8) continue;
+    memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
+    char *name = p->name ? strdup(p->name) : NULL;
+    int id = graph_add_node(g, p->kind, in, p->n_in, 1, &params, name, d);
+    free(name);
+    if (id < 0) {
+      rc = id;
+      break;
+    }
+    graph_replace_uses(g, (TensorRef){i, 0}, (TensorRef){id, 0});
     n++;
   }
   free(uses);

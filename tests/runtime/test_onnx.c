@@ -510,8 +510,82 @@ static void test_export_built(void) {
     tensor_unref(a[j]);
     tensor_unref(b[j]);
   }
-  if (h) CHECK_EQ_INT(count_kind(h, OP_RELU), 1);
+  /* MatMul then Relu come back as the one fused product they were
+   * written from; with keep_unfused_activations, as two nodes. */
+  if (h) CHECK(count_kind(h, OP_RELU) == 0 && st.n_activations_fused == 1);
+  graph_free(h);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  o.keep_unfused_activations = true;
+  h = rc == TEQ_OK ? import(q, &o, &st, &d) : NULL;
+  if (h) CHECK(count_kind(h, OP_RELU) == 1 && st.n_activations_fused == 0);
   tensor_unref(in);
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
+/* A conv or matmul node with act relu, sigmoid or tanh, after import. */
+static int count_fused(const Graph *g, OpKind k, int act) {
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    n += g->nodes[i].kind == k && param_int(&g->nodes[i].params, param_index(k, "act")) == act;
+  return n;
+}
+
+/* An activation that alone reads a conv or a matmul is fused into it at
+ * import; one beside another reader, or after a conv whose output the
+ * graph also returns, or after an operator without an act (an add), is
+ * not. Outputs are those of the graph as built. */
+static void test_activations_fused(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 3, 6, 6}}, sw = {4, {4, 3, 3, 3}}, sm = {2, {4, 5}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw), *wm = tensor_new(DT_F32, &sm);
+  tensor_fill_random(w, 5);
+  tensor_fill_random(wm, 6);
+  int wi = graph_add_const(g, "w", w, &d), wmi = graph_add_const(g, "wm", wm, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  TensorRef xw[2] = {{x, 0}, {wi, 0}};
+  int c1 = graph_add_node(g, OP_CONV2D, xw, 2, 1, &p, "c1", &d); /* relu its only reader */
+  int c2 = graph_add_node(g, OP_CONV2D, xw, 2, 1, &p, "c2", &d); /* read twice */
+  int c3 = graph_add_node(g, OP_CONV2D, xw, 2, 1, &p, "c3", &d); /* also an output */
+  int r1 = graph_add_node(g, OP_RELU, (TensorRef[]){{c1, 0}}, 1, 1, NULL, "r1", &d);
+  int r2 = graph_add_node(g, OP_RELU, (TensorRef[]){{c2, 0}}, 1, 1, NULL, "r2", &d);
+  int t3 = graph_add_node(g, OP_TANH, (TensorRef[]){{c3, 0}}, 1, 1, NULL, "t3", &d);
+  int sum = graph_add_node(g, OP_EWADD, (TensorRef[]){{r1, 0}, {c2, 0}}, 2, 1, NULL, "sum", &d);
+  int sr = graph_add_node(g, OP_RELU, (TensorRef[]){{sum, 0}}, 1, 1, NULL, "sr", &d);
+  params_default(OP_MATMUL, &p);
+  int mm = graph_add_node(g, OP_MATMUL, (TensorRef[]){{sr, 0}, {wmi, 0}}, 2, 1, &p, "mm", &d);
+  int sg = graph_add_node(g, OP_SIGMOID, (TensorRef[]){{mm, 0}}, 1, 1, NULL, "sg", &d);
+  CHECK(r2 >= 0 && t3 >= 0 && sg >= 0);
+  graph_add_output(g, (TensorRef){sg, 0}, "y", &d);
+  graph_add_output(g, (TensorRef){r2, 0}, "r2", &d);
+  graph_add_output(g, (TensorRef){t3, 0}, "t3", &d);
+  graph_add_output(g, (TensorRef){c3, 0}, "c3", &d);
+  char q[PATH_BUF];
+  int rc = onnx_export_file(g, tmp("activations.onnx", q), NULL, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_activations_fused, 2); /* r1 into c1, sg into mm */
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU), 1);
+    CHECK_EQ_INT(count_fused(h, OP_MATMUL, ACT_SIGMOID), 1);
+    CHECK(count_kind(h, OP_RELU) == 2 && count_kind(h, OP_TANH) == 1);
+    Tensor *in = tensor_new(DT_F32, &sx), *a[4] = {NULL}, *b[4] = {NULL};
+    tensor_fill_random(in, 9);
+    CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, a, &d), TEQ_OK);
+    CHECK_EQ_INT(exec_run(h, EXEC_F32, &in, b, &d), TEQ_OK);
+    for (int j = 0; j < 4; j++) {
+      CHECK_MSG(a[j] && b[j] && max_abs_err(a[j], b[j]) < 1e-6, "output %d differs", j);
+      tensor_unref(a[j]);
+      tensor_unref(b[j]);
+    }
+    tensor_unref(in);
+  }
   graph_free(g);
   graph_free(h);
   diag_fini(&d);
@@ -886,6 +960,7 @@ int main(void) {
   test_custom_domain();
   test_opaque_meta();
   test_export_built();
+  test_activations_fused();
   test_large_weights();
   test_external_data();
   test_symbolic_dims();
