@@ -350,60 +350,164 @@ static int time_calls(CudaCtx *cx, Run run, float *ms, Diag *d) {
   return rc;
 }
 
-/* The remembered {algorithm, workspace bytes} of a forward configuration,
- * searched now if this is the first time and we are not capturing. */
-static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dPlan &pl, const CudnnDescs &ds,
-                       uint64_t key, const float *x, const float *w, float *y, int64_t memo[2],
-                       Diag *d) {
+/* ---- the epilogue: bias and activation ---- */
+
+/* y[img, m, p] += bias[m] over planes of `plane` elements, and the relu with
+ * it when asked: one pass over y where cuDNN's AddTensor and an activation
+ * kernel were two. The relu is the element-wise kernels' (0 for NaN). */
+__global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ bias,
+                                int64_t total, int64_t m, int64_t plane, bool relu) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float v = y[i] + bias[(i / plane) % m];
+    y[i] = relu ? (v > 0 ? v : 0) : v;
+  }
+}
+
+/* What follows a convolution run without cuDNN's fused call: its bias and
+ * fused activation, in one kernel where the activation is a relu. */
+static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, int act, float *y,
+                           Diag *d) {
+  int64_t total = cv.n * cv.m * cv.oh * cv.ow;
+  if (!bias) return cuda_act_apply(cx, act, y, total, d);
+  bias_act_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      y, bias, total, cv.m, cv.oh * cv.ow, act == ACT_RELU);
+  CUDA_LAUNCHED();
+  return act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, act, y, total, d);
+}
+
+/* ---- choosing a way to run a convolution ----
+ * A way is cuBLAS (ALGO_GEMM, ALGO_IM2COL) or a cuDNN algorithm, run
+ * plainly and followed by the epilogue, or, with ALGO_FUSED added, through
+ * cudnnConvolutionBiasActivationForward (a bias and a relu). The fused call
+ * is not always the faster: on the H100 some algorithms ran it at a third
+ * of their plain speed (a grouped 1x1 conv: 123 us fused, 29 us plain), so
+ * the choice times whole ways, epilogue included. */
+enum { ALGO_FUSED = 1 << 16 };
+
+/* The arguments of one convolution, as a way runs it. */
+struct Conv2dArgs {
+  const Conv2dPlan *pl;
+  const CudnnDescs *ds;
+  const float *x, *w, *bias;
+  int act;
+  float *y;
+};
+
+/* Runs the convolution one way (workspace ws_bytes), epilogue included:
+ * how the choice times each way and how a run runs the chosen one.
+ * TEQ_ERR_UNSUPPORTED, with nothing in d, where cuDNN does not fuse for
+ * this algorithm. */
+static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
+                          bool note, Diag *d) {
+  const Conv2dPlan &pl = *a.pl;
+  const CudnnDescs &ds = *a.ds;
+  int rc;
+  char *scratch;
+  const float *xin;
+  if (way == ALGO_GEMM) {
+    if (note) cuda_note(cx, "cublas:gemm");
+    if ((rc = pointwise_gemm(cx, pl, a.x, a.w, a.y, d))) return rc;
+    return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
+  }
+  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
+  if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
+  if (way == ALGO_IM2COL) {
+    if (note) cuda_note(cx, "cublas:im2col+gemm");
+    if ((rc = im2col_gemm(cx, pl, xin, a.w, a.y, (float *)(scratch + pl.pad_bytes), d))) return rc;
+    return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
+  }
+  void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
+  const float one = 1.0f, zero = 0.0f;
+  if (way & ALGO_FUSED) {
+    cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)(way & ~(int64_t)ALGO_FUSED);
+    if (note) cuda_note(cx, "cudnn:%s+bias+relu", fwd_algo_name(algo));
+    /* y = relu(conv(x) + bias); z (= y) is weighted by 0: no prior output is read. */
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws, ws_bytes, &zero, ds.y, a.y,
+        ds.bias, a.bias, ds.act, ds.y, a.y);
+    if (s == CUDNN_STATUS_NOT_SUPPORTED) return TEQ_ERR_UNSUPPORTED;
+    if (s != CUDNN_STATUS_SUCCESS)
+      return cuda_fail(d, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
+                       cudnnGetErrorString(s));
+    return TEQ_OK;
+  }
+  cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)way;
+  if (note) cuda_note(cx, "cudnn:%s", fwd_algo_name(algo));
+  CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws,
+                                    ws_bytes, &zero, ds.y, a.y));
+  return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
+}
+
+/* cuDNN's algorithms that a search times again, fastest first by its own
+ * report: that report times each once, cold, and put a cuBLAS way ahead of
+ * the algorithm that wins once warm (ResNet-18's first conv). */
+enum { CUDNN_CANDIDATES = 2 };
+
+/* The remembered {way, workspace bytes} of a forward configuration,
+ * searched now if this is the first time and we are not capturing: every
+ * candidate way timed whole (time_calls, warm), the fastest kept. */
+static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t key,
+                       int64_t memo[2], Diag *d) {
   if (cuda_memo_get(cx, key, memo)) return TEQ_OK;
   if (cx->capturing)
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
                       "no convolution algorithm remembered for this configuration while "
                       "capturing (the first run should have searched)");
-  size_t ws_cap = fwd_search_workspace(cx, ds);
+  const Conv2dPlan &pl = *a.pl;
+  size_t ws_cap = fwd_search_workspace(cx, *a.ds);
   char *scratch;
   int rc = scratch_of(cx, pl.pad_bytes + ws_cap, &scratch, d);
   if (rc) return rc;
   const float *xin;
-  if ((rc = conv2d_input(pl, cx, x, scratch, &xin, d))) return rc;
+  if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int got = 0;
-  /* It may write y: this run writes it again below. */
+  /* It may write y: the chosen way writes it again. */
   CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
-      cx->cudnn, ds.x, xin, ds.w, w, ds.conv, ds.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
-      perf, ws_cap ? scratch + pl.pad_bytes : nullptr, ws_cap));
-  for (int i = 0; i < got; i++) /* fastest first */
+      cx->cudnn, a.ds->x, xin, a.ds->w, a.w, a.ds->conv, a.ds->y, a.y,
+      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws_cap ? scratch + pl.pad_bytes : nullptr,
+      ws_cap));
+  int64_t ways[2 * CUDNN_CANDIDATES + 2];
+  size_t bytes[2 * CUDNN_CANDIDATES + 2];
+  int n_ways = 0, n_cudnn = 0;
+  for (int i = 0; i < got && n_cudnn < CUDNN_CANDIDATES; i++) /* fastest first */
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_cap &&
         exact_enough_fwd(perf[i].algo)) {
-      memo[0] = (int64_t)perf[i].algo;
-      memo[1] = (int64_t)perf[i].memory;
-      if (pointwise(pl)) {
-        /* A 1x1 convolution is a matrix product: cuBLAS competes with
-         * cuDNN's algorithms, timed the same way, and the faster is kept. */
-        float gemm_ms = 0;
-        if ((rc = time_calls(cx, [&] { return pointwise_gemm(cx, pl, x, w, y, d); }, &gemm_ms, d)))
-          return rc;
-        if (gemm_ms < perf[i].time) memo[0] = ALGO_GEMM, memo[1] = 0;
-      } else if (im2col_applies(pl)) {
-        /* The unfolded product competes the same way; it needs the
-         * (padded) input and the columns in scratch. */
-        size_t cols = im2col_bytes(pl);
-        char *sc;
-        if ((rc = scratch_of(cx, pl.pad_bytes + cols, &sc, d))) return rc;
-        const float *xp;
-        if ((rc = conv2d_input(pl, cx, x, sc, &xp, d))) return rc;
-        float gemm_ms = 0;
-        float *col = (float *)(sc + pl.pad_bytes);
-        if ((rc = time_calls(cx, [&] { return im2col_gemm(cx, pl, xp, w, y, col, d); }, &gemm_ms, d)))
-          return rc;
-        if (gemm_ms < perf[i].time) memo[0] = ALGO_IM2COL, memo[1] = (int64_t)cols;
-      }
-      cuda_memo_put(cx, key, memo);
-      return TEQ_OK;
+      ways[n_ways] = (int64_t)perf[i].algo, bytes[n_ways++] = perf[i].memory;
+      n_cudnn++;
     }
-  return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
-                    "cuDNN has no forward algorithm for this configuration within %zu MB "
-                    "of workspace", CONV_WORKSPACE_CAP >> 20);
+  if (n_cudnn == 0)
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                      "cuDNN has no forward algorithm for this configuration within %zu MB "
+                      "of workspace", CONV_WORKSPACE_CAP >> 20);
+  if (a.bias && a.act == ACT_RELU)
+    for (int i = 0; i < n_cudnn; i++)
+      ways[n_ways] = ways[i] | ALGO_FUSED, bytes[n_ways++] = bytes[i];
+  /* A 1x1 convolution is a matrix product; any other ungrouped one, one on
+   * its unfolded input (the columns in scratch). */
+  if (pointwise(pl)) ways[n_ways] = ALGO_GEMM, bytes[n_ways++] = 0;
+  else if (im2col_applies(pl)) ways[n_ways] = ALGO_IM2COL, bytes[n_ways++] = im2col_bytes(pl);
+  float best_ms = 0;
+  memo[0] = ways[0], memo[1] = (int64_t)bytes[0];
+  for (int i = 0; i < n_ways; i++) {
+    float ms = 0;
+    Diag wd; /* a way cuDNN refuses is passed over, not reported */
+    diag_init(&wd);
+    rc = time_calls(cx, [&] { return conv2d_run_way(cx, a, ways[i], bytes[i], false, &wd); },
+                    &ms, &wd);
+    if (rc == TEQ_OK && (i == 0 || ms < best_ms)) {
+      best_ms = ms;
+      memo[0] = ways[i], memo[1] = (int64_t)bytes[i];
+    } else if (rc != TEQ_OK && !(ways[i] & ALGO_FUSED)) {
+      diag_error(d, "%s", diag_last(&wd));
+      diag_fini(&wd);
+      return rc;
+    }
+    diag_fini(&wd);
+  }
+  cuda_memo_put(cx, key, memo);
+  return TEQ_OK;
 }
 
 extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
@@ -413,71 +517,28 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   if (rc) return rc;
   const CudnnConv &cv = pl.cv;
   const int act = (int)param_int(&n->params, CONV_ACT);
-  const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
   const float *bias = n->n_in > 2 ? (const float *)in[2].data : nullptr;
-  float *y = (float *)out[0].data;
-
   CudnnDescs ds;
   if ((rc = conv_descs(n, cv, ds, d))) return rc;
-  int64_t memo[2];
-  uint64_t key = conv_key(1, cv, act * 2 + (bias != nullptr));
-  if ((rc = conv2d_algo(n, cx, pl, ds, key, x, w, y, memo, d))) return rc;
-  if (memo[0] == ALGO_GEMM || memo[0] == ALGO_IM2COL) {
-    if (memo[0] == ALGO_GEMM) {
-      cuda_note(cx, "cublas:gemm");
-      if ((rc = pointwise_gemm(cx, pl, x, w, y, d))) return rc;
-    } else {
-      cuda_note(cx, "cublas:im2col+gemm");
-      char *sc;
-      if ((rc = scratch_of(cx, pl.pad_bytes + (size_t)memo[1], &sc, d))) return rc;
-      const float *xp;
-      if ((rc = conv2d_input(pl, cx, x, sc, &xp, d))) return rc;
-      if ((rc = im2col_gemm(cx, pl, xp, w, y, (float *)(sc + pl.pad_bytes), d))) return rc;
-    }
-    if (bias) {
-      const float one = 1.0f;
-      CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
-      CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
-                                           (int)cv.m, 1, 1));
-      CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, bias, &one, ds.y, y));
-    }
-    return cuda_act_apply(cx, act, y, shape_numel(&out[0].shape), d);
-  }
-  cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)memo[0];
-  size_t ws_bytes = (size_t)memo[1];
-
-  char *scratch;
-  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
-  const float *xin;
-  if ((rc = conv2d_input(pl, cx, x, scratch, &xin, d))) return rc;
-  void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
-  cuda_note(cx, "cudnn:%s", fwd_algo_name(algo));
-
-  const float one = 1.0f, zero = 0.0f;
   if (bias) {
     CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
     CUDNN_TRY(cudnnSetTensor4dDescriptor(ds.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
                                          (int)cv.m, 1, 1));
+    if (act == ACT_RELU) {
+      CUDNN_TRY(cudnnCreateActivationDescriptor(&ds.act));
+      CUDNN_TRY(cudnnSetActivationDescriptor(ds.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
+                                             0.0));
+    }
   }
-  if (bias && act == ACT_RELU) {
-    /* One fused call: y = relu(conv(x) + bias). z (= y) is weighted by 0:
-     * the call reads no prior output. */
-    CUDNN_TRY(cudnnCreateActivationDescriptor(&ds.act));
-    CUDNN_TRY(cudnnSetActivationDescriptor(ds.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN,
-                                           0.0));
-    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
-        cx->cudnn, &one, ds.x, xin, ds.w, w, ds.conv, algo, ws, ws_bytes, &zero, ds.y, y,
-        ds.bias, bias, ds.act, ds.y, y);
-    if (s == CUDNN_STATUS_SUCCESS) return TEQ_OK;
-    if (s != CUDNN_STATUS_NOT_SUPPORTED)
-      return cuda_fail(d, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
-                       cudnnGetErrorString(s));
-    /* Not fused for this algorithm: the three steps below. */
-  }
-  CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, w, ds.conv, algo, ws,
-                                    ws_bytes, &zero, ds.y, y));
-  if (bias) CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, bias, &one, ds.y, y));
-  return cuda_act_apply(cx, act, y, shape_numel(&out[0].shape), d);
+  Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, act,
+                  (float *)out[0].data};
+  int64_t memo[2];
+  uint64_t key = conv_key(1, cv, act * 2 + (bias != nullptr));
+  if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
+  rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
+  if (rc == TEQ_ERR_UNSUPPORTED && (memo[0] & ALGO_FUSED)) /* timed fused, refused now */
+    rc = conv2d_run_way(cx, a, memo[0] & ~(int64_t)ALGO_FUSED, (size_t)memo[1], true, d);
+  return rc;
 }
 
 /* ---- conv_transpose ---- */
