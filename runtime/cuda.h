@@ -85,6 +85,14 @@ TEQ_API size_t cuda_plan_device_bytes(const CudaPlan *p);
  * chose, e.g. its cuDNN algorithm ("" when it chose nothing). */
 TEQ_API int cuda_plan_n_steps(const CudaPlan *p);
 TEQ_API const char *cuda_plan_step_note(const CudaPlan *p, int step, int *node_id);
+/* Microseconds each step takes inside a run of the whole plan (us[i] for
+ * step i, the median over `repeats` runs): the steps launched one after
+ * another on the plan's stream, as a replay runs them, with an event
+ * after each. Beside cuda_profile_node's time of the same node run alone,
+ * it shows what the sequence costs that isolated timings do not (caches a
+ * neighbour evicts, a choice that differs). Launch latency shows in the
+ * smallest steps, which a replay hides. */
+TEQ_API int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *d);
 
 /* ---- profiler ----
  * Times one operator configuration: node `id` of g run alone, its inputs

@@ -2,11 +2,12 @@
  * CPU executor or the GPU, print a checksum per output and the time per run.
  *   run-model [--input NAME=FILE]... [--seed S] [--batch N] [--repeat N]
  *             [--output-dir DIR] [--save OUT.onnx] [--modp] [--quiet]
- *             [--gpu [--warmup N] [--check]] MODEL.onnx
+ *             [--gpu [--warmup N] [--check] [--steps]] MODEL.onnx
  * On the GPU the time is the median of --repeat replays of the whole graph
  * between CUDA events, after --warmup; --check also runs the CPU executor
  * and fails when an output differs by more than 1e-4 of its largest
- * magnitude.
+ * magnitude; --steps prints each kernel's time inside a run of the whole
+ * graph beside its time run alone (how the cost model measures it).
  * Inputs not given as files are seeded random tensors (input i gets seed
  * S+i), so two runs of the same command print the same numbers. Results go
  * to stdout, import statistics and messages to stderr; bad arguments or a
@@ -40,7 +41,7 @@ typedef struct RunOptions {
   const char *output_dir;
   const char *save;
   int64_t modp, quiet;
-  int64_t gpu, warmup, check;
+  int64_t gpu, warmup, check, steps;
   const char *model;
 } RunOptions;
 
@@ -79,6 +80,8 @@ static const OptRow option_rows[] = {
      "with --gpu: untimed runs before the timed ones"},
     {"check", OPT_FLAG, offsetof(RunOptions, check), 0, 0, 0, 1,
      "with --gpu: compare with the CPU executor; fail above 1e-4 relative error"},
+    {"steps", OPT_FLAG, offsetof(RunOptions, steps), 0, 0, 0, 1,
+     "with --gpu: each kernel's time in a run of the graph and run alone, slowest first"},
 };
 #define N_OPTIONS (sizeof option_rows / sizeof option_rows[0])
 
@@ -338,6 +341,61 @@ static void print_stats(const char *path, const OnnxImportStats *s) {
           s->n_external ? "; weights read from external data" : "");
 }
 
+/* One kernel of a plan, timed in the sequence and alone. */
+typedef struct StepTime {
+  int node;
+  double in_run_us, alone_us;
+  const char *note;
+} StepTime;
+
+static int by_time_in_run(const void *a, const void *b) {
+  double x = ((const StepTime *)a)->in_run_us, y = ((const StepTime *)b)->in_run_us;
+  return (x < y) - (x > y);
+}
+
+/* --steps: every kernel's median time inside runs of the whole plan beside
+ * the same node timed alone (cuda_profile_node, as teq-profile measures
+ * the cost table), slowest first, with the sums. Where the two disagree,
+ * the table misprices what the graph runs. */
+static int print_steps(const RunOptions *o, CudaDevice *dev, CudaPlan *plan, const Graph *g,
+                       Diag *d) {
+  int n = cuda_plan_n_steps(plan);
+  double *us = calloc((size_t)n + 1, sizeof *us);
+  StepTime *st = calloc((size_t)n + 1, sizeof *st);
+  int rc = us && st ? cuda_plan_time_steps(plan, (int)(o->repeat < 5 ? 5 : o->repeat), us, d)
+                    : TEQ_ERR_NOMEM;
+  double in_run = 0, alone = 0;
+  for (int i = 0; rc == TEQ_OK && i < n; i++) {
+    st[i].in_run_us = us[i];
+    st[i].note = cuda_plan_step_note(plan, i, &st[i].node);
+    CudaProfile prof;
+    Diag pd;
+    diag_init(&pd);
+    st[i].alone_us = cuda_profile_node(dev, g, st[i].node, 20, &prof, &pd) == TEQ_OK
+                         ? prof.median_us : -1;
+    diag_fini(&pd);
+    in_run += us[i];
+    if (st[i].alone_us > 0) alone += st[i].alone_us;
+  }
+  if (rc == TEQ_OK) {
+    qsort(st, (size_t)n, sizeof *st, by_time_in_run);
+    printf("steps: %d kernels, %.1f us in a run, %.1f us timed alone\n", n, in_run, alone);
+    printf("%10s %10s %7s  %-28s %s\n", "in run us", "alone us", "ratio", "chose", "node");
+    for (int i = 0; i < n; i++) {
+      char label[GRAPH_LABEL_MAX];
+      graph_node_label(g, st[i].node, label, sizeof label);
+      if (st[i].alone_us > 0)
+        printf("%10.2f %10.2f %7.2f  %-28s %s\n", st[i].in_run_us, st[i].alone_us,
+               st[i].in_run_us / st[i].alone_us, st[i].note, label);
+      else
+        printf("%10.2f %10s %7s  %-28s %s\n", st[i].in_run_us, "-", "-", st[i].note, label);
+    }
+  }
+  free(us);
+  free(st);
+  return rc;
+}
+
 /* The GPU run: plan, run once for the outputs, time, and compare with the
  * CPU executor when asked. */
 static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor **outputs,
@@ -355,6 +413,7 @@ static int run_gpu(const RunOptions *o, const Graph *g, Tensor **inputs, Tensor 
   CudaTiming t = {0};
   if (rc == TEQ_OK) rc = cuda_plan_time(plan, (int)o->warmup, (int)o->repeat, &t, d);
   *ms = t.median_ms;
+  if (rc == TEQ_OK && o->steps) rc = print_steps(o, dev, plan, g, d);
   if (rc == TEQ_OK && o->check) {
     Tensor **cpu = calloc((size_t)g->n_outputs + 1, sizeof *cpu);
     rc = cpu ? exec_run(g, EXEC_F32, inputs, cpu, d) : TEQ_ERR_NOMEM;
@@ -399,6 +458,8 @@ static int run_model(const RunOptions *o, Diag *d) {
   bool run = o->repeat > 0;
   if (rc == TEQ_OK && run) rc = make_inputs(o, g, inputs, d);
   if (rc == TEQ_OK && run && o->gpu && o->modp) rc = fail(d, TEQ_ERR_INPUT, "--gpu runs float32 only, not --modp");
+  if (rc == TEQ_OK && !o->gpu && (o->check || o->steps))
+    rc = fail(d, TEQ_ERR_INPUT, "--%s compares with the GPU run: add --gpu", o->check ? "check" : "steps");
   if (rc == TEQ_OK && run) rc = o->gpu ? run_gpu(o, g, inputs, outputs, &ms, d)
                                        : run_timed(o, g, inputs, outputs, &ms, d);
   if (rc == TEQ_OK && run) print_results(g, outputs, o, ms);

@@ -652,6 +652,42 @@ extern "C" const char *cuda_plan_step_note(const CudaPlan *p, int step, int *nod
   return p->steps[step].note;
 }
 
+extern "C" int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *d) {
+  if (repeats < 1) return diag_error(d, "cuda_plan_time_steps: repeats must be at least 1");
+  size_t n = p->steps.size();
+  std::vector<cudaEvent_t> ev(n + 1, nullptr);
+  std::vector<std::vector<double>> ms(n);
+  int rc = TEQ_OK;
+  cudaError_t e = cudaSuccess;
+  for (size_t i = 0; i <= n && e == cudaSuccess; i++) e = cudaEventCreate(&ev[i]);
+  if (e == cudaSuccess) rc = run_steps(p, d); /* warm-up */
+  for (int r = 0; r < repeats && rc == TEQ_OK && e == cudaSuccess; r++) {
+    e = cudaEventRecord(ev[0], p->cx.stream);
+    for (size_t i = 0; i < n && rc == TEQ_OK && e == cudaSuccess; i++) {
+      const Step &s = p->steps[i];
+      const Node *node = &p->g->nodes[s.node];
+      rc = op_def(node->kind)->eval_cuda(node, &p->cx, s.in.data(), s.out.data(), d);
+      if (rc == TEQ_OK) e = cudaEventRecord(ev[i + 1], p->cx.stream);
+    }
+    if (rc == TEQ_OK && e == cudaSuccess) e = cudaEventSynchronize(ev[n]);
+    for (size_t i = 0; i < n && rc == TEQ_OK && e == cudaSuccess; i++) {
+      float x = 0;
+      e = cudaEventElapsedTime(&x, ev[i], ev[i + 1]);
+      ms[i].push_back(x);
+    }
+  }
+  for (cudaEvent_t x : ev)
+    if (x) cudaEventDestroy(x);
+  if (rc != TEQ_OK) return rc;
+  if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "timing steps", cudaGetErrorString(e));
+  for (size_t i = 0; i < n; i++) {
+    std::sort(ms[i].begin(), ms[i].end());
+    size_t k = ms[i].size();
+    us[i] = 1000.0 * (k % 2 ? ms[i][k / 2] : 0.5 * (ms[i][k / 2 - 1] + ms[i][k / 2]));
+  }
+  return TEQ_OK;
+}
+
 /* ---- profiler ---- */
 
 /* Passes over the node captured in one graph when it is timed: one launch

@@ -55,6 +55,10 @@ const char *cuda_plan_step_note(const CudaPlan *p, int step, int *node_id) {
   if (node_id) *node_id = -1;
   return "";
 }
+int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *d) {
+  (void)p, (void)repeats, (void)us;
+  return refuse(d);
+}
 int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repeats, CudaProfile *out,
                       Diag *d) {
   (void)dev, (void)g, (void)id, (void)repeats;

@@ -9,7 +9,7 @@
 # table keeps the rows measured so far, the suite reports the models done.
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL...
+#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -70,12 +70,31 @@ profile() {
     "$out/configs.txt" 2>&1 | tail -5
 }
 
+# Each kernel of the original and the optimized graph timed inside a run and
+# alone (run-model --steps), for the models whose measured speedup fell
+# furthest below the estimate (2026-11-27: VGG-19, Inception-v3, CSRNet, ResNet-18).
+kernels() {
+  for m in vgg19 inception_v3 csrnet resnet18; do
+    [ -f "$models/$m/model.onnx" ] || continue
+    timeout "$(left)" "$stage/tools/optimize" --rules "$packed/rules.sqlite" --budget 100 --no-check \
+      -o "$out/$m.opt.onnx" "$models/$m/model.onnx" > "$out/kernels_$m.optimize.txt" 2>&1
+    for which in before after; do
+      model=$models/$m/model.onnx; [ $which = after ] && model=$out/$m.opt.onnx
+      timeout "$(left)" "$stage/tools/run-model" --gpu --steps --quiet --repeat 20 "$model" \
+        > "$out/kernels_$m.$which.txt" 2>&1
+      echo "$m $which: $(grep -E '^(time|steps:)' "$out/kernels_$m.$which.txt" | tr '\n' ' ')"
+    done
+    rm -f "$out/$m.opt.onnx"
+  done
+}
+
 for step in "$@"; do
   echo "==== $step"
   case $step in
     tests) run_tests ;;
     models) build_models; check_models ;;
     profile) profile ;;
+    kernels) kernels ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
     # PET's Table 3 cases: every corrected mutant timed against its original on the GPU.
     petops) "$stage/tools/bench-pet-ops" --repeat 3 > "$out/pet_ops.md" 2>&1; cat "$out/pet_ops.md" ;;
