@@ -292,6 +292,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
             row["rules_model"] = os.path.join(work, f"{name}.rules.onnx")
         else:
             problems.append(f"optimize --no-pet exit {a.rc}: {a.tail(2)}")
+    if rep.get("gpu_ms"):  # optimize's own replay of both graphs, where it measured on a GPU
+        row["opt_gpu_ms_before"], row["opt_gpu_ms_after"] = rep["gpu_ms"]["before"], rep["gpu_ms"]["after"]
     src = rep["cost_sources_after"]
     row["cost_sources"] = "/".join(str(src.get(k, 0)) for k in ("measured", "table", "twin", "analytic"))
     # How much of the estimate after rests on the analytic model, not on measurements.
@@ -389,7 +391,7 @@ PET_GPU_COLUMNS = [  # measured: the same three graphs on the GPU
     ("gpu_ms_after", "GPU ms, rules + PET", "{:.3f}"),
     ("gpu_pet_gain", "measured rules + PET over rules", "{:.3f}"),
 ]
-CSV_EXTRA = ["gpu_ms_rules", "rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
+CSV_EXTRA = ["gpu_ms_rules", "opt_gpu_ms_before", "opt_gpu_ms_after", "rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
              "status"]
 
 
