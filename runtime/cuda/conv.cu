@@ -384,6 +384,7 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
  * of their plain speed (a grouped 1x1 conv: 123 us fused, 29 us plain), so
  * the choice times whole ways, epilogue included. */
 enum { ALGO_FUSED = 1 << 16 };
+static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 
 /* The arguments of one convolution, as a way runs it. */
 struct Conv2dArgs {
@@ -419,7 +420,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   }
   void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
   const float one = 1.0f, zero = 0.0f;
-  if (way & ALGO_FUSED) {
+  if (is_fused(way)) {
     cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)(way & ~(int64_t)ALGO_FUSED);
     if (note) cuda_note(cx, "cudnn:%s+bias+relu", fwd_algo_name(algo));
     /* y = relu(conv(x) + bias); z (= y) is weighted by 0: no prior output is read. */
@@ -499,7 +500,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
     if (rc == TEQ_OK && (i == 0 || ms < best_ms)) {
       best_ms = ms;
       memo[0] = ways[i], memo[1] = (int64_t)bytes[i];
-    } else if (rc != TEQ_OK && !(ways[i] & ALGO_FUSED)) {
+    } else if (rc != TEQ_OK && !is_fused(ways[i])) {
       diag_error(d, "%s", diag_last(&wd));
       diag_fini(&wd);
       return rc;
@@ -536,7 +537,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   uint64_t key = conv_key(1, cv, act * 2 + (bias != nullptr));
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
-  if (rc == TEQ_ERR_UNSUPPORTED && (memo[0] & ALGO_FUSED)) /* timed fused, refused now */
+  if (rc == TEQ_ERR_UNSUPPORTED && is_fused(memo[0])) /* timed fused, refused now */
     rc = conv2d_run_way(cx, a, memo[0] & ~(int64_t)ALGO_FUSED, (size_t)memo[1], true, d);
   return rc;
 }
