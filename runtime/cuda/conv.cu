@@ -441,8 +441,10 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
 }
 
 /* cuDNN's algorithms that a search times again, fastest first by its own
- * report: that report times each once, cold, and put a cuBLAS way ahead of
- * the algorithm that wins once warm (ResNet-18's first conv). */
+ * report, which times each once. The choice used to set that report
+ * against cuBLAS timed warm, and two twins of one conv could part ways:
+ * ResNet-18's stem ran im2col + cuBLAS at 47 us with its relu, cuDNN's
+ * IMPLICIT_GEMM at 22 us without. */
 enum { CUDNN_CANDIDATES = 2 };
 
 /* The remembered {way, workspace bytes} of a forward configuration,
