@@ -23,9 +23,10 @@ the papers' suite; zoo: further torchvision architectures, see export_torchvisio
   diff        the largest relative output difference between the optimized model and the
               original: max |opt - orig| / max |orig| over every output, in ONNX Runtime
               (the independent oracle) and in Teq's executor; the larger is reported
-  gpu         where run-model --gpu works: Teq's GPU runtime on both models, and for the
-              models PyTorch has, the same module in eager mode and under
-              torch.compile(mode="reduce-overhead"), strict float32, in the same run
+  gpu         where run-model --gpu works: Teq's GPU runtime on both models (and on the
+              rules-alone model of the PET table), and for the models PyTorch has, the same
+              module in eager mode and under torch.compile(mode="reduce-overhead"), strict
+              float32, in the same run
 
 Prints the table and writes OUT/results_suite.csv, OUT/results_suite.md and
 OUT/results_suite.png (speedup per model beside the published figures of
@@ -33,7 +34,8 @@ tools/bench/published.tsv; needs gnuplot). --record FILE collects every operator
 configuration optimize's cost model was asked about, for measuring on a GPU later
 (teq-profile measure). Times are medians of --repeat runs after a
 warm-up; on a shared CPU machine only the ratios measured in this one run mean anything.
-Exit status: 0 when every step of every model ran and every optimized model computes what
+SIGTERM stops the run after the model in progress is abandoned; the report of the models
+finished is written as usual. Exit status: 0 when every step of every model ran and every optimized model computes what
 its original does (diff <= --tolerance), 1 otherwise (the table is written either way),
 2 bad arguments or a missing tool.
 """
