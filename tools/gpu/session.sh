@@ -10,6 +10,14 @@
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
 #   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels
+#
+# What the steps took on an H100 (2026-11-27): tests 40 s, models 60 s, petops 10 s,
+# suite 170 s for its nine smaller models and 220 s for ResNet-50, ResNeXt-50,
+# Inception-v3 and VGG-19, profile 156 s for 6,300 configurations. A 15-minute lease
+# holds two calls of this script back to back (the machine stays warm 30 s between
+# them; /tmp, the models included, survives), for instance
+#   TEQ_GPU_SECONDS=395 ... tests models kernels suite=tiny-cnn,nasrnn,...,nasneta
+#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 profile
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
