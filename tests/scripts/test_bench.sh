@@ -6,7 +6,8 @@
 # optimized model. Checks that it exits 0, that its CSV has the model's row with every
 # number filled in and the optimized model's outputs within 1e-4 of the original's, that
 # the Markdown has the gen-rules and verify-rules rows and the PET table (tiny-cnn also
-# optimized with the rules alone), and that the plot was drawn; and
+# optimized with the rules alone), and that the plot was drawn; that SIGTERM during the
+# second of two models still writes the report of the first; and
 # that an unknown model name is refused with exit status 2. Timings are not checked.
 # Exit: 0 ok, 1 failure, 77 (skipped) if python3's onnx/numpy, node or onnxruntime-node
 # is missing.
@@ -67,6 +68,31 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
   echo "note: gnuplot is not installed, so the plot is not checked (apt-get install gnuplot-nox)"
 fi
+
+# SIGTERM (an outer time limit) while the second model runs: the report still comes,
+# with the first model's row whole and the second listed as not run.
+"$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models tiny-cnn,nasrnn --depth 2 \
+  --repeat 2 --budget 10 --time-limit 30 --gpu off --ort off --pet-models none --no-plot \
+  --out "$WORK/out3" --cache "$WORK/cache" >"$WORK/term.out" 2>"$WORK/term.err" &
+suite=$!
+for _ in $(seq 1200); do
+  grep -q "^bench_suite: nasrnn: optimize" "$WORK/term.err" 2>/dev/null && break
+  kill -0 "$suite" 2>/dev/null || break
+  sleep 0.1
+done
+kill -TERM "$suite" 2>/dev/null || true
+rc=0
+wait "$suite" || rc=$?
+term_ok=0
+"$PY" - "$WORK/out3/results_suite.csv" >"$WORK/term.log" 2>&1 <<'PYEOF' || term_ok=$?
+import csv, sys
+rows = {r["model"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert rows["tiny-cnn"]["status"] == "ok" and float(rows["tiny-cnn"]["cost_after_us"]) > 0, rows
+assert rows["nasrnn"]["status"].startswith("not run"), rows["nasrnn"]["status"]
+PYEOF
+[[ $rc == 1 ]] || term_ok=1
+check "SIGTERM: a report of the models done" "$term_ok" \
+  "exit $rc; $(tail -n 3 "$WORK/term.log" "$WORK/term.err" 2>/dev/null | tr '\n' ' ')"
 
 rc=0
 "$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models no-such-model \
