@@ -61,6 +61,8 @@ TEQ_API const Graph *opt_rules_source(const OptRules *rs, int i);
 typedef struct OptOptions {
   double alpha;          /* keep a candidate when cost < alpha * best (1.05) */
   int budget;            /* graphs expanded per window (default 300) */
+  int patience;          /* a window also stops after this many graphs expanded without a
+                            cheaper one; 0: only the budget stops it */
   double time_limit_s;   /* for the whole search; 0: none */
   int window;            /* operators per window (default 150) */
   bool plain_windows;    /* cut every window at its full size; off (the default): each ends,
@@ -118,6 +120,10 @@ typedef struct OptStats {
   int windows;
   bool stopped_by_time;
   double search_s;
+  /* When the result's last improvement was found: graphs expanded by then,
+   * and seconds into the search. The rest of the budget found nothing. */
+  int64_t best_at;
+  double best_s;
   int *applied;            /* per directed rule: times applied in the result */
   int n_rules;
   /* PET */

@@ -535,6 +535,8 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
     memcpy(copy.hist, nc.hist, (size_t)nc.n_hist * sizeof *copy.hist);
     cand_free(&c->best);
     c->best = copy;
+    c->st->best_at = c->st->explored;
+    c->st->best_s = now_s(); /* made relative to the search's start at its end */
   }
   if (keep) {
     Cand dropped;
@@ -1097,11 +1099,14 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   if (!rc) rc = keyset_put(&c.seen, graph_hash(g, NULL), 1);
   if (!rc) rc = heap_push(&c.heap, start);
   else cand_free(&start);
+  int improved = 0; /* expansions when the best last improved */
   for (int expanded = 0; rc == TEQ_OK && c.heap.n > 0 && expanded < o->budget; expanded++) {
     if (now_s() >= deadline) {
       st->stopped_by_time = true;
       break;
     }
+    if (o->patience > 0 && expanded - improved >= o->patience) break;
+    double best_cost = c.best.cost;
     Cand cur = heap_pop(&c.heap);
     st->explored++;
     if (!cur.g) { /* queued unbuilt: build it from the graph it rewrites */
@@ -1127,6 +1132,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
     shared_drop(c.shared);
     c.shared = NULL;
     cand_free(&cur);
+    if (c.best.cost < best_cost) improved = expanded + 1;
   }
   while (c.heap.n > 0) {
     Cand x = heap_pop(&c.heap);
@@ -1431,6 +1437,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   opt_pricer_free(pr);
   opt_inst_memo_free(memo);
   st->search_s = now_s() - t0;
+  st->best_s = st->best_s > 0 ? st->best_s - t0 : 0;
   if (rc) {
     graph_free(cur);
     return rc;
