@@ -319,9 +319,11 @@ static int upload(CudaPlan *p, const Tensor *t, void *dst, Diag *d) {
   return TEQ_OK;
 }
 
-/* Runs every step once on the stream (the first run or inside a capture). */
-static int run_steps(CudaPlan *p, Diag *d) {
-  for (Step &s : p->steps) {
+/* Runs every step once on the stream (the first run or inside a capture);
+ * with `after`, records after[i] on the stream once step i is launched. */
+static int run_steps(CudaPlan *p, Diag *d, cudaEvent_t *after = nullptr) {
+  for (size_t i = 0; i < p->steps.size(); i++) {
+    Step &s = p->steps[i];
     const Node *n = &p->g->nodes[s.node];
     p->cx.note[0] = '\0';
     int rc = op_def(n->kind)->eval_cuda(n, &p->cx, s.in.data(), s.out.data(), d);
@@ -332,8 +334,17 @@ static int run_steps(CudaPlan *p, Diag *d) {
       return rc;
     }
     if (!p->cx.capturing) snprintf(s.note, sizeof s.note, "%s", p->cx.note);
+    if (after) CUDA_TRY(cudaEventRecord(after[i], p->cx.stream));
   }
   return TEQ_OK;
+}
+
+/* The median of v (sorted here); 0 when empty. */
+static double median_of(std::vector<double> &v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t k = v.size();
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
 /* Captures `repeat` passes over the steps as one CUDA graph. */
@@ -621,13 +632,11 @@ static int time_replays(CudaPlan *p, int warmup, int repeats, CudaTiming *t, Dia
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "timing", cudaGetErrorString(e));
-  std::sort(ms.begin(), ms.end());
   double sum = 0;
   for (double x : ms) sum += x;
   t->repeats = (int)ms.size();
+  t->median_ms = median_of(ms);
   t->min_ms = ms.empty() ? 0 : ms.front();
-  t->median_ms = ms.empty() ? 0 : ms.size() % 2 ? ms[ms.size() / 2]
-                                                 : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
   t->mean_ms = ms.empty() ? 0 : sum / ms.size();
   return TEQ_OK;
 }
@@ -663,12 +672,7 @@ extern "C" int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *
   if (e == cudaSuccess) rc = run_steps(p, d); /* warm-up */
   for (int r = 0; r < repeats && rc == TEQ_OK && e == cudaSuccess; r++) {
     e = cudaEventRecord(ev[0], p->cx.stream);
-    for (size_t i = 0; i < n && rc == TEQ_OK && e == cudaSuccess; i++) {
-      const Step &s = p->steps[i];
-      const Node *node = &p->g->nodes[s.node];
-      rc = op_def(node->kind)->eval_cuda(node, &p->cx, s.in.data(), s.out.data(), d);
-      if (rc == TEQ_OK) e = cudaEventRecord(ev[i + 1], p->cx.stream);
-    }
+    if (e == cudaSuccess) rc = run_steps(p, d, ev.data() + 1);
     if (rc == TEQ_OK && e == cudaSuccess) e = cudaEventSynchronize(ev[n]);
     for (size_t i = 0; i < n && rc == TEQ_OK && e == cudaSuccess; i++) {
       float x = 0;
@@ -680,11 +684,7 @@ extern "C" int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *
     if (x) cudaEventDestroy(x);
   if (rc != TEQ_OK) return rc;
   if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "timing steps", cudaGetErrorString(e));
-  for (size_t i = 0; i < n; i++) {
-    std::sort(ms[i].begin(), ms[i].end());
-    size_t k = ms[i].size();
-    us[i] = 1000.0 * (k % 2 ? ms[i][k / 2] : 0.5 * (ms[i][k / 2 - 1] + ms[i][k / 2]));
-  }
+  for (size_t i = 0; i < n; i++) us[i] = 1000.0 * median_of(ms[i]);
   return TEQ_OK;
 }
 

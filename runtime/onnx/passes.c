@@ -23,6 +23,18 @@
 
 #include "runtime/onnx/onnx_int.h"
 
+/* graph_use_counts for a pass (`what` names it in the error); NULL, with
+ * the error in d, when out of memory. */
+static int32_t *pass_use_counts(const Graph *g, int32_t **offset, const char *what, Diag *d) {
+  int32_t *uses = graph_use_counts(g, offset);
+  if (!uses) {
+    free(*offset);
+    *offset = NULL;
+    diag_error(d, "out of memory %s", what);
+  }
+  return uses;
+}
+
 /* Follows a chain of no-ops back to the value it passes through. */
 static TensorRef through_noops(const Graph *g, TensorRef r) {
   while (op_def(g->nodes[r.node].kind)->flags & OPF_NOOP && g->nodes[r.node].n_in > 0)
@@ -129,12 +141,8 @@ int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
   int eps_i = param_of_attr(OP_BATCHNORM, "epsilon");
   /* Without a bias input or a known epsilon there is nothing exact to do. */
   if (op_def(OP_CONV2D)->n_in_max < 3 || eps_i < 0) return 0;
-  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
-  if (!uses) {
-    free(offset);
-    diag_error(d, "out of memory folding BatchNormalization");
-    return TEQ_ERR_NOMEM;
-  }
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "folding BatchNormalization", d);
+  if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     if (g->nodes[i].kind != OP_BATCHNORM) continue;
@@ -223,12 +231,8 @@ static int32_t const_reader(const Graph *g, int32_t id, OpKind k, int32_t n0, Te
 }
 
 int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
-  if (!uses) {
-    free(offset);
-    diag_error(d, "out of memory fusing layer normalizations");
-    return TEQ_ERR_NOMEM;
-  }
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing layer normalizations", d);
+  if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     TensorRef x;
@@ -362,12 +366,8 @@ static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
 }
 
 int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
-  if (!uses) {
-    free(offset);
-    diag_error(d, "out of memory fusing GELUs");
-    return TEQ_ERR_NOMEM;
-  }
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing GELUs", d);
+  if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     TensorRef x;
@@ -403,12 +403,8 @@ static int fused_act_of(OpKind k) {
 }
 
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
-  if (!uses) {
-    free(offset);
-    diag_error(d, "out of memory fusing activations");
-    return TEQ_ERR_NOMEM;
-  }
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing activations", d);
+  if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     const Node *a = &g->nodes[i];
