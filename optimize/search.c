@@ -973,6 +973,158 @@ static int by_rule(const void *a, const void *b) {
   return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* Further rounds of a merge rule after its first round at all sites:
+ * what one round merged may merge again. Eight products of one input merge
+ * in pairs, the pairs in pairs, then the two halves: three rounds, and on
+ * an H100 a product 1024 wide costs more than the two 512 wide it replaces
+ * while one 4096 wide costs a fifth of the eight (NasRNN's cell). A round
+ * dearer than the graph before it is a valley the greedy queue does not
+ * cross, so the rounds are applied without pricing in between, and the
+ * graph after each is offered as one candidate of c->parent. Only rules
+ * with two or more source outputs (merges) go on: a rule of one output
+ * applied again to its own result only grows (relu into transposes). */
+enum { MERGE_MAX_ROUNDS = 4 };
+
+/* The sites of one round: matches of rule c->rule in g that share no
+ * node, each acyclic alone (delta.c's check), with their instances. */
+typedef struct Round {
+  Ctx *c;
+  const Graph *g;
+  OptBase *base;
+  const bool *weights;
+  bool *used;
+  int n, cap;
+  OptInst **in;
+  TensorRef (*bind)[OPT_MAX_SIDE], (*replace)[OPT_MAX_SIDE];
+} Round;
+
+static bool round_match(const OptMatch *m, void *ctx) {
+  Round *r = ctx;
+  Ctx *c = r->c;
+  const OptRule *rule = &c->rs->r[c->rule];
+  for (int p = 0; p < rule->src->n_nodes; p++)
+    if (m->node[p] >= 0 && r->used[m->node[p]]) return true;
+  OptInst *in;
+  if ((c->rc = opt_inst_get(c->memo, c->rs, c->rule, r->g, m, &in))) return false;
+  if (!in) return true;
+  if ((c->rc = opt_inst_prepare(in))) return false;
+  if (r->n == r->cap) {
+    int cap = r->cap ? 2 * r->cap : 16;
+    OptInst **a = realloc(r->in, (size_t)cap * sizeof *a);
+    if (a) r->in = a;
+    TensorRef(*b)[OPT_MAX_SIDE] = realloc(r->bind, (size_t)cap * sizeof *b);
+    if (b) r->bind = b;
+    TensorRef(*e)[OPT_MAX_SIDE] = realloc(r->replace, (size_t)cap * sizeof *e);
+    if (e) r->replace = e;
+    if (!a || !b || !e) return c->rc = TEQ_ERR_NOMEM, false;
+    r->cap = cap;
+  }
+  match_tensors(c, m, r->bind[r->n], r->replace[r->n]);
+  uint64_t hash;
+  if (opt_delta_hash(r->base, in, r->bind[r->n], r->replace[r->n], &hash) == OPT_DELTA_CYCLE)
+    return true;
+  for (int p = 0; p < rule->src->n_nodes; p++)
+    if (m->node[p] >= 0) r->used[m->node[p]] = true;
+  r->in[r->n++] = in;
+  return true;
+}
+
+/* One more round of rule c->rule on g: *out the rewritten graph, NULL
+ * when no site is left (or the sites together make a cycle). The
+ * round's instances are appended to r->in from r->n on entry. */
+static int merge_round(Ctx *c, const Graph *g, Round *r, int *n_new, Graph **out) {
+  *out = NULL;
+  *n_new = 0;
+  const OptRule *rule = &c->rs->r[c->rule];
+  OptUses u;
+  int rc = opt_uses_build(g, &u);
+  if (rc) return rc;
+  r->g = g;
+  rc = opt_base_new(c->pr, g, &u, &r->base, c->d);
+  r->used = rc ? NULL : calloc((size_t)g->n_nodes + 1, sizeof *r->used);
+  if (rc == TEQ_OK && !r->used) rc = TEQ_ERR_NOMEM;
+  int first = r->n;
+  if (rc == TEQ_OK) {
+    r->weights = opt_base_weights(r->base);
+    OptRootSig want = opt_root_sig(rule->src);
+    for (int id = 0; id < g->n_nodes && c->rc == TEQ_OK; id++)
+      if (g->nodes[id].kind == rule->root && !r->weights[id] &&
+          opt_root_fits(want, opt_node_sig(g, id)))
+        opt_match_at(rule, g, &u, id, c->o->max_matches, round_match, r);
+    rc = c->rc;
+  }
+  int n = r->n - first;
+  if (rc == TEQ_OK && n > 0) {
+    const Graph **inst = malloc((size_t)n * sizeof *inst);
+    const TensorRef **binds = malloc((size_t)n * sizeof *binds);
+    const TensorRef **replaces = malloc((size_t)n * sizeof *replaces);
+    if (inst && binds && replaces) {
+      for (int k = 0; k < n; k++) {
+        inst[k] = r->in[first + k]->g;
+        binds[k] = r->bind[first + k], replaces[k] = r->replace[first + k];
+      }
+      Diag quiet;
+      diag_init(&quiet);
+      rc = opt_splice_many(g, n, inst, binds, replaces, out, &quiet);
+      diag_fini(&quiet);
+      if (rc == TEQ_ERR_INPUT) { /* each alone is acyclic, together they are not */
+        c->st->rejected_cycle++;
+        rc = TEQ_OK;
+      }
+    } else {
+      rc = TEQ_ERR_NOMEM;
+    }
+    free(inst), free(binds), free(replaces);
+  }
+  *n_new = *out ? n : 0;
+  free(r->used);
+  r->used = NULL;
+  opt_base_free(r->base);
+  r->base = NULL;
+  opt_uses_fini(&u);
+  return rc;
+}
+
+/* Rounds 2, 3... of rule c->rule after its first round at all sites made
+ * g (borrowed) from c->parent with the n instances held. */
+static int merge_rounds(Ctx *c, const Graph *g, OptInst *const *held, int n) {
+  Round r = {.c = c};
+  int rc = TEQ_OK;
+  r.cap = n > 16 ? n : 16;
+  r.in = malloc((size_t)r.cap * sizeof *r.in);
+  r.bind = malloc((size_t)r.cap * sizeof *r.bind);
+  r.replace = malloc((size_t)r.cap * sizeof *r.replace);
+  if (!r.in || !r.bind || !r.replace) rc = TEQ_ERR_NOMEM;
+  else memcpy(r.in, held, (size_t)n * sizeof *r.in), r.n = n;
+  const Graph *cur = g;
+  Graph *owned = NULL;
+  for (int round = 2; round <= MERGE_MAX_ROUNDS && rc == TEQ_OK && now_s() < c->deadline;
+       round++) {
+    Graph *next = NULL;
+    int added;
+    if ((rc = merge_round(c, cur, &r, &added, &next)) || !next) break;
+    graph_free(owned);
+    owned = next, cur = next;
+    Graph *offered = graph_copy(next);
+    if (!offered) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
+    c->st->generated++;
+    c->st->materialized++;
+    c->st->all_sites++;
+    c->step = c->rule, c->repeat = r.n, c->ceiling = c->parent->cost;
+    c->pending = r.in, c->n_pending = r.n;
+    bool go = offer(c, offered);
+    c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
+    rc = c->rc;
+    if (!go) break;
+  }
+  graph_free(owned);
+  free(r.in), free(r.bind), free(r.replace);
+  return rc;
+}
+
 /* Each rule that rewrites c->g at two or more places that share no node,
  * applied at all of them at once: one candidate, kept only if it costs
  * less than c->g. One site at a time, the search must pass through every
@@ -1034,11 +1186,25 @@ static int expand_sites(Ctx *c) {
     c->st->generated++;
     c->st->materialized++;
     c->st->all_sites++;
+    /* A merge's later rounds start from this round's graph, offered
+     * (and maybe freed) next. */
+    bool merge = rule->src->n_outputs >= 2;
+    Graph *again = merge ? graph_copy(ng) : NULL;
+    if (merge && !again) {
+      graph_free(ng);
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
     c->step = c->rule, c->repeat = n, c->ceiling = c->parent->cost;
     c->pending = held, c->n_pending = n;
     bool go = offer(c, ng);
     c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
     rc = c->rc;
+    if (go && rc == TEQ_OK && again) {
+      rc = merge_rounds(c, again, held, n);
+      go = rc == TEQ_OK && now_s() < c->deadline;
+    }
+    graph_free(again);
     if (!go) break;
   }
   free(used), free(inst), free(held), free(bind), free(replace), free(binds), free(replaces);
