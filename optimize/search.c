@@ -23,6 +23,8 @@
  * is cheaper than the graph it rewrites (expand_sites): a change that pays
  * only once made everywhere is one step, not a valley of dearer graphs
  * the greedy queue never crosses (OptOptions.one_site turns it off).
+ * A merge rule goes on for more rounds over what it merged, and the rules
+ * that only remove operators follow each round (more_rounds).
  *
  * A graph larger than one window is searched a window at a time: a run of
  * consecutive operators (in topological order) is cut out as a graph of its
@@ -317,6 +319,10 @@ typedef struct Ctx {
   struct Site *sites;
   int n_sites, cap_sites;
   int repeat;     /* history entries the next settled candidate adds (its step) */
+  const int32_t *steps; /* or these rules, n_steps of them, when set */
+  int n_steps;
+  int32_t *removals; /* the rules whose target is their variables (eliminate) */
+  int n_removals;
   double ceiling; /* settle drops candidates costing this or more */
   bool cycle;     /* offer_derived's verdict on the last rewrite: a cycle */
   /* The instances the next offered rewrite splices in: checked in Z_p
@@ -504,7 +510,8 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
     c->st->materialized++;
   }
   const Cand *p = c->parent;
-  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + c->repeat};
+  int added = c->steps ? c->n_steps : c->repeat;
+  Cand nc = {.g = ng, .cost = cost, .n_hist = p->n_hist + added};
   nc.hist = malloc((size_t)nc.n_hist * sizeof *nc.hist);
   if (!ng) {
     int n_in = lz->in->g->n_inputs, n_out = lz->in->g->n_outputs;
@@ -522,7 +529,7 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
     return false;
   }
   if (p->n_hist) memcpy(nc.hist, p->hist, (size_t)p->n_hist * sizeof *nc.hist);
-  for (int k = 0; k < c->repeat; k++) nc.hist[p->n_hist + k] = c->step;
+  for (int k = 0; k < added; k++) nc.hist[p->n_hist + k] = c->steps ? c->steps[k] : c->step;
   if (best) {
     Cand copy = {.g = graph_copy(ng), .cost = cost, .n_hist = nc.n_hist};
     copy.hist = malloc((size_t)nc.n_hist * sizeof *copy.hist);
@@ -982,21 +989,51 @@ static int by_rule(const void *a, const void *b) {
  * cross, so the rounds are applied without pricing in between, and the
  * graph after each is offered as one candidate of c->parent. Only rules
  * with two or more source outputs (merges) go on: a rule of one output
- * applied again to its own result only grows (relu into transposes). */
-enum { MERGE_MAX_ROUNDS = 4 };
+ * applied again to its own result only grows (relu into transposes).
+ *
+ * After each round the rules that only remove operators (their target is
+ * their variables: concat(split(y)) = y, transpose(transpose(x)) = x) are
+ * applied wherever they match: a merge often leaves such a pair (the adds
+ * of two split products merge into a split of the add of the concat of
+ * the one's halves), and a removal never costs more, since every tensor
+ * downstream keeps its shape. */
+enum { MERGE_MAX_ROUNDS = 4, ELIMINATE_MAX_PASSES = 8 };
 
-/* The sites of one round: matches of rule c->rule in g that share no
- * node, each acyclic alone (delta.c's check), with their instances. */
+/* The sites one round applies (matches of rule c->rule in g that share
+ * no node, each acyclic alone), and every instance and rule applied so
+ * far, for the Z_p checks and the history of the graph offered. */
 typedef struct Round {
   Ctx *c;
   const Graph *g;
-  OptBase *base;
+  OptBase *base; /* for delta.c's cycle check; NULL: removals, never cyclic */
   const bool *weights;
   bool *used;
   int n, cap;
   OptInst **in;
+  int32_t *rule;
   TensorRef (*bind)[OPT_MAX_SIDE], (*replace)[OPT_MAX_SIDE];
 } Round;
+
+static void round_fini(Round *r) {
+  free(r->in), free(r->rule), free(r->bind), free(r->replace);
+}
+
+static int round_reserve(Round *r, int more) {
+  if (r->n + more <= r->cap) return TEQ_OK;
+  int cap = r->cap ? 2 * r->cap : 16;
+  while (cap < r->n + more) cap *= 2;
+  OptInst **a = realloc(r->in, (size_t)cap * sizeof *a);
+  if (a) r->in = a;
+  int32_t *k = realloc(r->rule, (size_t)cap * sizeof *k);
+  if (k) r->rule = k;
+  TensorRef(*b)[OPT_MAX_SIDE] = realloc(r->bind, (size_t)cap * sizeof *b);
+  if (b) r->bind = b;
+  TensorRef(*e)[OPT_MAX_SIDE] = realloc(r->replace, (size_t)cap * sizeof *e);
+  if (e) r->replace = e;
+  if (!a || !k || !b || !e) return TEQ_ERR_NOMEM;
+  r->cap = cap;
+  return TEQ_OK;
+}
 
 static bool round_match(const OptMatch *m, void *ctx) {
   Round *r = ctx;
@@ -1007,52 +1044,45 @@ static bool round_match(const OptMatch *m, void *ctx) {
   OptInst *in;
   if ((c->rc = opt_inst_get(c->memo, c->rs, c->rule, r->g, m, &in))) return false;
   if (!in) return true;
-  if ((c->rc = opt_inst_prepare(in))) return false;
-  if (r->n == r->cap) {
-    int cap = r->cap ? 2 * r->cap : 16;
-    OptInst **a = realloc(r->in, (size_t)cap * sizeof *a);
-    if (a) r->in = a;
-    TensorRef(*b)[OPT_MAX_SIDE] = realloc(r->bind, (size_t)cap * sizeof *b);
-    if (b) r->bind = b;
-    TensorRef(*e)[OPT_MAX_SIDE] = realloc(r->replace, (size_t)cap * sizeof *e);
-    if (e) r->replace = e;
-    if (!a || !b || !e) return c->rc = TEQ_ERR_NOMEM, false;
-    r->cap = cap;
-  }
+  if ((c->rc = opt_inst_prepare(in)) || (c->rc = round_reserve(r, 1))) return false;
   match_tensors(c, m, r->bind[r->n], r->replace[r->n]);
   uint64_t hash;
-  if (opt_delta_hash(r->base, in, r->bind[r->n], r->replace[r->n], &hash) == OPT_DELTA_CYCLE)
+  if (r->base &&
+      opt_delta_hash(r->base, in, r->bind[r->n], r->replace[r->n], &hash) == OPT_DELTA_CYCLE)
     return true;
   for (int p = 0; p < rule->src->n_nodes; p++)
     if (m->node[p] >= 0) r->used[m->node[p]] = true;
+  r->rule[r->n] = c->rule;
   r->in[r->n++] = in;
   return true;
 }
 
-/* One more round of rule c->rule on g: *out the rewritten graph, NULL
- * when no site is left (or the sites together make a cycle). The
- * round's instances are appended to r->in from r->n on entry. */
-static int merge_round(Ctx *c, const Graph *g, Round *r, int *n_new, Graph **out) {
+/* Rule c->rule applied at all its sites in g: *out the rewritten graph,
+ * NULL when it has no site (or the sites together make a cycle). cycles:
+ * check each site alone for one (a removal cannot make one). */
+static int apply_round(Ctx *c, const Graph *g, Round *r, bool cycles, Graph **out) {
   *out = NULL;
-  *n_new = 0;
   const OptRule *rule = &c->rs->r[c->rule];
+  OptRootSig want = opt_root_sig(rule->src);
+  bool any = false;
+  for (int id = 0; id < g->n_nodes && !any; id++)
+    any = g->nodes[id].kind == rule->root && opt_root_fits(want, opt_node_sig(g, id));
+  if (!any) return TEQ_OK;
   OptUses u;
   int rc = opt_uses_build(g, &u);
   if (rc) return rc;
   r->g = g;
-  rc = opt_base_new(c->pr, g, &u, &r->base, c->d);
+  r->base = NULL, r->weights = NULL;
+  if (cycles && (rc = opt_base_new(c->pr, g, &u, &r->base, c->d)) == TEQ_OK)
+    r->weights = opt_base_weights(r->base);
   r->used = rc ? NULL : calloc((size_t)g->n_nodes + 1, sizeof *r->used);
   if (rc == TEQ_OK && !r->used) rc = TEQ_ERR_NOMEM;
   int first = r->n;
-  if (rc == TEQ_OK) {
-    r->weights = opt_base_weights(r->base);
-    OptRootSig want = opt_root_sig(rule->src);
-    for (int id = 0; id < g->n_nodes && c->rc == TEQ_OK; id++)
-      if (g->nodes[id].kind == rule->root && !r->weights[id] &&
-          opt_root_fits(want, opt_node_sig(g, id)))
-        opt_match_at(rule, g, &u, id, c->o->max_matches, round_match, r);
-    rc = c->rc;
-  }
+  for (int id = 0; id < g->n_nodes && rc == TEQ_OK && c->rc == TEQ_OK; id++)
+    if (g->nodes[id].kind == rule->root && !(r->weights && r->weights[id]) &&
+        opt_root_fits(want, opt_node_sig(g, id)))
+      opt_match_at(rule, g, &u, id, c->o->max_matches, round_match, r);
+  if (rc == TEQ_OK) rc = c->rc;
   int n = r->n - first;
   if (rc == TEQ_OK && n > 0) {
     const Graph **inst = malloc((size_t)n * sizeof *inst);
@@ -1076,7 +1106,7 @@ static int merge_round(Ctx *c, const Graph *g, Round *r, int *n_new, Graph **out
     }
     free(inst), free(binds), free(replaces);
   }
-  *n_new = *out ? n : 0;
+  if (!*out) r->n = first;
   free(r->used);
   r->used = NULL;
   opt_base_free(r->base);
@@ -1085,43 +1115,68 @@ static int merge_round(Ctx *c, const Graph *g, Round *r, int *n_new, Graph **out
   return rc;
 }
 
-/* Rounds 2, 3... of rule c->rule after its first round at all sites made
- * g (borrowed) from c->parent with the n instances held. */
-static int merge_rounds(Ctx *c, const Graph *g, OptInst *const *held, int n) {
+/* The removals applied to *g (replaced when one applies) until none
+ * does. */
+static int eliminate(Ctx *c, Graph **g, Round *r) {
+  int rule = c->rule, rc = TEQ_OK;
+  for (int pass = 0; pass < ELIMINATE_MAX_PASSES && rc == TEQ_OK; pass++) {
+    bool changed = false;
+    for (int k = 0; k < c->n_removals && rc == TEQ_OK; k++) {
+      c->rule = c->removals[k];
+      Graph *next = NULL;
+      if ((rc = apply_round(c, *g, r, false, &next)) || !next) continue;
+      graph_free(*g);
+      *g = next;
+      changed = true;
+    }
+    if (!changed) break;
+  }
+  c->rule = rule;
+  return rc;
+}
+
+/* Offers a copy of g, made from c->parent by the rules and instances r
+ * holds: false to stop expanding. */
+static bool offer_rounds(Ctx *c, const Graph *g, const Round *r) {
+  Graph *copy = graph_copy(g);
+  if (!copy) return c->rc = TEQ_ERR_NOMEM, false;
+  c->st->generated++;
+  c->st->materialized++;
+  c->st->all_sites++;
+  c->steps = r->rule, c->n_steps = r->n, c->ceiling = c->parent->cost;
+  c->pending = r->in, c->n_pending = r->n;
+  bool go = offer(c, copy);
+  c->steps = NULL, c->n_steps = 0, c->ceiling = INFINITY, c->n_pending = 0;
+  return go;
+}
+
+/* After rule c->rule's first round at all sites made g (taken) from
+ * c->parent with the n instances held: the removals, then (for a merge)
+ * its later rounds, each graph offered. */
+static int more_rounds(Ctx *c, Graph *g, OptInst *const *held, int n) {
   Round r = {.c = c};
-  int rc = TEQ_OK;
-  r.cap = n > 16 ? n : 16;
-  r.in = malloc((size_t)r.cap * sizeof *r.in);
-  r.bind = malloc((size_t)r.cap * sizeof *r.bind);
-  r.replace = malloc((size_t)r.cap * sizeof *r.replace);
-  if (!r.in || !r.bind || !r.replace) rc = TEQ_ERR_NOMEM;
-  else memcpy(r.in, held, (size_t)n * sizeof *r.in), r.n = n;
-  const Graph *cur = g;
-  Graph *owned = NULL;
-  for (int round = 2; round <= MERGE_MAX_ROUNDS && rc == TEQ_OK && now_s() < c->deadline;
+  int rc = round_reserve(&r, n);
+  if (rc == TEQ_OK) {
+    for (int k = 0; k < n; k++) r.in[k] = held[k], r.rule[k] = c->rule;
+    r.n = n;
+  }
+  bool merge = c->rs->r[c->rule].src->n_outputs >= 2;
+  int before = r.n;
+  if (rc == TEQ_OK) rc = eliminate(c, &g, &r);
+  if (rc == TEQ_OK && r.n > before && !offer_rounds(c, g, &r)) rc = c->rc;
+  for (int round = 2; merge && round <= MERGE_MAX_ROUNDS && rc == TEQ_OK &&
+                      now_s() < c->deadline;
        round++) {
     Graph *next = NULL;
-    int added;
-    if ((rc = merge_round(c, cur, &r, &added, &next)) || !next) break;
-    graph_free(owned);
-    owned = next, cur = next;
-    Graph *offered = graph_copy(next);
-    if (!offered) {
-      rc = TEQ_ERR_NOMEM;
-      break;
-    }
-    c->st->generated++;
-    c->st->materialized++;
-    c->st->all_sites++;
-    c->step = c->rule, c->repeat = r.n, c->ceiling = c->parent->cost;
-    c->pending = r.in, c->n_pending = r.n;
-    bool go = offer(c, offered);
-    c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
-    rc = c->rc;
-    if (!go) break;
+    if ((rc = apply_round(c, g, &r, true, &next)) || !next) break;
+    graph_free(g);
+    g = next;
+    if ((rc = eliminate(c, &g, &r))) break;
+    if (!offer_rounds(c, g, &r)) rc = c->rc;
+    if (rc || now_s() >= c->deadline) break;
   }
-  graph_free(owned);
-  free(r.in), free(r.bind), free(r.replace);
+  graph_free(g);
+  round_fini(&r);
   return rc;
 }
 
@@ -1188,9 +1243,8 @@ static int expand_sites(Ctx *c) {
     c->st->all_sites++;
     /* A merge's later rounds start from this round's graph, offered
      * (and maybe freed) next. */
-    bool merge = rule->src->n_outputs >= 2;
-    Graph *again = merge ? graph_copy(ng) : NULL;
-    if (merge && !again) {
+    Graph *again = graph_copy(ng);
+    if (!again) {
       graph_free(ng);
       rc = TEQ_ERR_NOMEM;
       break;
@@ -1200,11 +1254,12 @@ static int expand_sites(Ctx *c) {
     bool go = offer(c, ng);
     c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
     rc = c->rc;
-    if (go && rc == TEQ_OK && again) {
-      rc = merge_rounds(c, again, held, n);
+    if (go && rc == TEQ_OK) {
+      rc = more_rounds(c, again, held, n);
       go = rc == TEQ_OK && now_s() < c->deadline;
+    } else {
+      graph_free(again);
     }
-    graph_free(again);
     if (!go) break;
   }
   free(used), free(inst), free(held), free(bind), free(replace), free(binds), free(replaces);
@@ -1250,6 +1305,21 @@ static int expand(Ctx *c) {
   return rc;
 }
 
+/* The rules whose target is their variables alone (eliminate). */
+static int find_removals(const OptRules *rs, int32_t **out, int *n_out) {
+  int32_t *k = malloc(((size_t)rs->n + 1) * sizeof *k);
+  if (!k) return TEQ_ERR_NOMEM;
+  int n = 0;
+  for (int i = 0; i < rs->n; i++) {
+    const Graph *dst = rs->r[i].dst;
+    bool bare = true;
+    for (int id = 0; id < dst->n_nodes && bare; id++) bare = dst->nodes[id].kind == OP_INPUT;
+    if (bare) k[n++] = i;
+  }
+  *out = k, *n_out = n;
+  return TEQ_OK;
+}
+
 /* Searches g alone; *best_out receives the best candidate. */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
                         OptPricer *pr, OptInstMemo *memo, PetCache *pet,
@@ -1259,6 +1329,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   double cost;
   int rc = price(cm, pr, g, &cost, d);
   if (rc) return rc;
+  if ((rc = find_removals(rs, &c.removals, &c.n_removals))) return rc;
   Cand start = {.g = graph_copy(g), .cost = cost};
   c.best = (Cand){.g = graph_copy(g), .cost = cost};
   if (!start.g || !c.best.g) rc = TEQ_ERR_NOMEM;
@@ -1306,6 +1377,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   }
   free(c.heap.a);
   free(c.sites);
+  free(c.removals);
   keyset_fini(&c.seen);
   if (rc) {
     cand_free(&c.best);

@@ -1099,6 +1099,21 @@ static void load_rules(const char *axioms) {
   diag_fini(&d);
 }
 
+/* A cost table of the given configurations and prices (device "valley"),
+ * written to path; false if it could not be. */
+typedef struct Price {
+  const char *config;
+  double us;
+} Price;
+
+static bool write_table(const char *path, const Price *p, int n) {
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
+  for (int i = 0; i < n; i++) fprintf(f, "valley\t%s\t%.2f\t%.2f\t-\n", p[i].config, p[i].us, p[i].us);
+  return fclose(f) == 0;
+}
+
 /* Eight products of one input whose pairwise merges are dearer than the
  * products they replace, while all eight merged are far cheaper: the
  * prices of NasRNN's cell on the H100 (a product 1024 wide at 7.3 us
@@ -1108,19 +1123,13 @@ static void load_rules(const char *axioms) {
 static void test_merge_rounds(void) {
   enum { PRODUCTS = 8 };
   char path[360];
-  snprintf(path, sizeof path, "%s/valley.tsv", tmpdir);
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  static const struct {
-    int width;
-    double us;
-  } prices[] = {{512, 2.95}, {1024, 7.26}, {1536, 7.27}, {2048, 3.70}, {4096, 4.70}};
-  fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
-  for (size_t i = 0; i < sizeof prices / sizeof prices[0]; i++)
-    fprintf(f, "valley\tmatmul [1,1024] [1024,%d] {act=none}\t%.2f\t%.2f\t-\n", prices[i].width,
-            prices[i].us, prices[i].us);
-  fclose(f);
+  snprintf(path, sizeof path, "%s/products.tsv", tmpdir);
+  static const Price prices[] = {{"matmul [1,1024] [1024,512] {act=none}", 2.95},
+                                 {"matmul [1,1024] [1024,1024] {act=none}", 7.26},
+                                 {"matmul [1,1024] [1024,1536] {act=none}", 7.27},
+                                 {"matmul [1,1024] [1024,2048] {act=none}", 3.70},
+                                 {"matmul [1,1024] [1024,4096] {act=none}", 4.70}};
+  CHECK(write_table(path, prices, 5));
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(2, 1, 1024));
   for (int i = 0; i < PRODUCTS; i++) {
@@ -1148,6 +1157,63 @@ static void test_merge_rounds(void) {
   diag_flush(&d, stderr);
   diag_fini(&d);
   cost_model_free(cm);
+  opt_stats_fini(&st);
+  graph_free(best);
+  graph_free(g);
+}
+
+/* The halves of a split along the columns. */
+static int halves1(Graph *g, TensorRef x) {
+  int64_t w = graph_shape(g, x)->d[1];
+  Params ps;
+  params_default(OP_SPLIT, &ps);
+  param_set_int(&ps, param_index(OP_SPLIT, "axis"), 1);
+  param_set_ints(&ps, param_index(OP_SPLIT, "sizes"), (int64_t[]){w / 2, w / 2}, 2);
+  return graph_add_node(g, OP_SPLIT, &x, 1, 2, &ps, NULL, NULL);
+}
+
+/* The adds of two wide products cut into quarters (NasRNN's x W + h U
+ * after each side's products merged): merging a pair of adds leaves
+ * concat(split(a)) of the one side, which only a removal rule takes away,
+ * and then the merged pairs merge again. With the removals applied after
+ * each round, the four adds become one. */
+static void test_merged_adds(void) {
+  Graph *g = graph_new();
+  TensorRef a = input(g, "a", shape_of(2, 1, 256)), b = input(g, "b", shape_of(2, 1, 256));
+  int sa = halves1(g, a), sb = halves1(g, b);
+  for (int i = 0; i < 2; i++) {
+    int qa = halves1(g, (TensorRef){sa, i}), qb = halves1(g, (TensorRef){sb, i});
+    for (int j = 0; j < 2; j++) {
+      TensorRef t = op(g, OP_EWADD, (TensorRef){qa, j}, (TensorRef){qb, j}, 2, NULL);
+      graph_add_output(g, op(g, OP_TANH, t, t, 1, NULL), NULL, NULL);
+    }
+  }
+  /* The H100's prices: an add or a tanh about the same at every width
+   * here, a concat dearer than an add. */
+  char path[360];
+  snprintf(path, sizeof path, "%s/adds.tsv", tmpdir);
+  static const Price prices[] = {
+    {"ewadd [1,64] [1,64] {}", 1.48},        {"ewadd [1,128] [1,128] {}", 1.50},
+    {"ewadd [1,256] [1,256] {}", 1.52},      {"concat [1,64] [1,64] {axis=1}", 2.01},
+    {"concat [1,128] [1,128] {axis=1}", 2.01}, {"tanh [1,64] {}", 1.46}};
+  CHECK(write_table(path, prices, 6));
+  Diag d;
+  diag_init(&d);
+  CostModel *cm = cost_model_new();
+  CHECK_MSG(cost_model_load_table(cm, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 20;
+  OptStats st;
+  Graph *best = NULL;
+  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  cost_model_free(cm);
+  int adds = best ? count_kind(best, OP_EWADD) : -1, concats = best ? count_kind(best, OP_CONCAT) : -1;
+  printf("four adds of quarters: %d adds, %d concats after %lld graphs expanded\n", adds, concats,
+         (long long)st.explored);
+  CHECK_MSG(adds == 1 && concats == 0, "%d adds, %d concats", adds, concats);
+  CHECK(best && equal_outputs(g, best));
   opt_stats_fini(&st);
   graph_free(best);
   graph_free(g);
@@ -1183,6 +1249,7 @@ int main(void) {
   test_full_queue();
   test_every_site();
   test_merge_rounds();
+  test_merged_adds();
   test_wide_nodes();
   test_window_seams();
   test_bias_round_trip();
