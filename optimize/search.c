@@ -1243,8 +1243,9 @@ static int expand_sites(Ctx *c) {
     c->st->all_sites++;
     /* A merge's later rounds start from this round's graph, offered
      * (and maybe freed) next. */
-    Graph *again = graph_copy(ng);
-    if (!again) {
+    bool merge = rule->src->n_outputs >= 2;
+    Graph *again = merge ? graph_copy(ng) : NULL;
+    if (merge && !again) {
       graph_free(ng);
       rc = TEQ_ERR_NOMEM;
       break;
@@ -1254,7 +1255,7 @@ static int expand_sites(Ctx *c) {
     bool go = offer(c, ng);
     c->repeat = 1, c->ceiling = INFINITY, c->n_pending = 0;
     rc = c->rc;
-    if (go && rc == TEQ_OK) {
+    if (go && rc == TEQ_OK && again) {
       rc = more_rounds(c, again, held, n);
       go = rc == TEQ_OK && now_s() < c->deadline;
     } else {
