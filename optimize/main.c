@@ -4,7 +4,7 @@
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
  *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
- *            [--dump] [--quiet]
+ *            [--dump] [--quiet] [--as-given]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
  *            [--pet-max-flops F] [--jobs N] [--check-derived] model.onnx
  *
@@ -76,6 +76,9 @@ static const char usage[] =
   "  --dim NAME=N        the inputs' symbolic dimension NAME is N (repeatable): the\n"
   "                      optimized model is specialized to these extents\n"
   "  --dump              print the optimized graph, one node per line\n"
+  "  --as-given          also price (and on a GPU time) the model as given: imported\n"
+  "                      again with no fusion (BatchNorm, activations, layer norms and\n"
+  "                      GELUs as in the file), the graph TASO and Tensat start from\n"
   "  --pet, --no-pet     PET's partially equivalent mutations in the search (default on;\n"
   "                      --no-pet: the proved rules alone)\n"
   "  --pet-depth N       operators per mutant (default 3)\n"
@@ -95,7 +98,7 @@ typedef struct Args {
   long long batch;
   const char *dims[64]; /* --dim NAME=N */
   int n_dims;
-  bool unproved, check, dump;
+  bool unproved, check, dump, as_given;
 } Args;
 
 static int bad(const char *fmt, const char *arg) {
@@ -148,6 +151,9 @@ static int parse_args(int argc, char **argv, Args *a) {
       continue;
     } else if (!strcmp(k, "--unproved")) {
       a->unproved = true;
+      continue;
+    } else if (!strcmp(k, "--as-given")) {
+      a->as_given = true;
       continue;
     } else if (!strcmp(k, "--dump")) {
       a->dump = true;
@@ -470,6 +476,10 @@ typedef struct Report {
   bool kept_original; /* the search's best came out dearer after folding, or slower measured */
   bool gpu_timed;     /* both graphs replayed on the GPU (a GPU cost model) */
   double gpu_ms_before, gpu_ms_after; /* the search's best, before any keeping of the original */
+  /* --as-given: the model imported with no fusion, its operators, cost and
+   * (on a GPU) time; ops 0 when not asked for. */
+  int as_given_ops;
+  double as_given_cost, as_given_gpu_ms;
   int merged;         /* duplicate nodes of the model merged before the search */
   PetPostStats post;  /* PET's post-optimization of the whole result (--pet) */
   OnnxImportStats import;
@@ -506,6 +516,14 @@ static void report_text(const Report *r, FILE *f) {
     fprintf(f, "  %-26s %.4f -> %.4f ms (%+.1f%%)%s\n", "measured on the GPU", r->gpu_ms_before,
             r->gpu_ms_after, 100 * (r->gpu_ms_after / r->gpu_ms_before - 1),
             r->gpu_ms_after < r->gpu_ms_before ? "" : ": not faster, the original is kept");
+  if (r->as_given_ops) {
+    fprintf(f, "  %-26s %d operators, %.1f us: %.3fx", "model as given (no fusion)", r->as_given_ops,
+            r->as_given_cost, r->cost_after > 0 ? r->as_given_cost / r->cost_after : 0.0);
+    if (r->gpu_timed && r->as_given_gpu_ms > 0)
+      fprintf(f, "; measured %.4f ms: %.3fx", r->as_given_gpu_ms,
+              r->as_given_gpu_ms / (r->kept_original ? r->gpu_ms_before : r->gpu_ms_after));
+    fprintf(f, " the optimized model's\n");
+  }
   fprintf(f, "  %-26s before: ", "cost sources (operators)");
   print_sources(f, r->src_before, r->us_before);
   fprintf(f, "; after: ");
@@ -596,6 +614,14 @@ static int report_json(const Report *r, const char *path, Diag *d) {
             r->gpu_ms_after);
   else
     fprintf(f, "  \"gpu_ms\": null,\n");
+  if (r->as_given_ops) {
+    fprintf(f, "  \"as_given\": {\"operators\": %d, \"cost_us\": %.6g, \"gpu_ms\": ",
+            r->as_given_ops, r->as_given_cost);
+    if (r->gpu_timed && r->as_given_gpu_ms > 0) fprintf(f, "%.6g},\n", r->as_given_gpu_ms);
+    else fprintf(f, "null},\n");
+  } else {
+    fprintf(f, "  \"as_given\": null,\n");
+  }
   fprintf(f, "  \"duplicates_merged\": %d,\n", r->merged);
   for (int w = 0; w < 2; w++) {
     const int *src = w ? r->src_after : r->src_before;
@@ -723,28 +749,49 @@ static void prepare_heap(void) {
  * better of its two medians of 50 replays counts. A graph the GPU cannot
  * run (an opaque operator) is not timed, with a warning, and the best is
  * kept. Returns whether to keep the best. */
-static bool gpu_verdict(CudaDevice *dev, const Graph *g, const Graph *best, Report *r, Diag *d) {
-  CudaPlan *plan[2] = {NULL, NULL};
-  double ms[2] = {0, 0};
+static bool gpu_verdict(CudaDevice *dev, const Graph *g, const Graph *best, const Graph *given,
+                        Report *r, Diag *d) {
+  CudaPlan *plan[3] = {NULL, NULL, NULL};
+  double ms[3] = {0, 0, 0};
+  int n = given ? 3 : 2; /* the model as given (--as-given) is timed in turn too */
   Diag gd;
   diag_init(&gd);
   int rc = cuda_plan_new(dev, g, &plan[0], &gd);
   if (rc == TEQ_OK) rc = cuda_plan_new(dev, best, &plan[1], &gd);
-  for (int k = 0; k < 4 && rc == TEQ_OK; k++) {
+  if (rc == TEQ_OK && given) rc = cuda_plan_new(dev, given, &plan[2], &gd);
+  for (int k = 0; k < 2 * n && rc == TEQ_OK; k++) {
     CudaTiming t;
-    rc = cuda_plan_time(plan[k % 2], 10, 50, &t, &gd);
-    if (rc == TEQ_OK && (k < 2 || t.median_ms < ms[k % 2])) ms[k % 2] = t.median_ms;
+    rc = cuda_plan_time(plan[k % n], 10, 50, &t, &gd);
+    if (rc == TEQ_OK && (k < n || t.median_ms < ms[k % n])) ms[k % n] = t.median_ms;
   }
-  cuda_plan_free(plan[0]);
-  cuda_plan_free(plan[1]);
+  for (int k = 0; k < 3; k++) cuda_plan_free(plan[k]);
   if (rc == TEQ_OK) {
     r->gpu_timed = true;
-    r->gpu_ms_before = ms[0], r->gpu_ms_after = ms[1];
+    r->gpu_ms_before = ms[0], r->gpu_ms_after = ms[1], r->as_given_gpu_ms = ms[2];
   } else {
     diag_warn(d, "optimize: not timed on the GPU: %s", diag_last(&gd));
   }
   diag_fini(&gd);
   return rc != TEQ_OK || ms[1] < ms[0];
+}
+
+/* --as-given: the model imported again with every fusion off and priced
+ * by the same cost model. Speedups measured from the default import leave
+ * out what the import fused (a relu into its convolution is what most of
+ * TASO's and Tensat's gain on VGG-19 is); this is the comparable baseline. */
+static int import_as_given(const Args *a, CostModel *cm, Graph **given, Report *r, Diag *d) {
+  OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+  io.batch = a->batch;
+  io.dims = a->dims;
+  io.n_dims = a->n_dims;
+  io.opaque_unsupported_forms = true;
+  onnx_import_as_given(&io);
+  OnnxImportStats stats;
+  int rc = onnx_import_file(a->model, &io, given, &stats, d);
+  if (rc == TEQ_OK) rc = require_shapes(*given, a->model, d);
+  if (rc == TEQ_OK) rc = opt_graph_cost(cm, *given, &r->as_given_cost, NULL, d);
+  if (rc == TEQ_OK) r->as_given_ops = graph_count_ops(*given);
+  return rc;
 }
 
 /* The original in place of the search's best: a dearer or slower model is
@@ -843,6 +890,8 @@ int main(int argc, char **argv) {
               r.ops_before, r.n_rules);
     rc = opt_graph_cost_split(cm, g, &r.cost_before, r.src_before, r.us_before, &d);
   }
+  Graph *given = NULL;
+  if (rc == TEQ_OK && a.as_given) rc = import_as_given(&a, cm, &given, &r, &d);
   Graph *plain = NULL;
   if (rc == TEQ_OK) rc = (plain = graph_copy(g)) ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) graph_canonicalize(plain); /* rules use one spelling of each operator */
@@ -858,7 +907,7 @@ int main(int argc, char **argv) {
   /* The search prices graphs as they will be exported, but folding
    * weights and biases afterwards can still land above the original. */
   if (rc == TEQ_OK && r.cost_after > r.cost_before) rc = keep_original(cm, g, &best, &st, &r, &d);
-  if (rc == TEQ_OK && dev && !r.kept_original && !gpu_verdict(dev, g, best, &r, &d))
+  if (rc == TEQ_OK && dev && !r.kept_original && !gpu_verdict(dev, g, best, given, &r, &d))
     rc = keep_original(cm, g, &best, &st, &r, &d);
   if (rc == TEQ_OK) rc = graph_check(best, &d);
   if (rc == TEQ_OK) {
@@ -893,6 +942,7 @@ int main(int argc, char **argv) {
   opt_stats_fini(&st);
   free(out_default);
   graph_free(g);
+  graph_free(given);
   graph_free(best);
   opt_rules_free(rs);
   cost_model_free(cm);

@@ -46,6 +46,15 @@ typedef struct OnnxImportOptions {
 
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
+/* The model as given: every import-time fusion off (BatchNormalization,
+ * activations, written-out layer norms and GELUs each stay their own
+ * operators), as TASO's and Tensat's benchmark graphs run. What a speedup
+ * measured from the default import leaves out. */
+static inline void onnx_import_as_given(OnnxImportOptions *o) {
+  o->keep_batchnorm = o->keep_unfused_activations = true;
+  o->keep_written_layer_norms = o->keep_written_gelus = true;
+}
+
 typedef struct OnnxImportStats {
   int n_nodes;         /* nodes in the file */
   int n_folded;        /* nodes folded into constants */

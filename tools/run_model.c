@@ -41,7 +41,7 @@ typedef struct RunOptions {
   const char *output_dir;
   const char *save;
   int64_t modp, quiet;
-  int64_t gpu, warmup, check, steps;
+  int64_t gpu, warmup, check, steps, as_given;
   const char *model;
 } RunOptions;
 
@@ -82,6 +82,8 @@ static const OptRow option_rows[] = {
      "with --gpu: compare with the CPU executor; fail above 1e-4 relative error"},
     {"steps", OPT_FLAG, offsetof(RunOptions, steps), 0, 0, 0, 1,
      "with --gpu: each kernel's time in a run of the graph and run alone, slowest first"},
+    {"as-given", OPT_FLAG, offsetof(RunOptions, as_given), 0, 0, 0, 1,
+     "no import-time fusion: BatchNorm, activations, layer norms and GELUs as in the file"},
 };
 #define N_OPTIONS (sizeof option_rows / sizeof option_rows[0])
 
@@ -441,6 +443,7 @@ static int run_model(const RunOptions *o, Diag *d) {
   io.batch = o->batch;
   io.dims = o->dims;
   io.n_dims = (int)o->n_dims;
+  if (o->as_given) onnx_import_as_given(&io);
   OnnxImportStats stats;
   Graph *g = NULL;
   double t0 = now_ms();

@@ -12,7 +12,9 @@ the papers' suite; zoo: further torchvision architectures, see export_torchvisio
 
   optimize    the model with those rules and PET (optimize's default; its JSON report:
               operators, estimated cost before and after, search time; its own end-to-end
-              check on the CPU executor)
+              check on the CPU executor), and --as-given: the cost of the model with no
+              import-time fusion (relus and BatchNorms as in the file), the baseline of the
+              papers' speedups, beside ours from the fused import
   rules alone for the models of --pet-models (default: the four of PET's end-to-end
               benchmark, ResNet-18, CSRNet, Inception-v3 and BERT, and ResNeXt-50, whose
               strided grouped convolutions PET rewrites), optimize again with
@@ -23,8 +25,8 @@ the papers' suite; zoo: further torchvision architectures, see export_torchvisio
   diff        the largest relative output difference between the optimized model and the
               original: max |opt - orig| / max |orig| over every output, in ONNX Runtime
               (the independent oracle) and in Teq's executor; the larger is reported
-  gpu         where run-model --gpu works: Teq's GPU runtime on both models (and on the
-              rules-alone model of the PET table), and for the models PyTorch has, the same
+  gpu         where run-model --gpu works: Teq's GPU runtime on both models, on the
+              original as given (--as-given), and on the rules-alone model of the PET table, and for the models PyTorch has, the same
               module in eager mode and under torch.compile(mode="reduce-overhead"), strict
               float32, in the same run
 
@@ -257,7 +259,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     log(f"{name}: optimize")
     record = ["--record", os.path.join(work, f"{name}.configs")] if args.record else []
     r = run([tools["optimize"], "--rules", rules_db, "--budget", str(args.budget),
-             "--time-limit", str(args.time_limit), "--json", report, *record, "-o", opt, path],
+             "--time-limit", str(args.time_limit), "--as-given", "--json", report, *record, "-o", opt,
+             path],
             work, f"{name}.optimize")
     problems = []
     row["optimize_s"] = r.wall
@@ -275,6 +278,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         "rewrites": sum(a["times"] for a in rep["applied"]),
         "check_rel": rep["check"]["max_relative_error"],
     })
+    if rep.get("as_given"):  # every import-time fusion off: the baseline of TASO's and Tensat's figures
+        row["as_given_cost_us"] = rep["as_given"]["cost_us"]
     pet = rep.get("pet")
     if pet:
         row["pet_s"] = pet["seconds"]
@@ -336,13 +341,13 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
 def bench_gpu_columns(name, kind, path, opt, feed, args, tools, work, mods, row, problems):
     """Teq's GPU runtime on both models (and on the rules-alone one of the PET table) and,
     for PyTorch's models, eager and compiled."""
-    timed = [("before", path), ("after", opt)]
+    timed = [("before", path, []), ("after", opt, []), ("given", path, ["--as-given"])]
     if row.get("rules_model"):
-        timed.append(("rules", row["rules_model"]))
-    for which, model in timed:
+        timed.append(("rules", row["rules_model"], []))
+    for which, model, flags in timed:
         log(f"{name}: GPU, {which}")
         g = run([tools["run-model"], "--gpu", "--quiet", "--warmup", "20", "--repeat",
-                 str(args.gpu_repeat), *feed, model], work, f"{name}.gpu.{which}")
+                 str(args.gpu_repeat), *flags, *feed, model], work, f"{name}.gpu.{which}")
         row[f"gpu_ms_{which}"] = time_ms(g.stdout(), r"^time ([0-9.]+) ms") if g.rc == 0 else None
         if g.rc != 0:
             problems.append(f"run-model --gpu {which} exit {g.rc}: {g.tail(2)}")
@@ -368,6 +373,7 @@ COLUMNS = [  # key, heading, format
     ("ops_before", "ops before", "{:.0f}"), ("ops_after", "ops after", "{:.0f}"),
     ("cost_before_us", "est. us before", "{:.1f}"), ("cost_after_us", "est. us after", "{:.1f}"),
     ("est_speedup", "est. speedup", "{:.3f}"),
+    ("est_speedup_given", "est. speedup over as given", "{:.3f}"),
     ("search_s", "search s", "{:.1f}"), ("optimize_s", "optimize s", "{:.1f}"),
     ("cpu_ms_before", "Teq CPU ms before", "{:.2f}"), ("cpu_ms_after", "Teq CPU ms after", "{:.2f}"),
     ("ort_ms_before", "ORT ms before", "{:.2f}"), ("ort_ms_after", "ORT ms after", "{:.2f}"),
@@ -376,6 +382,7 @@ COLUMNS = [  # key, heading, format
 GPU_COLUMNS = [
     ("gpu_ms_before", "Teq GPU ms before", "{:.3f}"), ("gpu_ms_after", "Teq GPU ms after", "{:.3f}"),
     ("gpu_speedup", "GPU speedup", "{:.3f}"),
+    ("gpu_speedup_given", "GPU speedup over as given", "{:.3f}"),
     ("eager_ms", "eager ms", "{:.3f}"), ("compiled_ms", "compiled ms", "{:.3f}"),
 ]
 PET_COLUMNS = [  # the second table: rules + PET against the rules alone
@@ -393,7 +400,7 @@ PET_GPU_COLUMNS = [  # measured: the same three graphs on the GPU
     ("gpu_ms_after", "GPU ms, rules + PET", "{:.3f}"),
     ("gpu_pet_gain", "measured rules + PET over rules", "{:.3f}"),
 ]
-CSV_EXTRA = ["gpu_ms_rules", "opt_gpu_ms_before", "opt_gpu_ms_after", "rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
+CSV_EXTRA = ["as_given_cost_us", "gpu_ms_given", "gpu_ms_rules", "opt_gpu_ms_before", "opt_gpu_ms_after", "rules_cost_after_us", "rules_search_s", "pet_mutants", "pet_applied", "pet_s", "rewrites", "cost_sources", "analytic_us_after", "check_rel", "diff_ort", "diff_teq", "optimize_rss_mb",
              "status"]
 
 
@@ -502,6 +509,10 @@ def write_report(rows, rule_rows, args, gpu, out, header_notes):
     for r in rows:
         if r.get("cost_before_us") and r.get("cost_after_us"):
             r["est_speedup"] = r["cost_before_us"] / r["cost_after_us"]
+        if r.get("as_given_cost_us") and r.get("cost_after_us"):
+            r["est_speedup_given"] = r["as_given_cost_us"] / r["cost_after_us"]
+        if r.get("gpu_ms_given") and r.get("gpu_ms_after"):
+            r["gpu_speedup_given"] = r["gpu_ms_given"] / r["gpu_ms_after"]
         if r.get("rules_cost_after_us") and r.get("cost_after_us"):
             r["pet_gain"] = r["rules_cost_after_us"] / r["cost_after_us"]
         if r.get("gpu_ms_rules") and r.get("gpu_ms_after"):
