@@ -52,7 +52,7 @@ static const char usage[] =
   "  --budget N          graphs expanded per window (default 300; a last window\n"
   "                      enlarged by a remainder gets more in proportion)\n"
   "  --patience N        also stop a window after N graphs expanded without a cheaper\n"
-  "                      one (default 30; 0: only the budget stops it)\n"
+  "                      one (default 15; 0: only the budget stops it)\n"
   "  --time-limit S      seconds for the whole search (default: none)\n"
   "  --window N          operators per search window (default 150)\n"
   "  --plain-windows     cut each window at its full size (default: in its last\n"
@@ -126,8 +126,11 @@ static int parse_args(int argc, char **argv, Args *a) {
    * rest of the budget finding nothing: at budget 100 the suite's thirteen
    * models ended equal with a patience of 20 in 1.3 to 4.3 times less
    * search, and of eleven further models two ended 0.3 and 0.6% dearer at
-   * 30 (tools/bench/RESULTS.md, 2026-11-27). */
-  a->opt.patience = 30;
+   * 30 (tools/bench/RESULTS.md, 2026-11-27). With merges taking more rounds
+   * per step, 15 ended every model of the suite where 30 did, in 1.2 to
+   * 2.2 times less search; of the zoo, GoogLeNet and DenseNet-121 ended
+   * cheaper and ShuffleNetV2 0.6% dearer. */
+  a->opt.patience = 15;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   a->opt.jobs = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
   for (int i = 1; i < argc; i++) {

@@ -6,6 +6,7 @@
 #include "runtime/exec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -360,7 +361,7 @@ static int run_on_numbers(const Graph *g, int id, const int64_t *base, uint32_t 
  * moved reads one more the second time, a zero stays zero, and anything
  * else (a pad of a constant other than zero) makes the node one that is
  * not followed: 0 then, 1 when the maps hold. */
-static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
+static int compute_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
   const Node *n = &g->nodes[id];
   Tensor *again_stack[8] = {0},
          **again = n->n_out <= 8 ? again_stack : calloc((size_t)n->n_out, sizeof *again);
@@ -378,6 +379,97 @@ static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Dia
   for (int k = 0; k < n->n_out; k++) tensor_unref(again[k]);
   if (again != again_stack) free(again);
   return rc ? rc : moved_only;
+}
+
+/* Maps by node configuration (kind, parameters, input shapes), for the
+ * whole process: PET's tests plan one mutant after another over the same
+ * layouts (the same transpose of the same tensor), and each map costs two
+ * runs of its kernel over the whole tensor; on VGG-19's first layers that
+ * was most of PET's time. The maps are read only, shared by reference
+ * (tensor references are atomic), and kept up to a bound on their size. */
+enum { MAP_CACHE_SLOTS = 256 };
+#define MAP_CACHE_MAX_ELEMENTS ((int64_t)64 << 20) /* 256 MB of uint32 */
+
+typedef struct MapEntry {
+  uint64_t key;
+  OpKind kind;
+  Params params;
+  int n_in, n_out;
+  Shape in[8];
+  int verdict;   /* follow_maps' verdict: 1 the maps hold, 0 not followed */
+  Tensor **maps; /* n_out of them */
+} MapEntry;
+
+static struct {
+  pthread_mutex_t lock;
+  MapEntry slot[MAP_CACHE_SLOTS];
+  int64_t elements;
+} map_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t map_key(const Graph *g, const Node *n) {
+  uint64_t h = hash_mix(0x6d617073, (uint64_t)n->kind);
+  h = params_hash(h, &n->params);
+  for (int j = 0; j < n->n_in; j++) {
+    const Shape *s = graph_shape(g, n->in[j]);
+    h = hash_bytes(h, s, sizeof *s);
+  }
+  return hash_mix(h, (uint64_t)n->n_out);
+}
+
+static bool map_entry_is(const MapEntry *e, uint64_t key, const Graph *g, const Node *n) {
+  if (!e->maps || e->key != key || e->kind != n->kind || e->n_in != n->n_in ||
+      e->n_out != n->n_out || memcmp(&e->params, &n->params, sizeof e->params))
+    return false;
+  for (int j = 0; j < n->n_in; j++)
+    if (!shape_equal(&e->in[j], graph_shape(g, n->in[j]))) return false;
+  return true;
+}
+
+/* compute_maps, or its answer for a node of the same configuration. */
+static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
+  const Node *n = &g->nodes[id];
+  if (n->n_in > 8) return compute_maps(g, id, base, maps, d);
+  uint64_t key = map_key(g, n);
+  MapEntry *e = &map_cache.slot[key % MAP_CACHE_SLOTS];
+  pthread_mutex_lock(&map_cache.lock);
+  bool hit = map_entry_is(e, key, g, n);
+  if (hit)
+    for (int k = 0; k < n->n_out; k++) maps[k] = tensor_ref(e->maps[k]);
+  int verdict = hit ? e->verdict : 0;
+  pthread_mutex_unlock(&map_cache.lock);
+  if (hit) {
+    base[0] = 0;
+    for (int j = 0; j < n->n_in; j++) base[j + 1] = base[j] + shape_numel(graph_shape(g, n->in[j]));
+    return verdict;
+  }
+  int rc = compute_maps(g, id, base, maps, d);
+  if (rc < 0) return rc;
+  int64_t elements = 0;
+  for (int k = 0; k < n->n_out; k++) elements += shape_numel(&n->out[k]);
+  Tensor **kept = calloc((size_t)n->n_out + 1, sizeof *kept);
+  if (!kept) return rc;
+  for (int k = 0; k < n->n_out; k++) kept[k] = tensor_ref(maps[k]);
+  pthread_mutex_lock(&map_cache.lock);
+  Tensor **dropped = NULL;
+  int n_dropped = 0;
+  if (e->maps) { /* the slot's last tenant leaves */
+    dropped = e->maps, n_dropped = e->n_out;
+    for (int k = 0; k < e->n_out; k++) map_cache.elements -= shape_numel(&e->maps[k]->shape);
+    e->maps = NULL;
+  }
+  if (map_cache.elements + elements <= MAP_CACHE_MAX_ELEMENTS) {
+    e->key = key, e->kind = n->kind, e->params = n->params;
+    e->n_in = n->n_in, e->n_out = n->n_out, e->verdict = rc;
+    for (int j = 0; j < n->n_in; j++) e->in[j] = *graph_shape(g, n->in[j]);
+    e->maps = kept, kept = NULL;
+    map_cache.elements += elements;
+  }
+  pthread_mutex_unlock(&map_cache.lock);
+  for (int k = 0; k < n_dropped; k++) tensor_unref(dropped[k]);
+  free(dropped);
+  for (int k = 0; kept && k < n->n_out; k++) tensor_unref(kept[k]);
+  free(kept);
+  return rc;
 }
 
 /* Which nodes run whole, which at positions, which are followed (with
