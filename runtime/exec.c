@@ -425,44 +425,44 @@ static bool map_entry_is(const MapEntry *e, uint64_t key, const Graph *g, const 
   return true;
 }
 
-/* compute_maps, or its answer for a node of the same configuration. */
+/* compute_maps, or its answer for a node of the same configuration. The
+ * lock is held while a map is computed: PET's test threads plan mutants of
+ * one subprogram side by side, and would otherwise all compute the same
+ * maps at once. */
 static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
   const Node *n = &g->nodes[id];
   if (n->n_in > 8) return compute_maps(g, id, base, maps, d);
   uint64_t key = map_key(g, n);
   MapEntry *e = &map_cache.slot[key % MAP_CACHE_SLOTS];
   pthread_mutex_lock(&map_cache.lock);
-  bool hit = map_entry_is(e, key, g, n);
-  if (hit)
+  if (map_entry_is(e, key, g, n)) {
     for (int k = 0; k < n->n_out; k++) maps[k] = tensor_ref(e->maps[k]);
-  int verdict = hit ? e->verdict : 0;
-  pthread_mutex_unlock(&map_cache.lock);
-  if (hit) {
+    int verdict = e->verdict;
+    pthread_mutex_unlock(&map_cache.lock);
     base[0] = 0;
     for (int j = 0; j < n->n_in; j++) base[j + 1] = base[j] + shape_numel(graph_shape(g, n->in[j]));
     return verdict;
   }
   int rc = compute_maps(g, id, base, maps, d);
-  if (rc < 0) return rc;
   int64_t elements = 0;
   for (int k = 0; k < n->n_out; k++) elements += shape_numel(&n->out[k]);
-  Tensor **kept = calloc((size_t)n->n_out + 1, sizeof *kept);
-  if (!kept) return rc;
-  for (int k = 0; k < n->n_out; k++) kept[k] = tensor_ref(maps[k]);
-  pthread_mutex_lock(&map_cache.lock);
+  Tensor **kept = rc < 0 ? NULL : calloc((size_t)n->n_out + 1, sizeof *kept);
   Tensor **dropped = NULL;
   int n_dropped = 0;
-  if (e->maps) { /* the slot's last tenant leaves */
-    dropped = e->maps, n_dropped = e->n_out;
-    for (int k = 0; k < e->n_out; k++) map_cache.elements -= shape_numel(&e->maps[k]->shape);
-    e->maps = NULL;
-  }
-  if (map_cache.elements + elements <= MAP_CACHE_MAX_ELEMENTS) {
-    e->key = key, e->kind = n->kind, e->params = n->params;
-    e->n_in = n->n_in, e->n_out = n->n_out, e->verdict = rc;
-    for (int j = 0; j < n->n_in; j++) e->in[j] = *graph_shape(g, n->in[j]);
-    e->maps = kept, kept = NULL;
-    map_cache.elements += elements;
+  if (kept) {
+    for (int k = 0; k < n->n_out; k++) kept[k] = tensor_ref(maps[k]);
+    if (e->maps) { /* the slot's last tenant leaves */
+      dropped = e->maps, n_dropped = e->n_out;
+      for (int k = 0; k < e->n_out; k++) map_cache.elements -= shape_numel(&e->maps[k]->shape);
+      e->maps = NULL;
+    }
+    if (map_cache.elements + elements <= MAP_CACHE_MAX_ELEMENTS) {
+      e->key = key, e->kind = n->kind, e->params = n->params;
+      e->n_in = n->n_in, e->n_out = n->n_out, e->verdict = rc;
+      for (int j = 0; j < n->n_in; j++) e->in[j] = *graph_shape(g, n->in[j]);
+      e->maps = kept, kept = NULL;
+      map_cache.elements += elements;
+    }
   }
   pthread_mutex_unlock(&map_cache.lock);
   for (int k = 0; k < n_dropped; k++) tensor_unref(dropped[k]);
