@@ -568,11 +568,13 @@ static void report_text(const Report *r, FILE *f) {
             (long long)st->pet_built, (long long)st->pet_derived, (long long)st->pet_kept, times,
             st->pet_s);
     fprintf(f, "  %-26s reshapes/transposes in the candidates built: %lld moved past "
-            "element-wise operators, %lld inverse groups removed, %lld pairs fused; on the "
-            "result: %lld moved, %lld removed, %lld fused\n", "PET post-optimization",
+            "element-wise operators, %lld inverse groups removed, %lld pairs fused, %lld "
+            "splits into heads hoisted; on the result: %lld moved, %lld removed, %lld fused, "
+            "%lld hoisted\n", "PET post-optimization",
             (long long)st->pet_post_moved,
             (long long)st->pet_post_removed, (long long)st->pet_post_fused,
-            (long long)r->post.moved, (long long)r->post.removed, (long long)r->post.fused);
+            (long long)st->pet_post_hoisted, (long long)r->post.moved,
+            (long long)r->post.removed, (long long)r->post.fused, (long long)r->post.hoisted);
     for (int i = 0; i < st->n_pet_applied; i++) {
       const OptPetApplied *p = &st->pet_applied[i];
       fprintf(f, "    %3dx  %s\n          correction: %s\n          cost %+.2f us, tests: "
@@ -662,13 +664,14 @@ static int report_json(const Report *r, const char *path, Diag *d) {
             "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"derived\": %lld, "
             "\"kept\": %lld, "
             "\"seconds\": %.4f, \"post\": {\"candidates\": {\"moved\": %lld, \"removed\": "
-            "%lld, \"fused\": %lld}, \"result\": {\"moved\": %lld, \"removed\": %lld, "
-            "\"fused\": %lld}}, \"applied\": [", (long long)st->pet_subprograms,
+            "%lld, \"fused\": %lld, \"hoisted\": %lld}, \"result\": {\"moved\": %lld, "
+            "\"removed\": %lld, \"fused\": %lld, \"hoisted\": %lld}}, \"applied\": [",
+            (long long)st->pet_subprograms,
             (long long)st->pet_too_large, r->opt->pet_max_flops, (long long)st->pet_mutants,
             (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_derived,
             (long long)st->pet_kept, st->pet_s, (long long)st->pet_post_moved, (long long)st->pet_post_removed,
-            (long long)st->pet_post_fused, (long long)r->post.moved, (long long)r->post.removed,
-            (long long)r->post.fused);
+            (long long)st->pet_post_fused, (long long)st->pet_post_hoisted, (long long)r->post.moved,
+            (long long)r->post.removed, (long long)r->post.fused, (long long)r->post.hoisted);
     for (int i = 0; i < st->n_pet_applied; i++) {
       const OptPetApplied *p = &st->pet_applied[i];
       fprintf(f, "%s\n    {\"times\": %d, \"mutation\": ", i ? "," : "", p->times);

@@ -137,7 +137,7 @@ typedef struct OptStats {
   double pet_s;            /* seconds in pet_split, pet_mutate and pet_correct */
   /* pet_post_optimize over the candidates built: reshapes and transposes
    * moved past element-wise operators, inverse groups removed, pairs fused */
-  int64_t pet_post_moved, pet_post_removed, pet_post_fused;
+  int64_t pet_post_moved, pet_post_removed, pet_post_fused, pet_post_hoisted;
   OptPetApplied *pet_applied; /* the mutations in the result */
   int n_pet_applied;
 } OptStats;

@@ -844,7 +844,7 @@ static int post_leaves_alone(Ctx *c, bool *alone) {
   PetPostStats post;
   int rc = h && post_cache(c) ? pet_post_optimize_cached(&h, c->pet->post, &post, c->d)
                               : TEQ_ERR_NOMEM;
-  *alone = rc == TEQ_OK && post.moved + post.removed + post.fused == 0;
+  *alone = rc == TEQ_OK && pet_post_rewrites(&post) == 0;
   graph_free(h);
   return rc;
 }
@@ -882,7 +882,7 @@ static bool offer_mutant_built(Ctx *c, const PetMut *pm, const PetSubprogram *sp
   }
   if (rc) return c->rc = rc, false;
   c->st->pet_post_moved += post.moved, c->st->pet_post_removed += post.removed;
-  c->st->pet_post_fused += post.fused;
+  c->st->pet_post_fused += post.fused, c->st->pet_post_hoisted += post.hoisted;
   c->st->generated++, c->st->pet_built++;
   return offer(c, ng);
 }
@@ -901,10 +901,10 @@ static int check_mutant_derived(Ctx *c, const PetMut *pm, const PetSubprogram *s
                       "built", pm->info.desc), TEQ_ERR_INTERNAL;
   if (rc == TEQ_OK) rc = price(c->cm, c->pr, ng, &built, c->d);
   if (rc == TEQ_OK && (graph_hash(ng, NULL) != hash || built != cost ||
-                       post.moved + post.removed + post.fused)) {
+                       pet_post_rewrites(&post))) {
     diag_error(c->d, "optimize: PET candidate '%s' derived unbuilt differs when built "
                "(cost %.17g against %.17g, %lld post-optimization rewrites)", pm->info.desc,
-               cost, built, (long long)(post.moved + post.removed + post.fused));
+               cost, built, (long long)pet_post_rewrites(&post));
     rc = TEQ_ERR_INTERNAL;
   }
   graph_free(ng);

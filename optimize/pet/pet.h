@@ -248,9 +248,15 @@ typedef struct PetPostStats {
   int64_t moved;    /* reshapes and transposes moved after an element-wise operator */
   int64_t removed;  /* chains of them found to be the identity, removed */
   int64_t fused;    /* reshape pairs, or transpose pairs, made one operator */
+  int64_t hoisted;  /* splits into heads made one transpose and a split along axis 0 */
 } PetPostStats;
 
-/* Rewrites *g in place until none of the three applies. Graph outputs
+/* Rewrites of every kind counted in s. */
+static inline int64_t pet_post_rewrites(const PetPostStats *s) {
+  return s->moved + s->removed + s->fused + s->hoisted;
+}
+
+/* Rewrites *g in place until none of the four applies. Graph outputs
  * keep their names and values (one may come to be computed by another
  * node, never to pass a graph input or weight straight through), opaque
  * nodes are not rewritten, and nodes no output needs are removed. On

@@ -2,7 +2,7 @@
  * transposes (R/T) that mutants leave at their boundaries, cleaned up once
  * spliced mutants meet across the element-wise operators between them.
  *
- * Three rewrites, tried in this order and repeated until none applies:
+ * Four rewrites, tried in this order and repeated until none applies:
  *   - inverse groups: a chain of R/T whose composition is the identity is
  *     removed. Whether it is, is decided by evaluation, as PET decides it
  *     with its random tests (section 7): the chain runs in Z_p on its
@@ -18,7 +18,17 @@
  *     is a constant. A constant is moved back through the R/T's inverse
  *     here: that is a conv's bias, which optimize spreads to the conv's
  *     output shape for the search.
- * Each rewrite removes an operator or moves an R/T downstream, so the
+ *   - hoisting: a split along the columns of a matrix whose every piece is
+ *     cut into heads by a reshape and brought heads-first by a transpose
+ *     (attention's Q, K and V after their products merged into one)
+ *     becomes one reshape and one transpose of the whole matrix and a split
+ *     along its first axis, which is a view: one kernel for the three
+ *     copies of the split and the three transposes. A piece transposed
+ *     otherwise (K, heads first and keys last) keeps a transpose of its
+ *     own, of its two last axes. Checked by evaluation as inverse groups
+ *     are: both forms run on the index map and every position compares.
+ * Each rewrite removes an operator, moves an R/T downstream, or turns a
+ * split along the columns into one along the first axis, so the
  * repetition ends. Motion is what lets the transpose-back of one mutated
  * conv meet the transpose-forth of the next across a relu (the Fig. 1
  * batch/width layouts on consecutive layers, Fig. 7 (b)); it also leaves
@@ -427,6 +437,166 @@ static int try_move(Post *p, int f, bool *done) {
   return TEQ_OK;
 }
 
+/* ---- hoisting ---- */
+
+/* Readers of output k of node id. */
+static int32_t uses_at(const Post *p, int id, int k) { return p->uses[p->off[id] + k]; }
+
+/* The single reader of output k of node id, or -1. */
+static int sole_reader(const Graph *g, const Post *p, int id, int k) {
+  if (uses_at(p, id, k) != 1) return -1;
+  for (int r = 0; r < g->n_nodes; r++)
+    for (int j = 0; j < g->nodes[r].n_in; j++)
+      if (g->nodes[r].in[j].node == id && g->nodes[r].in[j].out == k) return r;
+  return -1; /* read by a graph output */
+}
+
+enum { MAX_PIECES = 8 };
+
+/* Whether the hoisted form computes what the split form does: the nodes
+ * ids[0..n_ids) of g (in topological order, reading x or one another)
+ * copied into a graph of their own that reads x's index map, and each
+ * old[k] compared with new[k] at every position, in Z_p. */
+static int hoist_holds(const Graph *g, TensorRef x, const int32_t *ids, int n_ids,
+                       const int32_t *old, const int32_t *new, int n, bool *yes) {
+  const Shape *s = graph_shape(g, x);
+  int64_t numel = shape_numel(s);
+  *yes = false;
+  if (numel >= (int64_t)MODP_P) return TEQ_OK;
+  Graph *m = graph_new();
+  Tensor *idx = tensor_new(DT_MODP, s);
+  int32_t *map = malloc(((size_t)g->n_nodes + 1) * sizeof *map);
+  int rc = m && idx && map ? TEQ_OK : TEQ_ERR_NOMEM;
+  int in = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
+  if (in < 0 && rc == TEQ_OK) rc = in;
+  for (int i = 0; i < n_ids && rc == TEQ_OK; i++) {
+    const Node *nd = &g->nodes[ids[i]];
+    TensorRef ins[1];
+    if (nd->n_in != 1) rc = TEQ_ERR_INTERNAL;
+    else if (nd->in[0].node == x.node && nd->in[0].out == x.out) ins[0] = (TensorRef){in, 0};
+    else ins[0] = (TensorRef){map[nd->in[0].node], nd->in[0].out};
+    Params prm = nd->params;
+    int id = rc ? -1 : graph_add_node(m, nd->kind, ins, 1, nd->n_out, &prm, NULL, NULL);
+    if (rc == TEQ_OK && id < 0) rc = id == TEQ_ERR_NOMEM ? id : TEQ_ERR_INTERNAL;
+    if (rc == TEQ_OK) map[ids[i]] = id;
+  }
+  for (int k = 0; k < n && rc == TEQ_OK; k++)
+    if (graph_add_output(m, (TensorRef){map[old[k]], 0}, NULL, NULL) < 0 ||
+        graph_add_output(m, (TensorRef){map[new[k]], 0}, NULL, NULL) < 0)
+      rc = TEQ_ERR_NOMEM;
+  Tensor *out[2 * MAX_PIECES] = {0};
+  if (rc == TEQ_OK) {
+    uint32_t *v = idx->data;
+    for (int64_t i = 0; i < numel; i++) v[i] = (uint32_t)i;
+    if (exec_run(m, EXEC_MODP, &idx, out, NULL) == TEQ_OK) {
+      bool same = true;
+      for (int k = 0; k < n && same; k++)
+        same = shape_equal(&out[2 * k]->shape, &out[2 * k + 1]->shape) &&
+               !memcmp(out[2 * k]->data, out[2 * k + 1]->data, tensor_bytes(out[2 * k]));
+      *yes = same;
+    }
+  }
+  for (int k = 0; k < 2 * n; k++) tensor_unref(out[k]);
+  tensor_unref(idx);
+  graph_free(m);
+  free(map);
+  return rc == TEQ_ERR_INTERNAL ? TEQ_OK : rc; /* a form it cannot copy: not hoisted */
+}
+
+/* split(x [M, N], axis 1) -> per piece reshape [M, h_k, d] -> transpose
+ * (1 0 2) or (1 2 0): see the file's head. */
+static int try_hoist(Post *p, int sp, bool *done) {
+  Graph *g = p->g;
+  const Node *sn = &g->nodes[sp];
+  if (sn->kind != OP_SPLIT || sn->n_out < 2 || sn->n_out > MAX_PIECES) return TEQ_OK;
+  TensorRef x = sn->in[0];
+  const Shape xs = *graph_shape(g, x);
+  if (xs.ndim != 2 || !shape_is_known(&xs) ||
+      param_int(&sn->params, param_index(OP_SPLIT, "axis")) != 1)
+    return TEQ_OK;
+  int n = sn->n_out;
+  int32_t tr[MAX_PIECES];
+  bool keys_last[MAX_PIECES];
+  int64_t heads = 0, d = -1;
+  for (int k = 0; k < n; k++) {
+    int r = sole_reader(g, p, sp, k);
+    if (r < 0 || g->nodes[r].kind != OP_RESHAPE || !uses_of(p, r)) return TEQ_OK;
+    const Shape *rs = &g->nodes[r].out[0];
+    if (rs->ndim != 3 || rs->d[0] != xs.d[0] || (d >= 0 && rs->d[2] != d)) return TEQ_OK;
+    d = rs->d[2];
+    heads += rs->d[1];
+    int t = sole_reader(g, p, r, 0);
+    if (t < 0 || g->nodes[t].kind != OP_TRANSPOSE || !uses_of(p, t)) return TEQ_OK;
+    int64_t perm[3];
+    perm_of(&g->nodes[t], 3, perm);
+    bool first = perm[0] == 1 && perm[1] == 0 && perm[2] == 2;
+    bool last = perm[0] == 1 && perm[1] == 2 && perm[2] == 0;
+    if (!first && !last) return TEQ_OK;
+    tr[k] = t, keys_last[k] = last;
+  }
+  if (heads * d != xs.d[1]) return TEQ_OK;
+  /* reshape(x, [M, heads, d]) -> transpose (1 0 2) -> split along axis 0 */
+  Params rp, tp, spp, swap;
+  params_default(OP_RESHAPE, &rp);
+  param_set_ints(&rp, param_index(OP_RESHAPE, "shape"), (int64_t[]){xs.d[0], heads, d}, 3);
+  params_default(OP_TRANSPOSE, &tp);
+  param_set_ints(&tp, param_index(OP_TRANSPOSE, "perm"), (int64_t[]){1, 0, 2}, 3);
+  params_default(OP_TRANSPOSE, &swap);
+  param_set_ints(&swap, param_index(OP_TRANSPOSE, "perm"), (int64_t[]){0, 2, 1}, 3);
+  params_default(OP_SPLIT, &spp);
+  param_set_int(&spp, param_index(OP_SPLIT, "axis"), 0);
+  int64_t sizes[MAX_PIECES];
+  for (int k = 0; k < n; k++) sizes[k] = g->nodes[tr[k]].out[0].d[0];
+  param_set_ints(&spp, param_index(OP_SPLIT, "sizes"), sizes, n);
+  int r2 = graph_add_node(g, OP_RESHAPE, &x, 1, 1, &rp, NULL, NULL);
+  int t2 = r2 < 0 ? r2 : graph_add_node(g, OP_TRANSPOSE, &(TensorRef){r2, 0}, 1, 1, &tp, NULL, NULL);
+  int s2 = t2 < 0 ? t2 : graph_add_node(g, OP_SPLIT, &(TensorRef){t2, 0}, 1, n, &spp, NULL, NULL);
+  if (s2 == TEQ_ERR_NOMEM) return TEQ_ERR_NOMEM;
+  if (s2 < 0) return TEQ_OK; /* left dead, removed later */
+  /* now[k]: what replaces piece k's transpose, a transpose of the new
+   * split's output k (keys last), or the output itself (s2) */
+  int32_t now[MAX_PIECES];
+  for (int k = 0; k < n; k++) {
+    now[k] = s2;
+    if (!keys_last[k]) continue;
+    int id = graph_add_node(g, OP_TRANSPOSE, &(TensorRef){s2, k}, 1, 1, &swap, NULL, NULL);
+    if (id == TEQ_ERR_NOMEM) return id;
+    if (id < 0) return TEQ_OK;
+    now[k] = id;
+  }
+  /* Both forms, compared piece by piece: a piece read straight from the
+   * new split is compared through a reshape to its own shape (the check
+   * reads output 0 of each node). */
+  int32_t ids[5 * MAX_PIECES], check_old[MAX_PIECES], check_new[MAX_PIECES];
+  int n_ids = 0;
+  ids[n_ids++] = sp;
+  for (int k = 0; k < n; k++) ids[n_ids++] = g->nodes[tr[k]].in[0].node, ids[n_ids++] = tr[k];
+  ids[n_ids++] = r2, ids[n_ids++] = t2, ids[n_ids++] = s2;
+  for (int k = 0; k < n; k++) {
+    int id = now[k];
+    if (id == s2) {
+      Params same;
+      params_default(OP_RESHAPE, &same);
+      const Shape *ps = &g->nodes[tr[k]].out[0];
+      param_set_ints(&same, param_index(OP_RESHAPE, "shape"), ps->d, ps->ndim);
+      id = graph_add_node(g, OP_RESHAPE, &(TensorRef){s2, k}, 1, 1, &same, NULL, NULL);
+      if (id == TEQ_ERR_NOMEM) return id;
+      if (id < 0) return TEQ_OK;
+    }
+    ids[n_ids++] = id;
+    check_old[k] = tr[k], check_new[k] = id;
+  }
+  bool yes = false;
+  int rc = hoist_holds(g, x, ids, n_ids, check_old, check_new, n, &yes);
+  if (rc || !yes) return rc; /* the new nodes are left dead, removed later */
+  for (int k = 0; k < n; k++)
+    graph_replace_uses(g, (TensorRef){tr[k], 0},
+                       now[k] == s2 ? (TensorRef){s2, k} : (TensorRef){now[k], 0});
+  p->st.hoisted++;
+  *done = true;
+  return TEQ_OK;
+}
+
 /* ---- splices it leaves alone ---- */
 
 /* Each rewrite above acts at an R/T: the end of a chain of them that may
@@ -437,7 +607,9 @@ static int try_move(Post *p, int f, bool *done) {
  * sub, or one of g's whose readers sub changed (an R/T read by the part
  * sub replaces may be left with an element-wise reader alone). Each such
  * meeting is refused here, whether or not the rewrite would then find the
- * R/T alike or the chain the identity: refusing more is safe. */
+ * R/T alike or the chain the identity: refusing more is safe. Hoisting
+ * acts at a split: sub holding one, an R/T of sub reading a split or a
+ * reshape of one, or an output of sub that is either, is refused too. */
 
 /* The node computing node id of sub in the spliced graph: sub's own, or
  * g's for an input of sub. */
@@ -445,6 +617,16 @@ static const Node *spliced(const Graph *g, const Graph *sub, const TensorRef *in
   for (int k = 0; k < sub->n_inputs && sub->nodes[id].kind == OP_INPUT; k++)
     if (sub->inputs[k] == id) return &g->nodes[in[k].node];
   return &sub->nodes[id];
+}
+
+/* Whether node id of sub (spliced into g) is a split, or a reshape of
+ * one: a piece hoisting may start from. */
+static bool near_split(const Graph *g, const Graph *sub, const TensorRef *in, int id) {
+  const Node *n = spliced(g, sub, in, id);
+  if (n->kind == OP_SPLIT) return true;
+  if (n->kind != OP_RESHAPE) return false;
+  if (n != &sub->nodes[id]) return g->nodes[n->in[0].node].kind == OP_SPLIT; /* g's own */
+  return spliced(g, sub, in, n->in[0].node)->kind == OP_SPLIT;
 }
 
 /* Whether an element-wise operator might move an R/T among its inputs:
@@ -462,6 +644,8 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
     if (is_rt(&g->nodes[in[k].node])) return false;
   for (int id = 0; id < sub->n_nodes; id++) {
     const Node *n = &sub->nodes[id];
+    if (n->kind == OP_SPLIT) return false; /* may be hoisted */
+    if (is_rt(n) && near_split(g, sub, in, n->in[0].node)) return false;
     if (is_rt(n)) {
       /* a pair to fuse, or a chain ending here that may be an inverse group */
       if (sub->nodes[n->in[0].node].kind == n->kind) return false;
@@ -473,6 +657,9 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
       if (might_move(inputs, n->n_in)) return false;
     }
   }
+  /* g's readers of a split of sub, or of a reshape of a split */
+  for (int o = 0; o < sub->n_outputs; o++)
+    if (near_split(g, sub, in, sub->outputs[o].node)) return false;
   /* g's readers of an R/T of sub */
   for (int o = 0; o < sub->n_outputs; o++) {
     if (!is_rt(&sub->nodes[sub->outputs[o].node])) continue;
@@ -506,7 +693,7 @@ int pet_post_optimize(Graph **gp, PetPostStats *stats, Diag *d) {
 }
 
 int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stats, Diag *d) {
-  static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move};
+  static const Rewrite rewrites[] = {try_inverse, try_fuse, try_move, try_hoist};
   Verdicts *own = cache ? NULL : calloc(1, sizeof *own);
   Post p = {.g = *gp, .cache = cache, .chains = cache ? &cache->chains : own};
   int rc = p.chains ? refresh(&p) : TEQ_ERR_NOMEM;

@@ -7,7 +7,9 @@
  * are small integers, so that the graphs run in Z_p); operator counts and
  * the pass's own counts say what was rewritten. Chains that are not the
  * identity, layout operators read twice, opaque nodes and graph outputs
- * read through a layout operator must survive. The last test is PET's
+ * read through a layout operator must survive. Attention's split into Q,
+ * K and V heads is hoisted into one transpose and a split along the first
+ * axis (a view), K keeping a transpose of its two last axes. The last test is PET's
  * Fig. 1 on two consecutive 1x1 convs with a relu between them: a cost
  * table makes the batch-into-width conv cheap, the search applies the
  * mutation to both, and the transpose-back of the first and the
@@ -558,6 +560,55 @@ static void test_splice_quiet(void) {
   }
 }
 
+/* x [M, 3 h d] split along the columns into Q, K and V, each cut into h
+ * heads of d and brought heads first (K with the keys last), as BERT's
+ * merged Q K V product is read: one reshape, one transpose and a split
+ * along axis 0 after, and K's transpose of its two last axes. A piece
+ * transposed any other way leaves the split alone. */
+static void test_hoist_heads(void) {
+  enum { M = 6, H = 4, D = 5 };
+  static const int64_t first[3] = {1, 0, 2}, keys_last[3] = {1, 2, 0}, other[3] = {0, 2, 1};
+  for (int variant = 0; variant < 2; variant++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", shape_of(2, M, 3 * H * D));
+    Params ps;
+    params_default(OP_SPLIT, &ps);
+    param_set_int(&ps, param_index(OP_SPLIT, "axis"), 1);
+    param_set_ints(&ps, param_index(OP_SPLIT, "sizes"), (int64_t[]){H * D, H * D, H * D}, 3);
+    int sp = must(graph_add_node(g, OP_SPLIT, &x, 1, 3, &ps, NULL, &diag));
+    const int64_t *perm[3] = {first, variant ? other : keys_last, first};
+    TensorRef heads[3];
+    for (int k = 0; k < 3; k++)
+      heads[k] = transpose(g, reshape(g, (TensorRef){sp, k}, 3, (int64_t[]){M, H, D}), 3, perm[k]);
+    if (variant) {
+      for (int k = 0; k < 3; k++) output(g, unary(g, OP_NEG, heads[k]));
+    } else {
+      TensorRef scores = binary(g, OP_MATMUL, heads[0], heads[1]); /* [H, M, M] */
+      output(g, binary(g, OP_MATMUL, scores, heads[2]));
+    }
+    PetPostStats st;
+    Graph *h = post(g, &st);
+    print_stats(variant ? "K transposed otherwise: not hoisted" : "Q, K, V heads hoisted", &st, h);
+    int axis0 = 0, axis1 = 0;
+    for (int i = 0; i < h->n_nodes; i++)
+      if (h->nodes[i].kind == OP_SPLIT) {
+        if (param_int(&h->nodes[i].params, param_index(OP_SPLIT, "axis"))) axis1++;
+        else axis0++;
+      }
+    if (!variant) {
+      CHECK_EQ_INT((int)st.hoisted, 1);
+      CHECK_EQ_INT(axis0, 1);
+      CHECK_EQ_INT(axis1, 0);
+      CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 2); /* all heads first; K's last two axes */
+    } else {
+      CHECK_EQ_INT((int)st.hoisted, 0);
+      CHECK_EQ_INT(axis1, 1);
+    }
+    CHECK(equal_everywhere(g, h, 2, false));
+    graph_free(h), graph_free(g);
+  }
+}
+
 int main(void) {
   diag_init(&diag);
   test_inverse_around_elementwise();
@@ -567,6 +618,7 @@ int main(void) {
   test_two_readers();
   test_search_fig1();
   test_splice_quiet();
+  test_hoist_heads();
   diag_flush(&diag, stderr);
   diag_fini(&diag);
   return check_exit();

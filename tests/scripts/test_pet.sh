@@ -104,5 +104,26 @@ PYEOF
   sed -n '/^  PET /,/^  rules applied/p' "$w/report.txt" | sed '$d' | sed 's/^/     /'
 done
 
+# --- BERT: PET mutates nothing there, but its post-optimization of the result hoists each
+# layer's head layouts above the split of the merged Q K V product; ONNX Runtime agrees.
+if "$BUILD/tools/build-model" bert "$WORK/bert.onnx" 2>/dev/null; then
+  w=$WORK/bert
+  mkdir -p "$w"
+  if "$OPT" --rules "$db" --cost-table "$ROOT/tests/data/h100-2026-11-22.tsv" --quiet --budget 20 \
+       --time-limit 60 --json "$w/report.json" -o "$w/opt.onnx" "$WORK/bert.onnx" \
+       >"$w/report.txt" 2>"$w/err.log" &&
+     "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["check"]["ok"] and r["pet"]["post"]["result"]["hoisted"] >= 8, r["pet"]["post"]
+' "$w/report.json"
+  then
+    ok "bert: $(grep -o '[0-9]* hoisted$' "$w/report.txt") (layers' Q K V heads)"
+    ort_same_outputs bert "$WORK/bert.onnx" "$w/opt.onnx" "$w" || true
+  else
+    fail "bert: heads not hoisted: $(grep 'PET post' "$w/report.txt" | tr -s ' ') $(tail -n1 "$w/err.log")"
+  fi
+fi
+
 echo "$((checks - failures))/$checks checks ok"
 ((failures == 0))
