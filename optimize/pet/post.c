@@ -18,12 +18,13 @@
  *     is a constant. A constant is moved back through the R/T's inverse
  *     here: that is a conv's bias, which optimize spreads to the conv's
  *     output shape for the search.
- *   - hoisting: a split along the columns of a matrix whose every piece is
- *     cut into heads by a reshape and brought heads-first by a transpose
- *     (attention's Q, K and V after their products merged into one)
- *     becomes one reshape and one transpose of the whole matrix and a split
- *     along its first axis, which is a view: one kernel for the three
- *     copies of the split and the three transposes. A piece transposed
+ *   - hoisting: a split along the last axis of a tensor (or slices that
+ *     cut it so) whose every piece is cut into heads by a reshape and
+ *     brought heads-first by a transpose (attention's Q, K and V after
+ *     their products merged into one, or as PyTorch exports them) becomes
+ *     one reshape and one transpose of the whole tensor and a split along
+ *     its first axis, which is a view: one kernel for the three copies of
+ *     the split and the three transposes. A piece transposed
  *     otherwise (K, heads first and keys last) keeps a transpose of its
  *     own, of its two last axes. Checked by evaluation as inverse groups
  *     are: both forms run on the index map and every position compares.
@@ -451,12 +452,32 @@ static int sole_reader(const Graph *g, const Post *p, int id, int k) {
   return -1; /* read by a graph output */
 }
 
-enum { MAX_PIECES = 8 };
+enum { MAX_PIECES = 8, MAX_CHAIN_NODES = 8 };
+
+/* An element-wise operator of one tensor, and of constants of one element
+ * if any: it commutes with every layout (a scale of attention's Q, a
+ * relu), so hoisting carries it along. Its tensor input's index, or -1. */
+static int scalar_wise(const Graph *g, const Node *n) {
+  unsigned f = op_def(n->kind)->flags;
+  if (!(f & OPF_ELEMENTWISE) || (f & (OPF_LAYOUT_ONLY | OPF_SOURCE | OPF_OPAQUE | OPF_NOOP)) ||
+      n->n_out != 1 || n->n_in > MAX_EW_IN)
+    return -1;
+  int data = -1;
+  for (int j = 0; j < n->n_in; j++) {
+    const Node *a = &g->nodes[n->in[j].node];
+    if (a->kind == OP_CONST && tensor_numel(a->value) == 1) continue;
+    if (data >= 0) return -1;
+    data = j;
+  }
+  return data;
+}
 
 /* Whether the hoisted form computes what the split form does: the nodes
  * ids[0..n_ids) of g (in topological order, reading x or one another)
  * copied into a graph of their own that reads x's index map, and each
- * old[k] compared with new[k] at every position, in Z_p. */
+ * old[k] compared with new[k] at every position, in Z_p. Element-wise
+ * operators of one tensor are passed through (they commute with layouts;
+ * what is checked is where each element goes). */
 static int hoist_holds(const Graph *g, TensorRef x, const int32_t *ids, int n_ids,
                        const int32_t *old, const int32_t *new, int n, bool *yes) {
   const Shape *s = graph_shape(g, x);
@@ -465,24 +486,30 @@ static int hoist_holds(const Graph *g, TensorRef x, const int32_t *ids, int n_id
   if (numel >= (int64_t)MODP_P) return TEQ_OK;
   Graph *m = graph_new();
   Tensor *idx = tensor_new(DT_MODP, s);
-  int32_t *map = malloc(((size_t)g->n_nodes + 1) * sizeof *map);
+  TensorRef *map = malloc(((size_t)g->n_nodes + 1) * sizeof *map); /* g's node -> m's tensor */
   int rc = m && idx && map ? TEQ_OK : TEQ_ERR_NOMEM;
   int in = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
   if (in < 0 && rc == TEQ_OK) rc = in;
   for (int i = 0; i < n_ids && rc == TEQ_OK; i++) {
     const Node *nd = &g->nodes[ids[i]];
-    TensorRef ins[1];
+    int data = scalar_wise(g, nd);
+    TensorRef a = data >= 0 ? nd->in[data] : nd->in[0];
+    TensorRef src = a.node == x.node && a.out == x.out ? (TensorRef){in, 0}
+                     : scalar_wise(g, &g->nodes[a.node]) >= 0 ? map[a.node] /* passed through */
+                                                              : (TensorRef){map[a.node].node, a.out};
+    if (data >= 0) { /* passed through */
+      map[ids[i]] = src;
+      continue;
+    }
     if (nd->n_in != 1) rc = TEQ_ERR_INTERNAL;
-    else if (nd->in[0].node == x.node && nd->in[0].out == x.out) ins[0] = (TensorRef){in, 0};
-    else ins[0] = (TensorRef){map[nd->in[0].node], nd->in[0].out};
     Params prm = nd->params;
-    int id = rc ? -1 : graph_add_node(m, nd->kind, ins, 1, nd->n_out, &prm, NULL, NULL);
+    int id = rc ? -1 : graph_add_node(m, nd->kind, &src, 1, nd->n_out, &prm, NULL, NULL);
     if (rc == TEQ_OK && id < 0) rc = id == TEQ_ERR_NOMEM ? id : TEQ_ERR_INTERNAL;
-    if (rc == TEQ_OK) map[ids[i]] = id;
+    if (rc == TEQ_OK) map[ids[i]] = (TensorRef){id, 0};
   }
   for (int k = 0; k < n && rc == TEQ_OK; k++)
-    if (graph_add_output(m, (TensorRef){map[old[k]], 0}, NULL, NULL) < 0 ||
-        graph_add_output(m, (TensorRef){map[new[k]], 0}, NULL, NULL) < 0)
+    if (graph_add_output(m, map[old[k]], NULL, NULL) < 0 ||
+        graph_add_output(m, map[new[k]], NULL, NULL) < 0)
       rc = TEQ_ERR_NOMEM;
   Tensor *out[2 * MAX_PIECES] = {0};
   if (rc == TEQ_OK) {
@@ -503,42 +530,95 @@ static int hoist_holds(const Graph *g, TensorRef x, const int32_t *ids, int n_id
   return rc == TEQ_ERR_INTERNAL ? TEQ_OK : rc; /* a form it cannot copy: not hoisted */
 }
 
-/* split(x [M, N], axis 1) -> per piece reshape [M, h_k, d] -> transpose
- * (1 0 2) or (1 2 0): see the file's head. */
+/* The pieces of x's last axis that hoisting starts from, in order: the
+ * outputs of a split along it, or slices each of one range of it (whole
+ * along the others, step 1) that together cover it, as PyTorch exports
+ * attention's Q, K and V. Node id is the split, or the slice of the first
+ * range (so that each group is seen once). 0 pieces when it is neither. */
+static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
+  const Node *n = &g->nodes[id];
+  *x = n->n_in ? n->in[0] : (TensorRef){-1, 0};
+  if (!n->n_in) return 0;
+  const Shape *xs = graph_shape(g, *x);
+  int r = xs->ndim, last = r - 1;
+  if (r < 2 || !shape_is_known(xs)) return 0;
+  if (n->kind == OP_SPLIT) {
+    if (param_int(&n->params, param_index(OP_SPLIT, "axis")) != last || n->n_out > MAX_PIECES)
+      return 0;
+    for (int k = 0; k < n->n_out; k++) piece[k] = (TensorRef){id, k};
+    return n->n_out;
+  }
+  if (n->kind != OP_SLICE) return 0;
+  int starts = param_index(OP_SLICE, "starts"), ends = param_index(OP_SLICE, "ends"),
+      steps = param_index(OP_SLICE, "steps");
+  /* the slices of x along its last axis, by where they start */
+  int64_t at = 0;
+  int k = 0;
+  while (at < xs->d[last]) {
+    int found = -1;
+    for (int j = 0; j < g->n_nodes && found < 0; j++) {
+      const Node *c = &g->nodes[j];
+      if (c->kind != OP_SLICE || c->in[0].node != x->node || c->in[0].out != x->out) continue;
+      const ParamValue *b = &c->params.v[starts], *e = &c->params.v[ends], *st = &c->params.v[steps];
+      bool whole = b->n == r && e->n == r && st->n == r && b->i[last] == at &&
+                   e->i[last] > at && st->i[last] == 1;
+      for (int i = 0; i < last && whole; i++)
+        whole = b->i[i] == 0 && e->i[i] == xs->d[i] && st->i[i] == 1;
+      if (whole) found = j;
+    }
+    if (found < 0 || k == MAX_PIECES || (k == 0 && found != id)) return 0;
+    piece[k++] = (TensorRef){found, 0};
+    at = g->nodes[found].params.v[ends].i[last];
+  }
+  return at == xs->d[last] && k >= 2 ? k : 0;
+}
+
+/* pieces of x [..., N] along its last axis -> per piece reshape [M, h_k,
+ * d] (M the leading extents) -> transpose (1 0 2) or (1 2 0), with
+ * element-wise operators of one tensor anywhere between (carried along,
+ * after the new layout): see the file's head. */
 static int try_hoist(Post *p, int sp, bool *done) {
   Graph *g = p->g;
-  const Node *sn = &g->nodes[sp];
-  if (sn->kind != OP_SPLIT || sn->n_out < 2 || sn->n_out > MAX_PIECES) return TEQ_OK;
-  TensorRef x = sn->in[0];
+  TensorRef x, piece[MAX_PIECES];
+  int n = pieces_of(g, sp, &x, piece);
+  if (n < 2) return TEQ_OK;
   const Shape xs = *graph_shape(g, x);
-  if (xs.ndim != 2 || !shape_is_known(&xs) ||
-      param_int(&sn->params, param_index(OP_SPLIT, "axis")) != 1)
-    return TEQ_OK;
-  int n = sn->n_out;
-  int32_t tr[MAX_PIECES];
+  int64_t lead = shape_numel(&xs) / xs.d[xs.ndim - 1];
+  /* old[k]: piece k's chain, in order, its transpose last */
+  int32_t old[MAX_PIECES][MAX_CHAIN_NODES];
+  int n_old[MAX_PIECES];
   bool keys_last[MAX_PIECES];
   int64_t heads = 0, d = -1;
   for (int k = 0; k < n; k++) {
-    int r = sole_reader(g, p, sp, k);
+    n_old[k] = 0;
+    int r = sole_reader(g, p, piece[k].node, piece[k].out);
+    for (; r >= 0 && scalar_wise(g, &g->nodes[r]) >= 0 && uses_of(p, r); r = sole_reader(g, p, r, 0))
+      if (n_old[k] < MAX_CHAIN_NODES - 2) old[k][n_old[k]++] = r;
+      else return TEQ_OK;
     if (r < 0 || g->nodes[r].kind != OP_RESHAPE || !uses_of(p, r)) return TEQ_OK;
     const Shape *rs = &g->nodes[r].out[0];
-    if (rs->ndim != 3 || rs->d[0] != xs.d[0] || (d >= 0 && rs->d[2] != d)) return TEQ_OK;
+    if (rs->ndim != 3 || rs->d[0] != lead || (d >= 0 && rs->d[2] != d)) return TEQ_OK;
     d = rs->d[2];
     heads += rs->d[1];
+    old[k][n_old[k]++] = r;
     int t = sole_reader(g, p, r, 0);
+    for (; t >= 0 && scalar_wise(g, &g->nodes[t]) >= 0 && uses_of(p, t); t = sole_reader(g, p, t, 0))
+      if (n_old[k] < MAX_CHAIN_NODES - 1) old[k][n_old[k]++] = t;
+      else return TEQ_OK;
     if (t < 0 || g->nodes[t].kind != OP_TRANSPOSE || !uses_of(p, t)) return TEQ_OK;
     int64_t perm[3];
     perm_of(&g->nodes[t], 3, perm);
     bool first = perm[0] == 1 && perm[1] == 0 && perm[2] == 2;
     bool last = perm[0] == 1 && perm[1] == 2 && perm[2] == 0;
     if (!first && !last) return TEQ_OK;
-    tr[k] = t, keys_last[k] = last;
+    old[k][n_old[k]++] = t;
+    keys_last[k] = last;
   }
-  if (heads * d != xs.d[1]) return TEQ_OK;
+  if (heads * d != xs.d[xs.ndim - 1]) return TEQ_OK;
   /* reshape(x, [M, heads, d]) -> transpose (1 0 2) -> split along axis 0 */
   Params rp, tp, spp, swap;
   params_default(OP_RESHAPE, &rp);
-  param_set_ints(&rp, param_index(OP_RESHAPE, "shape"), (int64_t[]){xs.d[0], heads, d}, 3);
+  param_set_ints(&rp, param_index(OP_RESHAPE, "shape"), (int64_t[]){lead, heads, d}, 3);
   params_default(OP_TRANSPOSE, &tp);
   param_set_ints(&tp, param_index(OP_TRANSPOSE, "perm"), (int64_t[]){1, 0, 2}, 3);
   params_default(OP_TRANSPOSE, &swap);
@@ -546,52 +626,71 @@ static int try_hoist(Post *p, int sp, bool *done) {
   params_default(OP_SPLIT, &spp);
   param_set_int(&spp, param_index(OP_SPLIT, "axis"), 0);
   int64_t sizes[MAX_PIECES];
-  for (int k = 0; k < n; k++) sizes[k] = g->nodes[tr[k]].out[0].d[0];
+  for (int k = 0; k < n; k++) sizes[k] = g->nodes[old[k][n_old[k] - 1]].out[0].d[0];
   param_set_ints(&spp, param_index(OP_SPLIT, "sizes"), sizes, n);
   int r2 = graph_add_node(g, OP_RESHAPE, &x, 1, 1, &rp, NULL, NULL);
   int t2 = r2 < 0 ? r2 : graph_add_node(g, OP_TRANSPOSE, &(TensorRef){r2, 0}, 1, 1, &tp, NULL, NULL);
   int s2 = t2 < 0 ? t2 : graph_add_node(g, OP_SPLIT, &(TensorRef){t2, 0}, 1, n, &spp, NULL, NULL);
   if (s2 == TEQ_ERR_NOMEM) return TEQ_ERR_NOMEM;
   if (s2 < 0) return TEQ_OK; /* left dead, removed later */
-  /* now[k]: what replaces piece k's transpose, a transpose of the new
-   * split's output k (keys last), or the output itself (s2) */
-  int32_t now[MAX_PIECES];
+  /* fresh[k]: what replaces piece k's chain: K's transpose of its last two
+   * axes, then the element-wise operators again; now[k] its result */
+  int32_t fresh[MAX_PIECES][MAX_CHAIN_NODES];
+  int n_fresh[MAX_PIECES];
+  TensorRef now[MAX_PIECES];
   for (int k = 0; k < n; k++) {
-    now[k] = s2;
-    if (!keys_last[k]) continue;
-    int id = graph_add_node(g, OP_TRANSPOSE, &(TensorRef){s2, k}, 1, 1, &swap, NULL, NULL);
-    if (id == TEQ_ERR_NOMEM) return id;
-    if (id < 0) return TEQ_OK;
-    now[k] = id;
+    n_fresh[k] = 0;
+    now[k] = (TensorRef){s2, k};
+    for (int e = keys_last[k] ? -1 : 0; e < n_old[k] - 1; e++) {
+      int id = -1, rc = TEQ_OK;
+      if (e < 0) {
+        id = graph_add_node(g, OP_TRANSPOSE, &now[k], 1, 1, &swap, NULL, NULL);
+        if (id == TEQ_ERR_NOMEM) return id;
+      } else if (g->nodes[old[k][e]].kind == OP_RESHAPE) {
+        continue;
+      } else {
+        Node like = g->nodes[old[k][e]];
+        TensorRef ins[MAX_EW_IN];
+        int data = scalar_wise(g, &like);
+        for (int j = 0; j < like.n_in; j++) ins[j] = j == data ? now[k] : like.in[j];
+        if ((rc = add_like(g, &like, ins, like.n_in, &id))) return rc;
+        if (id >= 0 && !shape_equal(&g->nodes[id].out[0], graph_shape(g, now[k]))) id = -1;
+      }
+      if (id < 0) return TEQ_OK;
+      fresh[k][n_fresh[k]++] = id;
+      now[k] = (TensorRef){id, 0};
+    }
   }
-  /* Both forms, compared piece by piece: a piece read straight from the
-   * new split is compared through a reshape to its own shape (the check
-   * reads output 0 of each node). */
-  int32_t ids[5 * MAX_PIECES], check_old[MAX_PIECES], check_new[MAX_PIECES];
+  /* Both forms, compared piece by piece (a piece read straight from the
+   * new split through a reshape to its own shape: the check reads output
+   * 0 of each node). */
+  int32_t ids[MAX_PIECES * (2 * MAX_CHAIN_NODES + 2) + 4], check_old[MAX_PIECES],
+      check_new[MAX_PIECES];
   int n_ids = 0;
-  ids[n_ids++] = sp;
-  for (int k = 0; k < n; k++) ids[n_ids++] = g->nodes[tr[k]].in[0].node, ids[n_ids++] = tr[k];
+  for (int k = 0; k < n; k++) /* the split once, or each slice */
+    if (k == 0 || piece[k].node != piece[k - 1].node) ids[n_ids++] = piece[k].node;
+  for (int k = 0; k < n; k++)
+    for (int e = 0; e < n_old[k]; e++) ids[n_ids++] = old[k][e];
   ids[n_ids++] = r2, ids[n_ids++] = t2, ids[n_ids++] = s2;
   for (int k = 0; k < n; k++) {
-    int id = now[k];
+    for (int e = 0; e < n_fresh[k]; e++) ids[n_ids++] = fresh[k][e];
+    int id = now[k].node;
     if (id == s2) {
       Params same;
       params_default(OP_RESHAPE, &same);
-      const Shape *ps = &g->nodes[tr[k]].out[0];
+      const Shape *ps = &g->nodes[old[k][n_old[k] - 1]].out[0];
       param_set_ints(&same, param_index(OP_RESHAPE, "shape"), ps->d, ps->ndim);
-      id = graph_add_node(g, OP_RESHAPE, &(TensorRef){s2, k}, 1, 1, &same, NULL, NULL);
+      id = graph_add_node(g, OP_RESHAPE, &now[k], 1, 1, &same, NULL, NULL);
       if (id == TEQ_ERR_NOMEM) return id;
       if (id < 0) return TEQ_OK;
+      ids[n_ids++] = id;
     }
-    ids[n_ids++] = id;
-    check_old[k] = tr[k], check_new[k] = id;
+    check_old[k] = old[k][n_old[k] - 1], check_new[k] = id;
   }
   bool yes = false;
   int rc = hoist_holds(g, x, ids, n_ids, check_old, check_new, n, &yes);
   if (rc || !yes) return rc; /* the new nodes are left dead, removed later */
-  for (int k = 0; k < n; k++)
-    graph_replace_uses(g, (TensorRef){tr[k], 0},
-                       now[k] == s2 ? (TensorRef){s2, k} : (TensorRef){now[k], 0});
+  for (int k = 0; k < n; k++) graph_replace_uses(g, (TensorRef){old[k][n_old[k] - 1], 0}, now[k]);
   p->st.hoisted++;
   *done = true;
   return TEQ_OK;
@@ -608,8 +707,8 @@ static int try_hoist(Post *p, int sp, bool *done) {
  * sub replaces may be left with an element-wise reader alone). Each such
  * meeting is refused here, whether or not the rewrite would then find the
  * R/T alike or the chain the identity: refusing more is safe. Hoisting
- * acts at a split: sub holding one, an R/T of sub reading a split or a
- * reshape of one, or an output of sub that is either, is refused too. */
+ * acts at a split or slices: an R/T of sub reading one or a reshape of one,
+ * an output of sub or a tensor it reads that is either, is refused too. */
 
 /* The node computing node id of sub in the spliced graph: sub's own, or
  * g's for an input of sub. */
@@ -619,14 +718,16 @@ static const Node *spliced(const Graph *g, const Graph *sub, const TensorRef *in
   return &sub->nodes[id];
 }
 
-/* Whether node id of sub (spliced into g) is a split, or a reshape of
- * one: a piece hoisting may start from. */
+static bool is_cut(const Node *n) { return n->kind == OP_SPLIT || n->kind == OP_SLICE; }
+
+/* Whether node id of sub (spliced into g) is a split or a slice, or a
+ * reshape of one: a piece hoisting may start from. */
 static bool near_split(const Graph *g, const Graph *sub, const TensorRef *in, int id) {
   const Node *n = spliced(g, sub, in, id);
-  if (n->kind == OP_SPLIT) return true;
+  if (is_cut(n)) return true;
   if (n->kind != OP_RESHAPE) return false;
-  if (n != &sub->nodes[id]) return g->nodes[n->in[0].node].kind == OP_SPLIT; /* g's own */
-  return spliced(g, sub, in, n->in[0].node)->kind == OP_SPLIT;
+  if (n != &sub->nodes[id]) return is_cut(&g->nodes[n->in[0].node]); /* g's own */
+  return is_cut(spliced(g, sub, in, n->in[0].node));
 }
 
 /* Whether an element-wise operator might move an R/T among its inputs:
@@ -644,7 +745,6 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
     if (is_rt(&g->nodes[in[k].node])) return false;
   for (int id = 0; id < sub->n_nodes; id++) {
     const Node *n = &sub->nodes[id];
-    if (n->kind == OP_SPLIT) return false; /* may be hoisted */
     if (is_rt(n) && near_split(g, sub, in, n->in[0].node)) return false;
     if (is_rt(n)) {
       /* a pair to fuse, or a chain ending here that may be an inverse group */
@@ -657,9 +757,12 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
       if (might_move(inputs, n->n_in)) return false;
     }
   }
-  /* g's readers of a split of sub, or of a reshape of a split */
+  /* g's readers of a split or slice of sub, or of a reshape of one; g's
+   * splits and slices whose readers sub changes (those it reads) */
   for (int o = 0; o < sub->n_outputs; o++)
     if (near_split(g, sub, in, sub->outputs[o].node)) return false;
+  for (int k = 0; k < sub->n_inputs; k++)
+    if (near_split(g, sub, in, sub->inputs[k])) return false;
   /* g's readers of an R/T of sub */
   for (int o = 0; o < sub->n_outputs; o++) {
     if (!is_rt(&sub->nodes[sub->outputs[o].node])) continue;

@@ -609,6 +609,40 @@ static void test_hoist_heads(void) {
   }
 }
 
+/* The same heads as PyTorch exports them (the Transformer encoder, ViT):
+ * three slices of x [M, 1, 3 h d] along its last axis, and Q divided by a
+ * scalar after its transpose. The slices go, the division is carried to
+ * the piece hoisting leaves for Q. */
+static void test_hoist_sliced_heads(void) {
+  enum { M = 6, H = 4, D = 5 };
+  static const int64_t first[3] = {1, 0, 2}, keys_last[3] = {1, 2, 0};
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(3, M, 1, 3 * H * D));
+  TensorRef heads[3];
+  for (int k = 0; k < 3; k++) {
+    Params sl;
+    params_default(OP_SLICE, &sl);
+    param_set_ints(&sl, param_index(OP_SLICE, "starts"), (int64_t[]){0, 0, k * H * D}, 3);
+    param_set_ints(&sl, param_index(OP_SLICE, "ends"), (int64_t[]){M, 1, (k + 1) * H * D}, 3);
+    param_set_ints(&sl, param_index(OP_SLICE, "steps"), (int64_t[]){1, 1, 1}, 3);
+    TensorRef piece = node(g, OP_SLICE, &x, 1, &sl);
+    heads[k] = transpose(g, reshape(g, piece, 3, (int64_t[]){M, H, D}), 3, k == 1 ? keys_last : first);
+  }
+  heads[0] = binary(g, OP_DIV, heads[0], small_int_weight(g, shape_of(0), 5));
+  TensorRef scores = binary(g, OP_MATMUL, heads[0], heads[1]);
+  output(g, binary(g, OP_MATMUL, scores, heads[2]));
+  PetPostStats st;
+  Graph *h = post(g, &st);
+  print_stats("sliced Q, K, V heads hoisted", &st, h);
+  CHECK_EQ_INT((int)st.hoisted, 1);
+  CHECK_EQ_INT(count_kind(h, OP_SLICE), 0);
+  CHECK_EQ_INT(count_kind(h, OP_SPLIT), 1);
+  CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 2);
+  CHECK_EQ_INT(count_kind(h, OP_DIV), 1);
+  CHECK(equal_everywhere(g, h, 2, false));
+  graph_free(h), graph_free(g);
+}
+
 int main(void) {
   diag_init(&diag);
   test_inverse_around_elementwise();
@@ -619,6 +653,7 @@ int main(void) {
   test_search_fig1();
   test_splice_quiet();
   test_hoist_heads();
+  test_hoist_sliced_heads();
   diag_flush(&diag, stderr);
   diag_fini(&diag);
   return check_exit();
