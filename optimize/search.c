@@ -1602,7 +1602,11 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   for (int i = 0; i < g->n_nodes; i++) n_mov += movable(&g->nodes[i]);
   int passes = n_mov > window ? 2 : 1;
   int n_windows = passes == 1 ? 1 : (n_mov + window - 1) / window * 2;
+  int first_pass_windows = 0;
   for (int pass = 0; pass < passes && rc == TEQ_OK; pass++) {
+    /* One window took the whole graph (a sliver joined it): there is no
+     * seam for a second pass to span. */
+    if (pass == 1 && first_pass_windows == 1) break;
     for (int lo = pass ? window / 2 : 0;; lo += window) {
       if (now_s() >= deadline) {
         st->stopped_by_time = true;
@@ -1644,6 +1648,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
         rc = search_graph(w, rs, cm, &wo, pr, memo, o->pet ? &pet : NULL, wd, st, &best,
                           d);
       st->windows++;
+      first_pass_windows += pass == 0;
       if (!rc && best.cost < before) {
         Graph *next = NULL;
         Diag quiet;

@@ -1162,6 +1162,32 @@ static void test_merge_rounds(void) {
   graph_free(g);
 }
 
+/* A chain of n element-wise operators searched with windows of 8: a
+ * sliver under half a window joins the first one, and a first pass of one
+ * window that took the whole graph leaves no seam for a second pass. */
+static int windows_for_chain(int n) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 4, 4));
+  for (int i = 0; i < n; i++) x = op(g, i % 2 ? OP_RELU : OP_NEG, x, x, 1, NULL);
+  graph_add_output(g, x, "y", NULL);
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 2;
+  o.window = 8;
+  OptStats st;
+  graph_free(searched(g, &o, &st, NULL));
+  int windows = st.windows;
+  opt_stats_fini(&st);
+  graph_free(g);
+  return windows;
+}
+
+static void test_one_window(void) {
+  int joined = windows_for_chain(11), two = windows_for_chain(16);
+  printf("windows of 8: %d for 11 operators, %d for 16\n", joined, two);
+  CHECK_EQ_INT(joined, 1);
+  CHECK(two >= 3); /* two in the first pass, and the shifted second pass */
+}
+
 /* The halves of a split along the columns. */
 static int halves1(Graph *g, TensorRef x) {
   int64_t w = graph_shape(g, x)->d[1];
@@ -1250,6 +1276,7 @@ int main(void) {
   test_every_site();
   test_merge_rounds();
   test_merged_adds();
+  test_one_window();
   test_wide_nodes();
   test_window_seams();
   test_bias_round_trip();
