@@ -37,9 +37,11 @@
  * folds them back in (Fig. 7 (c)).
  *
  * Reshape and transpose are named by kind: this file composes and inverts
- * their parameters, which is knowledge of those two rows. Other layout
- * operators are left alone (a pad inserts values an element-wise
- * operator would change, a slice would make it compute more).
+ * their parameters, which is knowledge of those two rows; hoisting also
+ * reads the axis and sizes of a split and the ranges of a slice, and
+ * writes a split. Other layout operators are not moved (a pad inserts
+ * values an element-wise operator would change, a slice would make it
+ * compute more).
  *
  * Section 6.3's preprocessing (operators whose inputs are all weights) is
  * not here: optimize prices those as free and computes them into
