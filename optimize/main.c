@@ -781,16 +781,23 @@ static bool gpu_verdict(CudaDevice *dev, const Graph *g, const Graph *best, cons
   return rc != TEQ_OK || ms[1] < ms[0];
 }
 
-/* --as-given: the model imported again with every fusion off and priced
- * by the same cost model. Speedups measured from the default import leave
- * out what the import fused (a relu into its convolution is what most of
- * TASO's and Tensat's gain on VGG-19 is); this is the comparable baseline. */
-static int import_as_given(const Args *a, CostModel *cm, Graph **given, Report *r, Diag *d) {
+/* How the model is imported: the search and the check work around the
+ * forms of operators Teq keeps opaque. */
+static OnnxImportOptions import_options(const Args *a) {
   OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
   io.batch = a->batch;
   io.dims = a->dims;
   io.n_dims = a->n_dims;
   io.opaque_unsupported_forms = true;
+  return io;
+}
+
+/* --as-given: the model imported again with every fusion off and priced
+ * by the same cost model. Speedups measured from the default import leave
+ * out what the import fused (a relu into its convolution is what most of
+ * TASO's and Tensat's gain on VGG-19 is); this is the comparable baseline. */
+static int import_as_given(const Args *a, CostModel *cm, Graph **given, Report *r, Diag *d) {
+  OnnxImportOptions io = import_options(a);
   onnx_import_as_given(&io);
   OnnxImportStats stats;
   int rc = onnx_import_file(a->model, &io, given, &stats, d);
@@ -872,11 +879,7 @@ int main(int argc, char **argv) {
   char what[512] = "";
   int rc = opt_rules_load(a.rules, a.unproved, &rs, &d);
   if (rc == TEQ_OK) {
-    OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
-    io.batch = a.batch;
-    io.dims = a.dims;
-    io.n_dims = a.n_dims;
-    io.opaque_unsupported_forms = true; /* the search and the check work around them */
+    OnnxImportOptions io = import_options(&a);
     rc = onnx_import_file(a.model, &io, &g, &r.import, &d);
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
   }

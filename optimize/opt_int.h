@@ -58,6 +58,11 @@ struct OptRules {
    * parameters (NasNet-A: four in five); more sets than fit go unscreened. */
   uint32_t root_masks[OP__COUNT][OPT_ROOT_MASKS];
   int n_root_masks[OP__COUNT];
+  /* The rules whose target is their variables alone: they only remove
+   * operators (concat(split(y)) = y), applied after each round of a merge
+   * (search.c: eliminate). */
+  int32_t *removals;
+  int n_removals, cap_removals;
 };
 
 /* ---- match.c ---- */

@@ -22,6 +22,7 @@ void opt_rules_free(OptRules *rs) {
     free(rs->r[i].text);
   }
   for (int k = 0; k < OP__COUNT; k++) free(rs->by_root[k]);
+  free(rs->removals);
   free(rs->r);
   free(rs);
 }
@@ -84,6 +85,15 @@ static int add_directed(OptRules *rs, Graph *src, Graph *dst, bool shares_sides,
     rs->by_root[root] = e;
     rs->cap_by_root[root] = cap;
   }
+  bool removal = true;
+  for (int p = 0; p < dst->n_nodes && removal; p++) removal = dst->nodes[p].kind == OP_INPUT;
+  if (removal && rs->n_removals == rs->cap_removals) {
+    int cap = rs->cap_removals ? 2 * rs->cap_removals : 16;
+    int32_t *k = realloc(rs->removals, (size_t)cap * sizeof *k);
+    if (!k) return TEQ_ERR_NOMEM;
+    rs->removals = k, rs->cap_removals = cap;
+  }
+  if (removal) rs->removals[rs->n_removals++] = rs->n;
   OptRule *r = &rs->r[rs->n];
   *r = (OptRule){.src = src, .dst = dst, .shares_sides = shares_sides, .id = id, .text = text,
                  .root = root};

@@ -321,8 +321,6 @@ typedef struct Ctx {
   int repeat;     /* history entries the next settled candidate adds (its step) */
   const int32_t *steps; /* or these rules, n_steps of them, when set */
   int n_steps;
-  int32_t *removals; /* the rules whose target is their variables (eliminate) */
-  int n_removals;
   double ceiling; /* settle drops candidates costing this or more */
   bool cycle;     /* offer_derived's verdict on the last rewrite: a cycle */
   /* The instances the next offered rewrite splices in: checked in Z_p
@@ -980,6 +978,33 @@ static int by_rule(const void *a, const void *b) {
   return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* g with the n instances in[k] spliced in at once, each reading bind[k]
+ * and computing what replace[k] names; *out NULL when the sites together
+ * make a cycle (each alone does not). */
+static int splice_sites(Ctx *c, const Graph *g, int n, OptInst *const *in,
+                        TensorRef (*bind)[OPT_MAX_SIDE], TensorRef (*replace)[OPT_MAX_SIDE],
+                        Graph **out) {
+  *out = NULL;
+  const Graph **inst = malloc((size_t)n * sizeof *inst);
+  const TensorRef **binds = malloc((size_t)n * sizeof *binds);
+  const TensorRef **replaces = malloc((size_t)n * sizeof *replaces);
+  int rc = inst && binds && replaces ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int k = 0; k < n && rc == TEQ_OK; k++)
+    inst[k] = in[k]->g, binds[k] = bind[k], replaces[k] = replace[k];
+  if (rc == TEQ_OK) {
+    Diag quiet;
+    diag_init(&quiet);
+    rc = opt_splice_many(g, n, inst, binds, replaces, out, &quiet);
+    diag_fini(&quiet);
+    if (rc == TEQ_ERR_INPUT) {
+      c->st->rejected_cycle++;
+      rc = TEQ_OK;
+    }
+  }
+  free(inst), free(binds), free(replaces);
+  return rc;
+}
+
 /* Further rounds of a merge rule after its first round at all sites:
  * what one round merged may merge again. Eight products of one input merge
  * in pairs, the pairs in pairs, then the two halves: three rounds, and on
@@ -1084,28 +1109,8 @@ static int apply_round(Ctx *c, const Graph *g, Round *r, bool cycles, Graph **ou
       opt_match_at(rule, g, &u, id, c->o->max_matches, round_match, r);
   if (rc == TEQ_OK) rc = c->rc;
   int n = r->n - first;
-  if (rc == TEQ_OK && n > 0) {
-    const Graph **inst = malloc((size_t)n * sizeof *inst);
-    const TensorRef **binds = malloc((size_t)n * sizeof *binds);
-    const TensorRef **replaces = malloc((size_t)n * sizeof *replaces);
-    if (inst && binds && replaces) {
-      for (int k = 0; k < n; k++) {
-        inst[k] = r->in[first + k]->g;
-        binds[k] = r->bind[first + k], replaces[k] = r->replace[first + k];
-      }
-      Diag quiet;
-      diag_init(&quiet);
-      rc = opt_splice_many(g, n, inst, binds, replaces, out, &quiet);
-      diag_fini(&quiet);
-      if (rc == TEQ_ERR_INPUT) { /* each alone is acyclic, together they are not */
-        c->st->rejected_cycle++;
-        rc = TEQ_OK;
-      }
-    } else {
-      rc = TEQ_ERR_NOMEM;
-    }
-    free(inst), free(binds), free(replaces);
-  }
+  if (rc == TEQ_OK && n > 0)
+    rc = splice_sites(c, g, n, r->in + first, r->bind + first, r->replace + first, out);
   if (!*out) r->n = first;
   free(r->used);
   r->used = NULL;
@@ -1121,8 +1126,8 @@ static int eliminate(Ctx *c, Graph **g, Round *r) {
   int rule = c->rule, rc = TEQ_OK;
   for (int pass = 0; pass < ELIMINATE_MAX_PASSES && rc == TEQ_OK; pass++) {
     bool changed = false;
-    for (int k = 0; k < c->n_removals && rc == TEQ_OK; k++) {
-      c->rule = c->removals[k];
+    for (int k = 0; k < c->rs->n_removals && rc == TEQ_OK; k++) {
+      c->rule = c->rs->removals[k];
       Graph *next = NULL;
       if ((rc = apply_round(c, *g, r, false, &next)) || !next) continue;
       graph_free(*g);
@@ -1198,12 +1203,10 @@ static int expand_sites(Ctx *c) {
   qsort(c->sites, (size_t)c->n_sites, sizeof *c->sites, by_rule);
   size_t most = (size_t)c->n_sites;
   bool *used = calloc((size_t)c->g->n_nodes + 1, sizeof *used);
-  const Graph **inst = malloc(most * sizeof *inst);
   OptInst **held = malloc(most * sizeof *held);
   TensorRef(*bind)[OPT_MAX_SIDE] = malloc(most * sizeof *bind);
   TensorRef(*replace)[OPT_MAX_SIDE] = malloc(most * sizeof *replace);
-  const TensorRef **binds = malloc(most * sizeof *binds), **replaces = malloc(most * sizeof *replaces);
-  int rc = used && inst && held && bind && replace && binds && replaces ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = used && held && bind && replace ? TEQ_OK : TEQ_ERR_NOMEM;
   int rules = 0;
   for (int a = 0, b; a < c->n_sites && rc == TEQ_OK && rules < SITES_MAX_RULES; a = b) {
     for (b = a + 1; b < c->n_sites && c->sites[b].rule == c->sites[a].rule; b++) {}
@@ -1221,23 +1224,13 @@ static int expand_sites(Ctx *c) {
       for (int p = 0; p < rule->src->n_nodes; p++)
         if (m->node[p] >= 0) used[m->node[p]] = true;
       match_tensors(c, m, bind[n], replace[n]);
-      held[n] = c->sites[k].in, inst[n] = held[n]->g;
-      binds[n] = bind[n], replaces[n] = replace[n];
-      n++;
+      held[n++] = c->sites[k].in;
     }
     if (n < 2) continue;
     rules++;
     Graph *ng = NULL;
-    Diag quiet;
-    diag_init(&quiet);
-    rc = opt_splice_many(c->g, n, inst, binds, replaces, &ng, &quiet);
-    diag_fini(&quiet);
-    if (rc == TEQ_ERR_INPUT) { /* each alone is acyclic, together they are not */
-      c->st->rejected_cycle++;
-      rc = TEQ_OK;
-      continue;
-    }
-    if (rc) break;
+    if ((rc = splice_sites(c, c->g, n, held, bind, replace, &ng))) break;
+    if (!ng) continue; /* each alone is acyclic, together they are not */
     c->st->generated++;
     c->st->materialized++;
     c->st->all_sites++;
@@ -1263,7 +1256,7 @@ static int expand_sites(Ctx *c) {
     }
     if (!go) break;
   }
-  free(used), free(inst), free(held), free(bind), free(replace), free(binds), free(replaces);
+  free(used), free(held), free(bind), free(replace);
   return rc;
 }
 
@@ -1306,21 +1299,6 @@ static int expand(Ctx *c) {
   return rc;
 }
 
-/* The rules whose target is their variables alone (eliminate). */
-static int find_removals(const OptRules *rs, int32_t **out, int *n_out) {
-  int32_t *k = malloc(((size_t)rs->n + 1) * sizeof *k);
-  if (!k) return TEQ_ERR_NOMEM;
-  int n = 0;
-  for (int i = 0; i < rs->n; i++) {
-    const Graph *dst = rs->r[i].dst;
-    bool bare = true;
-    for (int id = 0; id < dst->n_nodes && bare; id++) bare = dst->nodes[id].kind == OP_INPUT;
-    if (bare) k[n++] = i;
-  }
-  *out = k, *n_out = n;
-  return TEQ_OK;
-}
-
 /* Searches g alone; *best_out receives the best candidate. */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
                         OptPricer *pr, OptInstMemo *memo, PetCache *pet,
@@ -1330,7 +1308,6 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   double cost;
   int rc = price(cm, pr, g, &cost, d);
   if (rc) return rc;
-  if ((rc = find_removals(rs, &c.removals, &c.n_removals))) return rc;
   Cand start = {.g = graph_copy(g), .cost = cost};
   c.best = (Cand){.g = graph_copy(g), .cost = cost};
   if (!start.g || !c.best.g) rc = TEQ_ERR_NOMEM;
@@ -1378,7 +1355,6 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   }
   free(c.heap.a);
   free(c.sites);
-  free(c.removals);
   keyset_fini(&c.seen);
   if (rc) {
     cand_free(&c.best);
@@ -1600,13 +1576,12 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   int window = o->window > 8 ? o->window : 8;
   int n_mov = 0;
   for (int i = 0; i < g->n_nodes; i++) n_mov += movable(&g->nodes[i]);
-  int passes = n_mov > window ? 2 : 1;
+  /* A last window under half a window joins the one before it, so a graph
+   * under one and a half windows is one window, and has no seam for a
+   * second pass (shifted by half a window) to span. */
+  int passes = n_mov >= window + window / 2 ? 2 : 1;
   int n_windows = passes == 1 ? 1 : (n_mov + window - 1) / window * 2;
-  int first_pass_windows = 0;
   for (int pass = 0; pass < passes && rc == TEQ_OK; pass++) {
-    /* One window took the whole graph (a sliver joined it): there is no
-     * seam for a second pass to span. */
-    if (pass == 1 && first_pass_windows == 1) break;
     for (int lo = pass ? window / 2 : 0;; lo += window) {
       if (now_s() >= deadline) {
         st->stopped_by_time = true;
@@ -1648,7 +1623,6 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
         rc = search_graph(w, rs, cm, &wo, pr, memo, o->pet ? &pet : NULL, wd, st, &best,
                           d);
       st->windows++;
-      first_pass_windows += pass == 0;
       if (!rc && best.cost < before) {
         Graph *next = NULL;
         Diag quiet;

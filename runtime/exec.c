@@ -411,7 +411,7 @@ static uint64_t map_key(const Graph *g, const Node *n) {
   h = params_hash(h, &n->params);
   for (int j = 0; j < n->n_in; j++) {
     const Shape *s = graph_shape(g, n->in[j]);
-    h = hash_bytes(h, s, sizeof *s);
+    h = hash_bytes(hash_mix(h, (uint64_t)s->ndim), s->d, (size_t)s->ndim * sizeof s->d[0]);
   }
   return hash_mix(h, (uint64_t)n->n_out);
 }

@@ -195,6 +195,75 @@ static int add_like(Graph *g, const Node *n, const TensorRef *in, int n_in, int 
   return *id == TEQ_ERR_NOMEM ? TEQ_ERR_NOMEM : TEQ_OK;
 }
 
+/* An element-wise operator of one tensor, and of constants of one element
+ * if any: it commutes with every layout (a scale of attention's Q, a
+ * relu), so hoisting carries it along. Its tensor input's index, or -1. */
+static int scalar_wise(const Graph *g, const Node *n) {
+  unsigned f = op_def(n->kind)->flags;
+  if (!(f & OPF_ELEMENTWISE) || (f & (OPF_LAYOUT_ONLY | OPF_SOURCE | OPF_OPAQUE | OPF_NOOP)) ||
+      n->n_out != 1 || n->n_in > MAX_EW_IN)
+    return -1;
+  int data = -1;
+  for (int j = 0; j < n->n_in; j++) {
+    const Node *a = &g->nodes[n->in[j].node];
+    if (a->kind == OP_CONST && tensor_numel(a->value) == 1) continue;
+    if (data >= 0) return -1;
+    data = j;
+  }
+  return data;
+}
+
+/* The nodes ids[0..n_ids) of g (in topological order, reading x or one
+ * another) copied into a graph of their own reading x's index map (the
+ * tensor holding 0..n-1), run in Z_p: vals[k] is what node outs[k] (its
+ * output 0) holds. An R/T moves elements and computes nothing, so one run
+ * shows where each element goes, exactly. Element-wise operators of one
+ * tensor are passed through: they commute with every layout, and where
+ * each element goes is what is asked. vals[] stays NULL when the run is
+ * not possible (too many elements to be distinct residues, a node of more
+ * than one input, a kernel that fails). */
+static int on_index_map(const Graph *g, TensorRef x, const int32_t *ids, int n_ids,
+                        const int32_t *outs, int n_outs, Tensor **vals) {
+  const Shape *s = graph_shape(g, x);
+  int64_t numel = shape_numel(s);
+  if (numel >= (int64_t)MODP_P) return TEQ_OK;
+  Graph *m = graph_new();
+  Tensor *idx = tensor_new(DT_MODP, s);
+  TensorRef *map = malloc(((size_t)g->n_nodes + 1) * sizeof *map); /* g's node -> m's tensor */
+  int rc = m && idx && map ? TEQ_OK : TEQ_ERR_NOMEM;
+  int in = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
+  if (in < 0 && rc == TEQ_OK) rc = in;
+  for (int i = 0; i < n_ids && rc == TEQ_OK; i++) {
+    const Node *nd = &g->nodes[ids[i]];
+    int data = scalar_wise(g, nd);
+    TensorRef a = data >= 0 ? nd->in[data] : nd->in[0];
+    TensorRef src = a.node == x.node && a.out == x.out ? (TensorRef){in, 0}
+                     : scalar_wise(g, &g->nodes[a.node]) >= 0 ? map[a.node] /* passed through */
+                                                              : (TensorRef){map[a.node].node, a.out};
+    if (data >= 0) {
+      map[ids[i]] = src;
+      continue;
+    }
+    if (nd->n_in != 1) rc = TEQ_ERR_INTERNAL;
+    Params prm = nd->params;
+    int id = rc ? -1 : graph_add_node(m, nd->kind, &src, 1, nd->n_out, &prm, NULL, NULL);
+    if (rc == TEQ_OK && id < 0) rc = id == TEQ_ERR_NOMEM ? id : TEQ_ERR_INTERNAL;
+    if (rc == TEQ_OK) map[ids[i]] = (TensorRef){id, 0};
+  }
+  for (int k = 0; k < n_outs && rc == TEQ_OK; k++)
+    if (graph_add_output(m, map[outs[k]], NULL, NULL) < 0) rc = TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) {
+    uint32_t *v = idx->data;
+    for (int64_t i = 0; i < numel; i++) v[i] = (uint32_t)i;
+    if (exec_run(m, EXEC_MODP, &idx, vals, NULL) != TEQ_OK)
+      for (int k = 0; k < n_outs; k++) vals[k] = NULL;
+  }
+  tensor_unref(idx);
+  graph_free(m);
+  free(map);
+  return rc == TEQ_ERR_INTERNAL ? TEQ_OK : rc; /* a form it cannot copy: not run */
+}
+
 /* ---- inverse groups ---- */
 
 static uint64_t chain_key(const Graph *g, const int32_t *c, int len) {
@@ -215,40 +284,25 @@ static uint64_t chain_key(const Graph *g, const int32_t *c, int len) {
  * position is compared and a chain that moves any element fails. */
 static int chain_is_identity(Post *p, const int32_t *c, int len, bool *yes) {
   const Graph *g = p->g;
-  const Shape *s = graph_shape(g, g->nodes[c[len - 1]].in[0]);
+  TensorRef x = g->nodes[c[len - 1]].in[0];
+  const Shape *s = graph_shape(g, x);
   int64_t n = shape_numel(s);
   *yes = false;
-  if (n >= (int64_t)MODP_P) return TEQ_OK; /* indices would not be distinct residues */
   uint64_t key = chain_key(g, c, len);
   if (verdict_find(p->chains, key, yes)) return TEQ_OK;
-  Graph *m = graph_new();
-  Tensor *x = tensor_new(DT_MODP, s), *y = NULL;
-  int rc = m && x ? TEQ_OK : TEQ_ERR_NOMEM;
-  int id = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
-  bool decided = true; /* false: the evaluation itself failed, nothing to remember */
-  if (id == TEQ_ERR_NOMEM) rc = id;
-  for (int k = len - 1; k >= 0 && id >= 0; k--)
-    rc = add_like(m, &g->nodes[c[k]], &(TensorRef){id, 0}, 1, &id);
-  if (rc == TEQ_OK && id >= 0 && graph_add_output(m, (TensorRef){id, 0}, NULL, NULL) < 0)
-    rc = TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK && id >= 0) {
-    uint32_t *v = x->data;
-    for (int64_t i = 0; i < n; i++) v[i] = (uint32_t)i;
-    if (exec_run(m, EXEC_MODP, &x, &y, NULL) == TEQ_OK) {
-      const uint32_t *w = y->data;
-      int64_t i = 0;
-      bool same_shape = shape_equal(&y->shape, s);
-      while (same_shape && i < n && w[i] == (uint32_t)i) i++;
-      *yes = same_shape && i == n;
-      tensor_unref(y);
-    } else {
-      decided = false;
-    }
-  }
-  if (rc == TEQ_OK && decided) verdict_put(p->chains, key, *yes);
-  tensor_unref(x);
-  graph_free(m);
-  return rc;
+  int32_t ids[MAX_CHAIN];
+  for (int k = 0; k < len; k++) ids[k] = c[len - 1 - k]; /* the chain's first node first */
+  Tensor *y = NULL;
+  int rc = on_index_map(g, x, ids, len, &c[0], 1, &y);
+  if (rc || !y) return rc; /* nothing decided, nothing to remember */
+  const uint32_t *w = y->data;
+  int64_t i = 0;
+  bool same_shape = shape_equal(&y->shape, s);
+  while (same_shape && i < n && w[i] == (uint32_t)i) i++;
+  *yes = same_shape && i == n;
+  tensor_unref(y);
+  verdict_put(p->chains, key, *yes);
+  return TEQ_OK;
 }
 
 /* The longest chain of R/T ending at node e that is the identity: e's
@@ -456,80 +510,39 @@ static int sole_reader(const Graph *g, const Post *p, int id, int k) {
 
 enum { MAX_PIECES = 8, MAX_CHAIN_NODES = 8 };
 
-/* An element-wise operator of one tensor, and of constants of one element
- * if any: it commutes with every layout (a scale of attention's Q, a
- * relu), so hoisting carries it along. Its tensor input's index, or -1. */
-static int scalar_wise(const Graph *g, const Node *n) {
-  unsigned f = op_def(n->kind)->flags;
-  if (!(f & OPF_ELEMENTWISE) || (f & (OPF_LAYOUT_ONLY | OPF_SOURCE | OPF_OPAQUE | OPF_NOOP)) ||
-      n->n_out != 1 || n->n_in > MAX_EW_IN)
-    return -1;
-  int data = -1;
-  for (int j = 0; j < n->n_in; j++) {
-    const Node *a = &g->nodes[n->in[j].node];
-    if (a->kind == OP_CONST && tensor_numel(a->value) == 1) continue;
-    if (data >= 0) return -1;
-    data = j;
-  }
-  return data;
-}
-
-/* Whether the hoisted form computes what the split form does: the nodes
- * ids[0..n_ids) of g (in topological order, reading x or one another)
- * copied into a graph of their own that reads x's index map, and each
- * old[k] compared with new[k] at every position, in Z_p. Element-wise
- * operators of one tensor are passed through (they commute with layouts;
- * what is checked is where each element goes). */
+/* Whether the hoisted form computes what the split form does: each
+ * old[k] and new[k] (nodes among ids, both forms reading x) give the same
+ * tensor on x's index map. */
 static int hoist_holds(const Graph *g, TensorRef x, const int32_t *ids, int n_ids,
                        const int32_t *old, const int32_t *new, int n, bool *yes) {
-  const Shape *s = graph_shape(g, x);
-  int64_t numel = shape_numel(s);
-  *yes = false;
-  if (numel >= (int64_t)MODP_P) return TEQ_OK;
-  Graph *m = graph_new();
-  Tensor *idx = tensor_new(DT_MODP, s);
-  TensorRef *map = malloc(((size_t)g->n_nodes + 1) * sizeof *map); /* g's node -> m's tensor */
-  int rc = m && idx && map ? TEQ_OK : TEQ_ERR_NOMEM;
-  int in = rc ? -1 : graph_add_input(m, "index", s, DT_F32, NULL);
-  if (in < 0 && rc == TEQ_OK) rc = in;
-  for (int i = 0; i < n_ids && rc == TEQ_OK; i++) {
-    const Node *nd = &g->nodes[ids[i]];
-    int data = scalar_wise(g, nd);
-    TensorRef a = data >= 0 ? nd->in[data] : nd->in[0];
-    TensorRef src = a.node == x.node && a.out == x.out ? (TensorRef){in, 0}
-                     : scalar_wise(g, &g->nodes[a.node]) >= 0 ? map[a.node] /* passed through */
-                                                              : (TensorRef){map[a.node].node, a.out};
-    if (data >= 0) { /* passed through */
-      map[ids[i]] = src;
-      continue;
-    }
-    if (nd->n_in != 1) rc = TEQ_ERR_INTERNAL;
-    Params prm = nd->params;
-    int id = rc ? -1 : graph_add_node(m, nd->kind, &src, 1, nd->n_out, &prm, NULL, NULL);
-    if (rc == TEQ_OK && id < 0) rc = id == TEQ_ERR_NOMEM ? id : TEQ_ERR_INTERNAL;
-    if (rc == TEQ_OK) map[ids[i]] = (TensorRef){id, 0};
-  }
-  for (int k = 0; k < n && rc == TEQ_OK; k++)
-    if (graph_add_output(m, map[old[k]], NULL, NULL) < 0 ||
-        graph_add_output(m, map[new[k]], NULL, NULL) < 0)
-      rc = TEQ_ERR_NOMEM;
-  Tensor *out[2 * MAX_PIECES] = {0};
-  if (rc == TEQ_OK) {
-    uint32_t *v = idx->data;
-    for (int64_t i = 0; i < numel; i++) v[i] = (uint32_t)i;
-    if (exec_run(m, EXEC_MODP, &idx, out, NULL) == TEQ_OK) {
-      bool same = true;
-      for (int k = 0; k < n && same; k++)
-        same = shape_equal(&out[2 * k]->shape, &out[2 * k + 1]->shape) &&
-               !memcmp(out[2 * k]->data, out[2 * k + 1]->data, tensor_bytes(out[2 * k]));
-      *yes = same;
-    }
-  }
-  for (int k = 0; k < 2 * n; k++) tensor_unref(out[k]);
-  tensor_unref(idx);
-  graph_free(m);
-  free(map);
-  return rc == TEQ_ERR_INTERNAL ? TEQ_OK : rc; /* a form it cannot copy: not hoisted */
+  int32_t *outs = malloc((size_t)(2 * n) * sizeof *outs);
+  Tensor **vals = calloc((size_t)(2 * n), sizeof *vals);
+  int rc = outs && vals ? TEQ_OK : TEQ_ERR_NOMEM;
+  for (int k = 0; k < n && rc == TEQ_OK; k++) outs[2 * k] = old[k], outs[2 * k + 1] = new[k];
+  if (rc == TEQ_OK) rc = on_index_map(g, x, ids, n_ids, outs, 2 * n, vals);
+  bool same = rc == TEQ_OK && vals[0];
+  for (int k = 0; k < n && same; k++)
+    same = shape_equal(&vals[2 * k]->shape, &vals[2 * k + 1]->shape) &&
+           !memcmp(vals[2 * k]->data, vals[2 * k + 1]->data, tensor_bytes(vals[2 * k]));
+  *yes = same;
+  for (int k = 0; vals && k < 2 * n; k++) tensor_unref(vals[k]);
+  free(outs), free(vals);
+  return rc;
+}
+
+/* Whether slice n of a tensor of shape xs takes the range [*b, *e) of its
+ * last axis, step 1, and the whole of every other axis. */
+static bool last_axis_range(const Node *n, const Shape *xs, int64_t *b, int64_t *e) {
+  const ParamValue *st = &n->params.v[param_index(OP_SLICE, "starts")],
+                   *en = &n->params.v[param_index(OP_SLICE, "ends")],
+                   *sp = &n->params.v[param_index(OP_SLICE, "steps")];
+  int r = xs->ndim, last = r - 1;
+  if (st->n != r || en->n != r || sp->n != r || sp->i[last] != 1 || en->i[last] <= st->i[last])
+    return false;
+  for (int i = 0; i < last; i++)
+    if (st->i[i] != 0 || en->i[i] != xs->d[i] || sp->i[i] != 1) return false;
+  *b = st->i[last], *e = en->i[last];
+  return true;
 }
 
 /* The pieces of x's last axis that hoisting starts from, in order: the
@@ -551,8 +564,8 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
     return n->n_out;
   }
   if (n->kind != OP_SLICE) return 0;
-  int starts = param_index(OP_SLICE, "starts"), ends = param_index(OP_SLICE, "ends"),
-      steps = param_index(OP_SLICE, "steps");
+  int64_t b, e;
+  if (!last_axis_range(n, xs, &b, &e) || b != 0) return 0;
   /* the slices of x along its last axis, by where they start */
   int64_t at = 0;
   int k = 0;
@@ -560,17 +573,14 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
     int found = -1;
     for (int j = 0; j < g->n_nodes && found < 0; j++) {
       const Node *c = &g->nodes[j];
-      if (c->kind != OP_SLICE || c->in[0].node != x->node || c->in[0].out != x->out) continue;
-      const ParamValue *b = &c->params.v[starts], *e = &c->params.v[ends], *st = &c->params.v[steps];
-      bool whole = b->n == r && e->n == r && st->n == r && b->i[last] == at &&
-                   e->i[last] > at && st->i[last] == 1;
-      for (int i = 0; i < last && whole; i++)
-        whole = b->i[i] == 0 && e->i[i] == xs->d[i] && st->i[i] == 1;
-      if (whole) found = j;
+      if (c->kind == OP_SLICE && c->in[0].node == x->node && c->in[0].out == x->out &&
+          last_axis_range(c, xs, &b, &e) && b == at)
+        found = j;
     }
     if (found < 0 || k == MAX_PIECES || (k == 0 && found != id)) return 0;
+    last_axis_range(&g->nodes[found], xs, &b, &e);
     piece[k++] = (TensorRef){found, 0};
-    at = g->nodes[found].params.v[ends].i[last];
+    at = e;
   }
   return at == xs->d[last] && k >= 2 ? k : 0;
 }

@@ -36,6 +36,18 @@ static int32_t *pass_use_counts(const Graph *g, int32_t **offset, const char *wh
 }
 
 /* Follows a chain of no-ops back to the value it passes through. */
+/* A node of kind on in that takes over the readers of node at's output 0,
+ * named as node named_like is (the name copied first: adding a node may
+ * move the array). Its id, or the error graph_add_node gave (in d). */
+static int take_over(Graph *g, int32_t at, int32_t named_like, OpKind kind, const TensorRef *in,
+                     int n_in, const Params *p, Diag *d) {
+  char *name = g->nodes[named_like].name ? strdup(g->nodes[named_like].name) : NULL;
+  int id = graph_add_node(g, kind, in, n_in, 1, p, name, d);
+  free(name);
+  if (id >= 0) graph_replace_uses(g, (TensorRef){at, 0}, (TensorRef){id, 0});
+  return id;
+}
+
 static TensorRef through_noops(const Graph *g, TensorRef r) {
   while (op_def(g->nodes[r.node].kind)->flags & OPF_NOOP && g->nodes[r.node].n_in > 0)
     r = g->nodes[r.node].in[0];
@@ -123,18 +135,14 @@ static int fold_one(Graph *g, int32_t bn_id, int32_t conv_id, double eps, Diag *
   if (rc != TEQ_OK) return rc;
   Params p = g->nodes[conv_id].params; /* copied: adding nodes moves the array */
   TensorRef x = g->nodes[conv_id].in[0];
-  char *name = g->nodes[conv_id].name ? strdup(g->nodes[conv_id].name) : NULL;
   /* graph_add_const keeps a tensor only when it succeeds. */
   int wi = graph_add_const(g, NULL, w, d);
   if (wi < 0) tensor_unref(w);
   int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
   if (bi < 0) tensor_unref(b);
   TensorRef in[3] = {x, {wi, 0}, {bi, 0}};
-  int id = bi < 0 ? bi : graph_add_node(g, OP_CONV2D, in, 3, 1, &p, name, d);
-  free(name);
-  if (id < 0) return id;
-  graph_replace_uses(g, (TensorRef){bn_id, 0}, (TensorRef){id, 0});
-  return TEQ_OK;
+  int id = bi < 0 ? bi : take_over(g, bn_id, conv_id, OP_CONV2D, in, 3, &p, d);
+  return id < 0 ? id : TEQ_OK;
 }
 
 int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
@@ -249,15 +257,12 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
     params_default(OP_LAYER_NORM, &p);
     param_set_int(&p, param_index(OP_LAYER_NORM, "axis"), axis);
     param_set_float(&p, param_index(OP_LAYER_NORM, "epsilon"), eps);
-    char *name = g->nodes[last].name ? strdup(g->nodes[last].name) : NULL;
     Diag quiet; /* a scale or bias layer_norm cannot take leaves the operators as they are */
     diag_init(&quiet);
-    int id = graph_add_node(g, OP_LAYER_NORM, in, n_in, 1, &p, name, &quiet);
+    int id = take_over(g, last, last, OP_LAYER_NORM, in, n_in, &p, &quiet);
     diag_fini(&quiet);
-    free(name);
     if (id == TEQ_ERR_NOMEM) rc = id;
     if (id < 0) continue;
-    graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
     n++;
   }
   free(uses);
@@ -379,14 +384,11 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
     Params p;
     params_default(OP_GELU, &p);
     param_set_int(&p, param_index(OP_GELU, "approximate"), k == OP_TANH);
-    char *name = g->nodes[last].name ? strdup(g->nodes[last].name) : NULL;
-    int id = graph_add_node(g, OP_GELU, &x, 1, 1, &p, name, d);
-    free(name);
+    int id = take_over(g, last, last, OP_GELU, &x, 1, &p, d);
     if (id < 0) {
       rc = id;
       break;
     }
-    graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){id, 0});
     n++;
   }
   free(uses);
@@ -423,14 +425,11 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     TensorRef in[8];
     if (p->n_in > 8) continue;
     memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
-    char *name = p->name ? strdup(p->name) : NULL;
-    int id = graph_add_node(g, p->kind, in, p->n_in, 1, &params, name, d);
-    free(name);
+    int id = take_over(g, i, x.node, p->kind, in, p->n_in, &params, d);
     if (id < 0) {
       rc = id;
       break;
     }
-    graph_replace_uses(g, (TensorRef){i, 0}, (TensorRef){id, 0});
     n++;
   }
   free(uses);

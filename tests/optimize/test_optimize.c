@@ -1099,19 +1099,40 @@ static void load_rules(const char *axioms) {
   diag_fini(&d);
 }
 
-/* A cost table of the given configurations and prices (device "valley"),
- * written to path; false if it could not be. */
+/* Prices of a few configurations, as a GPU measured them. */
 typedef struct Price {
   const char *config;
   double us;
 } Price;
 
-static bool write_table(const char *path, const Price *p, int n) {
+/* g searched (budget 20) with the costs of a table holding prices alone
+ * (written to TMPDIR/file; the analytic model beyond it); *before and
+ * *after are g's cost and the result's under them. */
+static Graph *searched_at(const Graph *g, const char *file, const Price *prices, int n,
+                          OptStats *st, double *before, double *after) {
+  char path[360];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, file);
   FILE *f = fopen(path, "w");
-  if (!f) return false;
+  CHECK(f != NULL);
+  if (!f) return NULL;
   fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
-  for (int i = 0; i < n; i++) fprintf(f, "valley\t%s\t%.2f\t%.2f\t-\n", p[i].config, p[i].us, p[i].us);
-  return fclose(f) == 0;
+  for (int i = 0; i < n; i++)
+    fprintf(f, "valley\t%s\t%.2f\t%.2f\t-\n", prices[i].config, prices[i].us, prices[i].us);
+  CHECK(fclose(f) == 0);
+  Diag d;
+  diag_init(&d);
+  CostModel *cm = cost_model_new();
+  CHECK_MSG(cost_model_load_table(cm, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 20;
+  Graph *best = NULL;
+  CHECK(opt_graph_cost(cm, g, before, NULL, &d) == TEQ_OK);
+  CHECK(opt_search(g, rules, cm, &o, &best, st, &d) == TEQ_OK);
+  CHECK(best && opt_graph_cost(cm, best, after, NULL, &d) == TEQ_OK);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  cost_model_free(cm);
+  return best;
 }
 
 /* Eight products of one input whose pairwise merges are dearer than the
@@ -1122,41 +1143,26 @@ static bool write_table(const char *path, const Price *p, int n) {
  * the one wide product in three. */
 static void test_merge_rounds(void) {
   enum { PRODUCTS = 8 };
-  char path[360];
-  snprintf(path, sizeof path, "%s/products.tsv", tmpdir);
   static const Price prices[] = {{"matmul [1,1024] [1024,512] {act=none}", 2.95},
                                  {"matmul [1,1024] [1024,1024] {act=none}", 7.26},
                                  {"matmul [1,1024] [1024,1536] {act=none}", 7.27},
                                  {"matmul [1,1024] [1024,2048] {act=none}", 3.70},
                                  {"matmul [1,1024] [1024,4096] {act=none}", 4.70}};
-  CHECK(write_table(path, prices, 5));
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(2, 1, 1024));
   for (int i = 0; i < PRODUCTS; i++) {
     TensorRef y = op(g, OP_MATMUL, x, int_weight(g, shape_of(2, 1024, 512), i), 2, NULL);
     graph_add_output(g, op(g, OP_TANH, y, y, 1, NULL), NULL, NULL);
   }
-  Diag d;
-  diag_init(&d);
-  CostModel *cm = cost_model_new();
-  CHECK_MSG(cost_model_load_table(cm, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
-  OptOptions o = OPT_DEFAULTS;
-  o.budget = 20;
   OptStats st;
-  Graph *best = NULL;
   double before = NAN, after = NAN;
-  CHECK(opt_graph_cost(cm, g, &before, NULL, &d) == TEQ_OK);
-  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
-  CHECK(best && opt_graph_cost(cm, best, &after, NULL, &d) == TEQ_OK);
+  Graph *best = searched_at(g, "products.tsv", prices, 5, &st, &before, &after);
   int products = best ? count_kind(best, OP_MATMUL) + count_kind(best, OP_GEMM) : -1;
   printf("eight products of one input: %.2f -> %.2f us, %d products after %lld graphs expanded\n",
          before, after, products, (long long)st.explored);
   CHECK_MSG(products == 1, "%d products left", products);
   CHECK(before - after > 18.0); /* 8 x 2.95 - 4.70, the tanh unchanged */
   CHECK(best && equal_outputs(g, best));
-  diag_flush(&d, stderr);
-  diag_fini(&d);
-  cost_model_free(cm);
   opt_stats_fini(&st);
   graph_free(best);
   graph_free(g);
@@ -1216,28 +1222,16 @@ static void test_merged_adds(void) {
   }
   /* The H100's prices: an add or a tanh about the same at every width
    * here, a concat dearer than an add. */
-  char path[360];
-  snprintf(path, sizeof path, "%s/adds.tsv", tmpdir);
   static const Price prices[] = {
     {"ewadd [1,64] [1,64] {}", 1.48},        {"ewadd [1,128] [1,128] {}", 1.50},
     {"ewadd [1,256] [1,256] {}", 1.52},      {"concat [1,64] [1,64] {axis=1}", 2.01},
     {"concat [1,128] [1,128] {axis=1}", 2.01}, {"tanh [1,64] {}", 1.46}};
-  CHECK(write_table(path, prices, 6));
-  Diag d;
-  diag_init(&d);
-  CostModel *cm = cost_model_new();
-  CHECK_MSG(cost_model_load_table(cm, path, NULL, &d) == TEQ_OK, "%s", diag_last(&d));
-  OptOptions o = OPT_DEFAULTS;
-  o.budget = 20;
   OptStats st;
-  Graph *best = NULL;
-  CHECK(opt_search(g, rules, cm, &o, &best, &st, &d) == TEQ_OK);
-  diag_flush(&d, stderr);
-  diag_fini(&d);
-  cost_model_free(cm);
+  double before = NAN, after = NAN;
+  Graph *best = searched_at(g, "adds.tsv", prices, 6, &st, &before, &after);
   int adds = best ? count_kind(best, OP_EWADD) : -1, concats = best ? count_kind(best, OP_CONCAT) : -1;
-  printf("four adds of quarters: %d adds, %d concats after %lld graphs expanded\n", adds, concats,
-         (long long)st.explored);
+  printf("four adds of quarters: %.2f -> %.2f us, %d adds, %d concats after %lld graphs "
+         "expanded\n", before, after, adds, concats, (long long)st.explored);
   CHECK_MSG(adds == 1 && concats == 0, "%d adds, %d concats", adds, concats);
   CHECK(best && equal_outputs(g, best));
   opt_stats_fini(&st);
