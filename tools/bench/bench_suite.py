@@ -32,7 +32,8 @@ the papers' suite; zoo: further torchvision architectures, see export_torchvisio
 
 Prints the table and writes OUT/results_suite.csv, OUT/results_suite.md and
 OUT/results_suite.png (speedup per model beside the published figures of
-tools/bench/published.tsv; needs gnuplot). --record FILE collects every operator
+tools/bench/published.tsv; needs gnuplot), and each model's optimize report as
+OUT/reports/MODEL.json. --record FILE collects every operator
 configuration optimize's cost model was asked about, for measuring on a GPU later
 (teq-profile measure). Times are medians of --repeat runs after a
 warm-up; on a shared CPU machine only the ratios measured in this one run mean anything.
@@ -271,6 +272,9 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
         return row
     with open(report) as f:
         rep = json.load(f)
+    # kept beside the tables: which rewrites a figure rests on, after the GPU machine is gone
+    os.makedirs(os.path.join(args.out, "reports"), exist_ok=True)
+    shutil.copy(report, os.path.join(args.out, "reports", f"{name}.json"))
     row.update({
         "ops_before": rep["operators_before"], "ops_after": rep["operators_after"],
         "cost_before_us": rep["cost_before_us"], "cost_after_us": rep["cost_after_us"],

@@ -30,8 +30,8 @@
 #include "runtime/cuda.h"
 #include "runtime/exec.h"
 
-#ifndef TEQ_PROFILE_DIR
-#define TEQ_PROFILE_DIR "tools/profiles"
+#ifndef TEQ_COST_TABLE
+#define TEQ_COST_TABLE "tools/profiles/h200.tsv"
 #endif
 
 enum { MAX_WEIGHTS = 4 };
@@ -278,7 +278,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-  Options o = {.cost_table = TEQ_PROFILE_DIR "/h100.tsv", .repeat = 5, .gpu_repeat = 200,
+  Options o = {.cost_table = TEQ_COST_TABLE, .repeat = 5, .gpu_repeat = 200,
                .mutants = 16, .depth = 3};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -13,7 +13,9 @@
 #
 # What the steps took on an H100 (2026-11-27): tests 40 s, models 60 s, petops 10 s,
 # suite 170 s for its nine smaller models and 220 s for ResNet-50, ResNeXt-50,
-# Inception-v3 and VGG-19, profile 156 s for 6,300 configurations. A 15-minute lease
+# Inception-v3 and VGG-19, profile 156 s for 6,300 configurations; on an H200 (the
+# same day, the suite then timing each model as given too): suite 191 s and 245 s,
+# profile 171 s for 6,350, kernels 25 s. A 15-minute lease
 # holds two calls of this script back to back (the machine stays warm 30 s between
 # them; /tmp, the models included, survives), for instance
 #   TEQ_GPU_SECONDS=395 ... tests models kernels suite=tiny-cnn,nasrnn,...,nasneta
@@ -74,7 +76,9 @@ profile() {
   # What earlier searches asked about, here (a suite run earlier in this session) and on the
   # development machine (tools/profiles/configs.txt).
   cat "$out"/suite*/configs_suite.txt tools/profiles/configs.txt >> "$out/configs.txt" 2>/dev/null
-  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/h100.tsv" \
+  # Each row names the device; on the development machine, `teq-profile calibrate -o
+  # tools/profiles/<device>.tsv measured.tsv` adds the analytic model's fit.
+  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/measured.tsv" \
     "$out/configs.txt" 2>&1 | tail -5
 }
 
@@ -84,9 +88,9 @@ profile() {
 kernels() {
   for m in vgg19 inception_v3 csrnet resnet18; do
     [ -f "$models/$m/model.onnx" ] || continue
-    # Priced by the table, so that the GPU's verdict cannot keep the original.
+    # Priced by the committed table, so that the GPU's verdict cannot keep the original.
     timeout "$(left)" "$stage/tools/optimize" --rules "$packed/rules.sqlite" --budget 100 --no-check \
-      --cost-model table --cost-table tools/profiles/h100.tsv \
+      --cost-model table --cost-table tools/profiles/h200.tsv \
       -o "$out/$m.opt.onnx" "$models/$m/model.onnx" > "$out/kernels_$m.optimize.txt" 2>&1
     for which in before after; do
       model=$models/$m/model.onnx; [ $which = after ] && model=$out/$m.opt.onnx
