@@ -19,7 +19,9 @@
  *     here: that is a conv's bias, which optimize spreads to the conv's
  *     output shape for the search.
  *   - hoisting: a split along the last axis of a tensor (or slices that
- *     cut it so) whose every piece is cut into heads by a reshape and
+ *     cut it so, or gathers that select each part of it after R/T brought
+ *     the parts to an axis of their own) whose every piece is cut into
+ *     heads by a reshape and
  *     brought heads-first by a transpose (attention's Q, K and V after
  *     their products merged into one, or as PyTorch exports them) becomes
  *     one reshape and one transpose of the whole tensor and a split along
@@ -38,8 +40,8 @@
  *
  * Reshape and transpose are named by kind: this file composes and inverts
  * their parameters, which is knowledge of those two rows; hoisting also
- * reads the axis and sizes of a split and the ranges of a slice, and
- * writes a split. Other layout operators are not moved (a pad inserts
+ * reads the axis and sizes of a split, the ranges of a slice and the axis
+ * and index of a gather, and writes a split. Other layout operators are not moved (a pad inserts
  * values an element-wise operator would change, a slice would make it
  * compute more).
  *
@@ -220,8 +222,8 @@ static int scalar_wise(const Graph *g, const Node *n) {
  * shows where each element goes, exactly. Element-wise operators of one
  * tensor are passed through: they commute with every layout, and where
  * each element goes is what is asked. vals[] stays NULL when the run is
- * not possible (too many elements to be distinct residues, a node of more
- * than one input, a kernel that fails). */
+ * not possible (too many elements to be distinct residues, a node reading
+ * anything but its data and constants, a kernel that fails). */
 static int on_index_map(const Graph *g, TensorRef x, const int32_t *ids, int n_ids,
                         const int32_t *outs, int n_outs, Tensor **vals) {
   const Shape *s = graph_shape(g, x);
@@ -244,9 +246,19 @@ static int on_index_map(const Graph *g, TensorRef x, const int32_t *ids, int n_i
       map[ids[i]] = src;
       continue;
     }
-    if (nd->n_in != 1) rc = TEQ_ERR_INTERNAL;
+    /* the data first; any further input a constant (a gather's index) */
+    TensorRef ins[MAX_EW_IN];
+    ins[0] = src;
+    if (nd->n_in > MAX_EW_IN) rc = TEQ_ERR_INTERNAL;
+    for (int j = 1; j < nd->n_in && rc == TEQ_OK; j++) {
+      const Node *c = &g->nodes[nd->in[j].node];
+      if (c->kind != OP_CONST) rc = TEQ_ERR_INTERNAL;
+      else if ((ins[j].node = graph_add_const(m, NULL, tensor_ref(c->value), NULL)) < 0)
+        rc = ins[j].node == TEQ_ERR_NOMEM ? TEQ_ERR_NOMEM : TEQ_ERR_INTERNAL;
+      ins[j].out = 0;
+    }
     Params prm = nd->params;
-    int id = rc ? -1 : graph_add_node(m, nd->kind, &src, 1, nd->n_out, &prm, NULL, NULL);
+    int id = rc ? -1 : graph_add_node(m, nd->kind, ins, nd->n_in, nd->n_out, &prm, NULL, NULL);
     if (rc == TEQ_OK && id < 0) rc = id == TEQ_ERR_NOMEM ? id : TEQ_ERR_INTERNAL;
     if (rc == TEQ_OK) map[ids[i]] = (TensorRef){id, 0};
   }
@@ -545,13 +557,32 @@ static bool last_axis_range(const Node *n, const Shape *xs, int64_t *b, int64_t 
   return true;
 }
 
-/* The pieces of x's last axis that hoisting starts from, in order: the
- * outputs of a split along it, or slices each of one range of it (whole
- * along the others, step 1) that together cover it, as PyTorch exports
- * attention's Q, K and V. Node id is the split, or the slice of the first
- * range (so that each group is seen once). 0 pieces when it is neither. */
-static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
+/* Whether gather n takes the one index k (a constant scalar) along an
+ * axis of its data. */
+static bool gather_one(const Graph *g, const Node *n, int64_t *axis, int64_t *k) {
+  const Node *c = &g->nodes[n->in[1].node];
+  if (c->kind != OP_CONST || c->value->dtype != DT_I64 || c->value->shape.ndim != 0) return false;
+  *axis = param_int(&n->params, param_index(OP_GATHER, "axis"));
+  *k = ((const int64_t *)c->value->data)[0];
+  return true;
+}
+
+/* The pieces that hoisting starts from, in order, and x, the tensor whose
+ * last axis they cut:
+ *   - the outputs of a split along x's last axis;
+ *   - slices of x each of one range of its last axis (whole along the
+ *     others, step 1) that together cover it, as PyTorch 1.x exports
+ *     attention's Q, K and V;
+ *   - gathers of the indices 0, 1, ... of one axis of a tensor that R/T
+ *     made of x, as PyTorch 2.x exports them (x [L, B, 3E] reshaped to
+ *     [L, B, 3, E], its 3 brought first, each of Q, K and V selected);
+ *     pre[0..*n_pre) are those R/T, in order.
+ * Node id is the split, or the slice or gather of the first piece (so that
+ * each group is seen once). 0 pieces when it is none of these. */
+static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece, int32_t *pre,
+                     int *n_pre) {
   const Node *n = &g->nodes[id];
+  *n_pre = 0;
   *x = n->n_in ? n->in[0] : (TensorRef){-1, 0};
   if (!n->n_in) return 0;
   const Shape *xs = graph_shape(g, *x);
@@ -562,6 +593,34 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
       return 0;
     for (int k = 0; k < n->n_out; k++) piece[k] = (TensorRef){id, k};
     return n->n_out;
+  }
+  if (n->kind == OP_GATHER) {
+    int64_t axis, at;
+    if (!gather_one(g, n, &axis, &at) || at != 0 || xs->d[axis] > MAX_PIECES) return 0;
+    int k = 0;
+    for (; k < xs->d[axis]; k++) { /* the gather of each index */
+      int found = -1;
+      for (int j = 0; j < g->n_nodes && found < 0; j++) {
+        const Node *c = &g->nodes[j];
+        int64_t a2, i2;
+        if (c->kind == OP_GATHER && c->in[0].node == x->node && c->in[0].out == x->out &&
+            gather_one(g, c, &a2, &i2) && a2 == axis && i2 == k)
+          found = j;
+      }
+      if (found < 0) return 0;
+      piece[k] = (TensorRef){found, 0};
+    }
+    /* back through the R/T that made the gathered tensor */
+    int32_t back[MAX_CHAIN];
+    int len = 0;
+    while (len < MAX_CHAIN && is_rt(&g->nodes[x->node])) {
+      back[len++] = x->node;
+      *x = g->nodes[x->node].in[0];
+    }
+    if (!len || is_rt(&g->nodes[x->node]) || graph_shape(g, *x)->ndim < 2) return 0;
+    for (int i = 0; i < len; i++) pre[i] = back[len - 1 - i];
+    *n_pre = len;
+    return k >= 2 ? k : 0;
   }
   if (n->kind != OP_SLICE) return 0;
   int64_t b, e;
@@ -592,7 +651,9 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece) {
 static int try_hoist(Post *p, int sp, bool *done) {
   Graph *g = p->g;
   TensorRef x, piece[MAX_PIECES];
-  int n = pieces_of(g, sp, &x, piece);
+  int32_t pre[MAX_CHAIN];
+  int n_pre;
+  int n = pieces_of(g, sp, &x, piece, pre, &n_pre);
   if (n < 2) return TEQ_OK;
   const Shape xs = *graph_shape(g, x);
   int64_t lead = shape_numel(&xs) / xs.d[xs.ndim - 1];
@@ -676,10 +737,11 @@ static int try_hoist(Post *p, int sp, bool *done) {
   /* Both forms, compared piece by piece (a piece read straight from the
    * new split through a reshape to its own shape: the check reads output
    * 0 of each node). */
-  int32_t ids[MAX_PIECES * (2 * MAX_CHAIN_NODES + 2) + 4], check_old[MAX_PIECES],
+  int32_t ids[MAX_CHAIN + MAX_PIECES * (2 * MAX_CHAIN_NODES + 2) + 4], check_old[MAX_PIECES],
       check_new[MAX_PIECES];
   int n_ids = 0;
-  for (int k = 0; k < n; k++) /* the split once, or each slice */
+  for (int i = 0; i < n_pre; i++) ids[n_ids++] = pre[i];
+  for (int k = 0; k < n; k++) /* the split once, or each slice or gather */
     if (k == 0 || piece[k].node != piece[k - 1].node) ids[n_ids++] = piece[k].node;
   for (int k = 0; k < n; k++)
     for (int e = 0; e < n_old[k]; e++) ids[n_ids++] = old[k][e];
@@ -730,10 +792,12 @@ static const Node *spliced(const Graph *g, const Graph *sub, const TensorRef *in
   return &sub->nodes[id];
 }
 
-static bool is_cut(const Node *n) { return n->kind == OP_SPLIT || n->kind == OP_SLICE; }
+static bool is_cut(const Node *n) {
+  return n->kind == OP_SPLIT || n->kind == OP_SLICE || n->kind == OP_GATHER;
+}
 
-/* Whether node id of sub (spliced into g) is a split or a slice, or a
- * reshape of one: a piece hoisting may start from. */
+/* Whether node id of sub (spliced into g) is a split, a slice or a
+ * gather, or a reshape of one: a piece hoisting may start from. */
 static bool near_split(const Graph *g, const Graph *sub, const TensorRef *in, int id) {
   const Node *n = spliced(g, sub, in, id);
   if (is_cut(n)) return true;
@@ -781,12 +845,13 @@ bool pet_post_splice_quiet(const Graph *g, const Graph *sub, const TensorRef *in
     for (int id = 0; id < g->n_nodes; id++) {
       const Node *n = &g->nodes[id];
       bool ew = (op_def(n->kind)->flags & OPF_ELEMENTWISE) != 0;
-      if (!is_rt(n) && !ew) continue;
+      bool gather = n->kind == OP_GATHER; /* hoisting follows its data back through R/T */
+      if (!is_rt(n) && !ew && !gather) continue;
       bool reads = false;
       for (int j = 0; j < n->n_in && !reads; j++)
         reads = n->in[j].node == out[o].node && n->in[j].out == out[o].out;
       if (!reads) continue;
-      if (is_rt(n) || n->n_in > MAX_EW_IN) return false;
+      if (is_rt(n) || gather || n->n_in > MAX_EW_IN) return false;
       for (int j = 0; j < n->n_in; j++) {
         inputs[j] = &g->nodes[n->in[j].node];
         for (int q = 0; q < sub->n_outputs; q++) /* read from sub's output instead */

@@ -643,6 +643,52 @@ static void test_hoist_sliced_heads(void) {
   graph_free(h), graph_free(g);
 }
 
+/* The same heads as PyTorch 2.x exports them (nn.MultiheadAttention's
+ * packed projection): x [L, B, 3E] reshaped to [L, B, 3, E], a unit axis
+ * put in front, the 3 swapped to it and the unit axis dropped, each of Q,
+ * K and V then selected by a gather of index 0, 1 or 2, cut into heads
+ * [L B, h, d], brought heads first and reshaped to [B, h, L, d], and K's
+ * two last axes swapped after that. The R/T chain, the gathers and the
+ * three transposes become one reshape, one transpose and a split. With the
+ * gathers' indices 0, 2, 1 (V where K was) each piece still computes what
+ * it did, and the hoisted split is checked the same way. */
+static void test_hoist_selected_heads(void) {
+  enum { L = 6, B = 1, H = 4, D = 5, E = H * D };
+  static const int64_t first[3] = {1, 0, 2}, keys_last[4] = {0, 1, 3, 2};
+  for (int swapped = 0; swapped < 2; swapped++) {
+    Graph *g = graph_new();
+    TensorRef x = input(g, "x", shape_of(3, L, B, 3 * E));
+    TensorRef t = reshape(g, x, 4, (int64_t[]){L, B, 3, E});
+    t = reshape(g, t, 5, (int64_t[]){1, L, B, 3, E});
+    t = transpose(g, t, 5, (int64_t[]){3, 1, 2, 0, 4});
+    t = reshape(g, t, 4, (int64_t[]){3, L, B, E});
+    TensorRef heads[3];
+    for (int k = 0; k < 3; k++) {
+      Tensor *index = tensor_new(DT_I64, &(Shape){0, {0}});
+      ((int64_t *)index->data)[0] = swapped && k ? 3 - k : k;
+      TensorRef in[2] = {t, {must(graph_add_const(g, NULL, index, &diag)), 0}};
+      Params gp;
+      params_default(OP_GATHER, &gp);
+      TensorRef piece = node(g, OP_GATHER, in, 2, &gp);
+      TensorRef hd = transpose(g, reshape(g, piece, 3, (int64_t[]){L * B, H, D}), 3, first);
+      heads[k] = reshape(g, hd, 4, (int64_t[]){B, H, L, D});
+    }
+    TensorRef kt = transpose(g, heads[1], 4, keys_last);
+    TensorRef scores = binary(g, OP_MATMUL, heads[0], kt);
+    output(g, binary(g, OP_MATMUL, scores, heads[2]));
+    PetPostStats st;
+    Graph *h = post(g, &st);
+    print_stats(swapped ? "selected heads, K and V swapped, hoisted" : "selected Q, K, V heads hoisted",
+                &st, h);
+    CHECK_EQ_INT((int)st.hoisted, 1);
+    CHECK_EQ_INT(count_kind(h, OP_GATHER), 0);
+    CHECK_EQ_INT(count_kind(h, OP_SPLIT), 1);
+    CHECK_EQ_INT(count_kind(h, OP_TRANSPOSE), 2); /* heads first; K's last two axes */
+    CHECK(equal_everywhere(g, h, 2, false));
+    graph_free(h), graph_free(g);
+  }
+}
+
 int main(void) {
   diag_init(&diag);
   test_inverse_around_elementwise();
@@ -654,6 +700,7 @@ int main(void) {
   test_splice_quiet();
   test_hoist_heads();
   test_hoist_sliced_heads();
+  test_hoist_selected_heads();
   diag_flush(&diag, stderr);
   diag_fini(&diag);
   return check_exit();
