@@ -525,13 +525,13 @@ static void test_record_and_analytic(void) {
   diag_fini(&d);
 }
 
-/* The committed table (tools/profiles/h100.tsv) loads, when the test runs
+/* A committed table (tools/profiles/<gpu>.tsv) loads, when the test runs
  * from a checkout that has it. */
-static void test_committed_table(const char *root) {
-  CostModel *m = table_at(root, "tools/profiles/h100.tsv", "the committed table");
+static void test_committed_table(const char *root, const char *path, const char *gpu) {
+  CostModel *m = table_at(root, path, "a committed table");
   if (!m) return;
   CHECK(cost_model_size(m) > 100);
-  CHECK(strstr(cost_model_device(m), "H100") != NULL);
+  CHECK(strstr(cost_model_device(m), gpu) != NULL);
   /* Each row estimated as if never measured, leave-one-out: the nearest
    * other measurements must correct the roofline, not spoil it. */
   double err_roof = 0, err_anchored = 0;
@@ -601,7 +601,8 @@ int main(void) {
     snprintf(path, sizeof path, "%.4000s/conv_bn.onnx", data);
     test_model_keys(path);
     snprintf(path, sizeof path, "%.4000s/../../..", data);
-    test_committed_table(path);
+    test_committed_table(path, "tools/profiles/h100.tsv", "H100");
+    test_committed_table(path, "tools/profiles/h200.tsv", "H200");
     test_bounds_by_one_part(path);
     test_gemm_priced_as_matmul(path);
     test_bounds_by_halves(path);
