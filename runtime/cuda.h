@@ -13,7 +13,8 @@
  * constants uploaded once, every intermediate value given a place in one
  * device arena whose size follows the live set (values that are never live
  * together share memory), views (op_view: reshapes, splits and slices that
- * cut whole rows) made pointers into their input instead of copies, and
+ * cut whole rows, gathers of one index) made pointers into their input
+ * instead of copies, and
  * the whole graph captured as a CUDA graph so
  * that a run is one launch. Runs of a plan give the outputs of exec_run in
  * float32 within rounding. */

@@ -659,9 +659,14 @@ static bool same_node(const Graph *g, int a, int b) {
 bool graph_node_is_view(const Graph *g, int id, int64_t *first) {
   const Node *n = &g->nodes[id];
   Shape in[8];
+  const Tensor *consts[8];
   if (!op_def(n->kind)->view || n->n_in > 8) return false;
-  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
-  return op_view(n, in, first);
+  for (int j = 0; j < n->n_in; j++) {
+    const Node *src = &g->nodes[n->in[j].node];
+    in[j] = *graph_shape(g, n->in[j]);
+    consts[j] = src->kind == OP_CONST ? src->value : NULL;
+  }
+  return op_view(n, in, consts, first);
 }
 
 int graph_merge_duplicates(Graph *g) {

@@ -23,13 +23,13 @@ static const OpDef *const op_table[OP__COUNT] = {
 
 const OpDef *op_def(OpKind kind) { return op_table[kind]; }
 
-bool op_view(const Node *n, const Shape *in, int64_t *first) {
+bool op_view(const Node *n, const Shape *in, const Tensor *const *consts, int64_t *first) {
   const OpDef *o = op_def(n->kind);
   if (!o->view || n->n_in < 1 || !shape_is_known(&in[0])) return false;
   int64_t elem = n->dtype == DT_I64 ? 8 : 4;
   for (int j = 0; j < n->n_out; j++) {
     int64_t at = 0;
-    if (!o->view(n, in, j, &at) || (at * elem) % OP_VIEW_ALIGN) return false;
+    if (!o->view(n, in, consts, j, &at) || (at * elem) % OP_VIEW_ALIGN) return false;
     if (first) first[j] = at;
   }
   return true;

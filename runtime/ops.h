@@ -160,10 +160,13 @@ typedef struct OpDef {
 
   /* Whether output `out` of n, at input shapes `in`, is a run of input 0's
    * elements in their order (a reshape; a split or slice that cuts whole
-   * rows), so that it needs no kernel, only a pointer into input 0: true,
-   * with *first the element it starts at. NULL: never. Callers ask op_view,
-   * which adds the alignment rule. */
-  bool (*view)(const struct Node *n, const Shape *in, int out, int64_t *first);
+   * rows; a gather of one constant index), so that it needs no kernel, only
+   * a pointer into input 0: true, with *first the element it starts at.
+   * consts[j] is input j's value where that input is a constant, else NULL
+   * (consts itself may be NULL). NULL: never. Callers ask op_view, which
+   * adds the alignment rule. */
+  bool (*view)(const struct Node *n, const Shape *in, const struct Tensor *const *consts, int out,
+               int64_t *first);
 
   /* Another kind whose measured costs predict this one's, because both run
    * the same kernel (gemm is matmul's BLAS call, plus a bias add where it
@@ -219,13 +222,14 @@ TEQ_API int op_registry_check(Diag *d);
 
 /* Whether every output of n (at input shapes `in`) is a view of input 0
  * that a runtime may alias instead of computing: the row's view hook says
- * so and each one starts a multiple of OP_VIEW_ALIGN bytes into input 0,
+ * so (consts as the hook takes them) and each one starts a multiple of OP_VIEW_ALIGN bytes into input 0,
  * the alignment any device kernel may assume of an operand. first (NULL, or
  * n->n_out entries) receives each output's first element. The cost model
  * charges such a node nothing and the GPU planner gives it no kernel, so
  * both must ask here. */
 #define OP_VIEW_ALIGN 256
-TEQ_API bool op_view(const struct Node *n, const Shape *in, int64_t *first);
+TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor *const *consts,
+                     int64_t *first);
 
 /* ---- parameter access ---- */
 

@@ -296,7 +296,9 @@ static void transpose_canonical(Node *n, const Shape *in) {
 
 /* Moving only extent-1 axes keeps every element where it was ([1, 512]
  * to [512, 1]): the axes longer than 1 must keep their order. */
-static bool transpose_view(const Node *n, const Shape *in, int out, int64_t *first) {
+static bool transpose_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                           int64_t *first) {
+  (void)consts;
   (void)out;
   int r = in[0].ndim;
   int64_t perm[TEQ_MAX_DIMS], last = -1;
@@ -358,7 +360,9 @@ static int reshape_eval(const Node *n, Tensor *const *in, Tensor *const *out, Di
 }
 
 /* Row-major order is all a reshape changes: its output is its input. */
-static bool reshape_view(const Node *n, const Shape *in, int out, int64_t *first) {
+static bool reshape_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                         int64_t *first) {
+  (void)consts;
   (void)n, (void)in, (void)out;
   *first = 0;
   return true;
@@ -620,7 +624,9 @@ static int split_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag
 
 /* With nothing but extent-1 dimensions before the axis, each part is one
  * block of the input (a batch-1 matmul's merged output cut by column). */
-static bool split_view(const Node *n, const Shape *in, int out, int64_t *first) {
+static bool split_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                       int64_t *first) {
+  (void)consts;
   int axis = (int)param_int(&n->params, SPLIT_AXIS);
   if (axis >= in[0].ndim || prod_dims(&in[0], 0, axis) != 1) return false;
   int64_t len = in[0].d[axis], inner = prod_dims(&in[0], axis + 1, in[0].ndim), at = 0;
@@ -997,7 +1003,9 @@ static int slice_eval(const Node *n, Tensor *const *in, Tensor *const *out, Diag
 /* Contiguous when, past the last dimension it cuts, every dimension is
  * whole, and before it every kept extent is 1 (then steps do not matter
  * there); the cut dimension itself must step by 1. */
-static bool slice_view(const Node *n, const Shape *in, int out, int64_t *first) {
+static bool slice_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                       int64_t *first) {
+  (void)consts;
   (void)out;
   const Params *p = &n->params;
   const int64_t *b = p->v[SLICE_STARTS].i, *e = p->v[SLICE_ENDS].i, *st = p->v[SLICE_STEPS].i;
@@ -1172,6 +1180,24 @@ static int gather_eval(const Node *n, Tensor *const *in, Tensor *const *out, Dia
   return rc;
 }
 
+/* One constant index (a scalar, as PyTorch's select exports, or of shape
+ * [1]) along an axis with nothing but extent-1 dimensions before it takes
+ * one block of the data: Q, K and V out of attention's packed projection, ViT's class token. */
+static bool gather_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                        int64_t *first) {
+  (void)out;
+  const Tensor *t = consts ? consts[1] : NULL;
+  int axis = (int)param_int(&n->params, 0);
+  if (!t || t->dtype != DT_I64 || tensor_numel(t) != 1 || axis >= in[0].ndim ||
+      prod_dims(&in[0], 0, axis) != 1)
+    return false;
+  int64_t len = in[0].d[axis], k = ((const int64_t *)t->data)[0];
+  if (k < 0) k += len;
+  if (k < 0 || k >= len) return false;
+  *first = k * prod_dims(&in[0], axis + 1, in[0].ndim);
+  return true;
+}
+
 static int gather_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   int64_t axis = 0;
   int rc = onnx_read_axis(v, "axis", 0, &axis, d);
@@ -1186,7 +1212,7 @@ const OpDef op_def_gather = {
   .params = gather_params, .n_params = 1,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = gather_infer, .eval_f32 = gather_eval, .eval_modp = gather_eval,
-  .onnx_read = gather_onnx_read, .onnx_write = write_axis,
+  .onnx_read = gather_onnx_read, .onnx_write = write_axis, .view = gather_view,
   .eval_cuda = CUDA_EVAL(gather),
 };
 

@@ -494,6 +494,32 @@ static void test_views(void) {
   if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 3);
   cuda_plan_free(plan);
   graph_free(g);
+
+  /* Gathers of one constant index (PyTorch's select of Q, K and V) are
+   * views too: relu and tanh are the only steps. */
+  g = graph_new();
+  Shape ps = dims(2, 3, 64);
+  TensorRef px = {graph_add_input(g, "x", &ps, DT_F32, &d), 0};
+  TensorRef pr = add1(g, OP_RELU, px, NULL, &d);
+  Params gp;
+  params_default(OP_GATHER, &gp);
+  TensorRef sel[3];
+  for (int k = 0; k < 3; k++) {
+    Tensor *index = tensor_new(DT_I64, &(Shape){0, {0}});
+    ((int64_t *)index->data)[0] = k;
+    TensorRef gin[2] = {pr, {graph_add_const(g, NULL, index, &d), 0}};
+    sel[k] = (TensorRef){graph_add_node(g, OP_GATHER, gin, 2, 1, &gp, NULL, &d), 0};
+  }
+  graph_add_output(g, add1(g, OP_TANH, sel[0], NULL, &d), "tanh_q", &d);
+  graph_add_output(g, sel[2], "v", &d);
+  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "gathers graph: %s", d.text ? d.text : "?");
+  e = cuda_check_graph(dev, g, 78, false, "gathers of one index");
+  CHECK_MSG(e <= 1e-6, "gathers of one index: error %.3g", e);
+  plan = NULL;
+  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
+  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 2);
+  cuda_plan_free(plan);
+  graph_free(g);
   diag_fini(&d);
 }
 

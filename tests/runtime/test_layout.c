@@ -709,20 +709,24 @@ static void test_flags(void) {
  * and the GPU planner rely on, and not where the pieces are strided or
  * would start off the alignment. */
 
-static void check_view(const char *label, OpKind kind, const Params *p, Shape s, int n_out,
-                       bool want) {
+/* index: a constant second input (a gather's), or NULL. */
+static void check_view_of(const char *label, OpKind kind, const Params *p, Shape s,
+                          Tensor *index, int n_out, bool want) {
   Diag d;
   diag_init(&d);
   Op o;
-  op_init(&o, kind, 1);
+  int n_in = index ? 2 : 1;
+  op_init(&o, kind, n_in);
   o.node.n_out = n_out;
   if (p) o.node.params = *p;
   o.node.dtype = DT_F32;
   int64_t first[8] = {0};
-  bool view = op_view(&o.node, &s, first);
+  Shape in[2] = {s, index ? index->shape : s};
+  const Tensor *consts[2] = {NULL, index};
+  bool view = op_view(&o.node, in, consts, first);
   CHECK_MSG(view == want, "%s: op_view says %d", label, view);
   Tensor *x = iota_from(s, 0), *y[8] = {0};
-  CHECK_EQ_INT(run_layout_op(kind, p, &x, 1, n_out, false, y, &d), TEQ_OK);
+  CHECK_EQ_INT(run_layout_op(kind, p, (Tensor *[]){x, index}, n_in, n_out, false, y, &d), TEQ_OK);
   for (int j = 0; view && j < n_out && y[j]; j++)
     CHECK_MSG(first[j] + tensor_numel(y[j]) <= tensor_numel(x) &&
                   memcmp(y[j]->data, (float *)x->data + first[j], tensor_bytes(y[j])) == 0,
@@ -730,6 +734,23 @@ static void check_view(const char *label, OpKind kind, const Params *p, Shape s,
   for (int j = 0; j < n_out; j++) tensor_unref(y[j]);
   tensor_unref(x);
   diag_fini(&d);
+}
+
+static void check_view(const char *label, OpKind kind, const Params *p, Shape s, int n_out,
+                       bool want) {
+  check_view_of(label, kind, p, s, NULL, n_out, want);
+}
+
+/* A gather of the one index k (a scalar, or of shape is) along axis. */
+static void check_gather_view(const char *label, Shape s, int axis, int64_t k, Shape is,
+                              bool want) {
+  Params p;
+  params_default(OP_GATHER, &p);
+  param_set_int(&p, 0, axis);
+  Tensor *index = tensor_new(DT_I64, &is);
+  ((int64_t *)index->data)[0] = k;
+  check_view_of(label, OP_GATHER, &p, s, index, 1, want);
+  tensor_unref(index);
 }
 
 static void test_views(void) {
@@ -773,6 +794,20 @@ static void test_views(void) {
   t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){2, 0, 3, 1}, 4);
   check_view("transpose swapping two long axes", OP_TRANSPOSE, &t, shape_of(4, 8, 1, 64, 2), 1,
              false);
+
+  /* PyTorch's select: Q, K and V of a packed projection, ViT's class token */
+  check_gather_view("gather V of [3,64,3,49,32]", shape_of(5, 3, 64, 3, 49, 32), 0, 2,
+                    shape_of(0), true);
+  check_gather_view("gather index -1 of [3,8,64]", shape_of(3, 3, 8, 64), 0, -1, shape_of(0),
+                    true);
+  check_gather_view("gather the class token of [1,197,768]", shape_of(3, 1, 197, 768), 1, 0,
+                    shape_of(0), true);
+  check_gather_view("gather row 1 of [2,8,64] along axis 1 (strided)", shape_of(3, 2, 8, 64), 1,
+                    1, shape_of(0), false);
+  check_gather_view("gather [1] (the axis kept)", shape_of(3, 3, 8, 64), 0, 1, shape_of(1, 1),
+                    true);
+  check_gather_view("gather row 1 of [3,3] (off the alignment)", shape_of(2, 3, 3), 0, 1,
+                    shape_of(0), false);
 }
 
 int main(void) {
