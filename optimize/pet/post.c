@@ -21,14 +21,13 @@
  *   - hoisting: a split along the last axis of a tensor (or slices that
  *     cut it so, or gathers that select each part of it after R/T brought
  *     the parts to an axis of their own) whose every piece is cut into
- *     heads by a reshape and
- *     brought heads-first by a transpose (attention's Q, K and V after
- *     their products merged into one, or as PyTorch exports them) becomes
- *     one reshape and one transpose of the whole tensor and a split along
- *     its first axis, which is a view: one kernel for the three copies of
- *     the split and the three transposes. A piece transposed
- *     otherwise (K, heads first and keys last) keeps a transpose of its
- *     own, of its two last axes. Checked by evaluation as inverse groups
+ *     heads by a reshape and brought heads-first by a transpose
+ *     (attention's Q, K and V after their products merged into one, or as
+ *     PyTorch exports them) becomes one reshape and one transpose of the
+ *     whole tensor and a split along its first axis, which is a view: one
+ *     kernel for the three copies of the split and the three transposes.
+ *     A piece transposed otherwise (K, heads first and keys last) keeps a
+ *     transpose of its own, of its two last axes. Checked by evaluation as inverse groups
  *     are: both forms run on the index map and every position compares.
  * Each rewrite removes an operator, moves an R/T downstream, or turns a
  * split along the columns into one along the first axis, so the
@@ -41,9 +40,9 @@
  * Reshape and transpose are named by kind: this file composes and inverts
  * their parameters, which is knowledge of those two rows; hoisting also
  * reads the axis and sizes of a split, the ranges of a slice and the axis
- * and index of a gather, and writes a split. Other layout operators are not moved (a pad inserts
- * values an element-wise operator would change, a slice would make it
- * compute more).
+ * and index of a gather, and writes a split. Other layout operators are
+ * not moved (a pad inserts values an element-wise operator would change,
+ * a slice would make it compute more).
  *
  * Section 6.3's preprocessing (operators whose inputs are all weights) is
  * not here: optimize prices those as free and computes them into
