@@ -250,6 +250,58 @@ then ort_same_outputs gelu "$WORK/gelu.onnx" "$WORK/gelu.opt.onnx" "$WORK/gelu" 
 else fail "gelu: $(tail -n1 "$WORK/err.log")"
 fi
 
+# --- attention as PyTorch 2.x exports nn.MultiheadAttention's packed projection (the H200
+# machine's export, 2026-11-27): the product reshaped to [L, B, 3, E], a unit axis put in
+# front, the 3 swapped to it and dropped, Q, K and V each selected by a Gather, cut into heads
+# and brought heads first. optimize hoists the heads above the selection (one hoist), and
+# ONNX Runtime must give the original's outputs.
+"$PY" - "$WORK/pt2attn.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+L, E, H = 16, 64, 4
+D = E // H
+rng = np.random.default_rng(9)
+inits, nodes = [], []
+def const(name, v, dt=np.float32):
+    inits.append(numpy_helper.from_array(np.asarray(v, dt), name))
+    return name
+def node(op, ins, out, **kw):
+    nodes.append(helper.make_node(op, ins, [out], **kw))
+    return out
+t = node("Transpose", ["x"], "t", perm=[1, 0, 2])
+p = node("MatMul", [t, const("w", rng.standard_normal((E, 3 * E)) * 0.1)], "p")
+p = node("Add", [const("b", rng.standard_normal(3 * E) * 0.1), p], "pb")
+r = node("Reshape", [p, const("s1", [L, 1, 3, E], np.int64)], "r")
+u = node("Unsqueeze", [r, const("ax0", [0], np.int64)], "u")
+u = node("Transpose", [u], "ut", perm=[3, 1, 2, 0, 4])
+q = node("Squeeze", [u, const("ax3", [3], np.int64)], "sq")
+heads = []
+for k in range(3):
+    h = node("Gather", [q, const(f"i{k}", k, np.int64)], f"g{k}", axis=0)
+    h = node("Reshape", [h, const(f"sh{k}", [L, H, D], np.int64)], f"h{k}")
+    h = node("Transpose", [h], f"ht{k}", perm=[1, 0, 2])
+    heads.append(node("Reshape", [h, const(f"s4{k}", [1, H, L, D], np.int64)], f"h4{k}"))
+scale = const("scale", [(1 / np.sqrt(D)) ** 0.5])
+qs = node("Mul", [heads[0], scale], "qs")
+kt = node("Mul", [node("Transpose", [heads[1]], "kt", perm=[0, 1, 3, 2]), scale], "kts")
+a = node("Softmax", [node("MatMul", [qs, kt], "qk")], "a", axis=-1)
+o = node("Transpose", [node("MatMul", [a, heads[2]], "o")], "ot", perm=[2, 0, 1, 3])
+o = node("Reshape", [o, const("so", [L, E], np.int64)], "or")
+node("Gemm", [o, const("wo", rng.standard_normal((E, E)) * 0.1), const("bo", np.zeros(E))], "y", transB=1)
+g = helper.make_graph(nodes, "pt2attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, L, E])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [L, E])], inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+mkdir -p "$WORK/pt2attn"
+if "$OPT" --rules "$db" --quiet --budget 20 --json "$WORK/pt2attn.json" -o "$WORK/pt2attn.opt.onnx" \
+     "$WORK/pt2attn.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["pet"]["post"]["result"]["hoisted"] == 1 and r["check"]["ok"], r["pet"]["post"]' "$WORK/pt2attn.json"
+then ort_same_outputs pt2attn "$WORK/pt2attn.onnx" "$WORK/pt2attn.opt.onnx" "$WORK/pt2attn" || true
+else fail "attention as PyTorch 2.x exports it: $(tail -n1 "$WORK/err.log")"
+fi
+
 # --- weights beside the model (ONNX external data, as models over 2 GiB must keep them): the
 # optimized model keeps its weights beside it too, and ONNX Runtime reads both.
 mkdir -p "$WORK/ext/in/weights" "$WORK/ext/out"
