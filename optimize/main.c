@@ -253,6 +253,7 @@ static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, cha
     cuda_probe(&info);
     gpu = info.n_devices > 0;
   }
+  bool table_there = access(a->cost_table, R_OK) == 0;
   if (gpu) {
     rc = cuda_device_open(dev, d);
     if (rc == TEQ_OK) {
@@ -261,19 +262,19 @@ static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, cha
        * a search on the GPU as quick as one on the table, and its prices
        * the same from run to run. The rest are measured as met. */
       cost_model_use_gpu(cm, *dev);
-      int rows = 0;
-      if (strcmp(mode, "gpu") != 0 && access(a->cost_table, R_OK) == 0) {
-        Diag td;
-        diag_init(&td);
-        if (cost_model_load_table(cm, a->cost_table, cuda_device_name(*dev), &td) == TEQ_OK)
-          rows = cost_model_size(cm);
-        diag_fini(&td);
-      }
+      const char *name = cuda_device_name(*dev);
+      Diag quiet;
+      diag_init(&quiet);
+      int rows = !strcmp(mode, "auto") && table_there &&
+                         cost_model_load_table(cm, a->cost_table, name, &quiet) == TEQ_OK
+                     ? cost_model_size(cm)
+                     : 0;
+      diag_fini(&quiet);
       if (rows)
-        snprintf(what, size, "measured on %s, %d configurations of it from %s", cuda_device_name(*dev),
-                 rows, a->cost_table);
+        snprintf(what, size, "measured on %s, %d configurations of it from %s", name, rows,
+                 a->cost_table);
       else
-        snprintf(what, size, "measured on %s", cuda_device_name(*dev));
+        snprintf(what, size, "measured on %s", name);
     } else if (!strcmp(mode, "gpu")) {
       cost_model_free(cm);
       return diag_error(d, "--cost-model gpu: no usable GPU"), TEQ_ERR_INPUT;
@@ -283,9 +284,7 @@ static int open_cost_model(const Args *a, CostModel **out, CudaDevice **dev, cha
     }
   }
   if (!gpu && strcmp(mode, "analytic")) {
-    FILE *f = fopen(a->cost_table, "r");
-    if (f) fclose(f);
-    if (f || !strcmp(mode, "table")) {
+    if (table_there || !strcmp(mode, "table")) {
       rc = cost_model_load_table(cm, a->cost_table, NULL, d);
       if (rc) {
         cost_model_free(cm);

@@ -1082,6 +1082,12 @@ static bool round_match(const OptMatch *m, void *ctx) {
   return true;
 }
 
+/* Whether a match of rule may start at node id of g (want: its root's
+ * signature). */
+static bool roots_at(const Graph *g, int id, const OptRule *rule, OptRootSig want) {
+  return g->nodes[id].kind == rule->root && opt_root_fits(want, opt_node_sig(g, id));
+}
+
 /* Rule c->rule applied at all its sites in g: *out the rewritten graph,
  * NULL when it has no site (or the sites together make a cycle). cycles:
  * check each site alone for one (a removal cannot make one). */
@@ -1089,9 +1095,8 @@ static int apply_round(Ctx *c, const Graph *g, Round *r, bool cycles, Graph **ou
   *out = NULL;
   const OptRule *rule = &c->rs->r[c->rule];
   OptRootSig want = opt_root_sig(rule->src);
-  bool any = false;
-  for (int id = 0; id < g->n_nodes && !any; id++)
-    any = g->nodes[id].kind == rule->root && opt_root_fits(want, opt_node_sig(g, id));
+  bool any = false; /* a node a match may start from, before anything is built */
+  for (int id = 0; id < g->n_nodes && !any; id++) any = roots_at(g, id, rule, want);
   if (!any) return TEQ_OK;
   OptUses u;
   int rc = opt_uses_build(g, &u);
@@ -1104,8 +1109,7 @@ static int apply_round(Ctx *c, const Graph *g, Round *r, bool cycles, Graph **ou
   if (rc == TEQ_OK && !r->used) rc = TEQ_ERR_NOMEM;
   int first = r->n;
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK && c->rc == TEQ_OK; id++)
-    if (g->nodes[id].kind == rule->root && !(r->weights && r->weights[id]) &&
-        opt_root_fits(want, opt_node_sig(g, id)))
+    if (!(r->weights && r->weights[id]) && roots_at(g, id, rule, want))
       opt_match_at(rule, g, &u, id, c->o->max_matches, round_match, r);
   if (rc == TEQ_OK) rc = c->rc;
   int n = r->n - first;

@@ -404,6 +404,10 @@ static bool costs_nothing(const Node *n) {
   return (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) != 0;
 }
 
+bool cost_node_is_free(const Graph *g, int id) {
+  return costs_nothing(&g->nodes[id]) || graph_node_is_view(g, id, NULL);
+}
+
 /* Whether node a of ga does a part of the work of node b of gb: the same
  * operator with the same parameters, except that a may have fewer
  * independent parts (conv's groups) or no fused activation, on inputs no
@@ -626,11 +630,10 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
 }
 
 int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) {
-  const Node *n = &g->nodes[id];
   out->us = 0;
   out->source = COST_ANALYTIC;
-  /* A view is a pointer into its input on the GPU: no kernel to pay for. */
-  if (costs_nothing(n) || graph_node_is_view(g, id, NULL)) return TEQ_OK;
+  /* No kernel (a view is a pointer into its input on the GPU): nothing to pay. */
+  if (cost_node_is_free(g, id)) return TEQ_OK;
   char key[COST_KEY_MAX];
   if (cost_config_key(g, id, key, sizeof key) >= (int)sizeof key) {
     /* Too wide to name (a concat of dozens of corrected pieces): no table

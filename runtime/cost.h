@@ -73,9 +73,12 @@ TEQ_API const char *cost_model_device(const CostModel *m);
 /* Number of measurements held (from the table and measured now). */
 TEQ_API int cost_model_size(const CostModel *m);
 
-/* The cost of node id of g. Sources, inputs, no-ops, opaque nodes and
- * views (op_view: aliased by the GPU runtime, no kernel) cost nothing
- * (source COST_ANALYTIC, 0 us). */
+/* Whether node id of g runs no kernel, so costs nothing and has nothing to
+ * measure: a source or input, a no-op, an opaque node, or a view (op_view:
+ * aliased by the GPU runtime). */
+TEQ_API bool cost_node_is_free(const Graph *g, int id);
+/* The cost of node id of g; 0 us (source COST_ANALYTIC) where
+ * cost_node_is_free. */
 TEQ_API int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d);
 /* The sum over the nodes g's outputs need; counts[s] says how many node
  * costs came from source s. */

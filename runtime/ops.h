@@ -222,14 +222,22 @@ TEQ_API int op_registry_check(Diag *d);
 
 /* Whether every output of n (at input shapes `in`) is a view of input 0
  * that a runtime may alias instead of computing: the row's view hook says
- * so (consts as the hook takes them) and each one starts a multiple of OP_VIEW_ALIGN bytes into input 0,
- * the alignment any device kernel may assume of an operand. first (NULL, or
- * n->n_out entries) receives each output's first element. The cost model
- * charges such a node nothing and the GPU planner gives it no kernel, so
- * both must ask here. */
+ * so (consts as the hook takes them) and each one starts a multiple of
+ * OP_VIEW_ALIGN bytes into input 0, the alignment any device kernel may
+ * assume of an operand. first (NULL, or n->n_out entries) receives each
+ * output's first element. The cost model charges such a node nothing and
+ * the GPU planner gives it no kernel, so both must ask here. */
 #define OP_VIEW_ALIGN 256
 TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor *const *consts,
                      int64_t *first);
+
+/* Whether gather n, reading data of shape `data` at the constant indices
+ * `indices` (NULL: not a constant), takes one index: *axis and *k (a
+ * negative index counted from the end), as PyTorch's select exports. Its
+ * view (op_view) and PET's hoisting of attention's heads
+ * (optimize/pet/post.c) both ask here. */
+TEQ_API bool op_gather_one(const struct Node *n, const Shape *data,
+                           const struct Tensor *indices, int64_t *axis, int64_t *k);
 
 /* ---- parameter access ---- */
 

@@ -138,10 +138,7 @@ static int do_record(int argc, char **argv, Diag *d) {
     if ((rc = onnx_import_file(argv[i], &io, &g, NULL, d)) != TEQ_OK) break;
     int before = (int)keys.n;
     for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
-      const OpDef *o = op_def(g->nodes[id].kind);
-      /* a view is a pointer on the GPU: no kernel to time, free to the cost model */
-      if (o->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE) || graph_node_is_view(g, id, NULL))
-        continue;
+      if (cost_node_is_free(g, id)) continue; /* no kernel to time */
       char key[COST_KEY_MAX];
       if (cost_config_key(g, id, key, sizeof key) < (int)sizeof key) rc = lines_add(&keys, key);
     }
@@ -199,7 +196,7 @@ static int do_measure(int argc, char **argv, Diag *d) {
   }
   fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
   double t0 = now_s(), last = t0;
-  int failed = 0, views = 0;
+  int failed = 0, skipped = 0;
   for (size_t i = 0; i < keys.n; i++) {
     Graph *g = NULL;
     int node = -1;
@@ -208,10 +205,10 @@ static int do_measure(int argc, char **argv, Diag *d) {
     diag_init(&kd);
     int r = cost_graph_from_key(keys.v[i], &g, &node, &kd);
     /* Lists written before views were left out of them still name some. */
-    bool view = r == TEQ_OK && graph_node_is_view(g, node, NULL);
-    views += view;
-    if (r == TEQ_OK && !view) r = cuda_profile_node(dev, g, node, (int)repeats, &p, &kd);
-    if (r == TEQ_OK && !view) {
+    bool no_kernel = r == TEQ_OK && cost_node_is_free(g, node);
+    skipped += no_kernel;
+    if (r == TEQ_OK && !no_kernel) r = cuda_profile_node(dev, g, node, (int)repeats, &p, &kd);
+    if (r == TEQ_OK && !no_kernel) {
       fprintf(f, "%s\t%s\t%.3f\t%.3f\t%s\n", cuda_device_name(dev), keys.v[i], p.median_us,
               p.min_us, p.algo[0] ? p.algo : "-");
       if (db) r = ruledb_cost_store(db, cuda_device_name(dev), keys.v[i], p.median_us,
@@ -231,8 +228,8 @@ static int do_measure(int argc, char **argv, Diag *d) {
     }
   }
   if (f != stdout) fclose(f);
-  fprintf(stderr, "%zu configurations, %d views skipped (no kernel), %d failed, %.1f s\n", keys.n,
-          views, failed, now_s() - t0);
+  fprintf(stderr, "%zu configurations, %d skipped (no kernel: views), %d failed, %.1f s\n",
+          keys.n, skipped, failed, now_s() - t0);
   if (failed) rc = diag_error(d, "%d configurations could not be measured", failed);
 done:
   ruledb_close(db);

@@ -39,8 +39,8 @@
  *
  * Reshape and transpose are named by kind: this file composes and inverts
  * their parameters, which is knowledge of those two rows; hoisting also
- * reads the axis and sizes of a split, the ranges of a slice and the axis
- * and index of a gather, and writes a split. Other layout operators are
+ * reads the axis and sizes of a split and the ranges of a slice, asks the
+ * registry which index a gather takes, and writes a split. Other layout operators are
  * not moved (a pad inserts values an element-wise operator would change,
  * a slice would make it compute more).
  *
@@ -556,14 +556,11 @@ static bool last_axis_range(const Node *n, const Shape *xs, int64_t *b, int64_t 
   return true;
 }
 
-/* Whether gather n takes the one index k (a constant scalar) along an
- * axis of its data. */
+/* Whether gather n of g takes one constant index k along an axis of its
+ * data (the registry's op_gather_one). */
 static bool gather_one(const Graph *g, const Node *n, int64_t *axis, int64_t *k) {
   const Node *c = &g->nodes[n->in[1].node];
-  if (c->kind != OP_CONST || c->value->dtype != DT_I64 || c->value->shape.ndim != 0) return false;
-  *axis = param_int(&n->params, param_index(OP_GATHER, "axis"));
-  *k = ((const int64_t *)c->value->data)[0];
-  return true;
+  return c->kind == OP_CONST && op_gather_one(n, graph_shape(g, n->in[0]), c->value, axis, k);
 }
 
 /* The pieces that hoisting starts from, in order, and x, the tensor whose

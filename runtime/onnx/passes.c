@@ -35,7 +35,6 @@ static int32_t *pass_use_counts(const Graph *g, int32_t **offset, const char *wh
   return uses;
 }
 
-/* Follows a chain of no-ops back to the value it passes through. */
 /* A node of kind on in that takes over the readers of node at's output 0,
  * named as node named_like is (the name copied first: adding a node may
  * move the array). Its id, or the error graph_add_node gave (in d). */
@@ -48,6 +47,7 @@ static int take_over(Graph *g, int32_t at, int32_t named_like, OpKind kind, cons
   return id;
 }
 
+/* Follows a chain of no-ops back to the value it passes through. */
 static TensorRef through_noops(const Graph *g, TensorRef r) {
   while (op_def(g->nodes[r.node].kind)->flags & OPF_NOOP && g->nodes[r.node].n_in > 0)
     r = g->nodes[r.node].in[0];

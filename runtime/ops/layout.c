@@ -1183,18 +1183,26 @@ static int gather_eval(const Node *n, Tensor *const *in, Tensor *const *out, Dia
 /* One constant index (a scalar, as PyTorch's select exports, or of shape
  * [1]) along an axis with nothing but extent-1 dimensions before it takes
  * one block of the data: Q, K and V out of attention's packed projection, ViT's class token. */
+bool op_gather_one(const Node *n, const Shape *data, const Tensor *indices, int64_t *axis,
+                   int64_t *k) {
+  if (n->kind != OP_GATHER || !indices || indices->dtype != DT_I64 || tensor_numel(indices) != 1)
+    return false;
+  *axis = param_int(&n->params, 0);
+  if (*axis >= data->ndim) return false;
+  int64_t len = data->d[*axis];
+  *k = ((const int64_t *)indices->data)[0];
+  if (*k < 0) *k += len;
+  return *k >= 0 && *k < len;
+}
+
 static bool gather_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
                         int64_t *first) {
   (void)out;
-  const Tensor *t = consts ? consts[1] : NULL;
-  int axis = (int)param_int(&n->params, 0);
-  if (!t || t->dtype != DT_I64 || tensor_numel(t) != 1 || axis >= in[0].ndim ||
-      prod_dims(&in[0], 0, axis) != 1)
+  int64_t axis, k;
+  if (!consts || !op_gather_one(n, &in[0], consts[1], &axis, &k) ||
+      prod_dims(&in[0], 0, (int)axis) != 1)
     return false;
-  int64_t len = in[0].d[axis], k = ((const int64_t *)t->data)[0];
-  if (k < 0) k += len;
-  if (k < 0 || k >= len) return false;
-  *first = k * prod_dims(&in[0], axis + 1, in[0].ndim);
+  *first = k * prod_dims(&in[0], (int)axis + 1, in[0].ndim);
   return true;
 }
 
