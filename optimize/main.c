@@ -1,6 +1,7 @@
 /* main.c: the optimize command.
  *
  *   optimize --rules ruledb.sqlite [-o model.opt.onnx] [--alpha 1.05] [--budget N] [--patience N]
+ *            [--min-gain F]
  *            [--time-limit S] [--cost-model auto|gpu|table|analytic] [--cost-table F]
  *            [--json report.json] [--seed S] [--unproved] [--no-check] [--tolerance T]
  *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
@@ -10,8 +11,9 @@
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
- * keeps the original instead where the result is not cheaper (or, when the
- * costs are measured on a GPU, where its replay there is not faster),
+ * keeps the original instead where the result is not cheaper by more than
+ * --min-gain (or, when the costs are measured on a GPU, where its replay
+ * there is not that much faster),
  * exports the result, and checks it end to end on the CPU executor: both
  * models run on the same seeded random inputs, and the command fails
  * (status 1) when the largest relative difference of an output exceeds the
@@ -53,6 +55,9 @@ static const char usage[] =
   "                      enlarged by a remainder gets more in proportion)\n"
   "  --patience N        also stop a window after N graphs expanded without a cheaper\n"
   "                      one (default 15; 0: only the budget stops it)\n"
+  "  --min-gain F        the result replaces the original only if it saves more than\n"
+  "                      this share of the cost, estimated and, on a GPU, measured\n"
+  "                      (default 0.005; 0: any saving): less is within the noise\n"
   "  --time-limit S      seconds for the whole search (default: none)\n"
   "  --window N          operators per search window (default 150)\n"
   "  --plain-windows     cut each window at its full size (default: in its last\n"
@@ -101,6 +106,7 @@ typedef struct Args {
   const char *dims[64]; /* --dim NAME=N */
   int n_dims;
   bool unproved, check, dump, as_given;
+  double min_gain; /* the share of the cost a result must save to replace the original */
 } Args;
 
 static int bad(const char *fmt, const char *arg) {
@@ -133,6 +139,12 @@ static int parse_args(int argc, char **argv, Args *a) {
    * 2.2 times less search; of the zoo, GoogLeNet and DenseNet-121 ended
    * cheaper and ShuffleNetV2 0.6% dearer. */
   a->opt.patience = 15;
+  /* Measured costs carry noise: each process picks its convolution ways
+   * anew, and on the H200 CSRNet's result, in effect its original, timed
+   * 0.1% faster in optimize's one process and 6% slower across two of
+   * run-model's. A saving under half a percent is a guess, and the
+   * original, unrewritten, is the better answer to it. */
+  a->min_gain = 0.005;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   a->opt.jobs = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
   for (int i = 1; i < argc; i++) {
@@ -212,6 +224,9 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--budget")) {
       if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--budget '%s': expected an integer >= 0", v);
       a->opt.budget = (int)n;
+    } else if (!strcmp(k, "--min-gain")) {
+      if (!parse_real(v, 0.0, 0.5, &x)) return bad("--min-gain '%s': expected 0 to 0.5", v);
+      a->min_gain = x;
     } else if (!strcmp(k, "--patience")) {
       if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--patience '%s': expected an integer >= 0", v);
       a->opt.patience = (int)n;
@@ -506,6 +521,7 @@ typedef struct Report {
   const OptStats *st;
   const OptRules *rs;
   const OptOptions *opt;
+  double min_gain;
 } Report;
 
 /* Operators per source of their costs, and the microseconds each source
@@ -531,11 +547,11 @@ static void report_text(const Report *r, FILE *f) {
             "duplicates", r->merged);
   fprintf(f, "  %-26s %.1f -> %.1f us (%+.1f%%)%s\n", "estimated cost", r->cost_before,
           r->cost_after, r->cost_before > 0 ? 100 * (r->cost_after / r->cost_before - 1) : 0.0,
-          r->kept_original ? " (the original: nothing cheaper was found)" : "");
+          r->kept_original ? " (the original: nothing cheaper by the margin was found)" : "");
   if (r->gpu_timed)
     fprintf(f, "  %-26s %.4f -> %.4f ms (%+.1f%%)%s\n", "measured on the GPU", r->gpu_ms_before,
             r->gpu_ms_after, 100 * (r->gpu_ms_after / r->gpu_ms_before - 1),
-            r->gpu_ms_after < r->gpu_ms_before ? "" : ": not faster, the original is kept");
+            r->kept_original ? ": not faster by the margin, the original is kept" : "");
   if (r->as_given_ops) {
     fprintf(f, "  %-26s %d operators, %.1f us: %.3fx", "model as given (no fusion)", r->as_given_ops,
             r->as_given_cost, r->cost_after > 0 ? r->as_given_cost / r->cost_after : 0.0);
@@ -630,7 +646,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           r->ops_after);
   fprintf(f, "  \"cost_before_us\": %.6g,\n  \"cost_after_us\": %.6g,\n", r->cost_before,
           r->cost_after);
-  fprintf(f, "  \"kept_original\": %s,\n", r->kept_original ? "true" : "false");
+  fprintf(f, "  \"kept_original\": %s,\n  \"min_gain\": %.6g,\n",
+          r->kept_original ? "true" : "false", r->min_gain);
   if (r->gpu_timed)
     fprintf(f, "  \"gpu_ms\": {\"before\": %.6g, \"after\": %.6g},\n", r->gpu_ms_before,
             r->gpu_ms_after);
@@ -795,7 +812,7 @@ static bool gpu_verdict(CudaDevice *dev, const Graph *g, const Graph *best, cons
     diag_warn(d, "optimize: not timed on the GPU: %s", diag_last(&gd));
   }
   diag_fini(&gd);
-  return rc != TEQ_OK || ms[1] < ms[0];
+  return rc != TEQ_OK || ms[1] < ms[0] * (1 - r->min_gain);
 }
 
 /* How the model is imported: the search and the check work around the
@@ -892,6 +909,7 @@ int main(int argc, char **argv) {
   char *out_default = NULL;
   OptStats st = {0};
   Report r = {.model = a.model, .rules_path = a.rules, .tolerance = a.tolerance, .st = &st,
+              .min_gain = a.min_gain,
               .opt = &a.opt};
   char what[512] = "";
   int rc = opt_rules_load(a.rules, a.unproved, &rs, &d);
@@ -931,8 +949,10 @@ int main(int argc, char **argv) {
   graph_free(plain);
   if (rc == TEQ_OK) rc = finish_best(cm, &best, a.opt.pet, &r, &d);
   /* The search prices graphs as they will be exported, but folding
-   * weights and biases afterwards can still land above the original. */
-  if (rc == TEQ_OK && r.cost_after > r.cost_before) rc = keep_original(cm, g, &best, &st, &r, &d);
+   * weights and biases afterwards can still land above the original; and a
+   * saving within the costs' noise (--min-gain) is no reason to rewrite. */
+  if (rc == TEQ_OK && r.cost_after > r.cost_before * (1 - a.min_gain))
+    rc = keep_original(cm, g, &best, &st, &r, &d);
   if (rc == TEQ_OK && dev && !r.kept_original && !gpu_verdict(dev, g, best, given, &r, &d))
     rc = keep_original(cm, g, &best, &st, &r, &d);
   if (rc == TEQ_OK) rc = graph_check(best, &d);
