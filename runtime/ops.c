@@ -357,6 +357,22 @@ int act_of_op_kind(OpKind k) {
   return ACT_NONE;
 }
 
+bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass) {
+  const OpDef *o = op_def(n->kind);
+  int act = -1;
+  for (int p = 0; p < o->n_params; p++)
+    if (o->params[p].adds_work) act = p;
+  if (act < 0) return false;
+  int64_t fused = n->params.v[act].i[0];
+  if (fused == 0 && n->n_in <= o->n_in_min) return false;
+  *bare = n->params;
+  bare->v[act].i[0] = 0;
+  *n_bare_in = o->n_in_min;
+  /* A bias alone is added in one pass over the output, as a relu is applied. */
+  *pass = fused ? act_op_kind((int)fused) : OP_RELU;
+  return *pass != OP__COUNT;
+}
+
 void act_apply_modp(int act, uint32_t *x, int64_t n) {
   /* The fused activation uses the same stand-in as the stand-alone
    * operator, so conv+relu and relu(conv) fingerprint alike. */

@@ -93,9 +93,17 @@ extern TEQ_API const char *const act_symbols[];
 TEQ_API OpKind act_op_kind(int act);
 TEQ_API int act_of_op_kind(OpKind k);
 
+struct Node;
+/* n without its epilogue, for an operator that can fuse one (a parameter
+ * with adds_work): its optional inputs (a bias) dropped, *n_bare_in the
+ * inputs left, and its fused activation none, in *bare; *pass the
+ * element-wise operator one pass of the epilogue over the output costs
+ * like (the fused activation's; a relu's for a bias alone). False when n
+ * has no epilogue. */
+TEQ_API bool op_bare_twin(const struct Node *n, Params *bare, int *n_bare_in, OpKind *pass);
+
 /* ---- the row ---- */
 
-struct Node;
 struct CudaCtx;
 struct CudaTensor;
 struct OnnxNodeIn;
