@@ -3,7 +3,8 @@
 
     bench_suite.py [--models a,b|all|zoo] [--depth 3 | --rules DB] [--budget N]
                    [--time-limit S] [--repeat N] [--gpu auto|on|off] [--ort auto|off]
-                   [--record FILE] [--pet-models a,b|none] [--build DIR] [--out DIR]
+                   [--record FILE] [--cost-table FILE] [--pet-models a,b|none] [--build DIR]
+                   [--out DIR]
                    [--cache DIR] [--no-plot]
 
 First gen-rules at --depth and verify-rules on its database (wall time, peak RSS and the
@@ -259,9 +260,10 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     report = os.path.join(work, f"{name}.report.json")
 
     log(f"{name}: optimize")
-    record = ["--record", os.path.join(work, f"{name}.configs")] if args.record else []
+    extra = ["--record", os.path.join(work, f"{name}.configs")] if args.record else []
+    extra += ["--cost-table", args.cost_table] if args.cost_table else []
     r = run([tools["optimize"], "--rules", rules_db, "--budget", str(args.budget),
-             "--time-limit", str(args.time_limit), "--as-given", "--json", report, *record, "-o", opt,
+             "--time-limit", str(args.time_limit), "--as-given", "--json", report, *extra, "-o", opt,
              path],
             work, f"{name}.optimize")
     problems = []
@@ -293,7 +295,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     if name in args.pet_models:
         log(f"{name}: optimize, rules alone (--no-pet)")
         alone = os.path.join(work, f"{name}.rules.report.json")
-        a = run([tools["optimize"], "--rules", rules_db, "--no-pet", "--no-check", "--budget",
+        table = ["--cost-table", args.cost_table] if args.cost_table else []
+        a = run([tools["optimize"], "--rules", rules_db, "--no-pet", "--no-check", *table, "--budget",
                  str(args.budget), "--time-limit", str(args.time_limit), "--json", alone,
                  "-o", os.path.join(work, f"{name}.rules.onnx"), path], work, f"{name}.rules")
         if a.rc == 0 and os.path.exists(alone):
@@ -584,6 +587,7 @@ def main():
     ap.add_argument("--ort", choices=("auto", "off"), default="auto",
                     help="ONNX Runtime columns: where onnxruntime-node is installed (auto) or never")
     ap.add_argument("--record", help="write every configuration optimize costed to this file")
+    ap.add_argument("--cost-table", help="optimize --cost-table (default: optimize's own)")
     ap.add_argument("--pet-models", default="resnet18,csrnet,inception_v3,bert,resnext50_32x4d",
                     help="models also optimized with the rules alone (--no-pet), for the PET "
                     "table; 'none' for no second run (default: PET's end-to-end four and ResNeXt-50)")
@@ -704,7 +708,8 @@ def main():
             f"machine: {machine()}" + (", GPU: run-model --gpu" if gpu else ", no GPU"),
             f"commit {commit}{' (with local changes)' if dirty else ''}; build {describe_build(args.build)}",
             f"rules: {'depth %d, made in this run' % args.depth if not args.rules else args.rules}; "
-            f"optimize --budget {args.budget} --time-limit {args.time_limit:g}",
+            f"optimize --budget {args.budget} --time-limit {args.time_limit:g}"
+            + (f" --cost-table {args.cost_table}" if args.cost_table else ""),
             f"CPU times: median of {args.repeat} runs after a warm-up, batch 1, each tool's default threads; "
             "est. = optimize's cost model (see its report for the source of each cost)",
             f"max rel diff: max |optimized - original| / max |original| over every output, "

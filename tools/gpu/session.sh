@@ -7,6 +7,10 @@
 # returns what it finished. With TEQ_GPU_SECONDS set, the long steps (the
 # table's measurements, the suite) stop in time for the last pack: the
 # table keeps the rows measured so far, the suite reports the models done.
+# optimize prices with tools/profiles/h200.tsv (its rows of this GPU's model
+# reused, the rest measured), or, after a profile step, with the table that
+# step measured and calibrated (OUT_DIR/table.tsv): a fresh table and the
+# suite it prices fit one call.
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
 #   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels
@@ -35,6 +39,9 @@ python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$stage/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 models=/tmp/teq-models
+# Named relative to the checkout: the staged binaries' default names the
+# development machine's.
+table=tools/profiles/h200.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 
 run_tests() {
@@ -80,6 +87,15 @@ profile() {
   # tools/profiles/<device>.tsv measured.tsv` adds the analytic model's fit.
   timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/measured.tsv" \
     "$out/configs.txt" 2>&1 | tail -5
+  # The analytic model's fit (a second), so that the steps after this one price with it.
+  if "$stage/tools/teq-profile" calibrate -o "$out/table.tsv" "$out/measured.tsv" \
+       > "$out/calibrate.log" 2>&1; then
+    table=$out/table.tsv
+    cp "$table" "$final/table.tsv"
+    tail -1 "$out/calibrate.log"
+  else
+    tail -3 "$out/calibrate.log"
+  fi
 }
 
 # Each kernel of the original and the optimized graph timed inside a run and
@@ -90,9 +106,9 @@ profile() {
 kernels() {
   for m in nasneta vgg19 csrnet resnet18; do
     [ -f "$models/$m/model.onnx" ] || continue
-    # Priced by the committed table, so that the GPU's verdict cannot keep the original.
+    # Priced by the table alone, so that the GPU's verdict cannot keep the original.
     timeout "$(left)" "$stage/tools/optimize" --rules "$packed/rules.sqlite" --budget 100 --no-check \
-      --cost-model table --cost-table tools/profiles/h200.tsv \
+      --cost-model table --cost-table "$table" \
       -o "$out/$m.opt.onnx" "$models/$m/model.onnx" > "$out/kernels_$m.optimize.txt" 2>&1
     for which in before after; do
       model=$models/$m/model.onnx; [ $which = after ] && model=$out/$m.opt.onnx
@@ -123,7 +139,7 @@ for step in "$@"; do
       mkdir -p "$dir"
       PYTHONUNBUFFERED=1 timeout -k 20 "$(left)" python3 tools/bench/bench_suite.py \
         --models "${chosen:-all}" --build "$stage" --rules "$packed/rules.sqlite" --gpu on \
-        --cache "$models" --out "$dir" --repeat 3 --gpu-repeat 100 \
+        --cache "$models" --out "$dir" --repeat 3 --gpu-repeat 100 --cost-table "$table" \
         --record "$dir/configs_suite.txt" 2>"$dir/suite.log"
       tail -3 "$dir/suite.log" ;;
     *) echo "unknown step $step" ;;
