@@ -21,9 +21,10 @@
 # same day, the suite then timing each model as given too): suite 191 s and 245 s,
 # profile 171 s for 6,350, kernels 25 s. A 15-minute lease
 # holds two calls of this script back to back (the machine stays warm 30 s between
-# them; /tmp, the models included, survives), for instance
-#   TEQ_GPU_SECONDS=395 ... tests models kernels suite=tiny-cnn,nasrnn,...,nasneta
-#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 profile
+# them; /tmp, the models and a table measured by the first call included,
+# survives). profile and kernels need the models step (or a suite) first:
+#   TEQ_GPU_SECONDS=330 ... tests models profile
+#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 kernels
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -42,6 +43,8 @@ models=/tmp/teq-models
 # Named relative to the checkout: the staged binaries' default names the
 # development machine's.
 table=tools/profiles/h200.tsv
+# A table an earlier call on this machine measured (profile) prices this call too.
+[ -f "$out/table.tsv" ] && table=$out/table.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 
 run_tests() {
