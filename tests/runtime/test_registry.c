@@ -2,6 +2,7 @@
  * machinery (defaults, bounds, formatting, lookup) behaves as documented. */
 #include <string.h>
 
+#include "runtime/graph.h"
 #include "runtime/ops.h"
 #include "tests/check.h"
 
@@ -66,8 +67,50 @@ static void test_params(void) {
   diag_fini(&d);
 }
 
+/* op_bare_twin: an operator that can fuse an epilogue, without it. A conv's
+ * bias and relu go (one relu's pass stands for both), a product's tanh is
+ * its own pass, and what has no epilogue has no bare twin. */
+static void test_bare_twin(void) {
+  Graph *g = graph_new();
+  CHECK(g != NULL);
+  if (!g) return;
+  Shape xs = shape_of(4, 1, 8, 6, 6), ws = shape_of(4, 4, 8, 3, 3), bs = shape_of(1, 4);
+  Shape as = shape_of(2, 2, 8), bms = shape_of(2, 8, 5);
+  TensorRef x = {graph_add_input(g, "x", &xs, DT_F32, NULL), 0};
+  TensorRef w = {graph_add_input(g, "w", &ws, DT_F32, NULL), 0};
+  TensorRef b = {graph_add_input(g, "b", &bs, DT_F32, NULL), 0};
+  TensorRef ma = {graph_add_input(g, "a", &as, DT_F32, NULL), 0};
+  TensorRef mb = {graph_add_input(g, "m", &bms, DT_F32, NULL), 0};
+  int act = param_index(OP_CONV2D, "act"), mact = param_index(OP_MATMUL, "act");
+  Params cp, mp;
+  params_default(OP_CONV2D, &cp);
+  params_default(OP_MATMUL, &mp);
+  param_set_int(&cp, act, ACT_RELU);
+  param_set_int(&mp, mact, ACT_TANH);
+  int conv_br = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w, b}, 3, 1, &cp, NULL, NULL);
+  params_default(OP_CONV2D, &cp);
+  int conv_b = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w, b}, 3, 1, &cp, NULL, NULL);
+  int conv = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &cp, NULL, NULL);
+  int prod = graph_add_node(g, OP_MATMUL, (TensorRef[]){ma, mb}, 2, 1, &mp, NULL, NULL);
+  int relu = graph_add_node(g, OP_RELU, (TensorRef[]){x}, 1, 1, NULL, NULL, NULL);
+  CHECK(conv_br >= 0 && conv_b >= 0 && conv >= 0 && prod >= 0 && relu >= 0);
+  Params bare;
+  int n_bare = -1;
+  OpKind pass = OP__COUNT;
+  CHECK(op_bare_twin(&g->nodes[conv_br], &bare, &n_bare, &pass));
+  CHECK(n_bare == 2 && pass == OP_RELU && param_int(&bare, act) == ACT_NONE);
+  CHECK(op_bare_twin(&g->nodes[conv_b], &bare, &n_bare, &pass));
+  CHECK(n_bare == 2 && pass == OP_RELU);
+  CHECK(!op_bare_twin(&g->nodes[conv], &bare, &n_bare, &pass));
+  CHECK(op_bare_twin(&g->nodes[prod], &bare, &n_bare, &pass));
+  CHECK(n_bare == 2 && pass == OP_TANH && param_int(&bare, mact) == ACT_NONE);
+  CHECK(!op_bare_twin(&g->nodes[relu], &bare, &n_bare, &pass));
+  graph_free(g);
+}
+
 int main(void) {
   test_table();
   test_params();
+  test_bare_twin();
   return check_exit();
 }
