@@ -479,6 +479,25 @@ static double price_twin(CostModel *m, OpKind kind, const Params *p, const Shape
   return us;
 }
 
+/* price_twin, without writing the configuration to the record file: the
+ * list a GPU run measures keeps to what the search meets, not every twin
+ * the bounds price (each level of halving of every product would swell it). */
+static double price_unrecorded(CostModel *m, OpKind kind, const Params *p, const Shape *in,
+                               const DType *dt, int n_in, int n_out) {
+  FILE *record = m->record;
+  m->record = NULL;
+  double us = price_twin(m, kind, p, in, dt, n_in, n_out);
+  m->record = record;
+  return us;
+}
+
+/* The shapes and element types of node n's first k inputs in g (k <=
+ * TWIN_MAX_IN), as price_twin takes them. */
+static void twin_inputs(const Graph *g, const Node *n, int k, Shape *in, DType *dt) {
+  for (int j = 0; j < k; j++)
+    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
+}
+
 /* What node id's one-part twin costs (table, GPU or estimate), when the
  * registry says its parts each read a slice of input 0's axis 1 (conv's
  * groups): the same operator with one part on input 0 narrowed to one
@@ -497,8 +516,7 @@ static double one_part_us(CostModel *m, const Graph *g, int id) {
   int64_t parts = n->params.v[p].i[0];
   Shape in[TWIN_MAX_IN];
   DType dt[TWIN_MAX_IN];
-  for (int j = 0; j < n->n_in; j++)
-    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
+  twin_inputs(g, n, n->n_in, in, dt);
   if (parts <= 1 || in[0].ndim < 2 || in[0].d[1] % parts) return 0;
   in[0].d[1] /= parts;
   Params one = n->params;
@@ -535,15 +553,9 @@ static double twice_half_us(CostModel *m, const Graph *g, int id) {
   if (!o->half_twin || n->n_in > TWIN_MAX_IN) return INFINITY;
   Shape in[TWIN_MAX_IN], half[TWIN_MAX_IN];
   DType dt[TWIN_MAX_IN];
-  for (int j = 0; j < n->n_in; j++)
-    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
+  twin_inputs(g, n, n->n_in, in, dt);
   if (!o->half_twin(n, in, half)) return INFINITY;
-  /* Halves are priced, not recorded for measuring: every level of halving
-   * of every product would swell the list a GPU run measures. */
-  FILE *record = m->record;
-  m->record = NULL;
-  double us = price_twin(m, n->kind, &n->params, half, dt, n->n_in, n->n_out);
-  m->record = record;
+  double us = price_unrecorded(m, n->kind, &n->params, half, dt, n->n_in, n->n_out);
   return us > 0 ? fmax(us, 2 * us - m->calib.launch_us) : INFINITY;
 }
 
@@ -563,17 +575,11 @@ static bool bare_bounds(CostModel *m, const Graph *g, int id, double *lo, double
     return false;
   Shape in[TWIN_MAX_IN];
   DType dt[TWIN_MAX_IN];
-  for (int j = 0; j < n_bare; j++)
-    in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
-  /* Priced, not recorded: the list a GPU run measures keeps to the
-   * configurations the search meets. */
-  FILE *record = m->record;
-  m->record = NULL;
-  double us = price_twin(m, n->kind, &bare, in, dt, n_bare, 1);
+  twin_inputs(g, n, n_bare, in, dt);
+  double us = price_unrecorded(m, n->kind, &bare, in, dt, n_bare, 1);
   Params none;
   params_default(pass_kind, &none);
-  double pass = price_twin(m, pass_kind, &none, &n->out[0], &n->dtype, 1, 1);
-  m->record = record;
+  double pass = price_unrecorded(m, pass_kind, &none, &n->out[0], &n->dtype, 1, 1);
   if (!(us > 0 && pass > 0)) return false;
   *lo = us, *hi = us + pass;
   return true;

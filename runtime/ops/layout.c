@@ -1180,9 +1180,10 @@ static int gather_eval(const Node *n, Tensor *const *in, Tensor *const *out, Dia
   return rc;
 }
 
-/* One constant index (a scalar, as PyTorch's select exports, or of shape
- * [1]) along an axis with nothing but extent-1 dimensions before it takes
- * one block of the data: Q, K and V out of attention's packed projection, ViT's class token. */
+/* One constant index: a scalar, as PyTorch's select exports, or of shape
+ * [1] (Q, K and V out of attention's packed projection, ViT's class token).
+ * With nothing but extent-1 dimensions before its axis, it takes one block
+ * of the data (gather_view). */
 bool op_gather_one(const Node *n, const Shape *data, const Tensor *indices, int64_t *axis,
                    int64_t *k) {
   if (n->kind != OP_GATHER || !indices || indices->dtype != DT_I64 || tensor_numel(indices) != 1)
