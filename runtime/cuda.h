@@ -60,6 +60,12 @@ TEQ_API int cuda_device_open(CudaDevice **out, Diag *d);
 TEQ_API void cuda_device_close(CudaDevice *dev);
 /* The device's name ("NVIDIA H100 80GB HBM3"), as cost tables key it. */
 TEQ_API const char *cuda_device_name(const CudaDevice *dev);
+/* For tests and benchmarks: every convolution searched on dev from now on
+ * takes the way named, as cuda_plan_step_note reports it ("cublas:gemm
+ * split 4"), instead of the fastest; one whose search does not offer that
+ * way fails and lists the ways it offers. NULL returns to timing. Either
+ * forgets the ways chosen so far. */
+TEQ_API void cuda_device_pin_conv_way(CudaDevice *dev, const char *way);
 
 /* Prepares g (which must pass graph_check, have no opaque node on the path
  * to its outputs, and known shapes) for running on dev. The first run, made

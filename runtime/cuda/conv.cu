@@ -5,7 +5,9 @@
  * A convolution's algorithm is chosen once per configuration by timing:
  * cuDNN's own (less those whose float32 rounding is too coarse) against
  * cuBLAS, which computes an ungrouped convolution as a matrix product (a
- * 1x1 one directly, any other after unfolding its input, im2col).
+ * 1x1 one directly, any other after unfolding its input, im2col), whole or
+ * split along its inner dimension where its output is too small to fill
+ * the GPU.
  *
  * Float32 stays float32: every convolution descriptor asks for
  * CUDNN_FMA_MATH, so cuDNN never rounds operands to TF32 and the results
@@ -22,6 +24,7 @@
  * memo; captured runs only look it up. Descriptors are made and destroyed
  * per call: that is host work, allowed while capturing, and cheap. */
 #include <stdio.h>
+#include <string.h>
 
 #include "runtime/cuda/cuda_int.h"
 
@@ -249,13 +252,31 @@ static bool exact_enough_bwd_data(cudnnConvolutionBwdDataAlgo_t a) {
          a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
 }
 
-/* ---- 1x1 convolutions as matrix products ---- */
+/* ---- convolutions as matrix products (cuBLAS) ----
+ * An ungrouped convolution is, per image, the product y (M x HW) =
+ * w (M x K) x cols (K x HW), row-major: a 1x1 one directly on its input
+ * (K = C), any other on its input unfolded into columns (im2col, K =
+ * C kh kw). Row-major y = w x cols is column-major y^T = cols^T w^T: one
+ * strided batched call over the images (w shared: stride 0).
+ *
+ * A product may also be split along K. At batch 1 the late layers of a
+ * CNN have a long K and a small output: VGG-19's 14x14 convs are 512 x 196
+ * outputs over K = 4608, a few output tiles for a GPU of a hundred
+ * multiprocessors; on the H200 they ran at 17 of its 67 float32 TFLOPS.
+ * Split into s slices of K, one strided batched call computes s partial
+ * products side by side in scratch and split_sum_kernel adds them up with
+ * the bias and a relu: the pass over y the epilogue makes anyway, reading
+ * s partials. Which split, if any, is faster is timed like every way. */
 
-/* The remembered algorithm that means "cuBLAS, not cuDNN". */
-enum { ALGO_GEMM = -1 };
+/* cuBLAS ways are negative: -(product | splits << 4), splits 0 for none.
+ * ALGO_GEMM runs a 1x1 convolution on its input, ALGO_IM2COL any other
+ * ungrouped one on its columns in scratch. */
+enum { ALGO_GEMM = -1, ALGO_IM2COL = -2 };
+static int64_t split_way(int64_t way, int splits) { return -(-way | (int64_t)splits << 4); }
+static int64_t product_of(int64_t way) { return -(-way & 15); }
+static int splits_of(int64_t way) { return way < 0 && (-way >> 4) > 1 ? (int)(-way >> 4) : 1; }
 
-/* Kernel 1x1, stride 1, no padding, no dilation, one group: for each image,
- * y (M x HW) = w (M x C) x (C x HW), row-major. */
+/* Kernel 1x1, stride 1, no padding, no dilation, one group. */
 static bool pointwise(const Conv2dPlan &pl) {
   const CudnnConv &cv = pl.cv;
   return cv.kh == 1 && cv.kw == 1 && cv.sh == 1 && cv.sw == 1 && cv.ph == 0 && cv.pw == 0 &&
@@ -263,24 +284,6 @@ static bool pointwise(const Conv2dPlan &pl) {
          fits_int(cv.oh * cv.ow) && fits_int(cv.c) && fits_int(cv.m) && fits_int(cv.n);
 }
 
-/* Row-major y = w x per image is column-major y^T = x^T w^T: one strided
- * batched call over the images (w shared: stride 0). */
-static int pointwise_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *x, const float *w,
-                          float *y, Diag *d) {
-  const CudnnConv &cv = pl.cv;
-  int hw = (int)(cv.oh * cv.ow), c = (int)cv.c, m = (int)cv.m;
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, c, &one, x,
-                                       hw, (long long)hw * c, w, c, 0, &zero, y, hw,
-                                       (long long)hw * m, (int)cv.n));
-  return TEQ_OK;
-}
-
-/* Any other ungrouped convolution: its input unfolded (im2col) into
- * columns [C kh kw, oh ow] per image in scratch, then the same product with
- * K = C kh kw. At batch 1 and small images cuDNN's float32 algorithms leave
- * most of the GPU idle where a GEMM does not. */
-enum { ALGO_IM2COL = -2 };
 static const size_t IM2COL_CAP = (size_t)256 << 20;
 
 static size_t im2col_bytes(const Conv2dPlan &pl) {
@@ -293,6 +296,42 @@ static bool im2col_applies(const Conv2dPlan &pl) {
   return cv.groups == 1 && !(cv.kh == 1 && cv.kw == 1) && im2col_bytes(pl) <= IM2COL_CAP &&
          fits_int(cv.oh * cv.ow) && fits_int(cv.c * cv.kh * cv.kw) && fits_int(cv.m) &&
          fits_int(cv.n);
+}
+
+/* The product's K: C for a 1x1 convolution, C kh kw for one unfolded. */
+static int64_t product_k(const CudnnConv &cv) { return cv.c * cv.kh * cv.kw; }
+
+/* Scratch of a split product's partial outputs. */
+static const size_t SPLIT_PARTS_CAP = (size_t)64 << 20;
+static size_t split_bytes(const CudnnConv &cv, int splits) {
+  return align_up((size_t)(splits * cv.n * cv.m * cv.oh * cv.ow) * sizeof(float));
+}
+
+/* Whether a product splits s ways: K divides into slices of at least
+ * SPLIT_MIN_K, the unsplit product has fewer output tiles than the device
+ * has multiprocessors (a 128 x 128 tile each, a typical float32 GEMM
+ * tile), and the split ones no more than four per multiprocessor. */
+enum { SPLIT_MIN_K = 64, SPLIT_TILE = 128, SPLIT_MAX = 16 };
+static bool split_applies(CudaCtx *cx, const CudnnConv &cv, int s) {
+  int64_t k = product_k(cv), hw = cv.oh * cv.ow;
+  int64_t tiles = cv.n * ((cv.m + SPLIT_TILE - 1) / SPLIT_TILE) * ((hw + SPLIT_TILE - 1) / SPLIT_TILE);
+  int sms = cuda_sm_count(cx);
+  return k % s == 0 && k / s >= SPLIT_MIN_K && tiles < sms && tiles * s <= 4 * (int64_t)sms &&
+         split_bytes(cv, s) <= SPLIT_PARTS_CAP;
+}
+
+/* y[i] = act(bias[m of i] + sum over s of part[s][i]), the relu inline (0
+ * for NaN, as the element-wise kernels'); any other activation is applied
+ * after. */
+__global__ void split_sum_kernel(const float *__restrict__ part, int splits, int64_t total,
+                                 const float *__restrict__ bias, int64_t m, int64_t plane,
+                                 bool relu, float *__restrict__ y) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float v = bias ? bias[(i / plane) % m] : 0.0f;
+    for (int j = 0; j < splits; j++) v += part[j * total + i];
+    y[i] = relu ? (v > 0 ? v : 0) : v;
+  }
 }
 
 /* col[img][(ci kh + i) kw + j][oy ow + ox] = x[img][ci][oy sh - ph + i dh][ox sw - pw + j dw],
@@ -311,20 +350,38 @@ __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ c
   }
 }
 
-/* y = w x col per image, col in scratch (after the uneven-padding copy). */
-static int im2col_gemm(CudaCtx *cx, const Conv2dPlan &pl, const float *xin, const float *w,
-                       float *y, float *col, Diag *d) {
-  const CudnnConv &cv = pl.cv;
+/* y = w x cols per image, whole (splits 1) or as `splits` partial
+ * products into part, which the caller sums. */
+static int conv_product(CudaCtx *cx, const CudnnConv &cv, const float *cols, const float *w,
+                        float *y, int splits, float *part, Diag *d) {
+  int hw = (int)(cv.oh * cv.ow), k = (int)product_k(cv), m = (int)cv.m;
+  const float one = 1.0f, zero = 0.0f;
+  if (splits == 1) {
+    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, k, &one,
+                                         cols, hw, (long long)hw * k, w, k, 0, &zero, y, hw,
+                                         (long long)hw * m, (int)cv.n));
+    return TEQ_OK;
+  }
+  /* Slice j is columns [j kc, (j + 1) kc) of cols^T (hw x k, column-major)
+   * and rows [j kc, (j + 1) kc) of w^T (k x m); partial j of image img is
+   * at part + (j n + img) hw m. */
+  int kc = k / splits;
+  long long out = (long long)hw * m;
+  for (int64_t img = 0; img < cv.n; img++)
+    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, kc, &one,
+                                         cols + img * (int64_t)hw * k, hw, (long long)hw * kc,
+                                         w, k, kc, &zero, part + img * out, hw, cv.n * out,
+                                         splits));
+  return TEQ_OK;
+}
+
+/* Unfolds xin into col (n images of [C kh kw, oh ow]). */
+static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col, Diag *d) {
   int64_t total = cv.n * cv.c * cv.kh * cv.kw * cv.oh * cv.ow;
   im2col_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
       xin, col, cv.n, cv.c, cv.h, cv.w, cv.kh, cv.kw, cv.oh, cv.ow, cv.sh, cv.sw, cv.ph, cv.pw,
       cv.dh, cv.dw);
   CUDA_LAUNCHED();
-  int hw = (int)(cv.oh * cv.ow), k = (int)(cv.c * cv.kh * cv.kw), m = (int)cv.m;
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, k, &one, col,
-                                       hw, (long long)hw * k, w, k, 0, &zero, y, hw,
-                                       (long long)hw * m, (int)cv.n));
   return TEQ_OK;
 }
 
@@ -403,14 +460,28 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
 }
 
 /* ---- choosing a way to run a convolution ----
- * A way is cuBLAS (ALGO_GEMM, ALGO_IM2COL) or a cuDNN algorithm, run
- * plainly and followed by the epilogue, or, with ALGO_FUSED added, through
- * cudnnConvolutionBiasActivationForward (a bias and a relu). The fused call
- * is not always the faster: on the H100 some algorithms ran it at a third
- * of their plain speed (a grouped 1x1 conv: 123 us fused, 29 us plain), so
- * the choice times whole ways, epilogue included. */
+ * A way is cuBLAS (ALGO_GEMM, ALGO_IM2COL, whole or split along K) or a
+ * cuDNN algorithm, run plainly and followed by the epilogue, or, with
+ * ALGO_FUSED added, through cudnnConvolutionBiasActivationForward (a bias
+ * and a relu). The fused call is not always the faster: on the H100 some
+ * algorithms ran it at a third of their plain speed (a grouped 1x1 conv:
+ * 123 us fused, 29 us plain), so the choice times whole ways, epilogue
+ * included. */
 enum { ALGO_FUSED = 1 << 16 };
 static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
+
+/* What a way is called in step notes and by cuda_device_pin_conv_way. */
+static void way_name(int64_t way, char *buf, size_t size) {
+  if (way < 0) {
+    int s = splits_of(way);
+    snprintf(buf, size, s > 1 ? "cublas:%s split %d" : "cublas:%s",
+             product_of(way) == ALGO_GEMM ? "gemm" : "im2col+gemm", s);
+  } else if (is_fused(way)) {
+    snprintf(buf, size, "cudnn:%s+bias+relu", fwd_algo_name((int)(way & ~(int64_t)ALGO_FUSED)));
+  } else {
+    snprintf(buf, size, "cudnn:%s", fwd_algo_name((int)way));
+  }
+}
 
 /* The arguments of one convolution, as a way runs it. */
 struct Conv2dArgs {
@@ -421,34 +492,59 @@ struct Conv2dArgs {
   float *y;
 };
 
+/* A cuBLAS way: scratch holds the padded input, then the columns (im2col),
+ * then the partial products (split), each part only where used. */
+static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
+                              Diag *d) {
+  const Conv2dPlan &pl = *a.pl;
+  const CudnnConv &cv = pl.cv;
+  char *scratch;
+  const float *xin;
+  int rc;
+  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
+  if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
+  const float *cols = xin;
+  size_t col_bytes = 0;
+  if (product_of(way) == ALGO_IM2COL) {
+    float *col = (float *)(scratch + pl.pad_bytes);
+    if ((rc = im2col(cx, cv, xin, col, d))) return rc;
+    cols = col;
+    col_bytes = im2col_bytes(pl);
+  }
+  int splits = splits_of(way);
+  float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
+  if ((rc = conv_product(cx, cv, cols, a.w, a.y, splits, part, d))) return rc;
+  if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.act, a.y, d);
+  int64_t total = cv.n * cv.m * cv.oh * cv.ow;
+  split_sum_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      part, splits, total, a.bias, cv.m, cv.oh * cv.ow, a.act == ACT_RELU, a.y);
+  CUDA_LAUNCHED();
+  return a.act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, a.act, a.y, total, d);
+}
+
 /* Runs the convolution one way (workspace ws_bytes), epilogue included:
  * how the choice times each way and how a run runs the chosen one.
  * TEQ_ERR_UNSUPPORTED, with nothing in d, where cuDNN does not fuse for
  * this algorithm. */
 static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
                           bool note, Diag *d) {
+  if (note) {
+    char name[64];
+    way_name(way, name, sizeof name);
+    cuda_note(cx, "%s", name);
+  }
+  if (way < 0) return conv2d_run_product(cx, a, way, ws_bytes, d);
   const Conv2dPlan &pl = *a.pl;
   const CudnnDescs &ds = *a.ds;
   int rc;
   char *scratch;
   const float *xin;
-  if (way == ALGO_GEMM) {
-    if (note) cuda_note(cx, "cublas:gemm");
-    if ((rc = pointwise_gemm(cx, pl, a.x, a.w, a.y, d))) return rc;
-    return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
-  }
   if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
   if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
-  if (way == ALGO_IM2COL) {
-    if (note) cuda_note(cx, "cublas:im2col+gemm");
-    if ((rc = im2col_gemm(cx, pl, xin, a.w, a.y, (float *)(scratch + pl.pad_bytes), d))) return rc;
-    return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
-  }
   void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
   const float one = 1.0f, zero = 0.0f;
   if (is_fused(way)) {
     cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)(way & ~(int64_t)ALGO_FUSED);
-    if (note) cuda_note(cx, "cudnn:%s+bias+relu", fwd_algo_name(algo));
     /* y = relu(conv(x) + bias); z (= y) is weighted by 0: no prior output is read. */
     cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
         cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws, ws_bytes, &zero, ds.y, a.y,
@@ -460,7 +556,6 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
     return TEQ_OK;
   }
   cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)way;
-  if (note) cuda_note(cx, "cudnn:%s", fwd_algo_name(algo));
   CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws,
                                     ws_bytes, &zero, ds.y, a.y));
   return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
@@ -472,6 +567,28 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
  * ResNet-18's stem ran im2col + cuBLAS at 47 us with its relu, cuDNN's
  * IMPLICIT_GEMM at 22 us without. */
 enum { CUDNN_CANDIDATES = 2 };
+/* Every way one search may time: the cuDNN candidates, each fused too, and
+ * one cuBLAS product whole and in splits of 2, 4, 8 and 16. */
+enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 };
+
+/* The way cuda_device_pin_conv_way named, as memo {way, bytes}; an error
+ * listing the ways offered if it is not among them. */
+static int conv2d_pinned(const Node *n, const char *pin, const int64_t *ways,
+                         const size_t *bytes, int n_ways, int64_t memo[2], Diag *d) {
+  char offered[MAX_WAYS * 48] = "", name[64];
+  for (int i = 0; i < n_ways; i++) {
+    way_name(ways[i], name, sizeof name);
+    if (strcmp(name, pin) == 0) {
+      memo[0] = ways[i], memo[1] = (int64_t)bytes[i];
+      return TEQ_OK;
+    }
+    size_t used = strlen(offered);
+    snprintf(offered + used, sizeof offered - used, "%s%s", i ? ", " : "", name);
+  }
+  return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                       "the pinned way \"%s\" is not offered for this configuration (offered: %s)",
+                       pin, offered);
+}
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
@@ -497,8 +614,8 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
       cx->cudnn, a.ds->x, xin, a.ds->w, a.w, a.ds->conv, a.ds->y, a.y,
       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws_cap ? scratch + pl.pad_bytes : nullptr,
       ws_cap));
-  int64_t ways[2 * CUDNN_CANDIDATES + 2];
-  size_t bytes[2 * CUDNN_CANDIDATES + 2];
+  int64_t ways[MAX_WAYS];
+  size_t bytes[MAX_WAYS];
   int n_ways = 0, n_cudnn = 0;
   for (int i = 0; i < got && n_cudnn < CUDNN_CANDIDATES; i++) /* fastest first */
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_cap &&
@@ -515,8 +632,19 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
       ways[n_ways] = ways[i] | ALGO_FUSED, bytes[n_ways++] = bytes[i];
   /* A 1x1 convolution is a matrix product; any other ungrouped one, one on
    * its unfolded input (the columns in scratch). */
-  if (pointwise(pl)) ways[n_ways] = ALGO_GEMM, bytes[n_ways++] = 0;
-  else if (im2col_applies(pl)) ways[n_ways] = ALGO_IM2COL, bytes[n_ways++] = im2col_bytes(pl);
+  int64_t product = pointwise(pl) ? ALGO_GEMM : im2col_applies(pl) ? ALGO_IM2COL : 0;
+  if (product) {
+    size_t col = product == ALGO_IM2COL ? im2col_bytes(pl) : 0;
+    ways[n_ways] = product, bytes[n_ways++] = col;
+    for (int s = 2; s <= SPLIT_MAX; s *= 2)
+      if (split_applies(cx, pl.cv, s))
+        ways[n_ways] = split_way(product, s), bytes[n_ways++] = col + split_bytes(pl.cv, s);
+  }
+  if (const char *pin = cuda_pinned_conv_way(cx)) {
+    if ((rc = conv2d_pinned(n, pin, ways, bytes, n_ways, memo, d))) return rc;
+    cuda_memo_put(cx, key, memo);
+    return TEQ_OK;
+  }
   float best_ms = 0;
   memo[0] = ways[0], memo[1] = (int64_t)bytes[0];
   for (int i = 0; i < n_ways; i++) {

@@ -110,6 +110,13 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d);
 bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]);
 void cuda_memo_put(CudaCtx *cx, uint64_t key, const int64_t value[2]);
 
+/* The device's multiprocessors: how many blocks of work fill it. */
+int cuda_sm_count(CudaCtx *cx);
+
+/* The convolution way cuda_device_pin_conv_way named, or NULL: choose by
+ * timing. */
+const char *cuda_pinned_conv_way(CudaCtx *cx);
+
 /* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
  * nothing. In elementwise.cu. */
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/cuda_int.h"
@@ -97,7 +98,9 @@ struct CudaDevice {
   cublasLtHandle_t cublaslt;
   cudnnHandle_t cudnn;
   void *cublas_workspace; /* cuBLAS's and cuBLASLt's: both run on the one stream, in turn */
+  int sm_count;
   std::vector<MemoEntry> memo; /* few entries (one per conv configuration): a scan is enough */
+  std::string pinned_conv_way; /* empty: convolutions choose by timing */
 };
 
 /* ---- cuBLAS and cuBLASLt, loaded on first use (see cuda_int.h) ---- */
@@ -169,6 +172,7 @@ extern "C" int cuda_device_open(CudaDevice **out, Diag *d) {
   if (loaded != TEQ_OK) return loaded;
   CudaDevice *dev = new CudaDevice();
   snprintf(dev->name, sizeof dev->name, "%s", info.device);
+  dev->sm_count = info.sm_count;
   int rc = TEQ_OK;
   auto fail = [&](int r) {
     cuda_device_close(dev);
@@ -212,6 +216,17 @@ extern "C" void cuda_device_close(CudaDevice *dev) {
 }
 
 extern "C" const char *cuda_device_name(const CudaDevice *dev) { return dev->name; }
+
+extern "C" void cuda_device_pin_conv_way(CudaDevice *dev, const char *way) {
+  dev->pinned_conv_way = way ? way : "";
+  dev->memo.clear(); /* what was chosen by timing must be chosen again, pinned */
+}
+
+const char *cuda_pinned_conv_way(CudaCtx *cx) {
+  return cx->dev->pinned_conv_way.empty() ? nullptr : cx->dev->pinned_conv_way.c_str();
+}
+
+int cuda_sm_count(CudaCtx *cx) { return cx->dev->sm_count; }
 
 bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]) {
   for (const MemoEntry &e : cx->dev->memo)

@@ -1,17 +1,19 @@
 /* test_cuda_linear.c: the GPU kernels of the linear operators (conv2d,
  * conv_transpose, enlarge, batchnorm, matmul, gemm) against the CPU
- * executor, each at odd and degenerate sizes and one large shape:
- * conv2d with stride, asymmetric pads (cuDNN pads symmetrically, so these
- * take the explicit-padding path), groups and depthwise, dilation, bias
- * with every fused act (relu takes cuDNN's fused bias-activation call),
- * 1x1, and a ResNet layer; conv_transpose with stride, output_padding,
- * even pads (cuDNN computes the window) and uneven ones or output_padding
- * past the stride (the full scatter is cropped), groups, dilation, bias;
- * enlarge to square and non-square kernels; batchnorm on 2-D to 4-D inputs
- * and a non-default epsilon; matmul with 2-D, 1-D and broadcast batch
- * operands (one tall GEMM, strided-batched, and loops of either) and
- * fused acts (a relu over one tall GEMM is cuBLASLt's epilogue); gemm with transposes, alpha and beta, and C as a scalar,
- * [1], [N], [M, 1], [1, N] and [M, N]. */
+ * executor, each at odd and degenerate sizes and one large shape: conv2d
+ * with stride, asymmetric pads (cuDNN pads symmetrically, so these take the
+ * explicit-padding path), groups and depthwise, dilation, bias with every
+ * fused act (relu takes cuDNN's fused bias-activation call), 1x1, and a
+ * ResNet layer; each cuBLAS way pinned, whole or split along K, and a pin
+ * the configuration does not offer; conv_transpose with stride,
+ * output_padding, even pads (cuDNN computes the window) and uneven ones or
+ * output_padding past the stride (the full scatter is cropped), groups,
+ * dilation, bias; enlarge to square and non-square kernels; batchnorm on 2-D
+ * to 4-D inputs and a non-default epsilon; matmul with 2-D, 1-D and
+ * broadcast batch operands (one tall GEMM, strided-batched, and loops of
+ * either) and fused acts (a relu over one tall GEMM is cuBLASLt's epilogue);
+ * gemm with transposes, alpha and beta, and C as a scalar, [1], [N], [M, 1],
+ * [1, N] and [M, N]. */
 #include "tests/cuda_check.h"
 
 #define SHAPES(...) ((const Shape[]){__VA_ARGS__})
@@ -90,6 +92,63 @@ static void test_conv2d(CudaDevice *dev) {
   conv_case(dev, (ConvSpec){.label = "conv2d 1x3x224x224 k7 s2 pads 3 (stem)", S(4, 1, 3, 224, 224),
                             S(4, 64, 3, 7, 7), true, .stride = {2, 2}, .pads = {3, 3, 3, 3},
                             .act = ACT_RELU});
+}
+
+/* Each cuBLAS way pinned: the search runs only the fastest, so a way that
+ * loses on this GPU would otherwise never be checked. The split ones write
+ * partial products to scratch (after the padded input and the columns,
+ * where those are used) and sum them with the bias and activation. */
+static void pinned_conv_case(CudaDevice *dev, const char *way, ConvSpec s) {
+  cuda_device_pin_conv_way(dev, way);
+  conv_case(dev, s);
+  cuda_device_pin_conv_way(dev, NULL);
+}
+
+/* A pinned way the configuration does not offer fails, naming those it
+ * does. */
+static void test_pin_refused(CudaDevice *dev) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape xs = S(4, 1, 8, 5, 5), ws = S(4, 4, 8, 3, 3);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &d), w = graph_add_input(g, "w", &ws, DT_F32, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  int conv = graph_add_node(g, OP_CONV2D, (TensorRef[]){{x, 0}, {w, 0}}, 2, 1, &p, "conv", &d);
+  graph_add_output(g, (TensorRef){conv, 0}, NULL, &d);
+  cuda_device_pin_conv_way(dev, "cublas:im2col+gemm split 3");
+  CudaPlan *plan = NULL;
+  CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
+  CHECK(d.text && strstr(d.text, "not offered") && strstr(d.text, "cublas:im2col+gemm"));
+  cuda_device_pin_conv_way(dev, NULL);
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
+static void test_conv2d_ways(CudaDevice *dev) {
+  pinned_conv_case(dev, "cublas:im2col+gemm",
+                   (ConvSpec){.label = "conv2d im2col k3 s2 pads(0 1 2 1) bias tanh",
+                              S(4, 1, 3, 7, 9), S(4, 4, 3, 3, 3), true, .stride = {2, 2},
+                              .pads = {0, 1, 2, 1}, .act = ACT_TANH});
+  pinned_conv_case(dev, "cublas:gemm",
+                   (ConvSpec){.label = "conv2d gemm 1x1 2x16x14x14 bias relu",
+                              S(4, 2, 16, 14, 14), S(4, 32, 16, 1, 1), true, .act = ACT_RELU});
+  pinned_conv_case(dev, "cublas:im2col+gemm split 4",
+                   (ConvSpec){.label = "conv2d 1x512x14x14 k3 bias relu (VGG) split 4",
+                              S(4, 1, 512, 14, 14), S(4, 512, 512, 3, 3), true,
+                              .pads = {1, 1, 1, 1}, .act = ACT_RELU});
+  pinned_conv_case(dev, "cublas:im2col+gemm split 2",
+                   (ConvSpec){.label = "conv2d 2x64x9x9 k3 pads(0 1 2 1) split 2",
+                              S(4, 2, 64, 9, 9), S(4, 96, 64, 3, 3), .pads = {0, 1, 2, 1}});
+  pinned_conv_case(dev, "cublas:gemm split 8",
+                   (ConvSpec){.label = "conv2d 1x1 1x2048x7x7 bias sigmoid split 8",
+                              S(4, 1, 2048, 7, 7), S(4, 512, 2048, 1, 1), true,
+                              .act = ACT_SIGMOID});
+  pinned_conv_case(dev, "cublas:gemm split 16",
+                   (ConvSpec){.label = "conv2d 1x1 1x1024x7x7 relu split 16",
+                              S(4, 1, 1024, 7, 7), S(4, 256, 1024, 1, 1), .act = ACT_RELU});
+  test_pin_refused(dev);
 }
 
 /* ---- conv_transpose ---- */
@@ -261,6 +320,7 @@ static void test_gemm(CudaDevice *dev) {
 int main(void) {
   CudaDevice *dev = cuda_check_open();
   test_conv2d(dev);
+  test_conv2d_ways(dev);
   test_conv_transpose(dev);
   test_enlarge(dev);
   test_batchnorm(dev);
