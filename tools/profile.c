@@ -15,6 +15,10 @@
  *   teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all] MODEL.onnx
  *       what the cost model says a model costs, node by node, and where
  *       each figure came from (the table, this GPU, or the roofline)
+ *   teq-profile ways [--repeats N] [--batch N] MODEL.onnx
+ *       each distinct convolution of a model on this machine's GPU: the way
+ *       its search chose and its time, beside the cuBLAS product's time
+ *       whole and split along K in 2 to 16 slices, each pinned
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
 #include <errno.h>
 #include <limits.h>
@@ -35,7 +39,8 @@ static int usage(FILE *f, int status) {
           "       teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...\n"
           "       teq-profile calibrate [-o TABLE] TABLE\n"
           "       teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all]\n"
-          "                        MODEL.onnx\n");
+          "                        MODEL.onnx\n"
+          "       teq-profile ways [--repeats N] [--batch N] MODEL.onnx\n");
   return status;
 }
 
@@ -522,6 +527,97 @@ static int do_cost(int argc, char **argv, Diag *d) {
   return rc;
 }
 
+/* ---- ways ---- */
+
+/* The product ways of cuda_device_pin_conv_way, whole and split. */
+static const int way_splits[] = {1, 2, 4, 8, 16};
+enum { N_WAY_SPLITS = sizeof way_splits / sizeof *way_splits };
+
+/* Node id of g alone, timed with the way pinned (NULL: as searched); a
+ * negative time where the convolution does not offer that way. */
+static int time_pinned(CudaDevice *dev, const Graph *g, int id, const char *way, int repeats,
+                       CudaProfile *p, Diag *d) {
+  cuda_device_pin_conv_way(dev, way);
+  Diag wd;
+  diag_init(&wd);
+  int rc = cuda_profile_node(dev, g, id, repeats, p, &wd);
+  cuda_device_pin_conv_way(dev, NULL);
+  if (rc == TEQ_ERR_UNSUPPORTED && way && wd.text && strstr(wd.text, "not offered")) {
+    p->median_us = -1;
+    rc = TEQ_OK;
+  } else if (rc != TEQ_OK) {
+    diag_error(d, "%s", diag_last(&wd));
+  }
+  diag_fini(&wd);
+  return rc;
+}
+
+static int do_ways(int argc, char **argv, Diag *d) {
+  const char *model = NULL;
+  long long repeats = 20, batch = 1;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
+      if (!teq_parse_int(argv[++i], 1, 100000, &repeats))
+        return diag_error(d, "--repeats takes a positive integer, not '%s'", argv[i]);
+    } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      if (!teq_parse_int(argv[++i], 1, 1 << 20, &batch))
+        return diag_error(d, "--batch takes a positive integer, not '%s'", argv[i]);
+    } else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    else model = argv[i];
+  }
+  if (!model) return diag_error(d, "ways: no model given");
+  OnnxImportOptions io = ONNX_IMPORT_DEFAULTS;
+  io.batch = batch;
+  io.opaque_unsupported_forms = true;
+  Graph *g = NULL;
+  CudaDevice *dev = NULL;
+  Lines seen = {0};
+  int rc = onnx_import_file(model, &io, &g, NULL, d);
+  if (rc == TEQ_OK) rc = cuda_device_open(&dev, d);
+  if (rc == TEQ_OK)
+    printf("%s on %s: each convolution once, us (median of %lld); '-': not offered\n"
+           "%9s  %-34s %9s %9s %9s %9s %9s  %s\n",
+           model, cuda_device_name(dev), repeats, "chosen", "way", "whole", "split 2",
+           "split 4", "split 8", "split 16", "node");
+  double chosen_sum = 0;
+  int n_convs = 0;
+  for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
+    if (g->nodes[id].kind != OP_CONV2D) continue;
+    char key[COST_KEY_MAX], label[GRAPH_LABEL_MAX];
+    cost_config_key(g, id, key, sizeof key);
+    bool again = false;
+    for (size_t k = 0; k < seen.n && !again; k++) again = strcmp(seen.v[k], key) == 0;
+    if (again || (rc = lines_add(&seen, key)) != TEQ_OK) continue;
+    CudaProfile chosen, p;
+    if ((rc = time_pinned(dev, g, id, NULL, (int)repeats, &chosen, d)) != TEQ_OK) break;
+    double us[N_WAY_SPLITS];
+    bool offered = false;
+    for (int product = 0; product < 2 && !offered && rc == TEQ_OK; product++)
+      for (int s = 0; s < N_WAY_SPLITS && rc == TEQ_OK; s++) {
+        char way[64];
+        snprintf(way, sizeof way, way_splits[s] > 1 ? "cublas:%s split %d" : "cublas:%s",
+                 product ? "im2col+gemm" : "gemm", way_splits[s]);
+        rc = time_pinned(dev, g, id, way, (int)repeats, &p, d);
+        us[s] = p.median_us;
+        offered = offered || us[s] >= 0;
+      }
+    if (rc != TEQ_OK) break;
+    printf("%9.2f  %-34.34s", chosen.median_us, chosen.algo);
+    for (int s = 0; s < N_WAY_SPLITS; s++)
+      if (offered && us[s] >= 0) printf(" %9.2f", us[s]);
+      else printf(" %9s", "-");
+    printf("  %s\n", graph_node_label(g, id, label, sizeof label));
+    fflush(stdout);
+    chosen_sum += chosen.median_us;
+    n_convs++;
+  }
+  if (rc == TEQ_OK) printf("%d distinct convolutions, %.1f us as chosen\n", n_convs, chosen_sum);
+  lines_free(&seen);
+  cuda_device_close(dev);
+  graph_free(g);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr, 2);
   if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout, 0);
@@ -532,6 +628,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "measure") == 0) rc = do_measure(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "calibrate") == 0) rc = do_calibrate(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "cost") == 0) rc = do_cost(argc - 2, argv + 2, &d);
+  else if (strcmp(argv[1], "ways") == 0) rc = do_ways(argc - 2, argv + 2, &d);
   else {
     fprintf(stderr, "teq-profile: unknown command '%s'\n", argv[1]);
     return usage(stderr, 2);

@@ -10,7 +10,8 @@
 # bandwidth; the sigmoid must not be fitted at all (its bytes are 1/1000 of
 # a launch: any efficiency explains them), and a large sigmoid priced from
 # the table must cost what moving its bytes costs, not what a fit to launch
-# noise would say. The recorded configurations need no oracle.
+# noise would say. The recorded configurations need no oracle. `ways` needs
+# a model, and says so without a GPU.
 # Environment: TEQ_BUILD (build dir), TEQ_PYTHON (/usr/bin/python3).
 set -euo pipefail
 
@@ -83,6 +84,23 @@ if [[ -n $us ]] && "$PY" -c "import sys; sys.exit(not 3 < float(sys.argv[1]) < 1
   ok "cost: sigmoid [1,96,112,112] priced $us us"
 else
   fail "cost: sigmoid [1,96,112,112] priced '${us:-?}' us: $(head -n2 "$WORK/cost.log" | tr '\n' ';')"
+fi
+
+# --- ways: a model is required; without a GPU the command says so, with one
+# it lists every distinct convolution of tiny-cnn.
+rc=0; "$PROF" ways 2>"$WORK/err.log" || rc=$?
+if ((rc == 2)) && grep -q "no model given" "$WORK/err.log"; then
+  ok "ways without a model: exit 2"
+else
+  fail "ways without a model: exit $rc, $(tail -n1 "$WORK/err.log")"
+fi
+rc=0; "$PROF" ways "$WORK/tiny.onnx" >"$WORK/ways.log" 2>"$WORK/err.log" || rc=$?
+if ((rc == 0)) && grep -q "distinct convolutions" "$WORK/ways.log"; then
+  ok "ways: $(tail -n1 "$WORK/ways.log")"
+elif ((rc != 0)) && grep -Eq "GPU|CUDA" "$WORK/err.log"; then
+  ok "ways without a GPU: exit $rc, $(tail -n1 "$WORK/err.log")"
+else
+  fail "ways: exit $rc, $(tail -n1 "$WORK/err.log") $(tail -n1 "$WORK/ways.log")"
 fi
 
 echo "$((checks - failures))/$checks checks ok"

@@ -13,7 +13,7 @@
 # suite it prices fit one call.
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels
+#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels ways
 #
 # What the steps took on an H100 (2026-11-27): tests 40 s, models 60 s, petops 10 s,
 # suite 170 s for its nine smaller models and 220 s for ResNet-50, ResNeXt-50,
@@ -26,7 +26,7 @@
 # profile's list has grown to 11,508 configurations (the zoo's searches too):
 # some 310 s at the H200's 27 ms each.
 #   TEQ_GPU_SECONDS=440 ... tests models profile
-#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 kernels
+#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 kernels ways
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -125,6 +125,17 @@ kernels() {
   done
 }
 
+# Every distinct convolution of the CNNs whose late layers have small
+# outputs and long sums: the way chosen beside the cuBLAS product whole and
+# split along K (teq-profile ways).
+ways() {
+  for m in vgg19 resnet50 squeezenet1_1; do
+    [ -f "$models/$m/model.onnx" ] || continue
+    timeout "$(left)" "$stage/tools/teq-profile" ways "$models/$m/model.onnx" > "$out/ways_$m.txt" 2>&1
+    tail -1 "$out/ways_$m.txt"
+  done
+}
+
 for step in "$@"; do
   echo "==== $step"
   case $step in
@@ -132,6 +143,7 @@ for step in "$@"; do
     models) build_models; check_models ;;
     profile) profile ;;
     kernels) kernels ;;
+    ways) ways ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
     # PET's Table 3 cases: every corrected mutant timed against its original on the GPU.
     petops) "$stage/tools/bench-pet-ops" --repeat 3 > "$out/pet_ops.md" 2>&1; cat "$out/pet_ops.md" ;;
