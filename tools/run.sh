@@ -4,7 +4,8 @@
 # of matrix products: layouts through gemm's flags, and fused relus) and verify-rules into
 # .cache/ruledb.sqlite (reused when it is already complete), optimize with
 # the proved rules, and the report. With no argument the model is the
-# built-in one (build-model tiny-cnn).
+# built-in one: TASO's NasRNN cell (build-model nasrnn), whose matrix
+# products the rules merge.
 #
 #   tools/run.sh [MODEL.onnx] [optimize options...]
 set -euo pipefail
@@ -14,8 +15,8 @@ tools/setup.sh
 model="${1:-}"
 if [ -z "$model" ] || [ "${model#-}" != "$model" ]; then
   mkdir -p .cache/models
-  model=.cache/models/tiny-cnn.onnx
-  build/tools/build-model tiny-cnn "$model"
+  model=.cache/models/nasrnn.onnx
+  build/tools/build-model nasrnn "$model"
 else
   shift
 fi

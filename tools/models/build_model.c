@@ -1,12 +1,13 @@
 /* build_model.c: the `build-model` command, Teq's own model builders.
- * Models that torchvision does not have (and the small built-in model the
- * README's main job runs) are built here through the graph API with seeded
- * random weights and written with the runtime's ONNX exporter, so they are
- * deterministic and need nothing beyond Teq itself. This file holds the
- * command, its model table and tiny-cnn; the layer helpers are in
- * builder.c and each benchmark model (TASO's bert, nasrnn, nasneta, and
- * csrnet) in its own file. torchvision's models are exported by
- * tools/models/export_torchvision.py instead.
+ * Models that torchvision does not have (TASO's NasRNN is the README main
+ * job's built-in model; tiny-cnn is the tests' small one) are built here
+ * through the graph API with seeded random weights and written with the
+ * runtime's ONNX exporter, so they are deterministic and need nothing
+ * beyond Teq itself. This file holds the command, its model table and
+ * tiny-cnn; the layer helpers are in builder.c and each benchmark model
+ * (TASO's bert, nasrnn, nasneta, and csrnet) in its own file.
+ * torchvision's models are exported by tools/models/export_torchvision.py
+ * instead.
  *
  *   build-model [--seed S] [--list] NAME OUT.onnx */
 #include <stdlib.h>
@@ -55,9 +56,10 @@ typedef struct ModelRow {
 } ModelRow;
 
 static const ModelRow models[] = {
-  {"tiny-cnn", build_tiny_cnn, "residual CNN, 1x3x32x32 -> 10 classes (the built-in default)"},
+  {"tiny-cnn", build_tiny_cnn, "residual CNN, 1x3x32x32 -> 10 classes (the tests' small model)"},
   {"bert", bert_build, "BERT encoder as in TASO: 8 layers, seq 64, hidden 1024, 16 heads"},
-  {"nasrnn", nasrnn_build, "NAS-RNN cell as in TASO: 5 steps of 5x[1,512], hidden 512"},
+  {"nasrnn", nasrnn_build,
+   "NAS-RNN cell as in TASO: 5 steps of 5x[1,512], hidden 512 (the built-in default)"},
   {"nasneta", nasneta_build, "NasNet-A (mobile, TASO's cells), 1x3x224x224 -> 1000 logits"},
   {"csrnet", csrnet_build, "CSRNet: VGG-16 front + dilated back end, 1x3x224x224 -> 1x1x28x28"},
 };
