@@ -7,7 +7,7 @@
  *            [--window N] [--plain-windows] [--one-site] [--zp-check-flops F] [--batch N] [--record FILE]
  *            [--dump] [--quiet] [--as-given]
  *            [--pet | --no-pet] [--pet-depth N] [--pet-trials T] [--pet-mutants K]
- *            [--pet-max-flops F] [--jobs N] [--check-derived] model.onnx
+ *            [--pet-max-flops F] [--pet-max-elements N] [--jobs N] [--check-derived] model.onnx
  *
  * Imports the model (constants and BatchNormalization folded), searches for
  * a cheaper equivalent with the proved rules, computes weight-only nodes,
@@ -75,8 +75,8 @@ static const char usage[] =
   "  --json FILE         also write the report as JSON\n"
   "  --seed S            random inputs of the checks (default 1)\n"
   "  --unproved          also use rules verify-rules has not proved (never refuted ones)\n"
-  "  --zp-check-flops F  check each distinct rule instance exactly in Z_p up to F flops\n"
-  "                      (default 3e7; 0: never)\n"
+  "  --zp-check-flops F  check each distinct rule instance exactly in Z_p up to F\n"
+  "                      operations: flops and elements moved (default 3e7; 0: never)\n"
   "  --no-check          skip the end-to-end check\n"
   "  --tolerance T       largest relative output difference accepted (default 1e-4)\n"
   "  --batch N           value of symbolic dimensions not named by --dim (default 1)\n"
@@ -93,6 +93,8 @@ static const char usage[] =
   "  --pet-mutants K     corrected mutants kept per subprogram (default 8)\n"
   "  --pet-max-flops F   mutate subprograms up to F flops (default 2e8; larger ones add\n"
   "                      more candidates to the search than they gain)\n"
+  "  --pet-max-elements N  ... and whose tensors each hold up to N elements (default\n"
+  "                      2e6; testing larger ones costs more memory than they gain)\n"
   "  --check-derived     build every PET candidate the search derives unbuilt too, and\n"
   "                      fail if it differs (slow; a test of the search itself)\n"
   "  --jobs N            threads testing PET's mutants side by side (default: online CPUs)\n"
@@ -221,6 +223,10 @@ static int parse_args(int argc, char **argv, Args *a) {
     } else if (!strcmp(k, "--pet-max-flops")) {
       if (!parse_real(v, 0, 1e15, &x)) return bad("--pet-max-flops '%s': expected a number >= 0", v);
       a->opt.pet_max_flops = x;
+    } else if (!strcmp(k, "--pet-max-elements")) {
+      if (!parse_real(v, 0, 1e15, &x))
+        return bad("--pet-max-elements '%s': expected a number >= 0", v);
+      a->opt.pet_max_elements = x;
     } else if (!strcmp(k, "--budget")) {
       if (!teq_parse_int(v, 0, 100000000, &n)) return bad("--budget '%s': expected an integer >= 0", v);
       a->opt.budget = (int)n;
@@ -593,12 +599,12 @@ static void report_text(const Report *r, FILE *f) {
   if (r->opt->pet) {
     int times = 0;
     for (int i = 0; i < st->n_pet_applied; i++) times += st->pet_applied[i].times;
-    fprintf(f, "  %-26s %lld subprograms mutated (%lld over %.3g flops skipped), %lld mutants "
-            "corrected (%lld failed), %lld candidates (%lld derived unbuilt), %lld queued, %d "
+    fprintf(f, "  %-26s %lld subprograms mutated (%lld over %.3g flops or %.3g elements "
+            "skipped), %lld mutants corrected (%lld failed), %lld candidates (%lld derived unbuilt), %lld queued, %d "
             "applied, %.2f s\n",
             "PET", (long long)st->pet_subprograms, (long long)st->pet_too_large,
-            r->opt->pet_max_flops, (long long)st->pet_mutants, (long long)st->pet_failed,
-            (long long)st->pet_built, (long long)st->pet_derived, (long long)st->pet_kept, times,
+            r->opt->pet_max_flops, r->opt->pet_max_elements, (long long)st->pet_mutants,
+            (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_derived, (long long)st->pet_kept, times,
             st->pet_s);
     fprintf(f, "  %-26s reshapes/transposes in the candidates built: %lld moved past "
             "element-wise operators, %lld inverse groups removed, %lld pairs fused, %lld "
@@ -695,14 +701,15 @@ static int report_json(const Report *r, const char *path, Diag *d) {
     fprintf(f, "  \"check\": null,\n");
   if (r->opt->pet) {
     fprintf(f, "  \"pet\": {\"subprograms\": %lld, \"too_large\": %lld, \"max_flops\": %.6g, "
+            "\"max_elements\": %.6g, "
             "\"mutants\": %lld, \"failed\": %lld, \"built\": %lld, \"derived\": %lld, "
             "\"kept\": %lld, "
             "\"seconds\": %.4f, \"post\": {\"candidates\": {\"moved\": %lld, \"removed\": "
             "%lld, \"fused\": %lld, \"hoisted\": %lld}, \"result\": {\"moved\": %lld, "
             "\"removed\": %lld, \"fused\": %lld, \"hoisted\": %lld}}, \"applied\": [",
             (long long)st->pet_subprograms,
-            (long long)st->pet_too_large, r->opt->pet_max_flops, (long long)st->pet_mutants,
-            (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_derived,
+            (long long)st->pet_too_large, r->opt->pet_max_flops, r->opt->pet_max_elements,
+            (long long)st->pet_mutants, (long long)st->pet_failed, (long long)st->pet_built, (long long)st->pet_derived,
             (long long)st->pet_kept, st->pet_s, (long long)st->pet_post_moved, (long long)st->pet_post_removed,
             (long long)st->pet_post_fused, (long long)st->pet_post_hoisted, (long long)r->post.moved,
             (long long)r->post.removed, (long long)r->post.fused, (long long)r->post.hoisted);

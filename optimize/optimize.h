@@ -68,7 +68,8 @@ typedef struct OptOptions {
   bool plain_windows;    /* cut every window at its full size; off (the default): each ends,
                             in its last quarter, where the fewest tensors cross the cut */
   int max_matches;       /* matches tried per rule and graph (default 64) */
-  double zp_check_flops; /* check instances in Z_p up to this many flops (default 3e7); 0: never */
+  double zp_check_flops; /* check instances in Z_p up to this many operations, flops and
+                            elements moved (default 3e7); 0: never */
   uint64_t seed;
   bool one_site;         /* each step rewrites one match, as TASO's search does; off (the
                             default): a step may also apply a rule at all its disjoint
@@ -84,6 +85,10 @@ typedef struct OptOptions {
   double pet_max_flops;  /* mutate subprograms up to this many flops (default 2e8): the
                             mutants of larger ones add more candidates than they gain
                             (ResNeXt-50: search 3.8 -> 8.0 s at 2e9 for 0.9% less cost) */
+  double pet_max_elements; /* ... and whose tensors each hold up to this many elements
+                            (default 2e6): testing mutants costs memory per element, and
+                            VGG-19's stem conv, [1,64,224,224] out, took 0.3 to 0.9 s of a
+                            1.0 s search for none kept */
   int jobs;              /* threads testing PET's mutants side by side (0 or 1: one; the
                             optimize command: the machine's cores) */
   bool check_derived;    /* build and post-optimize every PET candidate the search derives
@@ -93,7 +98,7 @@ typedef struct OptOptions {
 #define OPT_DEFAULTS                                                                  \
   ((OptOptions){.alpha = 1.05, .budget = 300, .window = 150, .max_matches = 64,       \
                 .zp_check_flops = 3e7, .seed = 1, .pet_depth = 3, .pet_mutants = 8,   \
-                .pet_max_flops = 2e8})
+                .pet_max_flops = 2e8, .pet_max_elements = 2e6})
 
 /* One PET mutation in the search's result. */
 typedef struct OptPetApplied {
@@ -128,7 +133,7 @@ typedef struct OptStats {
   int n_rules;
   /* PET */
   int64_t pet_subprograms; /* distinct subprograms (by structural hash) mutated */
-  int64_t pet_too_large;   /* ... skipped: over pet_max_flops */
+  int64_t pet_too_large;   /* ... skipped: over pet_max_flops or pet_max_elements */
   int64_t pet_mutants;     /* corrected mutants generated */
   int64_t pet_failed;      /* mutants whose correction failed */
   int64_t pet_built;       /* candidates made by splicing a mutant in */

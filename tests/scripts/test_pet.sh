@@ -39,7 +39,8 @@ db=$WORK/rules.sqlite
 
 # --- bad PET options are refused with status 2.
 "$BUILD/tools/build-model" tiny-cnn "$WORK/tiny.onnx" 2>/dev/null
-for bad in "--pet-depth 0" "--pet-trials -1" "--pet-mutants 0" "--pet-max-flops x"; do
+for bad in "--pet-depth 0" "--pet-trials -1" "--pet-mutants 0" "--pet-max-flops x" \
+  "--pet-max-elements -1"; do
   rc=0
   # shellcheck disable=SC2086
   "$OPT" --rules "$db" --pet $bad "$WORK/tiny.onnx" >/dev/null 2>"$WORK/err.log" || rc=$?
@@ -59,6 +60,16 @@ for flag in "" --no-pet; do
   if ((rc == 0)) && [ "$got" = "$want" ]; then ok "PET ${want} with '${flag:-no flag}'"
   else fail "'${flag:-no flag}': exit $rc, PET $got (want $want)"; fi
 done
+
+# --- --pet-max-elements: with tensors of at most 1000 elements allowed, tiny-cnn's
+# subprograms (each [1,16,32,32] or larger) are all skipped as too large.
+rc=0
+"$OPT" --rules "$db" --quiet --budget 5 --no-check --pet-max-elements 1000 --json "$WORK/el.json" \
+  -o "$WORK/el.onnx" "$WORK/tiny.onnx" >/dev/null 2>"$WORK/err.log" || rc=$?
+got=$("$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["pet"]
+print(p["subprograms"], p["too_large"] > 0, p["max_elements"])' "$WORK/el.json" 2>/dev/null || echo "no report")
+if ((rc == 0)) && [ "$got" = "0 True 1000" ]; then ok "--pet-max-elements 1000: every subprogram skipped"
+else fail "--pet-max-elements 1000: exit $rc, subprograms / skipped / limit: $got"; fi
 
 # --- models.
 models=()
