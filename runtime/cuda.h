@@ -95,10 +95,11 @@ TEQ_API const char *cuda_plan_step_note(const CudaPlan *p, int step, int *node_i
 /* Microseconds each step takes inside a run of the whole plan (us[i] for
  * step i, the median over `repeats` runs): the steps launched one after
  * another on the plan's stream, as a replay runs them, with an event
- * after each. Beside cuda_profile_node's time of the same node run alone,
+ * after each, queued whole behind a kernel that holds the GPU while the
+ * host launches them (so no step waits for its launch, as none does in a
+ * replay). Beside cuda_profile_node's time of the same node run alone,
  * it shows what the sequence costs that isolated timings do not (caches a
- * neighbour evicts, a choice that differs). Launch latency shows in the
- * smallest steps, which a replay hides. */
+ * neighbour evicts, a choice that differs). */
 TEQ_API int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *d);
 
 /* ---- profiler ----
