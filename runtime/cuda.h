@@ -65,7 +65,7 @@ TEQ_API const char *cuda_device_name(const CudaDevice *dev);
  * split 4"), instead of the fastest; one whose search does not offer that
  * way fails and lists the ways it offers. NULL returns to timing. Either
  * forgets the ways chosen so far. */
-TEQ_API void cuda_device_pin_conv_way(CudaDevice *dev, const char *way);
+TEQ_API void cuda_device_pin_way(CudaDevice *dev, const char *way);
 
 /* Prepares g (which must pass graph_check, have no opaque node on the path
  * to its outputs, and known shapes) for running on dev. The first run, made

@@ -529,7 +529,7 @@ static int do_cost(int argc, char **argv, Diag *d) {
 
 /* ---- ways ---- */
 
-/* The product ways of cuda_device_pin_conv_way, whole and split. */
+/* The product ways of cuda_device_pin_way, whole and split. */
 static const int way_splits[] = {1, 2, 4, 8, 16};
 enum { N_WAY_SPLITS = sizeof way_splits / sizeof *way_splits };
 
@@ -537,11 +537,11 @@ enum { N_WAY_SPLITS = sizeof way_splits / sizeof *way_splits };
  * negative time where the convolution does not offer that way. */
 static int time_pinned(CudaDevice *dev, const Graph *g, int id, const char *way, int repeats,
                        CudaProfile *p, Diag *d) {
-  cuda_device_pin_conv_way(dev, way);
+  cuda_device_pin_way(dev, way);
   Diag wd;
   diag_init(&wd);
   int rc = cuda_profile_node(dev, g, id, repeats, p, &wd);
-  cuda_device_pin_conv_way(dev, NULL);
+  cuda_device_pin_way(dev, NULL);
   if (rc == TEQ_ERR_UNSUPPORTED && way && wd.text && strstr(wd.text, "not offered")) {
     p->median_us = -1;
     rc = TEQ_OK;

@@ -264,7 +264,7 @@ static bool exact_enough_bwd_data(cudnnConvolutionBwdDataAlgo_t a) {
  * outputs over K = 4608, a few output tiles for a GPU of a hundred
  * multiprocessors; on the H200 they ran at 17 of its 67 float32 TFLOPS.
  * Split into s slices of K, one strided batched call computes s partial
- * products side by side in scratch and split_sum_kernel adds them up with
+ * products side by side in scratch and cuda_sum_partials adds them up with
  * the bias and a relu: the pass over y the epilogue makes anyway, reading
  * s partials. Which split, if any, is faster is timed like every way. */
 
@@ -320,20 +320,6 @@ static bool split_applies(CudaCtx *cx, const CudnnConv &cv, int s) {
          split_bytes(cv, s) <= SPLIT_PARTS_CAP;
 }
 
-/* y[i] = act(bias[m of i] + sum over s of part[s][i]), the relu inline (0
- * for NaN, as the element-wise kernels'); any other activation is applied
- * after. */
-__global__ void split_sum_kernel(const float *__restrict__ part, int splits, int64_t total,
-                                 const float *__restrict__ bias, int64_t m, int64_t plane,
-                                 bool relu, float *__restrict__ y) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float v = bias ? bias[(i / plane) % m] : 0.0f;
-    for (int j = 0; j < splits; j++) v += part[j * total + i];
-    y[i] = relu ? (v > 0 ? v : 0) : v;
-  }
-}
-
 /* col[img][(ci kh + i) kw + j][oy ow + ox] = x[img][ci][oy sh - ph + i dh][ox sw - pw + j dw],
  * 0 outside the (already unevenly padded) input. */
 __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ col, int64_t n,
@@ -385,54 +371,6 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
   return TEQ_OK;
 }
 
-/* Milliseconds per call of run() (which launches on cx->stream and returns
- * an error code) as a replay runs it: after a warm-up call, five calls
- * captured into a CUDA graph, launched once to warm it and once timed by
- * CUDA events; outside any capture. How the cuBLAS paths compete with
- * cuDNN's search. Five calls timed on the stream, as this did before,
- * timed the host's launches of a small convolution rather than its
- * kernels: a 1x1 conv [1,880,7,7] x [176,880] with a relu kept cuDNN's
- * IMPLICIT_GEMM, 41 us in a replay, over cuBLAS's product, 9.5 us (the
- * H200's and the H100's tables, 2026-11-27). Where the capture is refused,
- * the calls are timed on the stream as before. */
-template <class Run>
-static int time_calls(CudaCtx *cx, Run run, float *ms, Diag *d) {
-  enum { CALLS = 5 };
-  int rc = run(); /* scratch sized and kernels loaded before any capture */
-  if (rc) return rc;
-  cudaGraphExec_t exec = nullptr;
-  bool outer = cx->capturing;
-  if (cudaStreamBeginCapture(cx->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    cx->capturing = true; /* scratch may not grow now */
-    int crc = TEQ_OK;
-    for (int i = 0; i < CALLS && crc == TEQ_OK; i++) crc = run();
-    cx->capturing = outer;
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(cx->stream, &graph) == cudaSuccess && crc == TEQ_OK &&
-        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
-      exec = nullptr;
-    if (graph) cudaGraphDestroy(graph);
-  }
-  (void)cudaGetLastError(); /* a capture refused is not an error: timed on the stream below */
-  cudaEvent_t a, b;
-  CUDA_TRY(cudaEventCreate(&a));
-  CUDA_TRY(cudaEventCreate(&b));
-  cudaError_t e = exec ? cudaGraphLaunch(exec, cx->stream) : cudaSuccess; /* uploads it */
-  if (e == cudaSuccess) e = cudaEventRecord(a, cx->stream);
-  if (exec && e == cudaSuccess) e = cudaGraphLaunch(exec, cx->stream);
-  for (int i = 0; !exec && i < CALLS && !rc && e == cudaSuccess; i++) rc = run();
-  if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
-  if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
-  if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
-  *ms /= CALLS;
-  if (exec) cudaGraphExecDestroy(exec);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (!rc && e != cudaSuccess)
-    return cuda_fail(d, __FILE__, __LINE__, "timing a way of a convolution", cudaGetErrorString(e));
-  return rc;
-}
-
 /* ---- the epilogue: bias and activation ---- */
 
 /* y[img, m, p] += bias[m] over planes of `plane` elements, and the relu with
@@ -470,7 +408,7 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
 enum { ALGO_FUSED = 1 << 16 };
 static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 
-/* What a way is called in step notes and by cuda_device_pin_conv_way. */
+/* What a way is called in step notes and by cuda_device_pin_way. */
 static void way_name(int64_t way, char *buf, size_t size) {
   if (way < 0) {
     int s = splits_of(way);
@@ -515,11 +453,8 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
   if ((rc = conv_product(cx, cv, cols, a.w, a.y, splits, part, d))) return rc;
   if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.act, a.y, d);
-  int64_t total = cv.n * cv.m * cv.oh * cv.ow;
-  split_sum_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
-      part, splits, total, a.bias, cv.m, cv.oh * cv.ow, a.act == ACT_RELU, a.y);
-  CUDA_LAUNCHED();
-  return a.act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, a.act, a.y, total, d);
+  return cuda_sum_partials(cx, part, splits, cv.n * cv.m * cv.oh * cv.ow, a.bias, cv.m,
+                           cv.oh * cv.ow, a.act, a.y, d);
 }
 
 /* Runs the convolution one way (workspace ws_bytes), epilogue included:
@@ -571,7 +506,7 @@ enum { CUDNN_CANDIDATES = 2 };
  * one cuBLAS product whole and in splits of 2, 4, 8 and 16. */
 enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 };
 
-/* The way cuda_device_pin_conv_way named, as memo {way, bytes}; an error
+/* The way cuda_device_pin_way named, as memo {way, bytes}; an error
  * listing the ways offered if it is not among them. */
 static int conv2d_pinned(const Node *n, const char *pin, const int64_t *ways,
                          const size_t *bytes, int n_ways, int64_t memo[2], Diag *d) {
@@ -592,7 +527,7 @@ static int conv2d_pinned(const Node *n, const char *pin, const int64_t *ways,
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
- * candidate way timed whole (time_calls, warm), the fastest kept. */
+ * candidate way timed whole (cuda_time_calls, warm), the fastest kept. */
 static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t key,
                        int64_t memo[2], Diag *d) {
   if (cuda_memo_get(cx, key, memo)) return TEQ_OK;
@@ -640,7 +575,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
       if (split_applies(cx, pl.cv, s))
         ways[n_ways] = split_way(product, s), bytes[n_ways++] = col + split_bytes(pl.cv, s);
   }
-  if (const char *pin = cuda_pinned_conv_way(cx)) {
+  if (const char *pin = cuda_pinned_way(cx)) {
     if ((rc = conv2d_pinned(n, pin, ways, bytes, n_ways, memo, d))) return rc;
     cuda_memo_put(cx, key, memo);
     return TEQ_OK;
@@ -651,7 +586,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
     float ms = 0;
     Diag wd; /* a way cuDNN refuses is passed over, not reported */
     diag_init(&wd);
-    rc = time_calls(cx, [&] { return conv2d_run_way(cx, a, ways[i], bytes[i], false, &wd); },
+    rc = cuda_time_calls(cx, [&] { return conv2d_run_way(cx, a, ways[i], bytes[i], false, &wd); },
                     &ms, &wd);
     if (rc == TEQ_OK && (i == 0 || ms < best_ms)) {
       best_ms = ms;

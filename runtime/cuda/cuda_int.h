@@ -113,9 +113,15 @@ void cuda_memo_put(CudaCtx *cx, uint64_t key, const int64_t value[2]);
 /* The device's multiprocessors: how many blocks of work fill it. */
 int cuda_sm_count(CudaCtx *cx);
 
-/* The convolution way cuda_device_pin_conv_way named, or NULL: choose by
- * timing. */
-const char *cuda_pinned_conv_way(CudaCtx *cx);
+/* The way cuda_device_pin_way named, or NULL: choose by timing. */
+const char *cuda_pinned_way(CudaCtx *cx);
+
+/* y[i] = act(bias[(i / plane) % m] + the sum over j < splits of
+ * part[j * total + i]): the partial products of a product split along K
+ * summed, with a per-channel bias (NULL: none) and an activation (a relu
+ * in the same pass). In elementwise.cu. */
+int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
+                      int64_t m, int64_t plane, int act, float *y, Diag *d);
 
 /* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
  * nothing. In elementwise.cu. */
@@ -183,5 +189,54 @@ static inline CudaDims cuda_dims(const Shape *sh) {
 
 #define CUDA_KERNEL_SIGNATURE                                                     \
   const Node *n, CudaCtx *cx, const CudaTensor *in, const CudaTensor *out, Diag *d
+
+/* Milliseconds per call of run() (which launches on cx->stream and returns
+ * an error code) as a replay runs it: after a warm-up call, five calls
+ * captured into a CUDA graph, launched once to warm it and once timed by
+ * CUDA events; outside any capture. How a convolution's ways (cuBLAS
+ * against cuDNN's search) and a product's splits (matmul.cu) compete.
+ * Five calls timed on the stream, as conv.cu once did,
+ * timed the host's launches of a small convolution rather than its
+ * kernels: a 1x1 conv [1,880,7,7] x [176,880] with a relu kept cuDNN's
+ * IMPLICIT_GEMM, 41 us in a replay, over cuBLAS's product, 9.5 us (the
+ * H200's and the H100's tables, 2026-11-27). Where the capture is refused,
+ * the calls are timed on the stream as before. */
+template <class Run>
+static inline int cuda_time_calls(CudaCtx *cx, Run run, float *ms, Diag *d) {
+  enum { CALLS = 5 };
+  int rc = run(); /* scratch sized and kernels loaded before any capture */
+  if (rc) return rc;
+  cudaGraphExec_t exec = nullptr;
+  bool outer = cx->capturing;
+  if (cudaStreamBeginCapture(cx->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    cx->capturing = true; /* scratch may not grow now */
+    int crc = TEQ_OK;
+    for (int i = 0; i < CALLS && crc == TEQ_OK; i++) crc = run();
+    cx->capturing = outer;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(cx->stream, &graph) == cudaSuccess && crc == TEQ_OK &&
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+      exec = nullptr;
+    if (graph) cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError(); /* a capture refused is not an error: timed on the stream below */
+  cudaEvent_t a, b;
+  CUDA_TRY(cudaEventCreate(&a));
+  CUDA_TRY(cudaEventCreate(&b));
+  cudaError_t e = exec ? cudaGraphLaunch(exec, cx->stream) : cudaSuccess; /* uploads it */
+  if (e == cudaSuccess) e = cudaEventRecord(a, cx->stream);
+  if (exec && e == cudaSuccess) e = cudaGraphLaunch(exec, cx->stream);
+  for (int i = 0; !exec && i < CALLS && !rc && e == cudaSuccess; i++) rc = run();
+  if (!rc && e == cudaSuccess) e = cudaEventRecord(b, cx->stream);
+  if (!rc && e == cudaSuccess) e = cudaEventSynchronize(b);
+  if (!rc && e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
+  *ms /= CALLS;
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (!rc && e != cudaSuccess)
+    return cuda_fail(d, __FILE__, __LINE__, "timing a way of a kernel", cudaGetErrorString(e));
+  return rc;
+}
 
 #endif

@@ -100,7 +100,7 @@ struct CudaDevice {
   void *cublas_workspace; /* cuBLAS's and cuBLASLt's: both run on the one stream, in turn */
   int sm_count;
   std::vector<MemoEntry> memo; /* few entries (one per conv configuration): a scan is enough */
-  std::string pinned_conv_way; /* empty: convolutions choose by timing */
+  std::string pinned_way; /* empty: convolutions and products choose by timing */
 };
 
 /* ---- cuBLAS and cuBLASLt, loaded on first use (see cuda_int.h) ---- */
@@ -217,13 +217,13 @@ extern "C" void cuda_device_close(CudaDevice *dev) {
 
 extern "C" const char *cuda_device_name(const CudaDevice *dev) { return dev->name; }
 
-extern "C" void cuda_device_pin_conv_way(CudaDevice *dev, const char *way) {
-  dev->pinned_conv_way = way ? way : "";
+extern "C" void cuda_device_pin_way(CudaDevice *dev, const char *way) {
+  dev->pinned_way = way ? way : "";
   dev->memo.clear(); /* what was chosen by timing must be chosen again, pinned */
 }
 
-const char *cuda_pinned_conv_way(CudaCtx *cx) {
-  return cx->dev->pinned_conv_way.empty() ? nullptr : cx->dev->pinned_conv_way.c_str();
+const char *cuda_pinned_way(CudaCtx *cx) {
+  return cx->dev->pinned_way.empty() ? nullptr : cx->dev->pinned_way.c_str();
 }
 
 int cuda_sm_count(CudaCtx *cx) { return cx->dev->sm_count; }

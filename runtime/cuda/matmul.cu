@@ -11,7 +11,17 @@
  * A matmul with a fused relu over one tall product (x W, the common case)
  * runs through cuBLASLt with the relu as the GEMM's epilogue: one kernel,
  * as the cost model assumes of a fused activation. Elsewhere, and where
- * cuBLASLt offers no algorithm, the activation is a second kernel. */
+ * cuBLASLt offers no algorithm, the activation is a second kernel.
+ *
+ * A tall product too small to fill the GPU may instead be split along K
+ * (tall_way): the products of a transformer or an RNN at batch 1 are short
+ * and wide, and BERT's x W, [64, 1024] x [1024, 1024], ran at 14 of the
+ * H200's 67 float32 TFLOPS (9.6 us), a few output tiles for 132
+ * multiprocessors. Split into s slices of K, one strided batched call
+ * computes s partial products side by side in scratch and
+ * cuda_sum_partials adds them up with the activation. Which way runs is
+ * timed once per configuration, as a convolution's is (conv.cu), and
+ * remembered in the device's memo. */
 #include <stdio.h>
 #include <string.h>
 
@@ -94,6 +104,102 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
   return TEQ_OK;
 }
 
+/* ---- the tall product, whole or split along K ---- */
+
+/* A split: K divides into slices of at least SPLIT_MIN_K, the whole
+ * product has fewer output tiles (128 x 128, a typical float32 GEMM tile)
+ * than the device has multiprocessors, the split one no more than four
+ * per multiprocessor, and the partials fit SPLIT_PARTS_CAP. */
+enum { SPLIT_MIN_K = 64, SPLIT_TILE = 128, SPLIT_MAX = 16 };
+static const size_t SPLIT_PARTS_CAP = (size_t)64 << 20;
+
+static bool split_applies(CudaCtx *cx, int64_t rows, int64_t cols, int64_t k, int s) {
+  int64_t tiles = ((rows + SPLIT_TILE - 1) / SPLIT_TILE) * ((cols + SPLIT_TILE - 1) / SPLIT_TILE);
+  int sms = cuda_sm_count(cx);
+  return k % s == 0 && k / s >= SPLIT_MIN_K && tiles < sms && tiles * s <= 4 * (int64_t)sms &&
+         (size_t)(s * rows * cols) * sizeof(float) <= SPLIT_PARTS_CAP;
+}
+
+/* What the way of `splits` is called in step notes and by
+ * cuda_device_pin_way. */
+static void way_name(int splits, char *buf, size_t size) {
+  snprintf(buf, size, splits > 1 ? "cublas:gemm split %d" : "cublas:gemm", splits);
+}
+
+/* Row-major c[rows, cols] = act(a[rows, k] b[k, cols]), whole (the relu as
+ * cuBLASLt's epilogue where it has an algorithm) or in `splits` slices of
+ * K: slice j is rows [j kc, (j + 1) kc) of b and columns of a, its partial
+ * product at part + j rows cols. */
+static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, const float *a,
+                        const float *b, float *c, int act, Diag *d) {
+  const float one = 1.0f, zero = 0.0f;
+  int64_t total = (int64_t)rows * cols;
+  if (splits > 1) {
+    float *part = (float *)cuda_scratch(cx, (size_t)(splits * total) * sizeof(float), d);
+    if (!part) return TEQ_ERR_NOMEM;
+    int kc = k / splits;
+    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, kc,
+                                         &one, b, cols, (long long)kc * cols, a, k, kc, &zero,
+                                         part, cols, total, splits));
+    cuda_note(cx, "cublas:gemm split %d", splits);
+    return cuda_sum_partials(cx, part, splits, total, nullptr, 1, 1, act, c, d);
+  }
+  if (act == ACT_RELU) {
+    bool done;
+    int rc = gemm_relu_lt(cx, rows, cols, k, a, b, c, &done, d);
+    if (rc || done) return rc;
+  }
+  CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, k, &one, b, cols, a, k,
+                         &zero, c, cols));
+  cuda_note(cx, "cublas:gemm");
+  return cuda_act_apply(cx, act, c, total, d);
+}
+
+/* How the tall product runs: *splits, 1 for whole. Where splits are
+ * offered the first run (not captured) times every way and the device
+ * remembers the fastest; a pinned way (cuda_device_pin_way) is taken if
+ * offered, else this fails and lists those that are. */
+static int tall_way(const Node *n, CudaCtx *cx, int rows, int cols, int k, const float *a,
+                    const float *b, float *c, int act, int *splits, Diag *d) {
+  int ways[2 + SPLIT_MAX], n_ways = 0;
+  ways[n_ways++] = 1;
+  for (int s = 2; s <= SPLIT_MAX; s *= 2)
+    if (split_applies(cx, rows, cols, k, s)) ways[n_ways++] = s;
+  if (const char *pin = cuda_pinned_way(cx)) {
+    char offered[256] = "", name[48];
+    for (int i = 0; i < n_ways; i++) {
+      way_name(ways[i], name, sizeof name);
+      if (strcmp(name, pin) == 0) return *splits = ways[i], TEQ_OK;
+      size_t used = strlen(offered);
+      snprintf(offered + used, sizeof offered - used, "%s%s", i ? ", " : "", name);
+    }
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                         "the pinned way \"%s\" is not offered for this product (offered: %s)",
+                         pin, offered);
+  }
+  *splits = 1;
+  if (n_ways == 1) return TEQ_OK; /* nothing to choose: nothing remembered */
+  uint64_t key = hash_mix(0x6d6d756c /* "mmul" */, (uint64_t)rows);
+  key = hash_mix(hash_mix(hash_mix(key, (uint64_t)cols), (uint64_t)k), (uint64_t)act);
+  int64_t memo[2];
+  if (cuda_memo_get(cx, key, memo)) return *splits = (int)memo[0], TEQ_OK;
+  if (cx->capturing)
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
+                         "no way remembered for this product while capturing (the first run "
+                         "should have timed them)");
+  float best_ms = 0;
+  for (int i = 0; i < n_ways; i++) {
+    float ms = 0;
+    int rc = cuda_time_calls(
+        cx, [&] { return tall_product(cx, ways[i], rows, cols, k, a, b, c, act, d); }, &ms, d);
+    if (rc) return rc;
+    if (i == 0 || ms < best_ms) best_ms = ms, *splits = ways[i];
+  }
+  memo[0] = *splits, memo[1] = 0;
+  cuda_memo_put(cx, key, memo);
+  return TEQ_OK;
+}
+
 extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   int64_t total = shape_numel(&out[0].shape);
@@ -123,14 +229,9 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   if (uniform_suffix(p, p.sb, p.k * p.n, 0, &step_b) && step_b == 0 &&
       uniform_suffix(p, p.sa, p.m * p.k, 0, &step_a) && step_a == p.m * p.k &&
       fits_int(p.count * p.m)) {
-    if (act == ACT_RELU) {
-      bool done;
-      rc = gemm_relu_lt(cx, (int)(p.count * p.m), nn, k, a, b, c, &done, d);
-      if (rc || done) return rc;
-    }
-    CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, (int)(p.count * p.m), k,
-                           &one, b, nn, a, k, &zero, c, nn));
-    return cuda_act_apply(cx, act, c, total, d);
+    int rows = (int)(p.count * p.m), splits = 1;
+    if ((rc = tall_way(n, cx, rows, nn, k, a, b, c, act, &splits, d))) return rc;
+    return tall_product(cx, splits, rows, nn, k, a, b, c, act, d);
   }
   /* Otherwise the longest suffix of batch dims over which both operands
    * step uniformly runs as one strided-batched GEMM, once per entry of the

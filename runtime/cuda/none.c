@@ -28,7 +28,7 @@ const char *cuda_device_name(const CudaDevice *dev) {
   (void)dev;
   return "";
 }
-void cuda_device_pin_conv_way(CudaDevice *dev, const char *way) { (void)dev, (void)way; }
+void cuda_device_pin_way(CudaDevice *dev, const char *way) { (void)dev, (void)way; }
 int cuda_plan_new(CudaDevice *dev, const Graph *g, CudaPlan **out, Diag *d) {
   (void)dev, (void)g;
   *out = NULL;

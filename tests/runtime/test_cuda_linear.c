@@ -11,7 +11,8 @@
  * dilation, bias; enlarge to square and non-square kernels; batchnorm on 2-D
  * to 4-D inputs and a non-default epsilon; matmul with 2-D, 1-D and
  * broadcast batch operands (one tall GEMM, strided-batched, and loops of
- * either) and fused acts (a relu over one tall GEMM is cuBLASLt's epilogue);
+ * either) and fused acts (a relu over one tall GEMM is cuBLASLt's epilogue),
+ * the tall product's ways pinned, whole or split along K;
  * gemm with transposes, alpha and beta, and C as a scalar, [1], [N], [M, 1],
  * [1, N] and [M, N]. */
 #include "tests/cuda_check.h"
@@ -99,9 +100,9 @@ static void test_conv2d(CudaDevice *dev) {
  * partial products to scratch (after the padded input and the columns,
  * where those are used) and sum them with the bias and activation. */
 static void pinned_conv_case(CudaDevice *dev, const char *way, ConvSpec s) {
-  cuda_device_pin_conv_way(dev, way);
+  cuda_device_pin_way(dev, way);
   conv_case(dev, s);
-  cuda_device_pin_conv_way(dev, NULL);
+  cuda_device_pin_way(dev, NULL);
 }
 
 /* A pinned way the configuration does not offer fails, naming those it
@@ -116,11 +117,11 @@ static void test_pin_refused(CudaDevice *dev) {
   params_default(OP_CONV2D, &p);
   int conv = graph_add_node(g, OP_CONV2D, (TensorRef[]){{x, 0}, {w, 0}}, 2, 1, &p, "conv", &d);
   graph_add_output(g, (TensorRef){conv, 0}, NULL, &d);
-  cuda_device_pin_conv_way(dev, "cublas:im2col+gemm split 3");
+  cuda_device_pin_way(dev, "cublas:im2col+gemm split 3");
   CudaPlan *plan = NULL;
   CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
   CHECK(d.text && strstr(d.text, "not offered") && strstr(d.text, "cublas:im2col+gemm"));
-  cuda_device_pin_conv_way(dev, NULL);
+  cuda_device_pin_way(dev, NULL);
   cuda_plan_free(plan);
   graph_free(g);
   diag_fini(&d);
@@ -284,6 +285,44 @@ static void test_matmul(CudaDevice *dev) {
               S(3, 8, 64, 128), ACT_NONE);
 }
 
+/* The tall product's ways pinned, as the convolutions' above: whole, and
+ * split along K with a relu, no activation and a sigmoid; a pin the
+ * product does not offer fails. */
+static void pinned_matmul_case(CudaDevice *dev, const char *way, const char *label, Shape a,
+                               Shape b, int act) {
+  cuda_device_pin_way(dev, way);
+  matmul_case(dev, label, a, b, act);
+  cuda_device_pin_way(dev, NULL);
+}
+
+static void test_matmul_ways(CudaDevice *dev) {
+  pinned_matmul_case(dev, "cublas:gemm", "matmul [7,5]x[5,9] whole", S(2, 7, 5), S(2, 5, 9),
+                     ACT_NONE);
+  pinned_matmul_case(dev, "cublas:gemm split 4", "matmul [64,1024]x[1024,1024] relu split 4",
+                     S(2, 64, 1024), S(2, 1024, 1024), ACT_RELU);
+  pinned_matmul_case(dev, "cublas:gemm split 8", "matmul [3,512]x[512,1024] split 8",
+                     S(2, 3, 512), S(2, 512, 1024), ACT_NONE);
+  pinned_matmul_case(dev, "cublas:gemm split 4", "matmul [2,16,256]x[256,128] sigmoid split 4",
+                     S(3, 2, 16, 256), S(2, 256, 128), ACT_SIGMOID);
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape as = S(2, 7, 5), bs = S(2, 5, 9);
+  int a = graph_add_input(g, "a", &as, DT_F32, &d), b = graph_add_input(g, "b", &bs, DT_F32, &d);
+  Params p;
+  params_default(OP_MATMUL, &p);
+  int mm = graph_add_node(g, OP_MATMUL, (TensorRef[]){{a, 0}, {b, 0}}, 2, 1, &p, "mm", &d);
+  graph_add_output(g, (TensorRef){mm, 0}, NULL, &d);
+  cuda_device_pin_way(dev, "cublas:gemm split 2"); /* K = 5 */
+  CudaPlan *plan = NULL;
+  CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
+  CHECK(d.text && strstr(d.text, "not offered") && strstr(d.text, "cublas:gemm"));
+  cuda_device_pin_way(dev, NULL);
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* ---- gemm ---- */
 
 static void gemm_case(CudaDevice *dev, const char *label, Shape a, Shape b, const Shape *c,
@@ -325,6 +364,7 @@ int main(void) {
   test_enlarge(dev);
   test_batchnorm(dev);
   test_matmul(dev);
+  test_matmul_ways(dev);
   test_gemm(dev);
   cuda_device_close(dev);
   return check_exit();
