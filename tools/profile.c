@@ -16,9 +16,10 @@
  *       what the cost model says a model costs, node by node, and where
  *       each figure came from (the table, this GPU, or the roofline)
  *   teq-profile ways [--repeats N] [--batch N] MODEL.onnx
- *       each distinct convolution of a model on this machine's GPU: the way
- *       its search chose and its time, beside the cuBLAS product's time
- *       whole and split along K in 2 to 16 slices, each pinned
+ *       each distinct convolution and matrix product of a model on this
+ *       machine's GPU: the way its search chose and its time, beside the
+ *       cuBLAS product's time whole and split along K in 2 to 16 slices,
+ *       each pinned
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
 #include <errno.h>
 #include <limits.h>
@@ -575,14 +576,15 @@ static int do_ways(int argc, char **argv, Diag *d) {
   int rc = onnx_import_file(model, &io, &g, NULL, d);
   if (rc == TEQ_OK) rc = cuda_device_open(&dev, d);
   if (rc == TEQ_OK)
-    printf("%s on %s: each convolution once, us (median of %lld); '-': not offered\n"
+    printf("%s on %s: each convolution and product once, us (median of %lld); '-': not "
+           "offered\n"
            "%9s  %-34s %9s %9s %9s %9s %9s  %s\n",
            model, cuda_device_name(dev), repeats, "chosen", "way", "whole", "split 2",
            "split 4", "split 8", "split 16", "node");
   double chosen_sum = 0;
-  int n_convs = 0;
+  int n_kernels = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
-    if (g->nodes[id].kind != OP_CONV2D) continue;
+    if (g->nodes[id].kind != OP_CONV2D && g->nodes[id].kind != OP_MATMUL) continue;
     char key[COST_KEY_MAX], label[GRAPH_LABEL_MAX];
     cost_config_key(g, id, key, sizeof key);
     bool again = false;
@@ -609,9 +611,10 @@ static int do_ways(int argc, char **argv, Diag *d) {
     printf("  %s\n", graph_node_label(g, id, label, sizeof label));
     fflush(stdout);
     chosen_sum += chosen.median_us;
-    n_convs++;
+    n_kernels++;
   }
-  if (rc == TEQ_OK) printf("%d distinct convolutions, %.1f us as chosen\n", n_convs, chosen_sum);
+  if (rc == TEQ_OK)
+    printf("%d distinct convolutions and products, %.1f us as chosen\n", n_kernels, chosen_sum);
   lines_free(&seen);
   cuda_device_close(dev);
   graph_free(g);
