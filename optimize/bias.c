@@ -21,6 +21,21 @@
  * (push_through_concat). Both directions only regroup the same arithmetic
  * (the bias is added to each finished sum either way).
  *
+ * A convolution with a residual (conv2d's fourth input, ResNet's shortcut
+ * folded in at import) is split into act(ewadd(conv2d(x, w, b), Z)): its
+ * bias stays in the convolution, unless it adds nothing (the zero bias a
+ * residual needs where the model had none, which no split bias adds
+ * either). With its bias spread out as well, the rules that regroup sums
+ * added the bias to the shortcut first, at no cost to the search, and left
+ * sums that no longer fold: ResNet-18's result came out dearer than its
+ * import. Kept in, a biased conv is out of the rules' reach (they are about
+ * plain convolutions) and the sum stays foldable; a bias-free one (NasNet's
+ * branches) is still merged with its siblings. After the search,
+ * opt_fuse_residual puts the residuals back: an ewadd of a convolution's
+ * only use and a tensor of its output's shape becomes the convolution's
+ * residual, with the activation that alone reads the sum (delta.c does not
+ * derive this folding: it only lowers the cost the search found).
+ *
  * The search prices every candidate as this folding would leave it
  * without running it (delta.c derives the folding of a rewrite from the
  * graph it rewrites); a change here must be made there too, and
@@ -29,6 +44,17 @@
 #include <string.h>
 
 #include "optimize/opt_int.h"
+
+/* Whether every element of a float32 tensor is zero: a bias that adds
+ * nothing (the placeholder a residual needs, VGG-19's) is no ewadd for the
+ * search. */
+static bool all_zero(const Tensor *t) {
+  if (t->dtype != DT_F32) return false;
+  const float *v = t->data;
+  for (int64_t i = 0; i < tensor_numel(t); i++)
+    if (v[i] != 0.0f) return false;
+  return true;
+}
 
 int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), n = g->n_nodes, split = 0, rc = TEQ_OK;
@@ -39,13 +65,18 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
     if (c->n_in < 3 && act == ACT_NONE) continue;
     if (act < 0 || act > ACT_TANH) continue;
     TensorRef x = c->in[0], w = c->in[1], b = c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0};
+    TensorRef z = c->n_in > 3 ? c->in[3] : (TensorRef){-1, 0};
     if (b.node >= 0 && g->nodes[b.node].kind != OP_CONST) continue;
+    bool zero_bias = b.node >= 0 && all_zero(g->nodes[b.node].value);
+    /* A residual conv keeps a bias that adds something (see above). */
+    bool keep_bias = z.node >= 0 && b.node >= 0 && !zero_bias;
     Params p = c->params;
     p.v[act_i].i[0] = ACT_NONE;
-    int plain = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &p, g->nodes[id].name, d);
+    int plain = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w, b}, keep_bias ? 3 : 2, 1, &p,
+                               g->nodes[id].name, d);
     if (plain < 0) return plain;
     TensorRef cur = {plain, 0};
-    if (b.node >= 0) {
+    if (b.node >= 0 && !zero_bias && !keep_bias) {
       const Tensor *bv = g->nodes[b.node].value;
       const Shape s = g->nodes[plain].out[0];
       if (s.ndim != 4 || tensor_numel(bv) != s.d[1] || bv->dtype != DT_F32) return TEQ_ERR_INTERNAL;
@@ -59,6 +90,11 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
       int bid = graph_add_const(g, g->nodes[b.node].name, t, d);
       if (bid < 0) return bid;
       int add = graph_add_node(g, OP_EWADD, (TensorRef[]){cur, {bid, 0}}, 2, 1, NULL, NULL, d);
+      if (add < 0) return add;
+      cur = (TensorRef){add, 0};
+    }
+    if (z.node >= 0) {
+      int add = graph_add_node(g, OP_EWADD, (TensorRef[]){cur, z}, 2, 1, NULL, NULL, d);
       if (add < 0) return add;
       cur = (TensorRef){add, 0};
     }
@@ -292,7 +328,7 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         again |= r > 0;
         continue;
       }
-      if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE) continue;
+      if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE || c->n_in > 3) continue;
       int u = user[id];
       if (u < 0) continue;
       const Node *un = &g->nodes[u];
@@ -343,4 +379,62 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
   }
   if (n_fused) *n_fused = fused;
   return TEQ_OK;
+}
+
+int opt_fuse_residual(Graph *g, int *n_fused, Diag *d) {
+  int act_i = param_index(OP_CONV2D, "act"), fused = 0, n = g->n_nodes;
+  int32_t *user = only_users(g);
+  if (!user) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK;
+  /* Over the adds, the conv at input 0 tried first, as the import's pass
+   * does: ResNet's Add(out, identity) keeps its shortcut as the residual
+   * wherever the shortcut is a conv too. */
+  for (int u = 0; u < n && rc == TEQ_OK; u++) {
+    if (g->nodes[u].kind != OP_EWADD || g->nodes[u].n_in != 2) continue;
+    for (int side = 0; side < 2; side++) {
+      const Node *add = &g->nodes[u];
+      int id = add->in[side].node;
+      TensorRef z = add->in[1 - side];
+      const Node *c = &g->nodes[id];
+      /* The conv's only use, no act, and z of its output's very shape. */
+      if (c->kind != OP_CONV2D || add->in[side].out != 0 || user[id] != u || c->n_in > 3 ||
+          c->params.v[act_i].i[0] != ACT_NONE || c->out[0].ndim != 4 || z.node == id ||
+          !shape_equal(graph_shape(g, z), &c->out[0]) || g->nodes[z.node].dtype != DT_F32)
+        continue;
+      TensorRef in[4] = {c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0}, z};
+      if (in[2].node < 0) { /* a zero bias holds the bias's place */
+        Shape bs = shape_of(1, (int)c->out[0].d[1]);
+        Tensor *t = tensor_new(DT_F32, &bs);
+        int bid = t ? graph_add_const(g, NULL, t, d) : TEQ_ERR_NOMEM;
+        if (bid < 0) {
+          rc = bid;
+          break;
+        }
+        in[2] = (TensorRef){bid, 0};
+        c = &g->nodes[id]; /* adding may move the array */
+      }
+      Params p = c->params;
+      int last = u; /* the node whose readers the fused conv takes over */
+      int a = user[u] >= 0 ? act_of_op_kind(g->nodes[user[u]].kind) : ACT_NONE;
+      if (a != ACT_NONE) {
+        p.v[act_i].i[0] = a;
+        last = user[u];
+      }
+      int nid = graph_add_node(g, OP_CONV2D, in, 4, 1, &p, g->nodes[id].name, d);
+      if (nid < 0) {
+        rc = nid;
+        break;
+      }
+      graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){nid, 0});
+      fused++;
+      break;
+    }
+  }
+  free(user);
+  if (rc == TEQ_OK && fused) {
+    int r = graph_remove_dead(g);
+    if (r < 0) rc = r;
+  }
+  if (n_fused) *n_fused = fused;
+  return rc;
 }

@@ -507,7 +507,7 @@ static void json_string(FILE *f, const char *s) {
 
 typedef struct Report {
   const char *model, *out, *rules_path, *cost_what;
-  int n_rules, ops_before, ops_after, folded, fused;
+  int n_rules, ops_before, ops_after, folded, fused, residuals;
   double cost_before, cost_after, check_err, tolerance;
   int check_flat; /* outputs the check saw as one value everywhere */
   int check_cut;  /* opaque nodes the check cut out (cut_opaque) */
@@ -585,8 +585,8 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %lld checked exactly, %lld too large to check (proof trusted)\n",
           "rule instances in Z_p", (long long)st->zp_checked, (long long)st->zp_trusted);
   fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
-  fprintf(f, "  %-26s %d biases and activations folded into convolutions\n", "after the search",
-          r->fused);
+  fprintf(f, "  %-26s %d biases and activations, %d residual adds folded into convolutions\n",
+          "after the search", r->fused, r->residuals);
   if (!r->checked)
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->checked)
@@ -692,7 +692,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           (long long)st->rejected_cycle, (long long)st->rejected_shape, (long long)st->rejected_zp);
   fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",
           (long long)st->zp_checked, (long long)st->zp_trusted);
-  fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n", r->folded, r->fused);
+  fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n  \"residuals_fused\": %d,\n",
+          r->folded, r->fused, r->residuals);
   if (r->checked)
     fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
             "\"flat_outputs\": %d, \"opaque_cut\": %d},\n", r->check_err, r->tolerance,
@@ -863,7 +864,7 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
   graph_free(*best);
   *best = orig;
   r->kept_original = true;
-  r->folded = r->fused = 0;
+  r->folded = r->fused = r->residuals = 0;
   r->post = (PetPostStats){0};
   memset(st->applied, 0, (size_t)st->n_rules * sizeof *st->applied);
   st->n_pet_applied = 0;
@@ -880,7 +881,7 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
 static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d) {
   Graph *posted = NULL;
   PetPostStats post = {0};
-  int folded = 0, fused = 0, src[COST__SOURCES] = {0};
+  int folded = 0, fused = 0, residuals = 0, src[COST__SOURCES] = {0};
   double us[COST__SOURCES] = {0};
   double cost = 0;
   int rc = TEQ_OK;
@@ -889,16 +890,19 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     if (rc == TEQ_OK) rc = pet_post_optimize(&posted, &post, d);
     if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
     if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
+    if (rc == TEQ_OK) rc = opt_fuse_residual(posted, &residuals, d);
     if (rc == TEQ_OK) rc = opt_graph_cost_split(cm, posted, &cost, src, us, d);
   }
   if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
+  if (rc == TEQ_OK) rc = opt_fuse_residual(*best, &r->residuals, d);
   if (rc == TEQ_OK)
     rc = opt_graph_cost_split(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
   if (rc == TEQ_OK && posted && cost <= r->cost_after) {
     graph_free(*best);
     *best = posted, posted = NULL;
-    r->post = post, r->folded = folded, r->fused = fused, r->cost_after = cost;
+    r->post = post, r->folded = folded, r->fused = fused, r->residuals = residuals;
+    r->cost_after = cost;
     memcpy(r->src_after, src, sizeof src);
     memcpy(r->us_after, us, sizeof us);
   }

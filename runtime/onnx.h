@@ -36,6 +36,8 @@ typedef struct OnnxImportOptions {
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
   bool keep_unfused_activations; /* do not fuse a relu, sigmoid or tanh into the conv or
                                     matmul it alone reads (their act parameter) */
+  bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
+                                  tensor of its shape into the conv (its residual) */
   /* A node of an operator Teq knows, in a form its row does not take (an
    * attribute value, a computed parameter, an extra output), is kept whole
    * as an opaque node, with a warning saying why, as an unknown operator is,
@@ -47,11 +49,11 @@ typedef struct OnnxImportOptions {
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
 /* The model as given: every import-time fusion off (BatchNormalization,
- * activations, written-out layer norms and GELUs each stay their own
- * operators), as TASO's and Tensat's benchmark graphs run. What a speedup
- * measured from the default import leaves out. */
+ * activations, residual adds, written-out layer norms and GELUs each stay
+ * their own operators), as TASO's and Tensat's benchmark graphs run. What
+ * a speedup measured from the default import leaves out. */
 static inline void onnx_import_as_given(OnnxImportOptions *o) {
-  o->keep_batchnorm = o->keep_unfused_activations = true;
+  o->keep_batchnorm = o->keep_unfused_activations = o->keep_unfused_residuals = true;
   o->keep_written_layer_norms = o->keep_written_gelus = true;
 }
 
@@ -64,6 +66,7 @@ typedef struct OnnxImportStats {
   int n_layer_norms_fused;
   int n_gelus_fused;
   int n_activations_fused;
+  int n_residuals_fused;
   int opset;           /* the model's default-domain opset */
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;
@@ -162,5 +165,9 @@ TEQ_API void onnx_out_add_empty_input(OnnxNodeOut *w);
  * NULL. */
 TEQ_API void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type);
 TEQ_API void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c);
+/* The same, reading the node's input `input` second, which the node itself
+ * no longer takes (only its last input can move: a conv's residual becomes
+ * the Add after it). */
+TEQ_API void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int input);
 
 #endif

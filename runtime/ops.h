@@ -202,6 +202,12 @@ typedef struct OpDef {
    * of products from a search. NULL, or false (an odd extent): none. */
   bool (*half_twin)(const struct Node *n, const Shape *in, Shape *half_in);
 
+  /* The index of an optional input added element-wise to the output before
+   * the fused activation (conv2d's residual Z), 0 for none. The cost model
+   * prices an unmeasured node with it as the same node without it, plus
+   * one more read of it: the epilogue adds it while the output is in cache. */
+  int residual_input;
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);

@@ -265,7 +265,7 @@ static bool exact_enough_bwd_data(cudnnConvolutionBwdDataAlgo_t a) {
  * multiprocessors; on the H200 they ran at 17 of its 67 float32 TFLOPS.
  * Split into s slices of K, one strided batched call computes s partial
  * products side by side in scratch and cuda_sum_partials adds them up with
- * the bias and a relu: the pass over y the epilogue makes anyway, reading
+ * the residual, the bias and a relu: the pass over y the epilogue makes anyway, reading
  * s partials. Which split, if any, is faster is timed like every way. */
 
 /* cuBLAS ways are negative: -(product | splits << 4), splits 0 for none.
@@ -371,28 +371,33 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
   return TEQ_OK;
 }
 
-/* ---- the epilogue: bias and activation ---- */
+/* ---- the epilogue: residual, bias and activation ---- */
 
-/* y[img, m, p] += bias[m] over planes of `plane` elements, and the relu with
- * it when asked: one pass over y where cuDNN's AddTensor and an activation
- * kernel were two. The relu is the element-wise kernels' (0 for NaN). */
-__global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ bias,
-                                int64_t total, int64_t m, int64_t plane, bool relu) {
+/* y[img, m, p] += z[img, m, p] + bias[m] over planes of `plane` elements
+ * (either may be NULL), and the relu with it when asked: one pass over y
+ * where cuDNN's AddTensor and an activation kernel were two. The relu is
+ * the element-wise kernels' (0 for NaN). */
+__global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ z,
+                                const float *__restrict__ bias, int64_t total, int64_t m,
+                                int64_t plane, bool relu) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float v = y[i] + bias[(i / plane) % m];
+    float v = y[i];
+    if (z) v += z[i];
+    if (bias) v += bias[(i / plane) % m];
     y[i] = relu ? (v > 0 ? v : 0) : v;
   }
 }
 
-/* What follows a convolution run without cuDNN's fused call: its bias and
- * fused activation, in one kernel where the activation is a relu. */
-static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, int act, float *y,
-                           Diag *d) {
+/* What follows a convolution run without cuDNN's fused call: its residual,
+ * bias and fused activation, in one kernel where the activation is a
+ * relu. */
+static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, const float *z,
+                           int act, float *y, Diag *d) {
   int64_t total = cv.n * cv.m * cv.oh * cv.ow;
-  if (!bias) return cuda_act_apply(cx, act, y, total, d);
+  if (!bias && !z) return cuda_act_apply(cx, act, y, total, d);
   bias_act_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
-      y, bias, total, cv.m, cv.oh * cv.ow, act == ACT_RELU);
+      y, z, bias, total, cv.m, cv.oh * cv.ow, act == ACT_RELU);
   CUDA_LAUNCHED();
   return act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, act, y, total, d);
 }
@@ -425,7 +430,7 @@ static void way_name(int64_t way, char *buf, size_t size) {
 struct Conv2dArgs {
   const Conv2dPlan *pl;
   const CudnnDescs *ds;
-  const float *x, *w, *bias;
+  const float *x, *w, *bias, *z; /* z: the residual, or NULL */
   int act;
   float *y;
 };
@@ -452,9 +457,9 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   int splits = splits_of(way);
   float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
   if ((rc = conv_product(cx, cv, cols, a.w, a.y, splits, part, d))) return rc;
-  if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.act, a.y, d);
+  if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.z, a.act, a.y, d);
   return cuda_sum_partials(cx, part, splits, cv.n * cv.m * cv.oh * cv.ow, a.bias, cv.m,
-                           cv.oh * cv.ow, a.act, a.y, d);
+                           cv.oh * cv.ow, a.z, a.act, a.y, d);
 }
 
 /* Runs the convolution one way (workspace ws_bytes), epilogue included:
@@ -480,10 +485,11 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   const float one = 1.0f, zero = 0.0f;
   if (is_fused(way)) {
     cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)(way & ~(int64_t)ALGO_FUSED);
-    /* y = relu(conv(x) + bias); z (= y) is weighted by 0: no prior output is read. */
+    /* y = relu(conv(x) + z + bias); without a residual, z (= y) is weighted
+     * by 0: no prior output is read. */
     cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
-        cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws, ws_bytes, &zero, ds.y, a.y,
-        ds.bias, a.bias, ds.act, ds.y, a.y);
+        cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws, ws_bytes, a.z ? &one : &zero,
+        ds.y, a.z ? a.z : a.y, ds.bias, a.bias, ds.act, ds.y, a.y);
     if (s == CUDNN_STATUS_NOT_SUPPORTED) return TEQ_ERR_UNSUPPORTED;
     if (s != CUDNN_STATUS_SUCCESS)
       return cuda_fail(d, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
@@ -493,7 +499,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)way;
   CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws,
                                     ws_bytes, &zero, ds.y, a.y));
-  return conv2d_epilogue(cx, pl.cv, a.bias, a.act, a.y, d);
+  return conv2d_epilogue(cx, pl.cv, a.bias, a.z, a.act, a.y, d);
 }
 
 /* cuDNN's algorithms that a search times again, fastest first by its own
@@ -610,6 +616,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   const CudnnConv &cv = pl.cv;
   const int act = (int)param_int(&n->params, CONV_ACT);
   const float *bias = n->n_in > 2 ? (const float *)in[2].data : nullptr;
+  const float *z = n->n_in > 3 ? (const float *)in[3].data : nullptr;
   CudnnDescs ds;
   if ((rc = conv_descs(n, cv, ds, d))) return rc;
   if (bias) {
@@ -622,10 +629,10 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
                                              0.0));
     }
   }
-  Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, act,
+  Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data};
   int64_t memo[2];
-  uint64_t key = conv_key(1, cv, act * 2 + (bias != nullptr));
+  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr));
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
   if (rc == TEQ_ERR_UNSUPPORTED && is_fused(memo[0])) /* timed fused, refused now */

@@ -116,12 +116,12 @@ int cuda_sm_count(CudaCtx *cx);
 /* The way cuda_device_pin_way named, or NULL: choose by timing. */
 const char *cuda_pinned_way(CudaCtx *cx);
 
-/* y[i] = act(bias[(i / plane) % m] + the sum over j < splits of
+/* y[i] = act(bias[(i / plane) % m] + z[i] + the sum over j < splits of
  * part[j * total + i]): the partial products of a product split along K
- * summed, with a per-channel bias (NULL: none) and an activation (a relu
- * in the same pass). In elementwise.cu. */
+ * summed, with a per-channel bias and a residual (each NULL: none) and an
+ * activation (a relu in the same pass). In elementwise.cu. */
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
-                      int64_t m, int64_t plane, int act, float *y, Diag *d);
+                      int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d);
 
 /* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
  * nothing. In elementwise.cu. */

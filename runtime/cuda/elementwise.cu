@@ -660,20 +660,22 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
 
 __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, int64_t total,
                                     const float *__restrict__ bias, int64_t m, int64_t plane,
-                                    bool relu, float *__restrict__ y) {
+                                    const float *__restrict__ z, bool relu,
+                                    float *__restrict__ y) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     float v = bias ? bias[(i / plane) % m] : 0.0f;
+    if (z) v += z[i];
     for (int j = 0; j < splits; j++) v += part[j * total + i];
     y[i] = relu ? (v > 0 ? v : 0) : v; /* the relu's: 0 for NaN */
   }
 }
 
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
-                      int64_t m, int64_t plane, int act, float *y, Diag *d) {
+                      int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d) {
   if (total == 0) return TEQ_OK;
   sum_partials_kernel<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, cx->stream>>>(
-      part, splits, total, bias, m, plane, act == ACT_RELU, y);
+      part, splits, total, bias, m, plane, z, act == ACT_RELU, y);
   CUDA_LAUNCHED();
   return act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, act, y, total, d);
 }

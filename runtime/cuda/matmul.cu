@@ -142,7 +142,7 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
                                          &one, b, cols, (long long)kc * cols, a, k, kc, &zero,
                                          part, cols, total, splits));
     cuda_note(cx, "cublas:gemm split %d", splits);
-    return cuda_sum_partials(cx, part, splits, total, nullptr, 1, 1, act, c, d);
+    return cuda_sum_partials(cx, part, splits, total, nullptr, 1, 1, nullptr, act, c, d);
   }
   if (act == ACT_RELU) {
     bool done;

@@ -62,7 +62,7 @@ typedef struct Exporter {
 typedef struct Then {
   const char *op_type;
   Tensor *operand; /* a constant second operand (held), or NULL */
-  bool input0;     /* the second operand is the row's input 0 */
+  int input;       /* else the second operand is the row's input this (-1: none) */
 } Then;
 
 struct OnnxNodeOut {
@@ -405,12 +405,22 @@ static void then_add(OnnxNodeOut *w, Then t) {
 }
 
 void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
-  then_add(w, (Then){.op_type = op_type});
+  then_add(w, (Then){.op_type = op_type, .input = -1});
 }
 
 void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c) {
   then_add(w, (Then){.op_type = op_type, .operand = c ? tensor_ref((Tensor *)c) : NULL,
-                     .input0 = !c});
+                     .input = c ? -1 : 0});
+}
+
+void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int input) {
+  Onnx__NodeProto *np = w->np;
+  if (input < 0 || input >= w->node->n_in || (size_t)input + 1 != np->n_input) {
+    w->x->nomem = true; /* only the last input moves; a row asking otherwise is a bug */
+    return;
+  }
+  free(np->input[--np->n_input]);
+  then_add(w, (Then){.op_type = op_type, .input = input});
 }
 
 /* ---- nodes ---- */
@@ -440,8 +450,8 @@ static int write_then_chain(Exporter *x, const OnnxNodeOut *w) {
     if (!u) break;
     const char *out = k + 1 == w->n_then ? final : unique_name(x, base);
     append_string(x, &u->input, &u->n_input, prev);
-    if (t->input0) {
-      append_string(x, &u->input, &u->n_input, tensor_name(x, w->node->in[0]));
+    if (t->input >= 0) {
+      append_string(x, &u->input, &u->n_input, tensor_name(x, w->node->in[t->input]));
     } else if (t->operand) {
       snprintf(base, sizeof base, "%s_c", u->name);
       const char *name = unique_name(x, base);

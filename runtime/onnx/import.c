@@ -1003,6 +1003,10 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = onnx_pass_fuse_gelu(im->g, im->d)) < 0) return n;
     im->stats.n_gelus_fused = n;
   }
+  if (!o->keep_unfused_residuals) {
+    if ((n = onnx_pass_fuse_residuals(im->g, im->d)) < 0) return n;
+    im->stats.n_residuals_fused = n;
+  }
   if (!o->keep_unfused_activations) {
     if ((n = onnx_pass_fuse_activations(im->g, im->d)) < 0) return n;
     im->stats.n_activations_fused = n;

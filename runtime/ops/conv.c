@@ -1,5 +1,5 @@
-/* conv.c: 2-D convolution (grouped, strided, padded, dilated, with a bias
- * and TASO's fused activation), enlarge (a kernel zero-padded to a larger
+/* conv.c: 2-D convolution (grouped, strided, padded, dilated, with a bias,
+ * a residual and TASO's fused activation), enlarge (a kernel zero-padded to a larger
  * size, centred, so a 1x1 and a 3x3 conv can be merged) and inference
  * batch normalization, and conv_transpose (ONNX ConvTranspose, 2-D).
  *
@@ -14,9 +14,16 @@
  * block while it is in cache. Z_p is the same im2col with an exact GEMM
  * (modp_gemm), every group and layout alike.
  *
+ * conv2d(X, W[, B[, Z]]) = act(conv(X, W) + B + Z): the optional fourth
+ * input Z, of the output's shape, is a residual added before the
+ * activation (ResNet's shortcut: y = relu(conv(x) + b + x)), so that the
+ * addition is made while the output is in cache, or by cuDNN's fused call
+ * on the GPU, instead of by two more passes over memory. A node with Z
+ * has B (a zero bias where the model had none).
+ *
  * conv2d is OPF_MULTILINEAR as an operator: with act == none and no bias
- * it is linear in X and in W separately; a node with a fused act or a bias
- * is not, and callers that rely on linearity check both.
+ * it is linear in X and in W separately; a node with a fused act, a bias or
+ * a residual is not, and callers that rely on linearity check all three.
  *
  * Pads are ONNX-ordered (top, left, bottom, right); ONNX auto_pad becomes
  * explicit pads at import (onnx_auto_pads, shared with pool.c). */
@@ -142,6 +149,14 @@ static int conv_geom(const Node *n, const Shape *in, ConvGeom *g, Diag *d) {
                     "input %lldx%lld", (long long)g->kh, (long long)g->kw, (long long)g->dh,
                     (long long)g->dw, (long long)(g->h + g->pt + g->pb),
                     (long long)(g->w + g->pl + g->pr));
+  const Shape *z = n->n_in > 3 ? &in[3] : NULL;
+  if (z && (z->ndim != 4 || z->d[0] != g->n || z->d[1] != g->m || z->d[2] != g->oh ||
+            z->d[3] != g->ow)) {
+    char sz[SHAPE_STR_MAX];
+    return op_error(n, d, "residual Z %s: expected the output's shape [%lld, %lld, %lld, %lld]",
+                    shape_format(z, sz, sizeof sz), (long long)g->n, (long long)g->m,
+                    (long long)g->oh, (long long)g->ow);
+  }
   return TEQ_OK;
 }
 
@@ -155,8 +170,8 @@ static int conv_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
 
 /* Kernels see tensors; geometry is computed from their shapes the same way. */
 static int conv_geom_of(const Node *n, Tensor *const *in, ConvGeom *g, Diag *d) {
-  Shape s[3];
-  for (int i = 0; i < n->n_in && i < 3; i++) s[i] = in[i]->shape;
+  Shape s[4];
+  for (int i = 0; i < n->n_in && i < 4; i++) s[i] = in[i]->shape;
   return conv_geom(n, s, g, d);
 }
 
@@ -300,10 +315,16 @@ typedef struct ConvRun {
   float *col;                 /* kdim x block scratch; NULL for pointwise */
 } ConvRun;
 
+/* y[0..n) += z[0..n): a residual, before the bias and activation. */
+static void add_residual_f32(float *y, const float *z, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += z[i];
+}
+
 /* One image, one group, output pixels [p0, p0 + np): columns, GEMM, then
- * bias and activation while the tile is in cache. */
-static void conv_block_f32(const ConvRun *r, const float *xg, int64_t grp, float *yg, int64_t p0,
-                           int64_t np) {
+ * residual, bias and activation while the tile is in cache (zg: the
+ * residual's block of this image and group, or NULL). */
+static void conv_block_f32(const ConvRun *r, const float *xg, int64_t grp, float *yg,
+                           const float *zg, int64_t p0, int64_t np) {
   const ConvGeom *g = r->g;
   const float *cols = xg + p0;
   int64_t ldb = r->plane;
@@ -314,12 +335,14 @@ static void conv_block_f32(const ConvRun *r, const float *xg, int64_t grp, float
   }
   blas_sgemm(false, false, g->mg, np, r->kdim, 1.0f, r->w + grp * g->mg * r->kdim, r->kdim, cols,
              ldb, 0.0f, yg + p0, r->plane);
-  for (int64_t m = 0; m < g->mg; m++)
+  for (int64_t m = 0; m < g->mg; m++) {
+    if (zg) add_residual_f32(yg + m * r->plane + p0, zg + m * r->plane + p0, np);
     bias_act_f32(yg + m * r->plane + p0, np, r->b ? r->b[grp * g->mg + m] : 0.0f, r->act);
+  }
 }
 
 static int conv_gemm_f32(const Node *n, const ConvGeom *g, const float *x, const float *w,
-                         const float *b, float *y, Diag *d) {
+                         const float *b, const float *z, float *y, Diag *d) {
   ConvRun r = {.g = g, .w = w, .b = b, .act = (int)param_int(&n->params, CONV_ACT)};
   r.kdim = g->cg * g->kh * g->kw;
   r.plane = g->oh * g->ow;
@@ -340,8 +363,9 @@ static int conv_gemm_f32(const Node *n, const ConvGeom *g, const float *x, const
     for (int64_t grp = 0; grp < g->groups; grp++) {
       const float *xg = x + (img * g->c + grp * g->cg) * g->h * g->w;
       float *yg = y + (img * g->m + grp * g->mg) * r.plane;
+      const float *zg = z ? z + (img * g->m + grp * g->mg) * r.plane : NULL;
       for (int64_t p0 = 0; p0 < r.plane; p0 += r.block)
-        conv_block_f32(&r, xg, grp, yg, p0, r.plane - p0 < r.block ? r.plane - p0 : r.block);
+        conv_block_f32(&r, xg, grp, yg, zg, p0, r.plane - p0 < r.block ? r.plane - p0 : r.block);
     }
   free(r.col);
   return TEQ_OK;
@@ -400,7 +424,7 @@ static void depthwise_row(const float *xrow, const int64_t *off, const float *k,
 }
 
 static int conv_depthwise_f32(const Node *n, const ConvGeom *g, const float *x, const float *w,
-                              const float *b, float *y, Diag *d) {
+                              const float *b, const float *z, float *y, Diag *d) {
   int64_t in_plane = g->h * g->w, out_plane = g->oh * g->ow, taps = g->kh * g->kw;
   int act = (int)param_int(&n->params, CONV_ACT);
   Depthwise dw = {.g = g, .hp = g->h + g->pt + g->pb};
@@ -428,6 +452,7 @@ static int conv_depthwise_f32(const Node *n, const ConvGeom *g, const float *x, 
       for (int64_t oy = 0; oy < g->oh; oy++)
         depthwise_row(dw.pad + oy * row_step, dw.tap_off, w + c * taps, taps, g->ow,
                       yp + oy * g->ow);
+      if (z) add_residual_f32(yp, z + (img * g->m + c) * out_plane, out_plane);
       bias_act_f32(yp, out_plane, b ? b[c] : 0.0f, act);
     }
   free(dw.pad);
@@ -440,9 +465,10 @@ static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
   const float *x = in[0]->data, *w = in[1]->data, *b = n->n_in > 2 ? in[2]->data : NULL;
+  const float *z = n->n_in > 3 ? in[3]->data : NULL;
   float *y = out[0]->data;
-  if (conv_is_depthwise(&g)) return conv_depthwise_f32(n, &g, x, w, b, y, d);
-  return conv_gemm_f32(n, &g, x, w, b, y, d);
+  if (conv_is_depthwise(&g)) return conv_depthwise_f32(n, &g, x, w, b, z, y, d);
+  return conv_gemm_f32(n, &g, x, w, b, z, y, d);
 }
 
 /* ---- conv2d, Z_p ---- */
@@ -487,6 +513,10 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
         for (int64_t k = 0; k < plane; k++) ym[k] = modp_add(ym[k], b[grp * g.mg + m]);
       }
     }
+  if (n->n_in > 3) {
+    const uint32_t *z = in[3]->data;
+    for (int64_t k = 0; k < tensor_numel(out[0]); k++) y[k] = modp_add(y[k], z[k]);
+  }
   free(col);
   act_apply_modp((int)param_int(&n->params, CONV_ACT), y, tensor_numel(out[0]));
   return TEQ_OK;
@@ -521,6 +551,7 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
         }
       }
     vals[q] = b ? modp_add(modp_reduce(acc), b[m]) : modp_reduce(acc);
+    if (n->n_in > 3) vals[q] = modp_add(vals[q], ((const uint32_t *)in[3]->data)[f]);
   }
   act_apply_modp((int)param_int(&n->params, CONV_ACT), vals, n_pos);
   return TEQ_OK;
@@ -567,10 +598,12 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 }
 
 /* The generic mapping writes strides, pads, dilations and group, defaults
- * included; a fused act becomes a following node. */
+ * included; a residual becomes a following Add, a fused act a node after
+ * that. */
 static int conv_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, CONV_ACT);
+  if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
   if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_op[act]);
   return TEQ_OK;
 }
@@ -599,18 +632,20 @@ static bool conv_half_twin(const Node *n, const Shape *in, Shape *half_in) {
   for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
   half_in[1].d[0] /= 2;
   if (n->n_in > 2 && half_in[2].ndim == 1) half_in[2].d[0] /= 2;
+  if (n->n_in > 3 && half_in[3].ndim == 4) half_in[3].d[1] /= 2;
   return true;
 }
 
 const OpDef op_def_conv2d = {
   .kind = OP_CONV2D, .name = "conv2d", .axiom_name = "conv2d", .onnx_op = "Conv",
-  .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
+  .n_in_min = 2, .n_in_max = 4, .n_out_min = 1, .n_out_max = 1,
   .params = conv_params_rows, .n_params = 5,
   .flags = OPF_MULTILINEAR,
   .infer_shape = conv_infer,
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp, .eval_modp_at = conv_eval_modp_at,
   .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write, .half_twin = conv_half_twin,
+  .residual_input = 3,
 };
 
 /* ---- conv_transpose: ONNX ConvTranspose, 2-D ---- */

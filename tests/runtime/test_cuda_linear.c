@@ -28,11 +28,18 @@ typedef struct ConvSpec {
   bool bias;
   int64_t stride[2], pads[4], dilation[2], groups;
   int act;
+  bool residual; /* a fourth input of the output's shape (with the bias) */
 } ConvSpec;
 
 static void conv_case(CudaDevice *dev, ConvSpec s) {
   Shape b = S(1, (int)s.w.d[0]);
-  CudaCase c = cuda_case(s.label, OP_CONV2D, s.bias ? 3 : 2, SHAPES(s.x, s.w, b));
+  int64_t st[2] = {s.stride[0] ? s.stride[0] : 1, s.stride[1] ? s.stride[1] : 1};
+  int64_t dl[2] = {s.dilation[0] ? s.dilation[0] : 1, s.dilation[1] ? s.dilation[1] : 1};
+  Shape z = S(4, (int)s.x.d[0], (int)s.w.d[0],
+              (int)((s.x.d[2] + s.pads[0] + s.pads[2] - dl[0] * (s.w.d[2] - 1) - 1) / st[0] + 1),
+              (int)((s.x.d[3] + s.pads[1] + s.pads[3] - dl[1] * (s.w.d[3] - 1) - 1) / st[1] + 1));
+  CudaCase c = cuda_case(s.label, OP_CONV2D, s.residual ? 4 : s.bias ? 3 : 2,
+                         SHAPES(s.x, s.w, b, z));
   int64_t one[2] = {1, 1};
   param_set_ints(&c.params, param_index(OP_CONV2D, "stride"), s.stride[0] ? s.stride : one, 2);
   param_set_ints(&c.params, param_index(OP_CONV2D, "pads"), s.pads, 4);
@@ -150,6 +157,25 @@ static void test_conv2d_ways(CudaDevice *dev) {
                    (ConvSpec){.label = "conv2d 1x1 1x1024x7x7 relu split 16",
                               S(4, 1, 1024, 7, 7), S(4, 256, 1024, 1, 1), .act = ACT_RELU});
   test_pin_refused(dev);
+  /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
+   * adds it as z, the other ways in their epilogue or the partials' sum. */
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 residual bias relu", S(4, 1, 64, 56, 56),
+                            S(4, 64, 64, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU,
+                            .residual = true});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x16x9x9 1x1 residual bias", S(4, 2, 16, 9, 9),
+                            S(4, 32, 16, 1, 1), true, .residual = true});
+  pinned_conv_case(dev, "cudnn:IMPLICIT_PRECOMP_GEMM+bias+relu",
+                   (ConvSpec){.label = "conv2d 1x64x112x112 residual relu (cuDNN's z)",
+                              S(4, 1, 64, 112, 112), S(4, 128, 64, 3, 3), true,
+                              .pads = {1, 1, 1, 1}, .act = ACT_RELU, .residual = true});
+  pinned_conv_case(dev, "cublas:im2col+gemm",
+                   (ConvSpec){.label = "conv2d residual pads(0 1 2 1) tanh (epilogue)",
+                              S(4, 1, 8, 7, 9), S(4, 6, 8, 3, 3), true, .pads = {0, 1, 2, 1},
+                              .act = ACT_TANH, .residual = true});
+  pinned_conv_case(dev, "cublas:im2col+gemm split 4",
+                   (ConvSpec){.label = "conv2d 1x512x14x14 residual relu split 4",
+                              S(4, 1, 512, 14, 14), S(4, 512, 512, 3, 3), true,
+                              .pads = {1, 1, 1, 1}, .act = ACT_RELU, .residual = true});
 }
 
 /* ---- conv_transpose ---- */

@@ -46,36 +46,51 @@ static bool standins_ready(void) {
 typedef struct ConvCase {
   int n, c, h, w, m, kh, kw;
   int sh, sw, pt, pl, pb, pr, dh, dw, groups, bias, act;
+  int res; /* a residual Z, the output's shape (with a bias) */
 } ConvCase;
 
 static const ConvCase conv_cases[] = {
-  /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g  b  act */
-  {1, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE},    /* plain 3x3 same */
-  {2, 4, 9, 8, 6, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 1, 1, ACT_RELU},    /* stride 2, odd pads */
-  {1, 4, 10, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_NONE},  /* depthwise */
-  {3, 6, 11, 9, 6, 5, 3, 2, 2, 2, 1, 2, 1, 2, 2, 6, 1, ACT_RELU},   /* depthwise s2 dilated */
-  {2, 5, 12, 7, 5, 3, 3, 1, 2, 0, 1, 0, 1, 1, 1, 5, 0, ACT_TANH},   /* depthwise mixed stride */
-  {2, 16, 5, 7, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU},   /* 1x1 without im2col */
-  {1, 8, 9, 9, 4, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, ACT_NONE},    /* 1x1 stride 2 */
-  {1, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE},    /* resnext-style groups */
-  {2, 12, 8, 8, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_SIGMOID}, /* groups 3, stride 2 */
-  {1, 4, 9, 6, 6, 3, 1, 1, 1, 2, 0, 2, 0, 2, 1, 2, 1, ACT_NONE},    /* 3x1 dilated, groups 2 */
-  {1, 3, 5, 13, 2, 5, 3, 1, 3, 2, 1, 2, 1, 1, 1, 1, 1, ACT_NONE},   /* odd sizes */
-  {2, 3, 4, 5, 7, 4, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU},    /* kernel = input: 1x1 out */
-  {1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE},    /* depth multiplier 2 */
-  {1, 2, 6, 6, 3, 2, 2, 3, 3, 0, 0, 2, 2, 1, 1, 1, 1, ACT_NONE},    /* stride > kernel */
-  {1, 3, 8, 8, 5, 3, 3, 1, 1, 0, 0, 0, 0, 3, 3, 1, 0, ACT_TANH},    /* dilation 3 */
-  {4, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 1, ACT_RELU}, /* mobilenet-like */
-  {1, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 0, ACT_NONE}, /* resnext 32x2 */
-  {1, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_RELU}, /* groups in pixel blocks */
-  {2, 3, 13, 17, 3, 3, 5, 3, 3, 0, 2, 2, 1, 1, 2, 3, 1, ACT_RELU},  /* depthwise stride 3 */
-  {1, 2, 5, 40, 2, 1, 7, 1, 1, 0, 3, 0, 3, 1, 1, 2, 0, ACT_NONE},   /* depthwise 1x7, wide */
-  {1, 3, 9, 41, 3, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_RELU},   /* depthwise s2, wide */
-  {1, 2, 6, 6, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2, 1, ACT_SIGMOID}, /* depthwise, no pads */
+  /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g  b  act       res */
+  {1, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE, 0},    /* plain 3x3 same */
+  {2, 4, 9, 8, 6, 3, 3, 2, 2, 1, 0, 1, 2, 1, 1, 1, 1, ACT_RELU, 0},    /* stride 2, odd pads */
+  {1, 4, 10, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_NONE, 0},  /* depthwise */
+  {3, 6, 11, 9, 6, 5, 3, 2, 2, 2, 1, 2, 1, 2, 2, 6, 1, ACT_RELU, 0},   /* depthwise s2 dilated */
+  {2, 5, 12, 7, 5, 3, 3, 1, 2, 0, 1, 0, 1, 1, 1, 5, 0, ACT_TANH, 0},   /* depthwise mixed stride */
+  {2, 16, 5, 7, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU, 0},   /* 1x1 without im2col */
+  {1, 8, 9, 9, 4, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, ACT_NONE, 0},    /* 1x1 stride 2 */
+  {1, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE, 0},    /* resnext-style groups */
+  {2, 12, 8, 8, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_SIGMOID, 0}, /* groups 3, stride 2 */
+  {1, 4, 9, 6, 6, 3, 1, 1, 1, 2, 0, 2, 0, 2, 1, 2, 1, ACT_NONE, 0},    /* 3x1 dilated, groups 2 */
+  {1, 3, 5, 13, 2, 5, 3, 1, 3, 2, 1, 2, 1, 1, 1, 1, 1, ACT_NONE, 0},   /* odd sizes */
+  {2, 3, 4, 5, 7, 4, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU, 0},    /* kernel = input: 1x1 out */
+  {1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, ACT_NONE, 0},    /* depth multiplier 2 */
+  {1, 2, 6, 6, 3, 2, 2, 3, 3, 0, 0, 2, 2, 1, 1, 1, 1, ACT_NONE, 0},    /* stride > kernel */
+  {1, 3, 8, 8, 5, 3, 3, 1, 1, 0, 0, 0, 0, 3, 3, 1, 0, ACT_TANH, 0},    /* dilation 3 */
+  {4, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 1, ACT_RELU, 0}, /* mobilenet-like */
+  {1, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32, 0, ACT_NONE, 0}, /* resnext 32x2 */
+  {1, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_RELU, 0}, /* groups in pixel blocks */
+  {2, 3, 13, 17, 3, 3, 5, 3, 3, 0, 2, 2, 1, 1, 2, 3, 1, ACT_RELU, 0},  /* depthwise stride 3 */
+  {1, 2, 5, 40, 2, 1, 7, 1, 1, 0, 3, 0, 3, 1, 1, 2, 0, ACT_NONE, 0},   /* depthwise 1x7, wide */
+  {1, 3, 9, 41, 3, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 3, 1, ACT_RELU, 0},   /* depthwise s2, wide */
+  {1, 2, 6, 6, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2, 1, ACT_SIGMOID, 0}, /* depthwise, no pads */
+  /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g  b  act       res */
+  {2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_RELU, 1},  /* residual (ResNet) */
+  {1, 16, 5, 5, 32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU, 1}, /* residual, 1x1 */
+  {1, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},  /* residual, groups */
+  {2, 4, 6, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_TANH, 1},  /* residual, depthwise */
 };
 
+static int conv_n_in(const ConvCase *k) { return k->res ? 4 : k->bias ? 3 : 2; }
+
+static int conv_out_h(const ConvCase *k) {
+  return (k->h + k->pt + k->pb - k->dh * (k->kh - 1) - 1) / k->sh + 1;
+}
+static int conv_out_w(const ConvCase *k) {
+  return (k->w + k->pl + k->pr - k->dw * (k->kw - 1) - 1) / k->sw + 1;
+}
+
 static void conv_setup(Op *o, const ConvCase *k) {
-  op_init(o, OP_CONV2D, k->bias ? 3 : 2);
+  op_init(o, OP_CONV2D, conv_n_in(k));
   op_ints(o, "stride", (int64_t[]){k->sh, k->sw}, 2);
   op_ints(o, "pads", (int64_t[]){k->pt, k->pl, k->pb, k->pr}, 4);
   op_ints(o, "dilation", (int64_t[]){k->dh, k->dw}, 2);
@@ -102,10 +117,10 @@ static int conv_taps(const ConvCase *k, int n, int m, int oy, int ox, int *xi, i
 
 /* The naive definition, in double. */
 static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
-  int oh = (k->h + k->pt + k->pb - k->dh * (k->kh - 1) - 1) / k->sh + 1;
-  int ow = (k->w + k->pl + k->pr - k->dw * (k->kw - 1) - 1) / k->sw + 1;
+  int oh = conv_out_h(k), ow = conv_out_w(k);
   Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, oh, ow}});
   const float *x = in[0]->data, *w = in[1]->data, *b = k->bias ? in[2]->data : NULL;
+  const float *z = k->res ? in[3]->data : NULL;
   float *out = y->data;
   size_t taps = (size_t)(k->c / k->groups * k->kh * k->kw);
   int *xi = malloc(taps * sizeof *xi), *wi = malloc(taps * sizeof *wi);
@@ -114,6 +129,7 @@ static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
       for (int oy = 0; oy < oh; oy++)
         for (int ox = 0; ox < ow; ox++) {
           double s = b ? b[m] : 0;
+          if (z) s += z[((n * k->m + m) * oh + oy) * ow + ox];
           for (int t = conv_taps(k, n, m, oy, ox, xi, wi) - 1; t >= 0; t--)
             s += (double)x[xi[t]] * w[wi[t]];
           *out++ = (float)act_ref(k->act, s);
@@ -125,10 +141,11 @@ static Tensor *conv_ref(const ConvCase *k, Tensor *const *in) {
 /* Random inputs of case k; small: integers in -3..3, so every sum the
  * kernels form stays exact. */
 static void conv_inputs(const ConvCase *k, Tensor **in, bool small, uint64_t seed) {
-  Shape s[3] = {shape_of(4, k->n, k->c, k->h, k->w),
-                shape_of(4, k->m, k->c / k->groups, k->kh, k->kw), shape_of(1, k->m)};
-  in[2] = NULL;
-  for (int i = 0; i < (k->bias ? 3 : 2); i++)
+  Shape s[4] = {shape_of(4, k->n, k->c, k->h, k->w),
+                shape_of(4, k->m, k->c / k->groups, k->kh, k->kw), shape_of(1, k->m),
+                shape_of(4, k->n, k->m, conv_out_h(k), conv_out_w(k))};
+  in[2] = in[3] = NULL;
+  for (int i = 0; i < conv_n_in(k); i++)
     in[i] = small ? random_ints(s[i], 3, seed + (uint64_t)i)
                   : random_f32(s[i], seed + (uint64_t)i);
 }
@@ -138,7 +155,7 @@ static void test_conv_float_vs_reference(void) {
   diag_init(&d);
   for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
     const ConvCase *k = &conv_cases[ci];
-    Tensor *in[3];
+    Tensor *in[4];
     conv_inputs(k, in, false, 100 + ci);
     Op o;
     conv_setup(&o, k);
@@ -147,7 +164,7 @@ static void test_conv_float_vs_reference(void) {
     CHECK_MSG(y && e < 1e-5, "conv case %zu: error %g %s", ci, e, diag_last(&d));
     tensor_unref(y);
     tensor_unref(r);
-    unref_all(in, k->bias ? 3 : 2);
+    unref_all(in, conv_n_in(k));
   }
   diag_fini(&d);
 }
@@ -161,9 +178,9 @@ static void test_conv_modp_vs_float(void) {
     ConvCase k = conv_cases[ci];
     int act = k.act;
     k.act = ACT_NONE;
-    Tensor *in[3], *inm[3];
+    Tensor *in[4], *inm[4];
     conv_inputs(&k, in, true, 200 + ci);
-    int n_in = k.bias ? 3 : 2;
+    int n_in = conv_n_in(&k);
     for (int i = 0; i < n_in; i++) inm[i] = f32_to_modp(in[i]);
     Op o;
     conv_setup(&o, &k);
@@ -449,6 +466,8 @@ static uint32_t conv_ref_modp(const ConvCase *k, Tensor *const *in, int n, int m
                               int *xi, int *wi) {
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   unsigned __int128 s = k->bias ? ((const uint32_t *)in[2]->data)[m] : 0;
+  if (k->res)
+    s += ((const uint32_t *)in[3]->data)[((n * k->m + m) * conv_out_h(k) + oy) * conv_out_w(k) + ox];
   for (int t = conv_taps(k, n, m, oy, ox, xi, wi) - 1; t >= 0; t--)
     s += (unsigned __int128)x[xi[t]] * w[wi[t]];
   return (uint32_t)(s % MODP_P);
@@ -460,9 +479,12 @@ static void test_conv_modp_full_range(void) {
   for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
     ConvCase k = conv_cases[ci];
     k.act = ACT_NONE;
-    Tensor *in[3] = {random_residues(shape_of(4, k.n, k.c, k.h, k.w), 70 + ci),
+    Tensor *in[4] = {random_residues(shape_of(4, k.n, k.c, k.h, k.w), 70 + ci),
                      random_residues(shape_of(4, k.m, k.c / k.groups, k.kh, k.kw), 80 + ci),
-                     k.bias ? random_residues(shape_of(1, k.m), 90 + ci) : NULL};
+                     k.bias ? random_residues(shape_of(1, k.m), 90 + ci) : NULL,
+                     k.res ? random_residues(shape_of(4, k.n, k.m, conv_out_h(&k),
+                                                     conv_out_w(&k)), 95 + ci)
+                           : NULL};
     Op o;
     conv_setup(&o, &k);
     Tensor *y = op_run(&o, in, true, &d);
@@ -477,7 +499,7 @@ static void test_conv_modp_full_range(void) {
     free(xi), free(wi);
     CHECK_MSG(wrong == 0, "conv case %zu in Z_p over all residues: %lld wrong (%s)", ci,
               (long long)wrong, y ? "" : diag_last(&d));
-    unref_all((Tensor *[]){y, in[0], in[1], in[2]}, 4);
+    unref_all((Tensor *[]){y, in[0], in[1], in[2], in[3]}, 5);
   }
   diag_fini(&d);
 }
@@ -668,6 +690,10 @@ static void test_conv_errors(void) {
   op_ints(&o, "stride", (int64_t[]){0, 1}, 2);
   op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 8)},
                  "stride=0");
+  op_init(&o, OP_CONV2D, 4); /* the residual must have the output's shape, [1, 8, 6, 6] */
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 4, 8, 8), shape_of(4, 8, 4, 3, 3), shape_of(1, 8),
+                               shape_of(4, 1, 8, 8, 8)},
+                 "residual Z [1, 8, 8, 8]: expected the output's shape [1, 8, 6, 6]");
   op_init(&o, OP_ENLARGE, 1);
   op_int(&o, "kh", 3);
   op_int(&o, "kw", 3);

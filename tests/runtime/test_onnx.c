@@ -592,6 +592,93 @@ static void test_activations_fused(void) {
   diag_fini(&d);
 }
 
+/* Convolutions with a residual input (a fourth), after import. */
+static int count_residual(const Graph *g) {
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == OP_CONV2D && g->nodes[i].n_in == 4;
+  return n;
+}
+
+/* An Add of a conv it alone reads and a tensor of the conv's shape becomes
+ * the conv's residual, and a relu after the Add its fused act: with a bias
+ * (c1), without one (c2, given a zero bias), and where both sides are
+ * convs (c5 at input 0 takes c6 as its residual). Not where the other
+ * side broadcasts (c3) or the conv has another reader (c4). The model as
+ * given keeps every Add; the fused graph exports as Conv, Add and Relu
+ * again, and every import computes what the graph as built does. */
+static void test_residuals_fused(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 4, 6, 6}}, sw = {4, {4, 4, 3, 3}}, sb = {1, {4}}, sc = {4, {1, 4, 1, 1}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb), *c = tensor_new(DT_F32, &sc);
+  tensor_fill_random(w, 11);
+  tensor_fill_random(b, 12);
+  tensor_fill_random(c, 13);
+  int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d);
+  int ci = graph_add_const(g, "c", c, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef xwb[3] = {{x, 0}, {wi, 0}, {bi, 0}};
+  int conv[7];
+  for (int k = 1; k <= 6; k++) {
+    char name[8];
+    snprintf(name, sizeof name, "c%d", k);
+    conv[k] = graph_add_node(g, OP_CONV2D, xwb, k == 2 ? 2 : 3, 1, &p, name, &d);
+  }
+  TensorRef X = {x, 0};
+#define ADD(a, b, name) graph_add_node(g, OP_EWADD, (TensorRef[]){a, b}, 2, 1, NULL, name, &d)
+  int a1 = ADD(((TensorRef){conv[1], 0}), X, "a1");
+  int r1 = graph_add_node(g, OP_RELU, (TensorRef[]){{a1, 0}}, 1, 1, NULL, "r1", &d);
+  int a2 = ADD(((TensorRef){conv[2], 0}), X, "a2");
+  int a3 = ADD(((TensorRef){conv[3], 0}), ((TensorRef){ci, 0}), "a3");
+  int a4 = ADD(((TensorRef){conv[4], 0}), X, "a4");
+  int a5 = ADD(((TensorRef){conv[5], 0}), ((TensorRef){conv[6], 0}), "a5");
+#undef ADD
+  CHECK(r1 >= 0 && a2 >= 0 && a3 >= 0 && a4 >= 0 && a5 >= 0);
+  graph_add_output(g, (TensorRef){r1, 0}, "y1", &d);
+  graph_add_output(g, (TensorRef){a2, 0}, "y2", &d);
+  graph_add_output(g, (TensorRef){a3, 0}, "y3", &d);
+  graph_add_output(g, (TensorRef){a4, 0}, "y4", &d);
+  graph_add_output(g, (TensorRef){conv[4], 0}, "c4", &d);
+  graph_add_output(g, (TensorRef){a5, 0}, "y5", &d);
+  char q[PATH_BUF], q2[PATH_BUF];
+  int rc = onnx_export_file(g, tmp("residuals.onnx", q), NULL, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_residuals_fused, 3); /* a1, a2, a5 */
+    CHECK_EQ_INT(count_residual(h), 3);
+    CHECK_EQ_INT(count_kind(h, OP_EWADD), 2); /* a3 (broadcast), a4 (c4 read twice) */
+    CHECK_EQ_INT(count_kind(h, OP_RELU), 0);  /* r1: the residual conv's act */
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU), 1);
+    check_same_outputs(g, h, &sx, 21);
+    /* Written back: each residual an Add after its Conv again. */
+    rc = onnx_export_file(h, tmp("residuals_again.onnx", q2), NULL, &d);
+    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+    o.keep_unfused_residuals = true;
+    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    if (k) {
+      CHECK_EQ_INT(count_residual(k), 0);
+      CHECK_EQ_INT(count_kind(k, OP_EWADD), 5);
+      check_same_outputs(g, k, &sx, 22);
+    }
+    graph_free(k);
+  }
+  graph_free(h);
+  OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&given);
+  h = rc == TEQ_OK ? import(q, &given, &st, &d) : NULL;
+  if (h) CHECK(st.n_residuals_fused == 0 && count_residual(h) == 0 && count_kind(h, OP_EWADD) == 5);
+  graph_free(h);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* Weights of a page or more travel without copies: the exported
  * initializer points at the graph's tensor (the exporter holds a reference
  * until the file is written), and the imported one takes the
@@ -962,6 +1049,7 @@ int main(void) {
   test_opaque_meta();
   test_export_built();
   test_activations_fused();
+  test_residuals_fused();
   test_large_weights();
   test_external_data();
   test_symbolic_dims();
