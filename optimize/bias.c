@@ -396,9 +396,11 @@ int opt_fuse_residual(Graph *g, int *n_fused, Diag *d) {
       int id = add->in[side].node;
       TensorRef z = add->in[1 - side];
       const Node *c = &g->nodes[id];
-      /* The conv's only use, no act, and z of its output's very shape. */
-      if (c->kind != OP_CONV2D || add->in[side].out != 0 || user[id] != u || c->n_in > 3 ||
-          c->params.v[act_i].i[0] != ACT_NONE || c->out[0].ndim != 4 || z.node == id ||
+      /* The conv's only use, no act, and z of its output's very shape; not a
+       * conv this pass made (an add may read one now: its relu was taken). */
+      if (id >= n || c->kind != OP_CONV2D || add->in[side].out != 0 || user[id] != u ||
+          c->n_in > 3 || c->params.v[act_i].i[0] != ACT_NONE || c->out[0].ndim != 4 ||
+          z.node == id ||
           !shape_equal(graph_shape(g, z), &c->out[0]) || g->nodes[z.node].dtype != DT_F32)
         continue;
       TensorRef in[4] = {c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0}, z};

@@ -314,7 +314,8 @@ static size_t split_bytes(const CudnnConv &cv, int splits) {
 enum { SPLIT_MIN_K = 64, SPLIT_TILE = 128, SPLIT_MAX = 16 };
 static bool split_applies(CudaCtx *cx, const CudnnConv &cv, int s) {
   int64_t k = product_k(cv), hw = cv.oh * cv.ow;
-  int64_t tiles = cv.n * ((cv.m + SPLIT_TILE - 1) / SPLIT_TILE) * ((hw + SPLIT_TILE - 1) / SPLIT_TILE);
+  int64_t tiles =
+      cv.n * ((cv.m + SPLIT_TILE - 1) / SPLIT_TILE) * ((hw + SPLIT_TILE - 1) / SPLIT_TILE);
   int sms = cuda_sm_count(cx);
   return k % s == 0 && k / s >= SPLIT_MIN_K && tiles < sms && tiles * s <= 4 * (int64_t)sms &&
          split_bytes(cv, s) <= SPLIT_PARTS_CAP;

@@ -595,7 +595,8 @@ static void test_activations_fused(void) {
 /* Convolutions with a residual input (a fourth), after import. */
 static int count_residual(const Graph *g) {
   int n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == OP_CONV2D && g->nodes[i].n_in == 4;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    n += g->nodes[i].kind == OP_CONV2D && g->nodes[i].n_in == 4;
   return n;
 }
 
