@@ -31,10 +31,9 @@
  * import. Kept in, a biased conv is out of the rules' reach (they are about
  * plain convolutions) and the sum stays foldable; a bias-free one (NasNet's
  * branches) is still merged with its siblings. After the search,
- * opt_fuse_residual puts the residuals back: an ewadd of a convolution's
- * only use and a tensor of its output's shape becomes the convolution's
- * residual, with the activation that alone reads the sum (delta.c does not
- * derive this folding: it only lowers the cost the search found).
+ * graph_fuse_residuals puts the residuals back, as the importer first did
+ * (delta.c does not derive this folding: it only lowers the cost the
+ * search found).
  *
  * The search prices every candidate as this folding would leave it
  * without running it (delta.c derives the folding of a rewrite from the
@@ -379,64 +378,4 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
   }
   if (n_fused) *n_fused = fused;
   return TEQ_OK;
-}
-
-int opt_fuse_residual(Graph *g, int *n_fused, Diag *d) {
-  int act_i = param_index(OP_CONV2D, "act"), fused = 0, n = g->n_nodes;
-  int32_t *user = only_users(g);
-  if (!user) return TEQ_ERR_NOMEM;
-  int rc = TEQ_OK;
-  /* Over the adds, the conv at input 0 tried first, as the import's pass
-   * does: ResNet's Add(out, identity) keeps its shortcut as the residual
-   * wherever the shortcut is a conv too. */
-  for (int u = 0; u < n && rc == TEQ_OK; u++) {
-    if (g->nodes[u].kind != OP_EWADD || g->nodes[u].n_in != 2) continue;
-    for (int side = 0; side < 2; side++) {
-      const Node *add = &g->nodes[u];
-      int id = add->in[side].node;
-      TensorRef z = add->in[1 - side];
-      const Node *c = &g->nodes[id];
-      /* The conv's only use, no act, and z of its output's very shape; not a
-       * conv this pass made (an add may read one now: its relu was taken). */
-      if (id >= n || c->kind != OP_CONV2D || add->in[side].out != 0 || user[id] != u ||
-          c->n_in > 3 || c->params.v[act_i].i[0] != ACT_NONE || c->out[0].ndim != 4 ||
-          z.node == id ||
-          !shape_equal(graph_shape(g, z), &c->out[0]) || g->nodes[z.node].dtype != DT_F32)
-        continue;
-      TensorRef in[4] = {c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0}, z};
-      if (in[2].node < 0) { /* a zero bias holds the bias's place */
-        Shape bs = shape_of(1, (int)c->out[0].d[1]);
-        Tensor *t = tensor_new(DT_F32, &bs);
-        int bid = t ? graph_add_const(g, NULL, t, d) : TEQ_ERR_NOMEM;
-        if (bid < 0) {
-          rc = bid;
-          break;
-        }
-        in[2] = (TensorRef){bid, 0};
-        c = &g->nodes[id]; /* adding may move the array */
-      }
-      Params p = c->params;
-      int last = u; /* the node whose readers the fused conv takes over */
-      int a = user[u] >= 0 ? act_of_op_kind(g->nodes[user[u]].kind) : ACT_NONE;
-      if (a != ACT_NONE) {
-        p.v[act_i].i[0] = a;
-        last = user[u];
-      }
-      int nid = graph_add_node(g, OP_CONV2D, in, 4, 1, &p, g->nodes[id].name, d);
-      if (nid < 0) {
-        rc = nid;
-        break;
-      }
-      graph_replace_uses(g, (TensorRef){last, 0}, (TensorRef){nid, 0});
-      fused++;
-      break;
-    }
-  }
-  free(user);
-  if (rc == TEQ_OK && fused) {
-    int r = graph_remove_dead(g);
-    if (r < 0) rc = r;
-  }
-  if (n_fused) *n_fused = fused;
-  return rc;
 }

@@ -890,12 +890,12 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     if (rc == TEQ_OK) rc = pet_post_optimize(&posted, &post, d);
     if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
     if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
-    if (rc == TEQ_OK) rc = opt_fuse_residual(posted, &residuals, d);
+    if (rc == TEQ_OK && (residuals = graph_fuse_residuals(posted, d)) < 0) rc = residuals;
     if (rc == TEQ_OK) rc = opt_graph_cost_split(cm, posted, &cost, src, us, d);
   }
   if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
-  if (rc == TEQ_OK) rc = opt_fuse_residual(*best, &r->residuals, d);
+  if (rc == TEQ_OK && (r->residuals = graph_fuse_residuals(*best, d)) < 0) rc = r->residuals;
   if (rc == TEQ_OK)
     rc = opt_graph_cost_split(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
   if (rc == TEQ_OK && posted && cost <= r->cost_after) {

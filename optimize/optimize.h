@@ -202,9 +202,5 @@ TEQ_API int opt_fold_weights(Graph *g, int *n_folded, Diag *d);
  * see bias.c. Counts are optional. */
 TEQ_API int opt_split_bias(Graph *g, int *n_split, Diag *d);
 TEQ_API int opt_fuse_bias(Graph *g, int *n_fused, Diag *d);
-/* After opt_fuse_bias: an ewadd of a convolution's only use and a tensor of
- * its output's shape becomes the convolution's residual (its fourth input),
- * with an activation that alone reads the sum; see bias.c. */
-TEQ_API int opt_fuse_residual(Graph *g, int *n_fused, Diag *d);
 
 #endif

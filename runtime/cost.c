@@ -631,14 +631,11 @@ static double residual_us(CostModel *m, const Graph *g, int id) {
   double us = price_unrecorded(m, n->kind, &n->params, in, dt, r, n->n_out);
   /* A relu in the epilogue is as free as the residual: where the table has
    * the twin without its fused activation and not with it, that one. */
-  Params bare;
+  Params bare; /* its parameters without the fused activation */
   int n_bare;
   OpKind pass;
   if (op_bare_twin(n, &bare, &n_bare, &pass)) {
-    Params plain = n->params;
-    for (int p = 0; p < op_def(n->kind)->n_params; p++)
-      if (op_def(n->kind)->params[p].adds_work) plain.v[p] = bare.v[p];
-    double without_act = price_unrecorded(m, n->kind, &plain, in, dt, r, n->n_out);
+    double without_act = price_unrecorded(m, n->kind, &bare, in, dt, r, n->n_out);
     if (without_act > 0 && (us <= 0 || without_act < us)) us = without_act;
   }
   double bytes = (double)shape_numel(graph_shape(g, n->in[r])) * sizeof(float);

@@ -754,3 +754,94 @@ const char *graph_node_label(const Graph *g, int id, char *buf, size_t size) {
   else snprintf(buf, size, "#%d (%s)", id, kind);
   return buf;
 }
+
+/* ---- residuals ---- */
+
+/* Node id (a row with a residual_input) given the residual z: its missing
+ * optional inputs zero per-channel vectors, its act the one act_node (-1:
+ * none) applies. The new node's id, or an error. */
+static int with_residual(Graph *g, int id, TensorRef z, int act_node, Diag *d) {
+  const Node *c = &g->nodes[id];
+  int r = op_def(c->kind)->residual_input;
+  TensorRef in[8];
+  if (r >= 8) return diag_error(d, "graph_fuse_residuals: residual input %d", r), TEQ_ERR_INTERNAL;
+  for (int j = 0; j < r; j++) {
+    if (j < c->n_in) {
+      in[j] = c->in[j];
+      continue;
+    }
+    Shape s = shape_of(1, (int)c->out[0].d[1]);
+    Tensor *t = tensor_new(DT_F32, &s); /* zeros */
+    int k = t ? graph_add_const(g, NULL, t, d) : TEQ_ERR_NOMEM;
+    if (k < 0) return k;
+    in[j] = (TensorRef){k, 0};
+    c = &g->nodes[id]; /* adding may move the array */
+  }
+  in[r] = z;
+  Params p = c->params;
+  if (act_node >= 0)
+    p.v[param_index(c->kind, "act")].i[0] = act_of_op_kind(g->nodes[act_node].kind);
+  char *name = c->name ? strdup(c->name) : NULL;
+  int nid = graph_add_node(g, c->kind, in, r + 1, 1, &p, name, d);
+  free(name);
+  return nid;
+}
+
+int graph_fuse_residuals(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  int n0 = g->n_nodes, fused = 0, rc = TEQ_OK;
+  /* The only reader of each node's output 0 (-1: none, several, or an output). */
+  int32_t *reader = malloc(((size_t)n0 + 1) * sizeof *reader);
+  bool *taken = calloc((size_t)n0 + 1, sizeof *taken);
+  if (!uses || !reader || !taken) {
+    diag_error(d, "out of memory fusing residuals");
+    rc = TEQ_ERR_NOMEM;
+  }
+  for (int i = 0; i < n0 && rc == TEQ_OK; i++) reader[i] = -1;
+  for (int i = 0; i < n0 && rc == TEQ_OK; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      TensorRef s = g->nodes[i].in[j];
+      if (s.out == 0 && uses[offset[s.node]] == 1) reader[s.node] = i;
+    }
+  for (int u = 0; u < n0 && rc == TEQ_OK; u++) {
+    if (g->nodes[u].kind != OP_EWADD || g->nodes[u].n_in != 2 || g->nodes[u].dtype != DT_F32)
+      continue;
+    for (int side = 0; side < 2; side++) {
+      const Node *add = &g->nodes[u];
+      TensorRef x = add->in[side], z = add->in[1 - side];
+      const Node *c = &g->nodes[x.node];
+      int r = op_def(c->kind)->residual_input, act_i = param_index(c->kind, "act");
+      bool ok = r > 0 && act_i >= 0 && x.out == 0 && x.node < n0 && !taken[x.node] &&
+                reader[x.node] == u && c->n_out == 1 && c->n_in <= r &&
+                c->params.v[act_i].i[0] == ACT_NONE && c->out[0].ndim == 4 &&
+                z.node != x.node && g->nodes[z.node].dtype == DT_F32 &&
+                shape_equal(graph_shape(g, z), &c->out[0]);
+      /* Constant optional inputs: optimize takes a bias apart for its search. */
+      for (int j = op_def(c->kind)->n_in_min; ok && j < c->n_in; j++)
+        ok = g->nodes[c->in[j].node].kind == OP_CONST;
+      if (!ok) continue;
+      int act_node = reader[u] >= 0 && act_of_op_kind(g->nodes[reader[u]].kind) != ACT_NONE
+                         ? reader[u] : -1;
+      int nid = with_residual(g, x.node, z, act_node, d);
+      if (nid < 0) {
+        rc = nid;
+        break;
+      }
+      graph_replace_uses(g, (TensorRef){act_node >= 0 ? act_node : u, 0}, (TensorRef){nid, 0});
+      taken[x.node] = true;
+      if (z.node < n0) taken[z.node] = true; /* add(conv, conv): the other is z, kept */
+      fused++;
+      break;
+    }
+  }
+  free(uses);
+  free(offset);
+  free(reader);
+  free(taken);
+  if (rc == TEQ_OK && fused) {
+    int removed = graph_remove_dead(g);
+    if (removed < 0) rc = removed;
+  }
+  return rc == TEQ_OK ? fused : rc;
+}
+

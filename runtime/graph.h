@@ -135,6 +135,16 @@ TEQ_API int graph_canonicalize(Graph *g);
  * leave such twins behind (two rules each building concat(x, h)), and a
  * rule that needs one shared input matches only once they are one. */
 TEQ_API int graph_merge_duplicates(Graph *g);
+/* Folds each ewadd of a node it alone reads (one whose row has a
+ * residual_input it does not use yet, no fused activation, its optional
+ * inputs constants) and a tensor of that node's output shape into the
+ * node as its residual, with an activation that alone reads the sum as its
+ * fused act: ResNet's conv + add + relu becomes one conv. The node at the
+ * add's input 0 is tried first (ResNet's Add(out, shortcut) keeps its
+ * shortcut as the residual where the shortcut is a conv too). Returns how
+ * many, or a negative error; nodes left unused are removed. The importer
+ * runs it, and optimize after the search, which takes residuals apart. */
+TEQ_API int graph_fuse_residuals(Graph *g, Diag *d);
 /* op_view (ops.h) for node id at the shapes its inputs have in g: whether
  * every output is a run of input 0, first (NULL or n_out entries) where
  * each starts. What the cost model and the GPU planner both ask. */

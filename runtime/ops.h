@@ -203,9 +203,12 @@ typedef struct OpDef {
   bool (*half_twin)(const struct Node *n, const Shape *in, Shape *half_in);
 
   /* The index of an optional input added element-wise to the output before
-   * the fused activation (conv2d's residual Z), 0 for none. The cost model
-   * prices an unmeasured node with it as the same node without it, plus
-   * one more read of it: the epilogue adds it while the output is in cache. */
+   * the fused activation (conv2d's residual Z), 0 for none. The optional
+   * inputs before it are per-channel vectors (a bias: zeros of the output's
+   * axis 1 hold the place of one the node lacks). graph_fuse_residuals
+   * folds an add into it; the cost model prices an unmeasured node with it
+   * as the same node without it, plus one more read of it: the epilogue
+   * adds it while the output is in cache. */
   int residual_input;
 
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in

@@ -302,23 +302,8 @@ static bool im2col_applies(const Conv2dPlan &pl) {
 static int64_t product_k(const CudnnConv &cv) { return cv.c * cv.kh * cv.kw; }
 
 /* Scratch of a split product's partial outputs. */
-static const size_t SPLIT_PARTS_CAP = (size_t)64 << 20;
 static size_t split_bytes(const CudnnConv &cv, int splits) {
   return align_up((size_t)(splits * cv.n * cv.m * cv.oh * cv.ow) * sizeof(float));
-}
-
-/* Whether a product splits s ways: K divides into slices of at least
- * SPLIT_MIN_K, the unsplit product has fewer output tiles than the device
- * has multiprocessors (a 128 x 128 tile each, a typical float32 GEMM
- * tile), and the split ones no more than four per multiprocessor. */
-enum { SPLIT_MIN_K = 64, SPLIT_TILE = 128, SPLIT_MAX = 16 };
-static bool split_applies(CudaCtx *cx, const CudnnConv &cv, int s) {
-  int64_t k = product_k(cv), hw = cv.oh * cv.ow;
-  int64_t tiles =
-      cv.n * ((cv.m + SPLIT_TILE - 1) / SPLIT_TILE) * ((hw + SPLIT_TILE - 1) / SPLIT_TILE);
-  int sms = cuda_sm_count(cx);
-  return k % s == 0 && k / s >= SPLIT_MIN_K && tiles < sms && tiles * s <= 4 * (int64_t)sms &&
-         split_bytes(cv, s) <= SPLIT_PARTS_CAP;
 }
 
 /* col[img][(ci kh + i) kw + j][oy ow + ox] = x[img][ci][oy sh - ph + i dh][ox sw - pw + j dw],
@@ -511,26 +496,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
 enum { CUDNN_CANDIDATES = 2 };
 /* Every way one search may time: the cuDNN candidates, each fused too, and
  * one cuBLAS product whole and in splits of 2, 4, 8 and 16. */
-enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 };
-
-/* The way cuda_device_pin_way named, as memo {way, bytes}; an error
- * listing the ways offered if it is not among them. */
-static int conv2d_pinned(const Node *n, const char *pin, const int64_t *ways,
-                         const size_t *bytes, int n_ways, int64_t memo[2], Diag *d) {
-  char offered[MAX_WAYS * 48] = "", name[64];
-  for (int i = 0; i < n_ways; i++) {
-    way_name(ways[i], name, sizeof name);
-    if (strcmp(name, pin) == 0) {
-      memo[0] = ways[i], memo[1] = (int64_t)bytes[i];
-      return TEQ_OK;
-    }
-    size_t used = strlen(offered);
-    snprintf(offered + used, sizeof offered - used, "%s%s", i ? ", " : "", name);
-  }
-  return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
-                       "the pinned way \"%s\" is not offered for this configuration (offered: %s)",
-                       pin, offered);
-}
+enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 }; /* 1 + the splits 2, 4, 8, 16 */
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
@@ -578,12 +544,16 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
   if (product) {
     size_t col = product == ALGO_IM2COL ? im2col_bytes(pl) : 0;
     ways[n_ways] = product, bytes[n_ways++] = col;
-    for (int s = 2; s <= SPLIT_MAX; s *= 2)
-      if (split_applies(cx, pl.cv, s))
+    for (int s = 2; s <= CUDA_SPLIT_MAX; s *= 2)
+      if (cuda_split_applies(cx, pl.cv.n, pl.cv.m, pl.cv.oh * pl.cv.ow, product_k(pl.cv), s))
         ways[n_ways] = split_way(product, s), bytes[n_ways++] = col + split_bytes(pl.cv, s);
   }
   if (const char *pin = cuda_pinned_way(cx)) {
-    if ((rc = conv2d_pinned(n, pin, ways, bytes, n_ways, memo, d))) return rc;
+    char names[MAX_WAYS][CUDA_WAY_NAME_MAX];
+    for (int i = 0; i < n_ways; i++) way_name(ways[i], names[i], sizeof names[i]);
+    int i = 0;
+    if ((rc = cuda_pinned_index(n, pin, names, n_ways, &i, d))) return rc;
+    memo[0] = ways[i], memo[1] = (int64_t)bytes[i];
     cuda_memo_put(cx, key, memo);
     return TEQ_OK;
   }

@@ -123,6 +123,26 @@ const char *cuda_pinned_way(CudaCtx *cx);
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d);
 
+/* ---- products split along K (conv.cu, matmul.cu) ----
+ * A product whose output is too small to fill the GPU may be split into s
+ * slices of K, computed side by side and summed (cuda_sum_partials). */
+enum { CUDA_SPLIT_MAX = 16 };
+
+/* Whether a product of batch x rows x cols outputs over K splits s ways:
+ * K divides into slices of at least 64, the whole product has fewer output
+ * tiles (128 x 128, a typical float32 GEMM tile) than the device has
+ * multiprocessors, the split one no more than four per multiprocessor,
+ * and its partials fit 64 MB of scratch. */
+bool cuda_split_applies(CudaCtx *cx, int64_t batch, int64_t rows, int64_t cols, int64_t k,
+                        int s);
+
+/* The index among names[0..n_names) (the ways a search offers) of the way
+ * cuda_device_pin_way named, in *index; an error on node n listing the
+ * names where none is it. */
+enum { CUDA_WAY_NAME_MAX = 64 };
+int cuda_pinned_index(const Node *n, const char *pin, const char (*names)[CUDA_WAY_NAME_MAX],
+                      int n_names, int *index, Diag *d);
+
 /* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
  * nothing. In elementwise.cu. */
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d);

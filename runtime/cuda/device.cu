@@ -228,6 +228,31 @@ const char *cuda_pinned_way(CudaCtx *cx) {
 
 int cuda_sm_count(CudaCtx *cx) { return cx->dev->sm_count; }
 
+bool cuda_split_applies(CudaCtx *cx, int64_t batch, int64_t rows, int64_t cols, int64_t k,
+                        int s) {
+  enum { MIN_K = 64, TILE = 128 };
+  const size_t parts_cap = (size_t)64 << 20;
+  int64_t tiles = batch * ((rows + TILE - 1) / TILE) * ((cols + TILE - 1) / TILE);
+  int64_t sms = cx->dev->sm_count;
+  return s > 1 && k % s == 0 && k / s >= MIN_K && tiles < sms && tiles * s <= 4 * sms &&
+         (size_t)(s * batch * rows * cols) * sizeof(float) <= parts_cap;
+}
+
+int cuda_pinned_index(const Node *n, const char *pin, const char (*names)[CUDA_WAY_NAME_MAX],
+                      int n_names, int *index, Diag *d) {
+  std::string offered;
+  for (int i = 0; i < n_names; i++) {
+    if (strcmp(names[i], pin) == 0) {
+      *index = i;
+      return TEQ_OK;
+    }
+    offered += (i ? ", " : "") + std::string(names[i]);
+  }
+  return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                       "the pinned way \"%s\" is not offered here (offered: %s)", pin,
+                       offered.c_str());
+}
+
 bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]) {
   for (const MemoEntry &e : cx->dev->memo)
     if (e.key == key) {

@@ -106,20 +106,6 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
 
 /* ---- the tall product, whole or split along K ---- */
 
-/* A split: K divides into slices of at least SPLIT_MIN_K, the whole
- * product has fewer output tiles (128 x 128, a typical float32 GEMM tile)
- * than the device has multiprocessors, the split one no more than four
- * per multiprocessor, and the partials fit SPLIT_PARTS_CAP. */
-enum { SPLIT_MIN_K = 64, SPLIT_TILE = 128, SPLIT_MAX = 16 };
-static const size_t SPLIT_PARTS_CAP = (size_t)64 << 20;
-
-static bool split_applies(CudaCtx *cx, int64_t rows, int64_t cols, int64_t k, int s) {
-  int64_t tiles = ((rows + SPLIT_TILE - 1) / SPLIT_TILE) * ((cols + SPLIT_TILE - 1) / SPLIT_TILE);
-  int sms = cuda_sm_count(cx);
-  return k % s == 0 && k / s >= SPLIT_MIN_K && tiles < sms && tiles * s <= 4 * (int64_t)sms &&
-         (size_t)(s * rows * cols) * sizeof(float) <= SPLIT_PARTS_CAP;
-}
-
 /* What the way of `splits` is called in step notes and by
  * cuda_device_pin_way. */
 static void way_name(int splits, char *buf, size_t size) {
@@ -161,21 +147,17 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
  * offered, else this fails and lists those that are. */
 static int tall_way(const Node *n, CudaCtx *cx, int rows, int cols, int k, const float *a,
                     const float *b, float *c, int act, int *splits, Diag *d) {
-  int ways[2 + SPLIT_MAX], n_ways = 0;
+  int ways[1 + CUDA_SPLIT_MAX], n_ways = 0;
   ways[n_ways++] = 1;
-  for (int s = 2; s <= SPLIT_MAX; s *= 2)
-    if (split_applies(cx, rows, cols, k, s)) ways[n_ways++] = s;
+  for (int s = 2; s <= CUDA_SPLIT_MAX; s *= 2)
+    if (cuda_split_applies(cx, 1, rows, cols, k, s)) ways[n_ways++] = s;
   if (const char *pin = cuda_pinned_way(cx)) {
-    char offered[256] = "", name[48];
-    for (int i = 0; i < n_ways; i++) {
-      way_name(ways[i], name, sizeof name);
-      if (strcmp(name, pin) == 0) return *splits = ways[i], TEQ_OK;
-      size_t used = strlen(offered);
-      snprintf(offered + used, sizeof offered - used, "%s%s", i ? ", " : "", name);
-    }
-    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
-                         "the pinned way \"%s\" is not offered for this product (offered: %s)",
-                         pin, offered);
+    char names[1 + CUDA_SPLIT_MAX][CUDA_WAY_NAME_MAX];
+    for (int i = 0; i < n_ways; i++) way_name(ways[i], names[i], sizeof names[i]);
+    int i = 0;
+    int rc = cuda_pinned_index(n, pin, names, n_ways, &i, d);
+    *splits = ways[i];
+    return rc;
   }
   *splits = 1;
   if (n_ways == 1) return TEQ_OK; /* nothing to choose: nothing remembered */

@@ -1004,7 +1004,7 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     im->stats.n_gelus_fused = n;
   }
   if (!o->keep_unfused_residuals) {
-    if ((n = onnx_pass_fuse_residuals(im->g, im->d)) < 0) return n;
+    if ((n = graph_fuse_residuals(im->g, im->d)) < 0) return n;
     im->stats.n_residuals_fused = n;
   }
   if (!o->keep_unfused_activations) {

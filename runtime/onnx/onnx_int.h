@@ -176,11 +176,6 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d);
  * (sqrt(2/pi) (x + 0.044715 x^3), Tanh, and the same tail) by one gelu;
  * returns how many, or an error. */
 int onnx_pass_fuse_gelu(Graph *g, Diag *d);
-/* An Add of a conv2d it alone reads (no act, a constant bias or none) and a
- * tensor of the conv's output shape becomes the conv's residual input (a
- * zero bias added where it had none); returns how many. Before the
- * activations' pass, so that the relu after the Add fuses too. */
-int onnx_pass_fuse_residuals(Graph *g, Diag *d);
 /* A relu, sigmoid or tanh that alone reads a conv2d or matmul (a row with an
  * act parameter) becomes its fused act; returns how many. */
 int onnx_pass_fuse_activations(Graph *g, Diag *d);

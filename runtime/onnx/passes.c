@@ -14,11 +14,8 @@
  * reader of a convolution or product becomes that operator's fused act:
  * an exporter (Teq's own among them) writes a fused activation as a second
  * node, and every runtime fuses it back, so a graph priced or timed with
- * the two apart would charge a kernel nobody runs. Before that, an Add of
- * a convolution it alone reads and a tensor of the same shape (ResNet's
- * shortcut) becomes the convolution's residual input, so that the
- * activation after the Add fuses too: one kernel for conv + add + relu, as
- * ONNX Runtime's fused Conv on CUDA does. Parameters are
+ * the two apart would charge a kernel nobody runs (the residual adds fold
+ * before, graph_fuse_residuals, with the activation after each). Parameters are
  * found by name through the registry rows, never by index. Dead nodes are
  * removed by the caller. */
 #include <math.h>
@@ -436,61 +433,6 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     }
     n++;
   }
-  free(uses);
-  free(offset);
-  return rc == TEQ_OK ? n : rc;
-}
-
-int onnx_pass_fuse_residuals(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing residuals", d);
-  if (!uses) return TEQ_ERR_NOMEM;
-  int act_i = param_index(OP_CONV2D, "act");
-  int n = 0, rc = TEQ_OK;
-  bool *taken = calloc((size_t)g->n_nodes + 1, sizeof *taken);
-  if (!taken) {
-    diag_error(d, "out of memory fusing residuals");
-    rc = TEQ_ERR_NOMEM;
-  }
-  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
-    const Node *a = &g->nodes[i];
-    if (a->kind != OP_EWADD || a->n_in != 2 || a->dtype != DT_F32) continue;
-    for (int side = 0; side < 2; side++) {
-      TensorRef x = a->in[side], z = a->in[1 - side];
-      const Node *c = &g->nodes[x.node];
-      /* The conv's only use and only output, no act, a constant bias or
-       * none (the search takes the bias apart), and z of its output's very
-       * shape (no broadcast). */
-      if (c->kind != OP_CONV2D || x.node >= n0 || taken[x.node] || c->n_out != 1 ||
-          uses[offset[x.node]] != 1 || c->n_in > 3 || c->params.v[act_i].i[0] != ACT_NONE ||
-          z.node == x.node || !shape_equal(graph_shape(g, z), &c->out[0]) ||
-          g->nodes[z.node].dtype != DT_F32)
-        continue;
-      if (c->n_in > 2 && g->nodes[c->in[2].node].kind != OP_CONST) continue;
-      TensorRef in[4] = {c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0}, z};
-      if (in[2].node < 0) {
-        Shape bs = shape_of(1, (int)c->out[0].d[1]);
-        Tensor *t = tensor_new(DT_F32, &bs); /* zeros: the bias's place held */
-        int bid = t ? graph_add_const(g, NULL, t, d) : TEQ_ERR_NOMEM;
-        if (bid < 0) {
-          rc = bid;
-          break;
-        }
-        in[2] = (TensorRef){bid, 0};
-        a = &g->nodes[i], c = &g->nodes[x.node]; /* adding may move the array */
-      }
-      Params params = c->params;
-      int id = take_over(g, i, x.node, OP_CONV2D, in, 4, &params, d);
-      if (id < 0) {
-        rc = id;
-        break;
-      }
-      taken[x.node] = true;
-      if (z.node < n0) taken[z.node] = true; /* add(conv, conv): the other is z, kept */
-      n++;
-      break;
-    }
-  }
-  free(taken);
   free(uses);
   free(offset);
   return rc == TEQ_OK ? n : rc;

@@ -112,22 +112,24 @@ static void pinned_conv_case(CudaDevice *dev, const char *way, ConvSpec s) {
   cuda_device_pin_way(dev, NULL);
 }
 
-/* A pinned way the configuration does not offer fails, naming those it
- * does. */
-static void test_pin_refused(CudaDevice *dev) {
+/* A pinned way a one-node graph of kind on inputs a and b (default
+ * parameters) does not offer fails, naming those it does (one of them
+ * `offered`). */
+static void check_pin_refused(CudaDevice *dev, OpKind kind, Shape a, Shape b, const char *way,
+                              const char *offered) {
   Diag d;
   diag_init(&d);
   Graph *g = graph_new();
-  Shape xs = S(4, 1, 8, 5, 5), ws = S(4, 4, 8, 3, 3);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &d), w = graph_add_input(g, "w", &ws, DT_F32, &d);
+  int x = graph_add_input(g, "a", &a, DT_F32, &d), y = graph_add_input(g, "b", &b, DT_F32, &d);
   Params p;
-  params_default(OP_CONV2D, &p);
-  int conv = graph_add_node(g, OP_CONV2D, (TensorRef[]){{x, 0}, {w, 0}}, 2, 1, &p, "conv", &d);
-  graph_add_output(g, (TensorRef){conv, 0}, NULL, &d);
-  cuda_device_pin_way(dev, "cublas:im2col+gemm split 3");
+  params_default(kind, &p);
+  int id = graph_add_node(g, kind, (TensorRef[]){{x, 0}, {y, 0}}, 2, 1, &p, "op", &d);
+  graph_add_output(g, (TensorRef){id, 0}, NULL, &d);
+  cuda_device_pin_way(dev, way);
   CudaPlan *plan = NULL;
   CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
-  CHECK(d.text && strstr(d.text, "not offered") && strstr(d.text, "cublas:im2col+gemm"));
+  CHECK_MSG(d.text && strstr(d.text, "not offered") && strstr(d.text, offered), "pin %s: %s",
+            way, d.text ? d.text : "no message");
   cuda_device_pin_way(dev, NULL);
   cuda_plan_free(plan);
   graph_free(g);
@@ -156,7 +158,8 @@ static void test_conv2d_ways(CudaDevice *dev) {
   pinned_conv_case(dev, "cublas:gemm split 16",
                    (ConvSpec){.label = "conv2d 1x1 1x1024x7x7 relu split 16",
                               S(4, 1, 1024, 7, 7), S(4, 256, 1024, 1, 1), .act = ACT_RELU});
-  test_pin_refused(dev);
+  check_pin_refused(dev, OP_CONV2D, S(4, 1, 8, 5, 5), S(4, 4, 8, 3, 3),
+                    "cublas:im2col+gemm split 3", "cublas:im2col+gemm");
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
    * adds it as z, the other ways in their epilogue or the partials' sum. */
   conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 residual bias relu", S(4, 1, 64, 56, 56),
@@ -330,23 +333,8 @@ static void test_matmul_ways(CudaDevice *dev) {
                      S(2, 3, 512), S(2, 512, 1024), ACT_NONE);
   pinned_matmul_case(dev, "cublas:gemm split 4", "matmul [2,16,256]x[256,128] sigmoid split 4",
                      S(3, 2, 16, 256), S(2, 256, 128), ACT_SIGMOID);
-  Diag d;
-  diag_init(&d);
-  Graph *g = graph_new();
-  Shape as = S(2, 7, 5), bs = S(2, 5, 9);
-  int a = graph_add_input(g, "a", &as, DT_F32, &d), b = graph_add_input(g, "b", &bs, DT_F32, &d);
-  Params p;
-  params_default(OP_MATMUL, &p);
-  int mm = graph_add_node(g, OP_MATMUL, (TensorRef[]){{a, 0}, {b, 0}}, 2, 1, &p, "mm", &d);
-  graph_add_output(g, (TensorRef){mm, 0}, NULL, &d);
-  cuda_device_pin_way(dev, "cublas:gemm split 2"); /* K = 5 */
-  CudaPlan *plan = NULL;
-  CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
-  CHECK(d.text && strstr(d.text, "not offered") && strstr(d.text, "cublas:gemm"));
-  cuda_device_pin_way(dev, NULL);
-  cuda_plan_free(plan);
-  graph_free(g);
-  diag_fini(&d);
+  check_pin_refused(dev, OP_MATMUL, S(2, 7, 5), S(2, 5, 9), "cublas:gemm split 2" /* K = 5 */,
+                    "cublas:gemm");
 }
 
 /* ---- gemm ---- */
