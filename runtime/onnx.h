@@ -66,7 +66,7 @@ typedef struct OnnxImportStats {
   int n_layer_norms_fused;
   int n_gelus_fused;
   int n_activations_fused;
-  int n_residuals_fused;
+  int n_residuals_fused; /* each with the activation after its add (not counted above) */
   int opset;           /* the model's default-domain opset */
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;
