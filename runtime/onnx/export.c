@@ -71,6 +71,7 @@ struct OnnxNodeOut {
   Onnx__NodeProto *np;
   Then then[MAX_THEN];
   int n_then;
+  const char *misuse; /* the row asked for what these calls cannot do: a bug in the row */
 };
 
 /* ---- growing the repeated fields ---- */
@@ -401,7 +402,7 @@ void onnx_out_add_empty_input(OnnxNodeOut *w) {
 
 static void then_add(OnnxNodeOut *w, Then t) {
   if (w->n_then < MAX_THEN) w->then[w->n_then++] = t;
-  else w->x->nomem = true; /* a row chaining this many is a bug; fail loudly */
+  else w->misuse = "more nodes chained after it than the exporter holds";
 }
 
 void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
@@ -416,7 +417,7 @@ void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c) 
 void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int input) {
   Onnx__NodeProto *np = w->np;
   if (input < 0 || input >= w->node->n_in || (size_t)input + 1 != np->n_input) {
-    w->x->nomem = true; /* only the last input moves; a row asking otherwise is a bug */
+    w->misuse = "an input other than its last moved into a node after it";
     return;
   }
   free(np->input[--np->n_input]);
@@ -494,6 +495,9 @@ static int export_op(Exporter *x, int32_t id) {
     append_string(x, &np->output, &np->n_output, tensor_name(x, (TensorRef){id, k}));
   generic_attrs(&w);
   int rc = o->onnx_write ? o->onnx_write(n, &w, x->d) : TEQ_OK;
+  if (rc == TEQ_OK && w.misuse)
+    rc = internal_error(x, "node '%s': the row of '%s' asked for %s", np->name, o->name,
+                        w.misuse);
   if (rc == TEQ_OK && !*np->op_type)
     rc = diag_error(x->d, "%s: node '%s': the row of '%s' set no op_type", x->path, np->name,
                     o->name);

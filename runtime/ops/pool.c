@@ -316,6 +316,20 @@ static const OpParam avgpool_params[] = {
                      .onnx_attr = "count_include_pad"},
 };
 
+/* A 1x1 window at stride 1 (no padding fits it) passes every element
+ * through: VGG's adaptive average pool of its 7x7 map to 7x7 is one. */
+static bool pool_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                      int64_t *first) {
+  (void)in, (void)consts, (void)out;
+  const Params *p = &n->params;
+  for (int i = 0; i < 2; i++)
+    if (p->v[POOL_KERNEL].i[i] != 1 || p->v[POOL_STRIDE].i[i] != 1) return false;
+  for (int i = 0; i < 4; i++)
+    if (p->v[POOL_PADS].i[i] != 0) return false;
+  *first = 0;
+  return true;
+}
+
 const OpDef op_def_maxpool = {
   .kind = OP_MAXPOOL, .name = "maxpool", .axiom_name = "maxpool", .onnx_op = "MaxPool",
   .eval_cuda = CUDA_EVAL(maxpool),
@@ -323,7 +337,7 @@ const OpDef op_def_maxpool = {
   .params = maxpool_params, .n_params = 5,
   .infer_shape = pool_infer,
   .eval_f32 = pool_eval_f32, .eval_modp = pool_eval_modp,
-  .onnx_read = maxpool_onnx_read,
+  .onnx_read = maxpool_onnx_read, .view = pool_view,
 };
 
 const OpDef op_def_avgpool = {
@@ -334,7 +348,7 @@ const OpDef op_def_avgpool = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = pool_infer,
   .eval_f32 = pool_eval_f32, .eval_modp = pool_eval_modp,
-  .onnx_read = avgpool_onnx_read,
+  .onnx_read = avgpool_onnx_read, .view = pool_view,
 };
 
 /* ---- global pools: [N, C, d1, ...] -> [N, C, 1, ...] ---- */
@@ -399,13 +413,23 @@ static int global_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
   return TEQ_OK;
 }
 
+/* A plane of one element is its own mean and maximum. */
+static bool global_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                        int64_t *first) {
+  (void)n, (void)consts, (void)out;
+  for (int i = 2; i < in[0].ndim; i++)
+    if (in[0].d[i] != 1) return false;
+  *first = 0;
+  return true;
+}
+
 const OpDef op_def_global_avgpool = {
   .kind = OP_GLOBAL_AVGPOOL, .name = "global_avgpool", .onnx_op = "GlobalAveragePool",
   .eval_cuda = CUDA_EVAL(global_avgpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .flags = OPF_MULTILINEAR,
   .infer_shape = global_infer,
-  .eval_f32 = global_eval_f32, .eval_modp = global_eval_modp,
+  .eval_f32 = global_eval_f32, .eval_modp = global_eval_modp, .view = global_view,
 };
 
 const OpDef op_def_global_maxpool = {
@@ -413,5 +437,5 @@ const OpDef op_def_global_maxpool = {
   .eval_cuda = CUDA_EVAL(global_maxpool),
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .infer_shape = global_infer,
-  .eval_f32 = global_eval_f32, .eval_modp = global_eval_modp,
+  .eval_f32 = global_eval_f32, .eval_modp = global_eval_modp, .view = global_view,
 };

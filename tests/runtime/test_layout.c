@@ -795,6 +795,29 @@ static void test_views(void) {
   check_view("transpose swapping two long axes", OP_TRANSPOSE, &t, shape_of(4, 8, 1, 64, 2), 1,
              false);
 
+  /* Pools whose window is one element: VGG's adaptive pool of 7x7 to 7x7. */
+  Params w;
+  params_default(OP_AVGPOOL, &w);
+  param_set_ints(&w, param_index(OP_AVGPOOL, "kernel"), (int64_t[]){1, 1}, 2);
+  param_set_ints(&w, param_index(OP_AVGPOOL, "stride"), (int64_t[]){1, 1}, 2);
+  check_view("avgpool 1x1 stride 1", OP_AVGPOOL, &w, shape_of(4, 1, 64, 7, 7), 1, true);
+  param_set_int(&w, param_index(OP_AVGPOOL, "ceil_mode"), 1);
+  check_view("avgpool 1x1 stride 1 ceil", OP_AVGPOOL, &w, shape_of(4, 2, 8, 5, 3), 1, true);
+  param_set_ints(&w, param_index(OP_AVGPOOL, "stride"), (int64_t[]){2, 1}, 2);
+  check_view("avgpool 1x1 stride 2", OP_AVGPOOL, &w, shape_of(4, 1, 64, 8, 8), 1, false);
+  params_default(OP_MAXPOOL, &w);
+  param_set_ints(&w, param_index(OP_MAXPOOL, "kernel"), (int64_t[]){1, 1}, 2);
+  param_set_ints(&w, param_index(OP_MAXPOOL, "stride"), (int64_t[]){1, 1}, 2);
+  check_view("maxpool 1x1 stride 1", OP_MAXPOOL, &w, shape_of(4, 1, 64, 7, 7), 1, true);
+  param_set_ints(&w, param_index(OP_MAXPOOL, "kernel"), (int64_t[]){2, 1}, 2);
+  check_view("maxpool 2x1 stride 1", OP_MAXPOOL, &w, shape_of(4, 1, 64, 7, 7), 1, false);
+  check_view("global_avgpool of 1x1 planes", OP_GLOBAL_AVGPOOL, NULL, shape_of(4, 1, 512, 1, 1),
+             1, true);
+  check_view("global_maxpool of 1x1 planes", OP_GLOBAL_MAXPOOL, NULL, shape_of(4, 2, 64, 1, 1),
+             1, true);
+  check_view("global_avgpool of 2x1 planes", OP_GLOBAL_AVGPOOL, NULL, shape_of(4, 1, 512, 2, 1),
+             1, false);
+
   /* PyTorch's select: Q, K and V of a packed projection, ViT's class token */
   check_gather_view("gather V of [3,64,3,49,32]", shape_of(5, 3, 64, 3, 49, 32), 0, 2,
                     shape_of(0), true);
