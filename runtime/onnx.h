@@ -35,7 +35,8 @@ typedef struct OnnxImportOptions {
                                     nine operators into one layer_norm */
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
   bool keep_unfused_activations; /* do not fuse a relu, sigmoid or tanh into the conv or
-                                    matmul it alone reads (their act parameter) */
+                                    matmul it alone reads (their act parameter), nor
+                                    x * sigmoid(x) into one silu (hard_swish alike) */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
                                   tensor of its shape into the conv (its residual) */
   /* A node of an operator Teq knows, in a form its row does not take (an
@@ -65,6 +66,7 @@ typedef struct OnnxImportStats {
   int n_noops_removed;
   int n_layer_norms_fused;
   int n_gelus_fused;
+  int n_swishes_fused; /* x * sigmoid(x) as silu, x * hard_sigmoid(x) as hard_swish */
   int n_activations_fused;
   int n_residuals_fused; /* each with the activation after its add (not counted above) */
   int opset;           /* the model's default-domain opset */

@@ -74,6 +74,11 @@ struct OpRelu {
 struct OpSigmoid {
   __device__ float operator()(float x, UnaryArgs) const { return 1.0f / (1.0f + expf(-x)); }
 };
+/* x times OpSigmoid's sigmoid of x: the product the Sigmoid and Mul it
+ * replaces compute. */
+struct OpSilu {
+  __device__ float operator()(float x, UnaryArgs) const { return x * (1.0f / (1.0f + expf(-x))); }
+};
 struct OpTanh {
   __device__ float operator()(float x, UnaryArgs) const { return tanhf(x); }
 };
@@ -616,6 +621,7 @@ UNARY_ROW(thresholded_relu, OpThresholdedRelu)
 UNARY_ROW(hard_swish, OpHardSwish)
 UNARY_ROW(celu, OpCelu)
 UNARY_ROW(mish, OpMish)
+UNARY_ROW(silu, OpSilu)
 
 /* gelu's one parameter picks the formula (0: erf, 1: tanh), as on the CPU. */
 struct OpGelu {

@@ -69,6 +69,13 @@ struct LtProduct {
   }
 };
 
+/* The largest power of two up to 256 dividing p's address. */
+static uint32_t alignment_of(const void *p) {
+  uint32_t a = 256;
+  while (a > 1 && (uintptr_t)p % a) a /= 2;
+  return a;
+}
+
 /* Row-major c[rows, cols] = relu(a[rows, k] b[k, cols]) in one cuBLASLt
  * GEMM with a relu epilogue, in full float32 (no TF32). *done is false
  * when cuBLASLt has no algorithm for it; the caller then does it in two
@@ -89,6 +96,15 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
   const size_t ws = cx->lt_workspace_bytes;
   CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
     p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  /* The heuristic assumes 256-byte aligned operands unless told; a view
+   * (a slice of a wider tensor, a merged product's output split) may be
+   * aligned to 4 bytes only, and an algorithm that needs more fails on it. */
+  const uint32_t align[4] = {alignment_of(b), alignment_of(a), alignment_of(c), alignment_of(c)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(p.pref, which[i], &align[i], sizeof align[i]));
   cublasLtMatmulHeuristicResult_t best;
   int found = 0;
   cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cx->cublaslt, p.op, p.a, p.b, p.c, p.c,
@@ -205,12 +221,13 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   const float one = 1.0f, zero = 0.0f;
   const int m = (int)p.m, k = (int)p.k, nn = (int)p.n;
 
-  /* B shared by every batch entry and A not broadcast: A's entries stack
-   * into one tall matrix, one GEMM (the common x @ W). */
+  /* B shared by every batch entry and A not broadcast (the plan's flat_a):
+   * A's entries stack into one tall matrix, one GEMM (the common x @ W).
+   * Not uniform_suffix: where every batch extent is 1, or there is none (a
+   * 2-D x W, BERT's [1, 64, 1024] x [1024, 1024]), it reports A's step as
+   * 0, and such products never reached the tall product or its splits. */
   int64_t step_a = 0, step_b = 0;
-  if (uniform_suffix(p, p.sb, p.k * p.n, 0, &step_b) && step_b == 0 &&
-      uniform_suffix(p, p.sa, p.m * p.k, 0, &step_a) && step_a == p.m * p.k &&
-      fits_int(p.count * p.m)) {
+  if (p.flat_a && fits_int(p.count * p.m)) {
     int rows = (int)(p.count * p.m), splits = 1;
     if ((rc = tall_way(n, cx, rows, nn, k, a, b, c, act, &splits, d))) return rc;
     return tall_product(cx, splits, rows, nn, k, a, b, c, act, d);

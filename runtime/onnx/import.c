@@ -1003,6 +1003,12 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = onnx_pass_fuse_gelu(im->g, im->d)) < 0) return n;
     im->stats.n_gelus_fused = n;
   }
+  if (!o->keep_unfused_activations) {
+    /* Before activations fuse into convs: the conv a swish reads twice
+     * would take none, and the sigmoid is the swish's. */
+    if ((n = onnx_pass_fuse_swishes(im->g, im->d)) < 0) return n;
+    im->stats.n_swishes_fused = n;
+  }
   if (!o->keep_unfused_residuals) {
     if ((n = graph_fuse_residuals(im->g, im->d)) < 0) return n;
     im->stats.n_residuals_fused = n;

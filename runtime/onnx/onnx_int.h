@@ -176,6 +176,10 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d);
  * (sqrt(2/pi) (x + 0.044715 x^3), Tanh, and the same tail) by one gelu;
  * returns how many, or an error. */
 int onnx_pass_fuse_gelu(Graph *g, Diag *d);
+/* Replaces each x * sigmoid(x) by silu(x) and each x * hard_sigmoid(x)
+ * with alpha 1/6 and beta 1/2 by hard_swish(x), where the product alone
+ * reads the gate; returns how many, or an error. */
+int onnx_pass_fuse_swishes(Graph *g, Diag *d);
 /* A relu, sigmoid or tanh that alone reads a conv2d or matmul (a row with an
  * act parameter) becomes its fused act; returns how many. */
 int onnx_pass_fuse_activations(Graph *g, Diag *d);

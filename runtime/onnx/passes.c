@@ -397,6 +397,61 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
   return rc == TEQ_OK ? n : rc;
 }
 
+/* The gate g of x in x * g(x) (ewmul m, either order) that m alone reads:
+ * its node id, with x, or -1. */
+static int32_t gate_of(const Graph *g, const Node *m, const int32_t *uses, const int32_t *offset,
+                       TensorRef *x) {
+  if (m->kind != OP_EWMUL || m->n_in != 2) return -1;
+  for (int s = 0; s < 2; s++) {
+    TensorRef r = m->in[s];
+    const Node *gate = &g->nodes[r.node];
+    if (gate->n_in != 1 || gate->n_out != 1 || !same_ref(gate->in[0], m->in[1 - s]) ||
+        uses[offset[r.node]] != 1)
+      continue;
+    *x = gate->in[0];
+    return r.node;
+  }
+  return -1;
+}
+
+/* The kind computing x * gate(x) in one pass, for the gate's node: silu for
+ * a sigmoid, hard_swish for a hard_sigmoid of x / 6 + 1/2 (PyTorch's
+ * Hardswish below opset 14); 0 for any other. */
+static OpKind swish_of(const Node *gate) {
+  if (gate->kind == OP_SIGMOID) return OP_SILU;
+  if (gate->kind == OP_HARD_SIGMOID &&
+      (float)param_float(&gate->params, param_index(OP_HARD_SIGMOID, "alpha")) == 1.0f / 6.0f &&
+      param_float(&gate->params, param_index(OP_HARD_SIGMOID, "beta")) == 0.5)
+    return OP_HARD_SWISH;
+  return 0;
+}
+
+int onnx_pass_fuse_swishes(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing swishes", d);
+  if (!uses) return TEQ_ERR_NOMEM;
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    TensorRef x;
+    int32_t gate = gate_of(g, &g->nodes[i], uses, offset, &x);
+    OpKind k = gate >= 0 && gate < n0 ? swish_of(&g->nodes[gate]) : 0;
+    /* The product broadcasts nothing: x has its shape. */
+    if (!k || !shape_equal(graph_shape(g, x), &g->nodes[i].out[0]) ||
+        g->nodes[i].dtype != DT_F32)
+      continue;
+    Params p;
+    params_default(k, &p);
+    int id = take_over(g, i, i, k, &x, 1, &p, d);
+    if (id < 0) {
+      rc = id;
+      break;
+    }
+    n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}
+
 /* The value of the fused-activation parameter (act_symbols) that computes
  * what an operator of kind k computes, or -1 where none does. */
 static int fused_act_of(OpKind k) {

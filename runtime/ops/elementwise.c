@@ -396,6 +396,17 @@ static void sigmoid_f32(const float *xs, float *ys, int64_t n, const Params *p) 
   (void)p;
   sigmoid_apply_f32(xs, ys, n);
 }
+
+/* x times sigmoid_apply_f32's sigmoid of x, the same float product the
+ * Sigmoid and Mul it replaces compute. */
+FLOAT_VECTOR_CLONES
+static void silu_f32(const float *xs, float *ys, int64_t n, const Params *p) {
+  (void)p;
+  for (int64_t i = 0; i < n; i++) {
+    float x = xs[i];
+    ys[i] = x * pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x)));
+  }
+}
 UNARY_LOOP(tanh_f32, tanhf(x))
 UNARY_LOOP(exp_f32, expf(x))
 UNARY_LOOP(log_f32, logf(x))
@@ -458,6 +469,9 @@ static uint32_t standin_hard_swish(uint32_t x) { return modp_poly3(x, 1, 5, 2, 3
 static uint32_t standin_celu(uint32_t x) { return modp_poly3(x, 0, 1, 29, 31); }
 static uint32_t standin_mish(uint32_t x) { return modp_poly3(x, 1, 7, 1, 2); }
 static uint32_t standin_gelu(uint32_t x) { return modp_poly3(x, 1, 2, 7, 3); }
+/* x times sigmoid's stand-in: silu and the Sigmoid and Mul it replaces
+ * fingerprint alike. */
+static uint32_t standin_silu(uint32_t x) { return modp_mul(x, standin_sigmoid(x)); }
 static uint32_t exact_neg(uint32_t x) { return modp_neg(x); }
 
 /* A non-linear operator's parameters (leaky_relu's alpha, clip's bounds)
@@ -515,6 +529,7 @@ UNARY_FAMILY(hard_swish)
 UNARY_FAMILY(celu)
 UNARY_FAMILY(mish)
 UNARY_FAMILY(gelu)
+UNARY_FAMILY(silu)
 static const UnaryFamily fam_neg = {neg_f32, exact_neg};
 
 #define UNARY_SIGNATURE                                                         \
@@ -739,6 +754,24 @@ const OpDef op_def_celu = {
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(celu), .flags = NONLINEAR_FLAGS,
   .params = celu_params, .n_params = 1,
   .modp_standin = standin_celu, .family = &fam_celu,
+};
+
+/* SiLU (swish), x sigmoid(x): ONNX has no operator for it before opset 24's
+ * Swish, so it is written as PyTorch writes it, Sigmoid then Mul by x, and
+ * fused back at import (passes.c), as ONNX Runtime fuses it. One pass over
+ * memory where the pair takes three, and it costs what sigmoid costs. */
+static int silu_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)n, (void)d;
+  onnx_out_set_op_type(w, "Sigmoid");
+  onnx_out_then_binary(w, "Mul", NULL);
+  return TEQ_OK;
+}
+
+const OpDef op_def_silu = {
+  .kind = OP_SILU, .name = "silu",
+  UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(silu), .flags = NONLINEAR_FLAGS,
+  .onnx_write = silu_onnx_write, .cost_family = OP_SIGMOID,
+  .modp_standin = standin_silu, .family = &fam_silu,
 };
 
 const OpDef op_def_mish = {

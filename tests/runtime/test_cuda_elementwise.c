@@ -179,7 +179,7 @@ static void test_unary(void) {
   const OpKind kinds[] = {OP_RELU, OP_SIGMOID, OP_TANH, OP_EXP, OP_LOG, OP_SQRT, OP_NEG,
                           OP_ABS, OP_RECIPROCAL, OP_ERF, OP_LEAKY_RELU, OP_ELU, OP_CLIP,
                           OP_SOFTPLUS, OP_HARD_SIGMOID, OP_SELU, OP_THRESHOLDED_RELU,
-                          OP_HARD_SWISH, OP_CELU, OP_MISH, OP_GELU};
+                          OP_HARD_SWISH, OP_CELU, OP_MISH, OP_GELU, OP_SILU};
   const Shape shapes[] = {shape_of(4, 1, 3, 7, 5), shape_of(4, 2, 5, 13, 11),
                           shape_of(4, 4, 64, 64, 64), shape_of(1, 1000003),
                           shape_of(4, 1, 1, 1, 1), shape_of(0), shape_of(3, 2, 0, 5)};

@@ -20,6 +20,8 @@
 #define SHAPES(...) ((const Shape[]){__VA_ARGS__})
 #define S(...) shape_of(__VA_ARGS__)
 
+enum { CUDA_CASE_WAY_MAX = 64 }; /* a way's name, as cuda_device_pin_way takes it */
+
 /* ---- conv2d ---- */
 
 typedef struct ConvSpec {
@@ -31,7 +33,7 @@ typedef struct ConvSpec {
   bool residual; /* a fourth input of the output's shape (with the bias) */
 } ConvSpec;
 
-static void conv_case(CudaDevice *dev, ConvSpec s) {
+static CudaCase conv_spec_case(ConvSpec s) {
   Shape b = S(1, (int)s.w.d[0]);
   int64_t st[2] = {s.stride[0] ? s.stride[0] : 1, s.stride[1] ? s.stride[1] : 1};
   int64_t dl[2] = {s.dilation[0] ? s.dilation[0] : 1, s.dilation[1] ? s.dilation[1] : 1};
@@ -47,6 +49,11 @@ static void conv_case(CudaDevice *dev, ConvSpec s) {
                  2);
   param_set_int(&c.params, param_index(OP_CONV2D, "groups"), s.groups ? s.groups : 1);
   param_set_int(&c.params, param_index(OP_CONV2D, "act"), s.act);
+  return c;
+}
+
+static void conv_case(CudaDevice *dev, ConvSpec s) {
+  CudaCase c = conv_spec_case(s);
   cuda_check_case(dev, &c);
 }
 
@@ -102,14 +109,77 @@ static void test_conv2d(CudaDevice *dev) {
                             .act = ACT_RELU});
 }
 
+/* The one-node graph of case c, every input a graph input. */
+static Graph *case_graph(const CudaCase *c, Diag *d) {
+  Graph *g = graph_new();
+  TensorRef refs[CUDA_CASE_MAX_IN];
+  for (int i = 0; i < c->n_in; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    refs[i] = (TensorRef){graph_add_input(g, name, &c->in[i], DT_F32, d), 0};
+  }
+  int id = graph_add_node(g, c->kind, refs, c->n_in, 1, &c->params, "op", d);
+  graph_add_output(g, (TensorRef){id, 0}, NULL, d);
+  return g;
+}
+
+/* The way pinned is the one case c's plan ran, as its step note reports
+ * it: a path that never looks at the pin runs as it would unpinned, and
+ * the comparison with the CPU passes all the same. */
+static void check_way_ran(CudaDevice *dev, const CudaCase *c, const char *way) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = case_graph(c, &d);
+  CudaPlan *plan = NULL;
+  int rc = cuda_plan_new(dev, g, &plan, &d);
+  const char *ran =
+      rc == TEQ_OK && cuda_plan_n_steps(plan) == 1 ? cuda_plan_step_note(plan, 0, NULL) : "";
+  CHECK_MSG(strcmp(ran, way) == 0, "%s: pinned %s, ran \"%s\" %s", c->label, way, ran,
+            d.text ? d.text : "");
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* Each cuBLAS way pinned: the search runs only the fastest, so a way that
  * loses on this GPU would otherwise never be checked. The split ones write
  * partial products to scratch (after the padded input and the columns,
  * where those are used) and sum them with the bias and activation. */
 static void pinned_conv_case(CudaDevice *dev, const char *way, ConvSpec s) {
+  CudaCase c = conv_spec_case(s);
   cuda_device_pin_way(dev, way);
-  conv_case(dev, s);
+  cuda_check_case(dev, &c);
+  check_way_ran(dev, &c, way);
   cuda_device_pin_way(dev, NULL);
+}
+
+/* In way[size], the first way case c's search offers that ends in
+ * `suffix`, "" if none: read from the list a pin it does not offer gets.
+ * Which cuDNN algorithms are offered (cuDNN's two fastest) depends on the
+ * GPU, so a test of one names none. */
+static void offered_way(CudaDevice *dev, const CudaCase *c, const char *suffix, char *way,
+                        size_t size) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = case_graph(c, &d);
+  CudaPlan *plan = NULL;
+  cuda_device_pin_way(dev, "none");
+  CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
+  cuda_device_pin_way(dev, NULL);
+  way[0] = '\0';
+  const char *list = d.text ? strstr(d.text, "(offered: ") : NULL;
+  for (const char *w = list ? list + strlen("(offered: ") : NULL; w && !way[0];) {
+    size_t len = strcspn(w, ",)");
+    size_t sl = strlen(suffix);
+    if (len >= sl && len < size && strncmp(w + len - sl, suffix, sl) == 0)
+      snprintf(way, size, "%.*s", (int)len, w);
+    w = w[len] == ',' ? w + len + 2 : NULL;
+  }
+  CHECK_MSG(way[0], "%s: no way ending in %s offered: %s", c->label, suffix,
+            d.text ? d.text : "no message");
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
 }
 
 /* A pinned way a one-node graph of kind on inputs a and b (default
@@ -128,8 +198,10 @@ static void check_pin_refused(CudaDevice *dev, OpKind kind, Shape a, Shape b, co
   cuda_device_pin_way(dev, way);
   CudaPlan *plan = NULL;
   CHECK_EQ_INT(cuda_plan_new(dev, g, &plan, &d), TEQ_ERR_UNSUPPORTED);
-  CHECK_MSG(d.text && strstr(d.text, "not offered") && strstr(d.text, offered), "pin %s: %s",
-            way, d.text ? d.text : "no message");
+  /* `offered` is searched in the list only: it is a prefix of the pin,
+   * which the message quotes first. */
+  const char *list = d.text ? strstr(d.text, "not offered here (offered: ") : NULL;
+  CHECK_MSG(list && strstr(list, offered), "pin %s: %s", way, d.text ? d.text : "no message");
   cuda_device_pin_way(dev, NULL);
   cuda_plan_free(plan);
   graph_free(g);
@@ -167,10 +239,13 @@ static void test_conv2d_ways(CudaDevice *dev) {
                             .residual = true});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x16x9x9 1x1 residual bias", S(4, 2, 16, 9, 9),
                             S(4, 32, 16, 1, 1), true, .residual = true});
-  pinned_conv_case(dev, "cudnn:IMPLICIT_PRECOMP_GEMM+bias+relu",
-                   (ConvSpec){.label = "conv2d 1x64x112x112 residual relu (cuDNN's z)",
-                              S(4, 1, 64, 112, 112), S(4, 128, 64, 3, 3), true,
-                              .pads = {1, 1, 1, 1}, .act = ACT_RELU, .residual = true});
+  ConvSpec fused = {.label = "conv2d 1x64x112x112 residual relu (cuDNN's z)",
+                    S(4, 1, 64, 112, 112), S(4, 128, 64, 3, 3), true, .pads = {1, 1, 1, 1},
+                    .act = ACT_RELU, .residual = true};
+  CudaCase fc = conv_spec_case(fused);
+  char way[CUDA_CASE_WAY_MAX];
+  offered_way(dev, &fc, "+bias+relu", way, sizeof way);
+  if (way[0]) pinned_conv_case(dev, way, fused);
   pinned_conv_case(dev, "cublas:im2col+gemm",
                    (ConvSpec){.label = "conv2d residual pads(0 1 2 1) tanh (epilogue)",
                               S(4, 1, 8, 7, 9), S(4, 6, 8, 3, 3), true, .pads = {0, 1, 2, 1},
@@ -271,9 +346,14 @@ static void test_batchnorm(CudaDevice *dev) {
 
 /* ---- matmul ---- */
 
-static void matmul_case(CudaDevice *dev, const char *label, Shape a, Shape b, int act) {
+static CudaCase matmul_spec_case(const char *label, Shape a, Shape b, int act) {
   CudaCase c = cuda_case(label, OP_MATMUL, 2, SHAPES(a, b));
   param_set_int(&c.params, param_index(OP_MATMUL, "act"), act);
+  return c;
+}
+
+static void matmul_case(CudaDevice *dev, const char *label, Shape a, Shape b, int act) {
+  CudaCase c = matmul_spec_case(label, a, b, act);
   cuda_check_case(dev, &c);
 }
 
@@ -319,8 +399,10 @@ static void test_matmul(CudaDevice *dev) {
  * product does not offer fails. */
 static void pinned_matmul_case(CudaDevice *dev, const char *way, const char *label, Shape a,
                                Shape b, int act) {
+  CudaCase c = matmul_spec_case(label, a, b, act);
   cuda_device_pin_way(dev, way);
-  matmul_case(dev, label, a, b, act);
+  cuda_check_case(dev, &c);
+  check_way_ran(dev, &c, way);
   cuda_device_pin_way(dev, NULL);
 }
 

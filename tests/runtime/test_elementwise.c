@@ -148,6 +148,7 @@ static double ref_celu(double x) { return fmax(0, x) + fmin(0, 2 * (exp(x / 2) -
 static double ref_celu_neg(double x) { return fmax(0, x) + fmin(0, -1.5 * (exp(x / -1.5) - 1)); }
 static double ref_mish(double x) { return x * tanh(log1p(exp(x))); }
 static double ref_gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2))); }
+static double ref_silu(double x) { return x / (1 + exp(-x)); }
 
 enum { ANY, POSITIVE, NONZERO }; /* the domain test inputs are drawn from */
 
@@ -181,6 +182,7 @@ static const struct UnaryCase {
   {OP_CELU, ref_celu_neg, ANY, -1.5, NAN},
   {OP_MISH, ref_mish, ANY, NAN, NAN},
   {OP_GELU, ref_gelu, ANY, NAN, NAN},
+  {OP_SILU, ref_silu, ANY, NAN, NAN},
 };
 #define N_UNARY (sizeof unary_cases / sizeof *unary_cases)
 
@@ -558,6 +560,37 @@ static void test_standin_params(void) {
 
 /* ---- through the graph and the executor ---- */
 
+/* silu is the Sigmoid and Mul it replaces at import, to the bit, in
+ * float32 and in Z_p (over the sigmoid sweep's range and past its clamps). */
+static void test_silu_is_its_pair(void) {
+  enum { N = 1 << 16 };
+  Diag d;
+  diag_init(&d);
+  Tensor *x = tensor_new(DT_F32, &(Shape){.ndim = 1, .d = {N}}), *s = NULL, *xs = NULL,
+         *y = NULL;
+  float *xv = x->data;
+  for (int i = 0; i < N - 3; i++) xv[i] = -100.0f + 200.0f * (float)i / (N - 4);
+  xv[N - 3] = INFINITY, xv[N - 2] = -INFINITY, xv[N - 1] = -0.0f;
+  CHECK_EQ_INT(run_op(OP_SIGMOID, NULL, &x, 1, false, &s, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(OP_EWMUL, NULL, (Tensor *[]){x, s}, 2, false, &xs, &d), TEQ_OK);
+  CHECK_EQ_INT(run_op(OP_SILU, NULL, &x, 1, false, &y, &d), TEQ_OK);
+  int64_t bad = 0;
+  for (int i = 0; y && xs && i < N; i++) {
+    float a = elem_f32(y, i), b = elem_f32(xs, i);
+    bad += memcmp(&a, &b, sizeof a) != 0 && !(isnan(a) && isnan(b));
+  }
+  CHECK_MSG(y && xs && bad == 0, "silu differs from x * sigmoid(x) at %lld elements",
+            (long long)bad);
+  uint64_t st = 7;
+  for (int i = 0; i < 64; i++) {
+    uint32_t v = modp_reduce(rng_next(&st));
+    CHECK_EQ_INT(run_modp_unary(OP_SILU, NULL, v),
+                 modp_mul(v, run_modp_unary(OP_SIGMOID, NULL, v)));
+  }
+  tensor_unref(x), tensor_unref(s), tensor_unref(xs), tensor_unref(y);
+  diag_fini(&d);
+}
+
 /* relu(x + bias) with a [C,1,1] constant bias, as import builds it: float32
  * against a reference loop, and Z_p against the relu stand-in of x + b. */
 static void test_through_exec(void) {
@@ -701,6 +734,7 @@ int main(void) {
   test_unary_extremes();
   test_sigmoid_sweep();
   test_gelu_tanh();
+  test_silu_is_its_pair();
   test_variadic();
   test_modp_linear();
   test_modp_nonlinear_binary();

@@ -825,6 +825,29 @@ static void test_gelu(void) {
   check_round_trip("gelu_native");
 }
 
+/* SiLU (both operand orders) and Hardswish written out, fused at import;
+ * a hard_sigmoid of another alpha, a sigmoid read twice and one gating
+ * another tensor left as written; as given, none; and through export. */
+static void test_swishes(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("swishes", NULL, &st));
+  CHECK_EQ_INT(st.n_swishes_fused, 3);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("swishes.onnx", p), NULL, NULL, &d);
+  if (g) CHECK(count_kind(g, OP_SILU) == 2 && count_kind(g, OP_HARD_SWISH) == 1 &&
+               count_kind(g, OP_SIGMOID) == 2 && count_kind(g, OP_HARD_SIGMOID) == 1 &&
+               count_kind(g, OP_EWMUL) == 3);
+  graph_free(g);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  tensor_unref(check_reference("swishes", &o, &st));
+  CHECK_EQ_INT(st.n_swishes_fused, 0);
+  diag_fini(&d);
+  check_round_trip("swishes");
+}
+
 /* Named symbolic dimensions: given extents reach the inputs and every
  * shape declared with those names (an opaque operator's output, which the
  * transpose after it needs); the rest get `batch`, listed in one warning;
@@ -1055,6 +1078,7 @@ int main(void) {
   test_external_data();
   test_symbolic_dims();
   test_gelu();
+  test_swishes();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

@@ -518,6 +518,37 @@ def gelu_models():
     save_tensor("gelu_native.output_0.pb", y.astype(np.float32), "y")
 
 
+def swish_models():
+    """x * sigmoid(x) in both operand orders and x * hard_sigmoid(x) with
+    alpha 1/6 and beta 1/2 (PyTorch's SiLU and Hardswish below opset 14),
+    fused at import; beside them a hard_sigmoid of the default alpha, a
+    sigmoid read twice and a sigmoid gating another tensor, which must stay
+    as written. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w = rand(3, 16) * 4, rand(16, 16)
+    nodes = [n("MatMul", ["x", "w"], ["h"]),
+             n("Sigmoid", ["h"], ["a"]), n("Mul", ["h", "a"], ["s1"]),
+             n("Sigmoid", ["s1"], ["b"]), n("Mul", ["b", "s1"], ["s2"]),
+             n("HardSigmoid", ["s2"], ["c"], alpha=1 / 6), n("Mul", ["s2", "c"], ["s3"]),
+             n("HardSigmoid", ["s3"], ["e"]), n("Mul", ["s3", "e"], ["s4"]),
+             n("Sigmoid", ["s4"], ["g"]), n("Mul", ["s4", "g"], ["s5"]), n("Add", ["s5", "g"], ["t"]),
+             n("Sigmoid", ["h"], ["k"]), n("Mul", ["t", "k"], ["y"])]
+    save("swishes", helper.make_graph(nodes, "swishes", [vi("x", f, [3, 16])],
+                                      [vi("y", f, [3, 16])], [init("w", w)]))
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    hsig = lambda v, alpha: np.clip(alpha * v + 0.5, 0, 1)
+    h = x.astype(np.float64) @ w
+    s2 = h * sig(h)
+    s2 = s2 * sig(s2)
+    s3 = s2 * hsig(s2, np.float32(1 / 6))
+    s4 = s3 * hsig(s3, np.float32(0.2))
+    t = s4 * sig(s4) + sig(s4)
+    save_tensor("swishes.input_0.pb", x, "x")
+    save_tensor("swishes.output_0.pb", (t * sig(h)).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -533,3 +564,4 @@ if __name__ == "__main__":
     external_data()
     symbolic_dims()
     gelu_models()
+    swish_models()
