@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "runtime/err.h"
 #include "runtime/graph.h"
@@ -66,6 +67,14 @@ TEQ_API const char *cuda_device_name(const CudaDevice *dev);
  * way fails and lists the ways it offers. NULL returns to timing. Either
  * forgets the ways chosen so far. */
 TEQ_API void cuda_device_pin_way(CudaDevice *dev, const char *way);
+/* The name of a cuBLAS way of a convolution or matrix product, as notes and
+ * pins spell it: its product on the input (a 1x1 conv, a matmul) or on its
+ * unfolded columns, whole (splits 1) or as `splits` slices of K. Here, not
+ * in the CUDA files, so that a tool listing ways builds without CUDA. */
+static inline void cuda_product_way_name(bool unfolded, int splits, char *buf, size_t size) {
+  snprintf(buf, size, splits > 1 ? "cublas:%s split %d" : "cublas:%s",
+           unfolded ? "im2col+gemm" : "gemm", splits);
+}
 
 /* Prepares g (which must pass graph_check, have no opaque node on the path
  * to its outputs, and known shapes) for running on dev. The first run, made

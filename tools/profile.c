@@ -597,8 +597,7 @@ static int do_ways(int argc, char **argv, Diag *d) {
     for (int product = 0; product < 2 && !offered && rc == TEQ_OK; product++)
       for (int s = 0; s < N_WAY_SPLITS && rc == TEQ_OK; s++) {
         char way[64];
-        snprintf(way, sizeof way, way_splits[s] > 1 ? "cublas:%s split %d" : "cublas:%s",
-                 product ? "im2col+gemm" : "gemm", way_splits[s]);
+        cuda_product_way_name(product, way_splits[s], way, sizeof way);
         rc = time_pinned(dev, g, id, way, (int)repeats, &p, d);
         us[s] = p.median_us;
         offered = offered || us[s] >= 0;

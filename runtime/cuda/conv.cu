@@ -402,9 +402,7 @@ static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 /* What a way is called in step notes and by cuda_device_pin_way. */
 static void way_name(int64_t way, char *buf, size_t size) {
   if (way < 0) {
-    int s = splits_of(way);
-    snprintf(buf, size, s > 1 ? "cublas:%s split %d" : "cublas:%s",
-             product_of(way) == ALGO_GEMM ? "gemm" : "im2col+gemm", s);
+    cuda_product_way_name(product_of(way) != ALGO_GEMM, splits_of(way), buf, size);
   } else if (is_fused(way)) {
     snprintf(buf, size, "cudnn:%s+bias+relu", fwd_algo_name((int)(way & ~(int64_t)ALGO_FUSED)));
   } else {

@@ -122,12 +122,6 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
 
 /* ---- the tall product, whole or split along K ---- */
 
-/* What the way of `splits` is called in step notes and by
- * cuda_device_pin_way. */
-static void way_name(int splits, char *buf, size_t size) {
-  snprintf(buf, size, splits > 1 ? "cublas:gemm split %d" : "cublas:gemm", splits);
-}
-
 /* Row-major c[rows, cols] = act(a[rows, k] b[k, cols]), whole (the relu as
  * cuBLASLt's epilogue where it has an algorithm) or in `splits` slices of
  * K: slice j is rows [j kc, (j + 1) kc) of b and columns of a, its partial
@@ -143,7 +137,9 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
     CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, kc,
                                          &one, b, cols, (long long)kc * cols, a, k, kc, &zero,
                                          part, cols, total, splits));
-    cuda_note(cx, "cublas:gemm split %d", splits);
+    char way[CUDA_WAY_NAME_MAX];
+    cuda_product_way_name(false, splits, way, sizeof way);
+    cuda_note(cx, "%s", way);
     return cuda_sum_partials(cx, part, splits, total, nullptr, 1, 1, nullptr, act, c, d);
   }
   if (act == ACT_RELU) {
@@ -169,7 +165,8 @@ static int tall_way(const Node *n, CudaCtx *cx, int rows, int cols, int k, const
     if (cuda_split_applies(cx, 1, rows, cols, k, s)) ways[n_ways++] = s;
   if (const char *pin = cuda_pinned_way(cx)) {
     char names[1 + CUDA_SPLIT_MAX][CUDA_WAY_NAME_MAX];
-    for (int i = 0; i < n_ways; i++) way_name(ways[i], names[i], sizeof names[i]);
+    for (int i = 0; i < n_ways; i++)
+      cuda_product_way_name(false, ways[i], names[i], sizeof names[i]);
     int i = 0;
     int rc = cuda_pinned_index(n, pin, names, n_ways, &i, d);
     *splits = ways[i];
