@@ -776,14 +776,16 @@ __global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
  * a plane along x: the channel is known per block, no division per element. */
 __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
                                        float *__restrict__ y, int64_t planes, int64_t c,
-                                       int64_t inner) {
+                                       int64_t inner, bool relu) {
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     float a = ab[plane % c], b = ab[c + plane % c];
     const float *xp = x + plane * inner;
     float *yp = y + plane * inner;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inner;
-         i += (int64_t)gridDim.x * blockDim.x)
-      yp[i] = xp[i] * a + b;
+         i += (int64_t)gridDim.x * blockDim.x) {
+      float v = xp[i] * a + b;
+      yp[i] = relu ? (v > 0 ? v : 0) : v; /* act_apply_f32's relu: 0 for NaN */
+    }
   }
 }
 
@@ -805,8 +807,11 @@ extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
   unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
   unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
   if (bx > want) bx = want;
+  /* A fused relu in the same pass; sigmoid and tanh, rarer here, in a second. */
+  const int act = (int)param_int(&n->params, BATCHNORM_ACT);
   batchnorm_apply_kernel<<<dim3(bx, by), THREADS, 0, cx->stream>>>(
-      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner);
+      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, act == ACT_RELU);
   CUDA_LAUNCHED();
-  return TEQ_OK;
+  return act == ACT_RELU ? TEQ_OK
+                         : cuda_act_apply(cx, act, (float *)out[0].data, shape_numel(&s), d);
 }

@@ -35,9 +35,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-/* ONNX op_type of the node that follows a conv with a fused act. */
-static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
-
 /* ---- ONNX auto_pad, shared with pool.c (which declares it; the
  * declaration belongs in family.h) ---- */
 
@@ -604,7 +601,7 @@ static int conv_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, CONV_ACT);
   if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
-  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_op[act]);
+  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
   return TEQ_OK;
 }
 
@@ -986,9 +983,12 @@ const OpDef op_def_enlarge = {
   .onnx_write = enlarge_onnx_write,
 };
 
-/* ---- batchnorm(epsilon): ONNX BatchNormalization, inference form ---- */
+/* ---- batchnorm(epsilon, act): ONNX BatchNormalization, inference form ---- */
 
-/* y = scale * (x - mean) / sqrt(var + epsilon) + B, per channel (dim 1). */
+/* y = act(scale * (x - mean) / sqrt(var + epsilon) + B), per channel (dim 1).
+ * The activation is one the importer fused (a BatchNorm it cannot fold into
+ * a conv, DenseNet's after each concat, followed by a relu): one pass over
+ * memory instead of two. */
 
 #define BATCHNORM_EPS_DEFAULT 1e-5 /* ONNX's default */
 
@@ -1030,6 +1030,7 @@ static int batchnorm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *o
       for (int64_t i = 0; i < inner; i++) y[base + i] = x[base + i] * a + b;
     }
   }
+  act_apply_f32((int)param_int(&n->params, BATCHNORM_ACT), y, tensor_numel(out[0]));
   return TEQ_OK;
 }
 
@@ -1059,6 +1060,7 @@ static int batchnorm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *
         y[base + i] = modp_add(modp_mul(modp_sub(x[base + i], mean[ch]), a), bias[ch]);
     }
   }
+  act_apply_modp((int)param_int(&n->params, BATCHNORM_ACT), y, tensor_numel(out[0]));
   return TEQ_OK;
 }
 
@@ -1084,16 +1086,24 @@ static int batchnorm_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 
 static const OpParam batchnorm_params[] = {
   [BATCHNORM_EPSILON] = {.name = "epsilon", .type = PARAM_FLOAT, .fdef = BATCHNORM_EPS_DEFAULT, .onnx_attr = "epsilon"},
+  [BATCHNORM_ACT] = PARAM_FUSED_ACT,
 };
+
+static int batchnorm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  int act = (int)param_int(&n->params, BATCHNORM_ACT);
+  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
+  return TEQ_OK;
+}
 
 const OpDef op_def_batchnorm = {
   .kind = OP_BATCHNORM, .name = "batchnorm", .onnx_op = "BatchNormalization",
   .n_in_min = 5, .n_in_max = 5, .n_out_min = 1, .n_out_max = 1,
-  .params = batchnorm_params, .n_params = 1,
+  .params = batchnorm_params, .n_params = 2,
   .flags = OPF_NONLINEAR,
   .infer_shape = batchnorm_infer,
   .eval_f32 = batchnorm_eval_f32, .eval_modp = batchnorm_eval_modp,
   .eval_cuda = CUDA_EVAL(batchnorm),
   .modp_standin = batchnorm_standin,
-  .onnx_read = batchnorm_onnx_read,
+  .onnx_read = batchnorm_onnx_read, .onnx_write = batchnorm_onnx_write,
 };

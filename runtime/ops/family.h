@@ -110,7 +110,7 @@ void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT };      /* conv2d */
 enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };            /* conv_transpose */
 enum { ENLARGE_KH, ENLARGE_KW };                                           /* enlarge */
-enum { BATCHNORM_EPSILON };                                                /* batchnorm */
+enum { BATCHNORM_EPSILON, BATCHNORM_ACT };                                 /* batchnorm */
 enum { MATMUL_ACT };                                                       /* matmul */
 enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };                /* gemm */
 enum { PAD_PADS, PAD_VALUE, PAD_MODE };                                    /* pad */
@@ -163,6 +163,9 @@ int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Di
 /* Offsets of A and B for the batch entry whose flattened index is t. */
 void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob);
 
+/* The ONNX op_type of the node a row with a fused activation (ACT_*) is
+ * followed by when exported; NULL for ACT_NONE. */
+extern const char *const act_onnx_ops[];
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);

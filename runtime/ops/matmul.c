@@ -18,9 +18,6 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-/* ONNX op_type of the node that follows a product with a fused act. */
-static const char *const act_onnx_op[] = {NULL, "Relu", "Sigmoid", "Tanh"};
-
 /* Row-major sgemm with the leading dimensions the BLAS insists on (>= 1
  * even for empty matrices, where it would otherwise report an error). */
 static void sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -304,7 +301,7 @@ static int matmul_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *
 static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, 0);
-  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_op[act]);
+  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
   return TEQ_OK;
 }
 

@@ -326,22 +326,26 @@ static void test_enlarge(CudaDevice *dev) {
 
 /* ---- batchnorm ---- */
 
-static void batchnorm_case(CudaDevice *dev, const char *label, Shape x, double eps) {
+static void batchnorm_case(CudaDevice *dev, const char *label, Shape x, double eps, int act) {
   Shape p = S(1, (int)x.d[1]);
   CudaCase c = cuda_case(label, OP_BATCHNORM, 5, SHAPES(x, p, p, p, p));
   if (eps > 0) param_set_float(&c.params, param_index(OP_BATCHNORM, "epsilon"), eps);
+  param_set_int(&c.params, param_index(OP_BATCHNORM, "act"), act);
   c.positive = true; /* the variance must be; the rest do not mind */
   cuda_check_case(dev, &c);
 }
 
 static void test_batchnorm(CudaDevice *dev) {
-  batchnorm_case(dev, "batchnorm 1x3x7x5", S(4, 1, 3, 7, 5), 0);
-  batchnorm_case(dev, "batchnorm 2x5x13x11 eps 1e-3", S(4, 2, 5, 13, 11), 1e-3);
-  batchnorm_case(dev, "batchnorm 6x10 (2-D)", S(2, 6, 10), 0);
-  batchnorm_case(dev, "batchnorm 2x3x17 (3-D)", S(3, 2, 3, 17), 0);
-  batchnorm_case(dev, "batchnorm 1x1x1x1", S(4, 1, 1, 1, 1), 0);
-  batchnorm_case(dev, "batchnorm 4x64x56x56 (large)", S(4, 4, 64, 56, 56), 0);
-  batchnorm_case(dev, "batchnorm 300x300x1x1 (many planes)", S(4, 300, 300, 1, 1), 0);
+  batchnorm_case(dev, "batchnorm 1x3x7x5", S(4, 1, 3, 7, 5), 0, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 2x5x13x11 eps 1e-3", S(4, 2, 5, 13, 11), 1e-3, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 6x10 (2-D)", S(2, 6, 10), 0, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 2x3x17 (3-D)", S(3, 2, 3, 17), 0, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 1x1x1x1", S(4, 1, 1, 1, 1), 0, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 4x64x56x56 (large)", S(4, 4, 64, 56, 56), 0, ACT_NONE);
+  batchnorm_case(dev, "batchnorm 300x300x1x1 (many planes)", S(4, 300, 300, 1, 1), 0, ACT_NONE);
+  /* DenseNet's batchnorm + relu after a concat, in the kernel's pass; tanh after it */
+  batchnorm_case(dev, "batchnorm 1x256x28x28 relu", S(4, 1, 256, 28, 28), 0, ACT_RELU);
+  batchnorm_case(dev, "batchnorm 2x5x13x11 tanh", S(4, 2, 5, 13, 11), 1e-3, ACT_TANH);
 }
 
 /* ---- matmul ---- */

@@ -627,6 +627,23 @@ static void test_batchnorm(void) {
   Tensor *y2 = op_run(&o, m, true, &d);
   CHECK(y1 && y2 && !tensors_identical(y1, y2));
   CHECK(op_def(OP_BATCHNORM)->modp_standin && (op_def(OP_BATCHNORM)->flags & OPF_NONLINEAR));
+  /* A fused relu is the relu of the plain result, in float32 and in Z_p
+   * (relu's stand-in, as conv's fused act). */
+  Tensor *plain = op_run(&o, in, false, &d);
+  op_int(&o, "act", ACT_RELU);
+  Tensor *fused = op_run(&o, in, false, &d), *fused_m = op_run(&o, m, true, &d);
+  int64_t bad = 0, negative = 0;
+  uint32_t (*relu)(uint32_t) = op_def(OP_RELU)->modp_standin;
+  for (int64_t i = 0; plain && fused && fused_m && i < tensor_numel(plain); i++) {
+    float v = ((float *)plain->data)[i];
+    negative += v < 0;
+    bad += ((float *)fused->data)[i] != (v > 0 ? v : 0) ||
+           ((uint32_t *)fused_m->data)[i] != relu(((uint32_t *)y2->data)[i]);
+  }
+  CHECK_MSG(plain && fused && fused_m && bad == 0 && negative > 0,
+            "batchnorm with relu: %lld wrong of %lld (%lld negative before)", (long long)bad,
+            (long long)shape_numel(&sx), (long long)negative);
+  unref_all((Tensor *[]){plain, fused, fused_m}, 3);
   unref_all((Tensor *[]){y0, y1, y2}, 3);
   unref_all(in, 5);
   unref_all(m, 5);
