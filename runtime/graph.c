@@ -167,6 +167,12 @@ int graph_add_input(Graph *g, const char *name, const Shape *shape, DType dtype,
   if (!shape_is_known(shape) || shape->ndim > TEQ_MAX_DIMS)
     return diag_error(d, "input '%s': shape must be known and of rank <= %d", name ? name : "?",
                       TEQ_MAX_DIMS);
+  if (!shape_fits(shape, dtype)) {
+    char why[SHAPE_MSG_MAX];
+    diag_error(d, "input '%s': %s", name ? name : "?",
+               shape_too_large(shape, dtype, why, sizeof why));
+    return TEQ_ERR_UNSUPPORTED;
+  }
   int32_t *inputs = realloc(g->inputs, ((size_t)g->n_inputs + 1) * sizeof *inputs);
   if (!inputs) return TEQ_ERR_NOMEM;
   g->inputs = inputs;
@@ -225,6 +231,15 @@ static int infer_node(Graph *g, int id, Diag *d) {
   int rc = TEQ_OK;
   if (known) {
     rc = o->infer_shape(n, in, n->out, d);
+    /* Every shape in a graph fits (shape_fits), so no computation on one
+     * overflows; the rows check their own parameters, this their result. */
+    for (int i = 0; i < n->n_out && rc == TEQ_OK; i++)
+      if (!shape_fits(&n->out[i], n->dtype)) {
+        char why[SHAPE_MSG_MAX];
+        diag_error(d, "%s: output %d: %s", o->name, i,
+                   shape_too_large(&n->out[i], n->dtype, why, sizeof why));
+        rc = TEQ_ERR_UNSUPPORTED;
+      }
   } else {
     for (int i = 0; i < n->n_out; i++) n->out[i] = (Shape){.ndim = SHAPE_UNKNOWN};
   }
@@ -294,6 +309,15 @@ int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in, 
     opaque_info_free(info);
     return rc;
   }
+  DType dt = out_dtype ? *out_dtype : DT_F32;
+  for (int i = 0; out_shapes && i < n_out; i++)
+    if (shape_is_known(&out_shapes[i]) && !shape_fits(&out_shapes[i], dt)) {
+      char why[SHAPE_MSG_MAX];
+      diag_error(d, "%s: output %d: %s", info->op_type, i,
+                 shape_too_large(&out_shapes[i], dt, why, sizeof why));
+      opaque_info_free(info);
+      return TEQ_ERR_UNSUPPORTED;
+    }
   Node *n = append_slot(g);
   if (!n) {
     opaque_info_free(info);
@@ -313,7 +337,7 @@ int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in, 
   if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
   for (int i = 0; i < n_out; i++)
     n->out[i] = out_shapes ? out_shapes[i] : (Shape){.ndim = SHAPE_UNKNOWN};
-  n->dtype = out_dtype ? *out_dtype : DT_F32;
+  n->dtype = dt;
   return g->n_nodes++;
 }
 

@@ -88,6 +88,32 @@ void shape_strides(const Shape *s, int64_t *strides) {
   }
 }
 
+/* The product of s's extents other than 0, times es, or -1 past max. */
+static int64_t nonzero_bytes(const Shape *s, size_t es, int64_t max) {
+  int64_t n = (int64_t)es;
+  for (int i = 0; i < s->ndim; i++) {
+    if (s->d[i] < 0) return -1;
+    if (s->d[i] && n > max / s->d[i]) return -1;
+    if (s->d[i]) n *= s->d[i];
+  }
+  return n;
+}
+
+bool shape_fits(const Shape *s, DType dt) {
+  return s->ndim >= 0 && s->ndim <= TEQ_MAX_DIMS &&
+         nonzero_bytes(s, dtype_size(dt), TEQ_BYTES_MAX) >= 0;
+}
+
+char *shape_too_large(const Shape *s, DType dt, char *buf, size_t size) {
+  char f[SHAPE_STR_MAX];
+  bool empty = false;
+  for (int i = 0; i < s->ndim && i < TEQ_MAX_DIMS; i++) empty = empty || s->d[i] == 0;
+  snprintf(buf, size, "shape %s is too large: its extents%s make more than 2^40 bytes of %s, "
+           "the most Teq takes", shape_format(s, f, sizeof f), empty ? " other than 0" : "",
+           dtype_name(dt));
+  return buf;
+}
+
 size_t dtype_size(DType t) {
   switch (t) {
   case DT_F32: return 4;
@@ -186,6 +212,10 @@ static void block_give(void *p, size_t size) {
 }
 
 void *tensor_block_alloc(size_t size) {
+  /* A block near TEQ_BYTES_MAX (a tensor at the bound, with its header and
+   * alignment) is refused rather than asked for: the sanitizers' allocator
+   * aborts on a request of a terabyte instead of failing it. */
+  if (size > (size_t)TEQ_BYTES_MAX - 2 * HUGE_PAGE) return NULL;
   size = (size + 63) & ~(size_t)63;
   if (size < HUGE_MIN) return aligned_alloc(64, size);
   /* aligned_alloc wants a multiple of the alignment (sanitizers insist), but
@@ -200,14 +230,8 @@ void *tensor_block_alloc(size_t size) {
 static size_t block_size(size_t bytes) { return TENSOR_HEADER + ((bytes + 63) & ~(size_t)63); }
 
 Tensor *tensor_new_uninit(DType dtype, const Shape *shape) {
-  if (shape->ndim < 0 || shape->ndim > TEQ_MAX_DIMS) return NULL;
-  size_t n = 1;
-  for (int i = 0; i < shape->ndim; i++) {
-    if (shape->d[i] < 0) return NULL;
-    if (shape->d[i] && n > SIZE_MAX / 16 / (size_t)shape->d[i]) return NULL;
-    n *= (size_t)shape->d[i];
-  }
-  size_t bytes = n * dtype_size(dtype);
+  if (!shape_fits(shape, dtype)) return NULL;
+  size_t bytes = (size_t)shape_numel(shape) * dtype_size(dtype);
   Tensor *t = block_take(block_size(bytes));
   if (!t) t = tensor_block_alloc(block_size(bytes));
   if (!t) return NULL;
@@ -238,8 +262,7 @@ Tensor *tensor_ref(Tensor *t) {
 
 Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
   Tensor *t = NULL;
-  if (shape->ndim >= 0 && shape->ndim <= TEQ_MAX_DIMS && ((uintptr_t)data & 63) == 0)
-    t = malloc(sizeof *t);
+  if (shape_fits(shape, dtype) && ((uintptr_t)data & 63) == 0) t = malloc(sizeof *t);
   if (!t) {
     free(data);
     return NULL;

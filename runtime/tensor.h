@@ -50,6 +50,20 @@ TEQ_API char *shape_format(const Shape *s, char *buf, size_t size);
 #define SHAPE_STR_MAX 128
 /* Row-major strides in elements. */
 TEQ_API void shape_strides(const Shape *s, int64_t *strides);
+/* The largest tensor Teq takes: 2^40 bytes, a terabyte, far past any
+ * model. Every shape that enters a graph or a tensor is held to it
+ * (shape_fits), so the products of its extents, its strides and its byte
+ * offsets are all far inside int64 wherever they are computed. */
+#define TEQ_BYTES_MAX (INT64_C(1) << 40)
+/* Whether a tensor of shape s and element type dt is within TEQ_BYTES_MAX:
+ * s known, every extent >= 0, and the extents other than 0 (so an empty
+ * tensor's strides fit too) times the element size at most TEQ_BYTES_MAX;
+ * computed without overflow. */
+TEQ_API bool shape_fits(const Shape *s, DType dt);
+/* Writes "shape [2, 0, 1099511627776] is too large: ..." (why shape_fits
+ * refused it) into buf; returns buf. */
+TEQ_API char *shape_too_large(const Shape *s, DType dt, char *buf, size_t size);
+#define SHAPE_MSG_MAX 320
 
 TEQ_API size_t dtype_size(DType t);
 TEQ_API const char *dtype_name(DType t);
@@ -57,12 +71,12 @@ TEQ_API const char *dtype_name(DType t);
 /* Tensors. tensor_new zero-fills; tensor_new_uninit leaves the data as
  * malloc gave it (in sanitizer builds it fills it with NaN bytes instead, so
  * a reader of unwritten elements shows up in tests). Both return NULL if the
- * size overflows or memory runs out. */
+ * shape does not fit (shape_fits) or memory runs out. */
 TEQ_API Tensor *tensor_new(DType dtype, const Shape *shape);
 TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
 /* A tensor over data the caller malloc'd (aligned to 64 bytes, holding the
  * shape's elements), which it takes over: freed with the tensor, also when
- * this returns NULL. Lets an importer keep a weight where the decoder put
+ * this returns NULL (as it does for a shape that does not fit). Lets an importer keep a weight where the decoder put
  * it instead of copying it. */
 TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
 /* size bytes aligned to 64 for tensor data (free() frees them); a block of
