@@ -15,7 +15,6 @@
 
 /* Far beyond any rule; bounds what a damaged message can make us allocate. */
 #define MAX_REFS_PER_OP (1 << 16)
-#define MAX_DIM (INT64_C(1) << 40)
 
 /* Copies the messages a runtime call left in inner into d, each prefixed
  * with where in the message it happened, and returns rc. */
@@ -228,10 +227,15 @@ static int decode_var(Graph *g, const Teq__RuleGraph__Var *v, size_t i, Diag *d)
     return diag_error(d, "rule graph: input '%s' has %zu dims, at most %d", name.s, v->n_dims,
                       TEQ_MAX_DIMS);
   for (size_t j = 0; j < v->n_dims; j++)
-    if (v->dims[j] < 0 || v->dims[j] > MAX_DIM)
+    if (v->dims[j] < 0)
       return diag_error(d, "rule graph: input '%s': extent %lld out of range", name.s,
                         (long long)v->dims[j]);
   Shape s = shape_make((int)v->n_dims, v->dims);
+  if (!shape_fits(&s, DT_F32)) { /* the product, not only each extent */
+    char why[SHAPE_MSG_MAX];
+    return diag_error(d, "rule graph: input '%s': %s", name.s,
+                      shape_too_large(&s, DT_F32, why, sizeof why));
+  }
   Diag inner;
   diag_init(&inner);
   int id = graph_add_input(g, v->name, &s, DT_F32, &inner);
@@ -265,10 +269,15 @@ static int decode_param(OpKind kind, const Teq__RuleGraph__Param *m, Params *p, 
   return TEQ_OK;
 }
 
+/* The fields are int64 on the wire (rule.proto) so that a value past
+ * int32 is seen here and refused, not cut to its low 32 bits. */
 static int decode_ref(const Teq__RuleGraph__Ref *m, TensorRef *r, const char *where, Diag *d) {
   if (!m->has_node || !m->has_out)
     return diag_error(d, "%s: a tensor reference lacks its node or output", where);
-  *r = (TensorRef){m->node, m->out};
+  if (m->node < 0 || m->node > INT32_MAX || m->out < 0 || m->out > INT32_MAX)
+    return diag_error(d, "%s: a tensor reference to node %lld, output %lld, is out of range",
+                      where, (long long)m->node, (long long)m->out);
+  *r = (TensorRef){(int32_t)m->node, (int32_t)m->out};
   return TEQ_OK;
 }
 
@@ -282,6 +291,9 @@ static int decode_op(Graph *g, const Teq__RuleGraph__Op *m, size_t k, Diag *d) {
   if (kind == OP_INPUT || kind == OP_CONST || (op_def(kind)->flags & OPF_OPAQUE))
     return diag_error(d, "%s: cannot appear as an operator of a rule", where);
   if (!m->has_n_out) return diag_error(d, "%s: number of outputs missing", where);
+  if (m->n_out < INT32_MIN || m->n_out > INT32_MAX) /* the rest: graph_add_node's arity check */
+    return diag_error(d, "%s: number of outputs %lld is out of range", where,
+                      (long long)m->n_out);
   if (m->n_inputs > MAX_REFS_PER_OP)
     return diag_error(d, "%s: %zu inputs, at most %d", where, m->n_inputs, MAX_REFS_PER_OP);
   Params p;
@@ -297,7 +309,7 @@ static int decode_op(Graph *g, const Teq__RuleGraph__Op *m, size_t k, Diag *d) {
   if (!rc) {
     Diag inner;
     diag_init(&inner);
-    int id = graph_add_node(g, kind, in, (int)m->n_inputs, m->n_out, &p, NULL, &inner);
+    int id = graph_add_node(g, kind, in, (int)m->n_inputs, (int)m->n_out, &p, NULL, &inner);
     rc = id < 0 ? relay(d, &inner, id, where) : (diag_fini(&inner), TEQ_OK);
   }
   free(in);

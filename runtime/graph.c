@@ -169,9 +169,8 @@ int graph_add_input(Graph *g, const char *name, const Shape *shape, DType dtype,
                       TEQ_MAX_DIMS);
   if (!shape_fits(shape, dtype)) {
     char why[SHAPE_MSG_MAX];
-    diag_error(d, "input '%s': %s", name ? name : "?",
-               shape_too_large(shape, dtype, why, sizeof why));
-    return TEQ_ERR_UNSUPPORTED;
+    return diag_error(d, "input '%s': %s", name ? name : "?",
+                      shape_too_large(shape, dtype, why, sizeof why));
   }
   int32_t *inputs = realloc(g->inputs, ((size_t)g->n_inputs + 1) * sizeof *inputs);
   if (!inputs) return TEQ_ERR_NOMEM;
@@ -232,13 +231,14 @@ static int infer_node(Graph *g, int id, Diag *d) {
   if (known) {
     rc = o->infer_shape(n, in, n->out, d);
     /* Every shape in a graph fits (shape_fits), so no computation on one
-     * overflows; the rows check their own parameters, this their result. */
+     * overflows; the rows check their own parameters, this their result.
+     * TEQ_ERR_INPUT: a result that large is a bad model, not a form of the
+     * operator that import may keep opaque. */
     for (int i = 0; i < n->n_out && rc == TEQ_OK; i++)
       if (!shape_fits(&n->out[i], n->dtype)) {
         char why[SHAPE_MSG_MAX];
-        diag_error(d, "%s: output %d: %s", o->name, i,
-                   shape_too_large(&n->out[i], n->dtype, why, sizeof why));
-        rc = TEQ_ERR_UNSUPPORTED;
+        rc = diag_error(d, "%s: output %d: %s", o->name, i,
+                        shape_too_large(&n->out[i], n->dtype, why, sizeof why));
       }
   } else {
     for (int i = 0; i < n->n_out; i++) n->out[i] = (Shape){.ndim = SHAPE_UNKNOWN};
@@ -316,7 +316,7 @@ int graph_add_opaque(Graph *g, OpaqueInfo *info, const TensorRef *in, int n_in, 
       diag_error(d, "%s: output %d: %s", info->op_type, i,
                  shape_too_large(&out_shapes[i], dt, why, sizeof why));
       opaque_info_free(info);
-      return TEQ_ERR_UNSUPPORTED;
+      return TEQ_ERR_INPUT;
     }
   Node *n = append_slot(g);
   if (!n) {

@@ -90,8 +90,8 @@ TEQ_API void graph_truncate(Graph *g, int32_t n);
 /* ---- build ---- */
 /* Each returns the new node id (>= 0) or a negative error code with a
  * message in d. Nothing is added on failure. Every known shape in a graph
- * fits (shape_fits): a larger input, result or declared shape is refused
- * with TEQ_ERR_UNSUPPORTED. */
+ * fits (shape_fits): a larger input, result or declared shape is
+ * TEQ_ERR_INPUT. */
 TEQ_API int graph_add_input(Graph *g, const char *name, const Shape *shape, DType dtype, Diag *d);
 /* Takes over the caller's reference to value. */
 TEQ_API int graph_add_const(Graph *g, const char *name, Tensor *value, Diag *d);

@@ -32,6 +32,10 @@ static int need(OnnxNodeIn *v, int i, const Tensor **t, Diag *d) {
 static int new_tensor(OnnxNodeIn *v, DType dt, const Shape *s, Tensor **out, Diag *d) {
   if (s->ndim > TEQ_MAX_DIMS)
     return onnx_in_unsupported(v, d, "result of rank %d, at most %d", s->ndim, TEQ_MAX_DIMS);
+  if (!shape_fits(s, dt)) {
+    char why[SHAPE_MSG_MAX];
+    return onnx_in_error(v, d, "result: %s", shape_too_large(s, dt, why, sizeof why));
+  }
   *out = tensor_new(dt, s);
   if (!*out) {
     onnx_in_error(v, d, "out of memory for the folded result");
@@ -201,6 +205,15 @@ static int fold_constant_of_shape(OnnxNodeIn *v, Tensor **out, Diag *d) {
   return rc;
 }
 
+/* Values of an int64 Range, max(ceil((limit - start) / delta), 0), exact
+ * where the double formula rounds: differences of int64 values fit in
+ * uint64_t, and so does the magnitude of any delta. */
+static uint64_t int_range_count(int64_t start, int64_t limit, int64_t delta) {
+  if (delta > 0)
+    return limit > start ? ((uint64_t)limit - (uint64_t)start - 1) / (uint64_t)delta + 1 : 0;
+  return start > limit ? ((uint64_t)start - (uint64_t)limit - 1) / (0 - (uint64_t)delta) + 1 : 0;
+}
+
 static int fold_range(OnnxNodeIn *v, Tensor **out, Diag *d) {
   const Tensor *a[3];
   for (int i = 0; i < 3; i++) {
@@ -212,11 +225,15 @@ static int fold_range(OnnxNodeIn *v, Tensor **out, Diag *d) {
   double start = elem_f(a[0], 0), limit = elem_f(a[1], 0), delta = elem_f(a[2], 0);
   if (delta == 0) return onnx_in_error(v, d, "delta is 0");
   double cnt = ceil((limit - start) / delta);
+  if (ints) cnt = (double)int_range_count(elem_i(a[0], 0), elem_i(a[1], 0), elem_i(a[2], 0));
   if (cnt > (double)MAX_RANGE) return onnx_in_unsupported(v, d, "a range of %.0f values", cnt);
   Shape s = shape_of(1, cnt > 0 ? (int)cnt : 0);
   int rc = new_tensor(v, ints ? DT_I64 : DT_F32, &s, out, d);
+  /* Every value lies between start and limit, so it fits in int64, and the
+   * wrapping unsigned sum is exactly it. */
+  uint64_t first = (uint64_t)elem_i(a[0], 0), step = (uint64_t)elem_i(a[2], 0);
   for (int64_t k = 0; rc == TEQ_OK && k < s.d[0]; k++) {
-    if (ints) ((int64_t *)(*out)->data)[k] = elem_i(a[0], 0) + k * elem_i(a[2], 0);
+    if (ints) ((int64_t *)(*out)->data)[k] = (int64_t)(first + (uint64_t)k * step);
     else ((float *)(*out)->data)[k] = (float)(start + (double)k * delta);
   }
   return rc;
@@ -262,19 +279,34 @@ static int fold_reshape(OnnxNodeIn *v, Tensor **out, Diag *d) {
     return rc;
   }
   onnx_in_attr_int(v, "allowzero", &allowzero);
+  if (n > TEQ_MAX_DIMS) return onnx_in_unsupported(v, d, "result of rank %d", n);
   int infer = -1;
-  int64_t known = 1, total = tensor_numel(t);
+  /* known: the product of the given extents; nonzero: of those other than
+   * 0, held to TEQ_BYTES_MAX so that neither overflows */
+  int64_t known = 1, nonzero = 1, total = tensor_numel(t);
   for (int k = 0; k < n; k++) {
     if (dims[k] == 0 && !allowzero) {
       if (k >= t->shape.ndim)
         return onnx_in_error(v, d, "shape[%d] = 0 copies a missing dimension", k);
       dims[k] = t->shape.d[k];
     }
-    if (dims[k] == -1 && infer < 0) infer = k;
-    else if (dims[k] < 0) return onnx_in_error(v, d, "shape[%d] = %lld", k, (long long)dims[k]);
-    else known *= dims[k];
+    if (dims[k] == -1 && infer < 0) {
+      infer = k;
+      continue;
+    }
+    if (dims[k] < 0) return onnx_in_error(v, d, "shape[%d] = %lld", k, (long long)dims[k]);
+    if (dims[k] && nonzero > TEQ_BYTES_MAX / dims[k])
+      return onnx_in_error(v, d, "shape[%d] = %lld: the extents multiply to more than 2^40", k,
+                           (long long)dims[k]);
+    nonzero *= dims[k] ? dims[k] : 1;
+    known = dims[k] ? known * dims[k] : 0;
   }
-  if (infer >= 0 && known) dims[infer] = total / known;
+  if (infer >= 0) { /* as the registry's Reshape says it */
+    if (known == 0 || total % known)
+      return onnx_in_error(v, d, "shape[%d] = -1 cannot be inferred from %lld elements", infer,
+                           (long long)total);
+    dims[infer] = total / known;
+  }
   Shape s = shape_make(n, dims);
   if (shape_numel(&s) != total)
     return onnx_in_error(v, d, "cannot reshape %lld elements to that shape", (long long)total);
@@ -409,14 +441,17 @@ static void slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, in
                        int64_t *count) {
   if (start < 0) start += dim;
   if (end < 0) end += dim;
+  /* ceil(span / |step|) as 1 + (span - 1) / |step|: no sum with the step,
+   * which may be INT64_MAX, and no negation of INT64_MIN (a magnitude that
+   * large steps past any extent, as INT64_MAX does). */
   if (step > 0) {
     start = start < 0 ? 0 : start > dim ? dim : start;
     end = end < 0 ? 0 : end > dim ? dim : end;
-    *count = end > start ? (end - start + step - 1) / step : 0;
+    *count = end > start ? 1 + (end - start - 1) / step : 0;
   } else {
     start = start < 0 ? 0 : start > dim - 1 ? dim - 1 : start;
     end = end < -1 ? -1 : end > dim - 1 ? dim - 1 : end;
-    *count = start > end ? (start - end - step - 1) / -step : 0;
+    *count = start > end ? 1 + (start - end - 1) / (step == INT64_MIN ? INT64_MAX : -step) : 0;
   }
   *first = start;
 }

@@ -101,10 +101,7 @@ static OnnxValue *find_value(const Importer *im, const char *name) {
 static int materialize(Importer *im, OnnxValue *v, TensorRef *ref) {
   if (v->ref.node < 0) {
     int id = graph_add_const(im->g, v->name, tensor_ref(v->konst), im->d);
-    if (id < 0) {
-      tensor_unref(v->konst); /* graph_add_const keeps the reference only on success */
-      return id;
-    }
+    if (id < 0) return id; /* graph_add_const dropped the reference it was given */
     v->ref = (TensorRef){id, 0};
   }
   *ref = v->ref;
@@ -261,8 +258,7 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
   Tensor **out = calloc((size_t)v->n_out + 1, sizeof *out);
   int rc = s && in && out ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int i = 0; i < n_edges && rc == TEQ_OK; i++) {
-    int id = graph_add_const(s, NULL, tensor_ref(edges[i]->konst), &quiet);
-    if (id < 0) tensor_unref(edges[i]->konst);
+    int id = graph_add_const(s, NULL, tensor_ref(edges[i]->konst), &quiet); /* takes the ref */
     rc = id < 0 ? id : TEQ_OK;
     in[i] = (TensorRef){id, 0};
   }
@@ -278,6 +274,8 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
     rc = define_outputs_const(im, v, out, 0);
     im->stats.n_folded++;
   }
+  /* quiet's messages are dropped: the graph reports the node's own error */
+  if (!*folded) rc = TEQ_OK;
   free(in);
   free(out);
   graph_free(s);
@@ -896,6 +894,11 @@ static int input_type(Importer *im, const Onnx__ValueInfoProto *vi, Shape *s, DT
   }
   *s = shape_make((int)tt->shape->n_dim, dims);
   *dt = elem == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? DT_F32 : DT_I64;
+  if (!shape_fits(s, *dt)) { /* before any extent of it is multiplied */
+    char why[SHAPE_MSG_MAX];
+    return diag_error(im->d, "%s: input '%s': %s", im->path, vi->name,
+                      shape_too_large(s, *dt, why, sizeof why));
+  }
   return TEQ_OK;
 }
 
@@ -985,6 +988,36 @@ static int index_infos(Importer *im) {
 
 /* ---- the model ---- */
 
+/* Where node k is, for a node that may lack its op_type. */
+static const char *bare_node_where(const Importer *im, const Onnx__NodeProto *np, int k,
+                                   char *buf, size_t size) {
+  if (np->name && *np->name) snprintf(buf, size, "%s: node '%s'", im->path, np->name);
+  else if (np->n_output && *np->output[0])
+    snprintf(buf, size, "%s: node #%d (output '%s')", im->path, k, np->output[0]);
+  else snprintf(buf, size, "%s: node #%d", im->path, k);
+  return buf;
+}
+
+/* The strings proto2 may leave NULL that import reads unguarded: every
+ * node's op_type and every attribute's name. Checked once, before anything
+ * looks at a node; a node or attribute without its name is a bad model. */
+static int check_nodes(Importer *im) {
+  const Onnx__GraphProto *gp = im->gp;
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *np = gp->node[k];
+    char where[512];
+    if (!np->op_type || !*np->op_type)
+      return diag_error(im->d, "%s: has no op_type",
+                        bare_node_where(im, np, (int)k, where, sizeof where));
+    for (size_t a = 0; a < np->n_attribute; a++)
+      if (!np->attribute[a]->name || !*np->attribute[a]->name) {
+        onnx_node_where(im->path, np, (int)k, where, sizeof where);
+        return diag_error(im->d, "%s: attribute %zu has no name", where, a);
+      }
+  }
+  return TEQ_OK;
+}
+
 static int run_passes(Importer *im, const OnnxImportOptions *o) {
   int n;
   if (!o->keep_noops) {
@@ -1028,7 +1061,8 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
 }
 
 static int import_graph(Importer *im, const OnnxImportOptions *o) {
-  int rc = index_infos(im);
+  int rc = check_nodes(im);
+  if (rc == TEQ_OK) rc = index_infos(im);
   if (rc == TEQ_OK) rc = import_initializers(im);
   if (rc == TEQ_OK) rc = parse_dims(im, o);
   if (rc == TEQ_OK) rc = import_inputs(im);

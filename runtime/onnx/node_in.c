@@ -145,7 +145,7 @@ bool onnx_in_attr_ints(OnnxNodeIn *v, const char *name, int64_t *out, int max, i
     v->failed = true;
     return false;
   }
-  memcpy(out, a->ints, a->n_ints * sizeof *out);
+  if (a->n_ints) memcpy(out, a->ints, a->n_ints * sizeof *out); /* ints is NULL when empty */
   *n = (int)a->n_ints;
   return true;
 }

@@ -80,19 +80,24 @@ static void typed_element(const Onnx__TensorProto *tp, int32_t elem, size_t k, d
   }
 }
 
-static int proto_shape(const Onnx__TensorProto *tp, const char *where, Shape *s, Diag *d) {
+/* The shape of tp as Teq will hold it (dt), which must fit (shape_fits):
+ * an empty tensor's other extents too, or its strides would overflow. */
+static int proto_shape(const Onnx__TensorProto *tp, DType dt, const char *where, Shape *s,
+                       Diag *d) {
   if (tp->n_dims > TEQ_MAX_DIMS) {
     diag_error(d, "%s: %zu dimensions, at most %d are supported", where, tp->n_dims,
                TEQ_MAX_DIMS);
     return TEQ_ERR_UNSUPPORTED;
   }
-  int64_t n = 1;
-  for (size_t i = 0; i < tp->n_dims; i++) {
-    if (tp->dims[i] < 0 || (tp->dims[i] && n > (INT64_C(1) << 40) / tp->dims[i]))
+  for (size_t i = 0; i < tp->n_dims; i++)
+    if (tp->dims[i] < 0)
       return diag_error(d, "%s: dimension %zu is %lld", where, i, (long long)tp->dims[i]);
-    n *= tp->dims[i];
+  Shape r = shape_make((int)tp->n_dims, tp->dims);
+  if (!shape_fits(&r, dt)) {
+    char why[SHAPE_MSG_MAX];
+    return diag_error(d, "%s: %s", where, shape_too_large(&r, dt, why, sizeof why));
   }
-  *s = shape_make((int)tp->n_dims, tp->dims);
+  *s = r;
   return TEQ_OK;
 }
 
@@ -170,7 +175,7 @@ static int from_proto(const Onnx__TensorProto *tp, Onnx__TensorProto *owned, Onn
   bool raw = false;
   const uint8_t *bytes = NULL;
   int rc = check_storage(tp, where, d);
-  if (rc == TEQ_OK) rc = proto_shape(tp, where, &s, d);
+  if (rc == TEQ_OK) rc = proto_shape(tp, dt, where, &s, d);
   if (rc == TEQ_OK && onnx_tensor_is_external(tp))
     rc = onnx_external_bytes(ext, tp, (size_t)shape_numel(&s) * elem_size(elem), where, &bytes,
                              d);

@@ -556,6 +556,18 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
 
 /* ---- conv2d, ONNX ---- */
 
+/* A rank below 3 (two channel or batch dimensions and a spatial one) is a
+ * malformed X or W, not a conv of another dimensionality: said as such.
+ * shape: the one known, W's when is_w. */
+static int conv_rank_error(OnnxNodeIn *v, const char *op, const Shape *shape, bool is_w,
+                           Diag *d) {
+  if (!shape || shape->ndim >= 3) return TEQ_OK;
+  char s[SHAPE_STR_MAX];
+  return onnx_in_error(v, d, "%s %s has rank %d: a %s's %s has rank 3 or more",
+                       is_w ? "weight W" : "input X", shape_format(shape, s, sizeof s),
+                       shape->ndim, op, is_w ? "weight" : "input");
+}
+
 /* Conv's remaining attributes: only 2-D convs; kernel_shape must agree
  * with W; auto_pad becomes explicit pads. Runs after the generic mapping
  * of strides, pads, dilations and group, but reads strides and dilations
@@ -563,6 +575,8 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
 static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   const Shape *known = w && w->ndim >= 0 ? w : x && x->ndim >= 0 ? x : NULL;
+  int rc = conv_rank_error(v, "Conv", known, known == w, d);
+  if (rc) return rc;
   if (known && known->ndim != 4)
     return onnx_in_unsupported(v, d, "Conv with %d spatial dimensions: only 2-D is supported",
                                known->ndim - 2);
@@ -588,7 +602,7 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   bool same = onnx_in_attr_string(v, "auto_pad", &mode) && strncmp(mode, "SAME", 4) == 0;
   if (same && !has_ks && !w_known)
     return onnx_in_unsupported(v, d, "auto_pad=%s with a weight of unknown shape", mode);
-  int rc = onnx_auto_pads(v, x, ks, s, dl, pads, d);
+  rc = onnx_auto_pads(v, x, ks, s, dl, pads, d);
   if (rc) return rc;
   param_set_ints(p, CONV_PADS, pads, 4);
   return TEQ_OK;
@@ -842,6 +856,8 @@ static int ct_pads_for(OnnxNodeIn *v, bool upper, int i, int64_t in, int64_t k, 
 static int ct_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   const Shape *known = w && w->ndim >= 0 ? w : x && x->ndim >= 0 ? x : NULL;
+  int bad = conv_rank_error(v, "ConvTranspose", known, known == w, d);
+  if (bad) return bad;
   if (known && known->ndim != 4)
     return onnx_in_unsupported(v, d, "ConvTranspose with %d spatial dimensions: only 2-D is "
                                "supported", known->ndim - 2);

@@ -134,6 +134,8 @@ static void box_copy(char *dst, const char *src, const Box *box, size_t es) {
   }
 }
 
+/* No product overflows: every shape in a graph or a tensor fits
+ * (shape_fits), so its extents multiply to at most 2^40. */
 static int64_t prod_dims(const Shape *s, int from, int to) {
   int64_t p = 1;
   for (int i = from; i < to; i++) p *= s->d[i];
@@ -390,6 +392,9 @@ static int reshape_resolve(OnnxNodeIn *v, const Shape *x, int64_t *dims, int *nd
     if (want[i] == 0 && !allowzero && i >= x->ndim)
       return onnx_in_error(v, d, "shape[%d]=0 copies a dimension the input lacks", i);
     dims[i] = want[i] == 0 && !allowzero ? x->d[i] : want[i];
+    if (dims[i] && known > DIM_MAX / dims[i]) /* the product, checked as reshape_infer does */
+      return onnx_in_error(v, d, "shape[%d]=%lld: the extents multiply to more than 2^40", i,
+                           (long long)dims[i]);
     known *= dims[i];
   }
   if (at >= 0) {
@@ -522,7 +527,10 @@ static int concat_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
     if (!same)
       return op_error(n, d, "axis=%lld: input %d has shape %s, input 0 has %s", (long long)axis, k,
                       shape_format(&in[k], s, sizeof s), shape_format(&in[0], t, sizeof t));
-    if (k) o.d[axis] += in[k].d[axis];
+    if (k && (__builtin_add_overflow(o.d[axis], in[k].d[axis], &o.d[axis]) ||
+              o.d[axis] > DIM_MAX))
+      return op_error(n, d, "axis=%lld: the inputs' extents along it add up to more than 2^40",
+                      (long long)axis);
   }
   out[0] = o;
   return TEQ_OK;
@@ -1455,7 +1463,12 @@ static int expand_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   if (shape_broadcast(&in[0], &want, out, NULL) != TEQ_OK)
     return op_error(n, d, "shape=%s: input 0 has shape %s, which does not broadcast to it",
                     shape_format(&want, t, sizeof t), shape_format(&in[0], s, sizeof s));
-  if (shape_numel(out) > DIM_MAX) return op_error(n, d, "shape has more than 2^40 elements");
+  int64_t count = 1; /* checked: the target's extents are each up to 2^40 */
+  for (int i = 0; i < out->ndim; i++) {
+    if (out->d[i] && count > DIM_MAX / out->d[i])
+      return op_error(n, d, "shape has more than 2^40 elements");
+    count *= out->d[i];
+  }
   return TEQ_OK;
 }
 

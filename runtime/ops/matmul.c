@@ -192,9 +192,14 @@ int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Di
                     (long long)p->k, (long long)kb);
   int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
   p->nb = na > nb ? na : nb;
-  int64_t stride_a = p->m * p->k, stride_b = p->k * p->n, numel_a = 1;
+  int64_t stride_a, stride_b, numel_a = 1, mn;
+  /* Checked: the batch count multiplies extents of both operands, and a
+   * graph's shapes bound only each operand (shape_fits). */
+  bool over = __builtin_mul_overflow(p->m, p->k, &stride_a) |
+              __builtin_mul_overflow(p->k, p->n, &stride_b) |
+              __builtin_mul_overflow(p->m, p->n, &mn);
   p->count = 1;
-  for (int i = p->nb - 1; i >= 0; i--) {
+  for (int i = p->nb - 1; i >= 0 && !over; i--) {
     int ia = i - (p->nb - na), ib = i - (p->nb - nb);
     int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
     if (da != db && da != 1 && db != 1)
@@ -205,11 +210,14 @@ int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Di
     if (da == 0 || db == 0) p->bd[i] = 0;
     p->sa[i] = da == 1 ? 0 : stride_a;
     p->sb[i] = db == 1 ? 0 : stride_b;
-    stride_a *= da;
-    stride_b *= db;
-    numel_a *= da;
-    p->count *= p->bd[i];
+    over = __builtin_mul_overflow(stride_a, da, &stride_a) |
+           __builtin_mul_overflow(stride_b, db, &stride_b) |
+           __builtin_mul_overflow(numel_a, da, &numel_a) |
+           __builtin_mul_overflow(p->count, p->bd[i], &p->count);
   }
+  if (over || __builtin_mul_overflow(p->count, mn, &mn))
+    return op_error(n, d, "A %s and B %s: the result's extents multiply past 2^63",
+                    shape_format(a, sa, sizeof sa), shape_format(b, sb, sizeof sb));
   bool b_shared = true;
   for (int i = 0; i < p->nb; i++) b_shared = b_shared && p->sb[i] == 0;
   p->flat_a = b_shared && numel_a == p->count;

@@ -319,6 +319,33 @@ static void test_decode_errors(void) {
   CHECK_EQ_INT(decode_rc(&m, NULL), TEQ_ERR_INPUT);
   m = pb_graph(&relu, pb_ref(-1, 0));
   CHECK_EQ_INT(decode_rc(&m, NULL), TEQ_ERR_INPUT);
+  /* Values past int32 are refused, not cut to their low 32 bits (which
+   * would make these a valid reference to node 0 and one output). */
+  Pb wide = {0}, wide_ref = {0};
+  pb_str(&wide, 1, "relu");
+  pb_int(&wide, 2, 1);
+  pb_int(&wide_ref, 1, (INT64_C(1) << 40) + 0);
+  pb_int(&wide_ref, 2, 0);
+  pb_msg(&wide, 3, &wide_ref);
+  m = pb_graph(&wide, pb_ref(1, 0));
+  CHECK_EQ_INT(decode_rc(&m, "reference to node 1099511627776, output 0, is out of range"),
+               TEQ_ERR_INPUT);
+  Pb wide_out = {0}, in_ref = pb_ref(0, 0);
+  pb_str(&wide_out, 1, "relu");
+  pb_int(&wide_out, 2, (INT64_C(1) << 32) + 1);
+  pb_msg(&wide_out, 3, &in_ref);
+  m = pb_graph(&wide_out, pb_ref(1, 0));
+  CHECK_EQ_INT(decode_rc(&m, "number of outputs 4294967297 is out of range"), TEQ_ERR_INPUT);
+  /* A variable whose extents fit one by one but not as a product. */
+  Pb big_var = {0}, big_dims = {0}, big = {0}, out = pb_ref(0, 0);
+  pb_str(&big_var, 1, "x1");
+  pb_varint(&big_dims, UINT64_C(1) << 40);
+  pb_varint(&big_dims, UINT64_C(1) << 40);
+  pb_bytes(&big_var, 2, big_dims.b, big_dims.n);
+  pb_msg(&big, 1, &big_var);
+  pb_msg(&big, 3, &out);
+  CHECK_EQ_INT(decode_rc(&big, "input 'x1': shape [1099511627776, 1099511627776] is too large"),
+               TEQ_ERR_INPUT);
 
   /* Parameters: unknown name, wrong type, out of bounds. */
   Pb param = {0}, conc = pb_op("concat", 1, 1, 0);

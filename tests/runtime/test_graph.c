@@ -113,6 +113,18 @@ static void test_errors(void) {
   TensorRef dangling = {99, 0};
   CHECK(graph_add_node(g, OP_RELU, &dangling, 1, 1, NULL, NULL, &d) < 0);
   CHECK_EQ_INT(g->n_nodes, before);
+  /* Shapes past TEQ_BYTES_MAX enter no graph: as an input or as a result. */
+  Shape huge = shape_make(3, (int64_t[]){INT64_C(1) << 31, INT64_C(1) << 31, INT64_C(1) << 31});
+  CHECK_EQ_INT(graph_add_input(g, "huge", &huge, DT_F32, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "input 'huge': shape [2147483648, 2147483648, 2147483648] "
+                                  "is too large"), "%s", diag_last(&d));
+  Params rep;
+  params_default(OP_TILE, &rep);
+  param_set_ints(&rep, 0, (int64_t[]){INT64_C(1) << 38, 1}, 2); /* [2^40, 8] */
+  CHECK(graph_add_node(g, OP_TILE, (TensorRef[]){ref(0)}, 1, 1, &rep, NULL, &d) < 0);
+  CHECK_MSG(strstr(diag_last(&d), "tile: output 0: shape [1099511627776, 8] is too large"), "%s",
+            diag_last(&d));
+  CHECK_EQ_INT(g->n_nodes, before);
   /* A cycle made by hand is found by ordering and by the checker. */
   g->nodes[3].in[0] = ref(5);
   int32_t order[16];

@@ -633,6 +633,15 @@ static void test_errors_new(void) {
                     "tile: repeats has 2 entries but input 0 has shape [8, 2, 3] (rank 3)");
   p = params_with_ints(OP_TILE, "repeats", (int64_t[]){1, 1, (int64_t)1 << 39}, 3);
   check_infer_error(OP_TILE, &p, &s3, 1, 1, "grows past 2^40");
+  /* Sums and products of extents are bounded before they could overflow. */
+  params_default(OP_CONCAT, &p);
+  Shape huge[2] = {shape_make(2, (int64_t[]){INT64_C(1) << 62, 1}),
+                   shape_make(2, (int64_t[]){INT64_C(1) << 62, 1})};
+  check_infer_error(OP_CONCAT, &p, huge, 2, 1, "add up to more than 2^40");
+  p = params_with_ints(OP_EXPAND, "shape",
+                       (int64_t[]){INT64_C(1) << 31, INT64_C(1) << 31, INT64_C(1) << 31, 8, 2, 3},
+                       6);
+  check_infer_error(OP_EXPAND, &p, &s3, 1, 1, "shape has more than 2^40 elements");
   p = params_with_ints(OP_EXPAND, "shape", (int64_t[]){4, 3}, 2);
   check_infer_error(OP_EXPAND, &p, &s3, 1, 1,
                     "expand: shape=[4, 3]: input 0 has shape [8, 2, 3], "

@@ -733,6 +733,14 @@ static void test_matmul_errors(void) {
   op_check_error(&o, (Shape[]){shape_of(3, 2, 3, 4), shape_of(3, 3, 4, 5)},
                  "batch dimensions do not broadcast (2 vs 3)");
   op_check_error(&o, (Shape[]){shape_of(0), shape_of(2, 4, 5)}, "rank >= 1");
+  /* Batch extents of both operands multiply past int64: refused, not wrapped. */
+  int64_t t = INT64_C(1) << 36;
+  op_check_error(&o, (Shape[]){shape_make(4, (int64_t[]){t, 1, 1, 1}),
+                               shape_make(4, (int64_t[]){1, t, 1, 1})},
+                 "multiply past 2^63");
+  op_check_error(&o, (Shape[]){shape_make(2, (int64_t[]){INT64_C(1) << 40, INT64_C(1) << 40}),
+                               shape_make(2, (int64_t[]){INT64_C(1) << 40, 2})},
+                 "multiply past 2^63");
   op_init(&o, OP_GEMM, 3);
   op_int(&o, "transA", 1);
   op_check_error(&o, (Shape[]){shape_of(2, 3, 4), shape_of(2, 4, 5), shape_of(1, 5)},

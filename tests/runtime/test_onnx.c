@@ -205,6 +205,14 @@ static void test_shape_fold(void) {
   diag_fini(&d);
 }
 
+/* Slices with steps INT64_MAX and INT64_MIN and a Range across all of
+ * int64 fold to the values ONNX gives, with no overflow on the way. */
+static void test_int_extremes(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("int_extremes", NULL, &st));
+  CHECK_EQ_INT(st.n_folded, 6);
+}
+
 static void test_unsorted(void) {
   OnnxImportStats st;
   tensor_unref(check_reference("unsorted", NULL, &st));
@@ -848,6 +856,31 @@ static void test_swishes(void) {
   check_round_trip("swishes");
 }
 
+/* A BatchNorm no conv takes (after a concat) takes the relu that alone
+ * reads it as its fused act; one whose output the graph also returns keeps
+ * its relu; as given, neither; and through export. */
+static void test_bn_relu(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("bn_relu", NULL, &st));
+  CHECK_EQ_INT(st.n_activations_fused, 1);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("bn_relu.onnx", p), NULL, NULL, &d);
+  int fused = 0;
+  for (int32_t i = 0; g && i < g->n_nodes; i++)
+    fused += g->nodes[i].kind == OP_BATCHNORM &&
+             param_int(&g->nodes[i].params, param_index(OP_BATCHNORM, "act")) == ACT_RELU;
+  if (g) CHECK(fused == 1 && count_kind(g, OP_BATCHNORM) == 2 && count_kind(g, OP_RELU) == 1);
+  graph_free(g);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  tensor_unref(check_reference("bn_relu", &o, &st));
+  CHECK_EQ_INT(st.n_activations_fused, 0);
+  diag_fini(&d);
+  check_round_trip("bn_relu");
+}
+
 /* Named symbolic dimensions: given extents reach the inputs and every
  * shape declared with those names (an opaque operator's output, which the
  * transpose after it needs); the rest get `batch`, listed in one warning;
@@ -914,6 +947,11 @@ static void test_opaque_forms(void) {
   CHECK_EQ_INT(onnx_import_file(data("bad_auto_pad.onnx", p), &o, &g, NULL, &d), TEQ_ERR_INPUT);
   CHECK(!g && strstr(diag_last(&d), "FOO"));
   diag_fini(&d);
+  /* A result too large for any tensor is a bad model, not a form to keep. */
+  diag_init(&d);
+  CHECK_EQ_INT(onnx_import_file(data("bad_tile_large.onnx", p), &o, &g, NULL, &d), TEQ_ERR_INPUT);
+  CHECK(!g && strstr(diag_last(&d), "is too large"));
+  diag_fini(&d);
 }
 
 /* ---- bad input ---- */
@@ -939,6 +977,38 @@ static void check_bad(const char *path, int want_rc, const char *want1, const ch
   CHECK_MSG(strstr(text, want1), "%s: message lacks '%s': %s", path, want1, text);
   CHECK_MSG(!want2 || strstr(text, want2), "%s: message lacks '%s': %s", path, want2, text);
   diag_fini(&d);
+}
+
+/* What a fuzzer found: strings proto2 leaves NULL, folds that failed without
+ * a word, sizes that overflowed int64 or asked for terabytes; each is refused
+ * with the node or input at fault named (the sanitizer builds also check
+ * that none of them reads NULL or overflows on the way). */
+static void test_bad_robustness(void) {
+  char p[PATH_BUF];
+  check_bad(data("bad_no_op_type.onnx", p), TEQ_ERR_INPUT, "node 'anon'", "has no op_type");
+  check_bad(data("bad_attr_no_name.onnx", p), TEQ_ERR_INPUT, "node 'cast' (Cast)",
+            "attribute 0 has no name");
+  check_bad(data("bad_empty_ints.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'conv' (Conv)", "strides");
+  check_bad(data("bad_conv_weight_rank.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
+            "weight W [3] has rank 1");
+  check_bad(data("bad_const_add.onnx", p), TEQ_ERR_INPUT, "node 'add' (Add)",
+            "[3] and [5] do not broadcast");
+  check_bad(data("bad_no_inputs.onnx", p), TEQ_ERR_INPUT, "node 'relu' (Relu)", "got 0");
+  check_bad(data("bad_input_too_large.onnx", p), TEQ_ERR_INPUT,
+            "input 'x': shape [2097152, 2097152, 2097152, 4] is too large", NULL);
+  check_bad(data("bad_reshape_overflow.onnx", p), TEQ_ERR_INPUT, "node 'reshape' (Reshape)",
+            "multiply to more than 2^40");
+  check_bad(data("bad_reshape_empty.onnx", p), TEQ_ERR_INPUT, "node 'reshape' (Reshape)",
+            "shape[1] = -1 cannot be inferred from 0 elements");
+  check_bad(data("bad_init_empty_huge.onnx", p), TEQ_ERR_INPUT, "initializer 'w'",
+            "shape [0, 4611686018427387904, 4611686018427387904] is too large");
+  check_bad(data("bad_constant_of_shape.onnx", p), TEQ_ERR_INPUT,
+            "node 'fill' (ConstantOfShape)", "shape [1099511627776] is too large");
+  check_bad(data("bad_constant_of_shape_empty.onnx", p), TEQ_ERR_INPUT,
+            "node 'fill' (ConstantOfShape)", "extents other than 0");
+  check_bad(data("bad_tile_large.onnx", p), TEQ_ERR_INPUT, "node 'tile' (Tile)", "is too large");
+  check_bad(data("bad_expand_large.onnx", p), TEQ_ERR_INPUT, "node 'expand' (Expand)",
+            "more than 2^40 elements");
 }
 
 static void test_bad_files(void) {
@@ -970,6 +1040,7 @@ static void test_bad_files(void) {
   check_bad(data("bad_external_offset.onnx", p), TEQ_ERR_INPUT, "initializer 'w1'",
             "offset '-8' is not a byte count");
   check_bad("/nonexistent/model.onnx", TEQ_ERR_IO, "cannot open", NULL);
+  test_bad_robustness();
 
   /* Files that are not ONNX models at all, made from a good one. */
   FILE *f = fopen(data("conv_bn.onnx", p), "rb");
@@ -1062,6 +1133,7 @@ int main(void) {
   test_layer_norm_written();
   test_shape_fold();
   test_unsorted();
+  test_int_extremes();
   test_scatter_dropout();
   check_round_trip("conv_bn");
   check_round_trip("shape_fold");
@@ -1079,6 +1151,7 @@ int main(void) {
   test_symbolic_dims();
   test_gelu();
   test_swishes();
+  test_bn_relu();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

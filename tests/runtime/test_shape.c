@@ -63,6 +63,22 @@ static void test_tensors(void) {
   CHECK(tensor_new(DT_F32, &huge) == NULL);
   Shape neg = shape_of(1, -3);
   CHECK(tensor_new(DT_F32, &neg) == NULL);
+  /* At most TEQ_BYTES_MAX, the extents of an empty shape counted too. */
+  int64_t big = INT64_C(1) << 62;
+  Shape empty_huge = shape_make(3, (int64_t[]){big, big, 0});
+  CHECK(!shape_fits(&empty_huge, DT_F32) && tensor_new(DT_F32, &empty_huge) == NULL);
+  Shape edge = shape_make(2, (int64_t[]){INT64_C(1) << 20, INT64_C(1) << 18}); /* 2^40 bytes */
+  CHECK(shape_fits(&edge, DT_F32) && !shape_fits(&edge, DT_I64));
+  Shape empty_ok = shape_make(3, (int64_t[]){0, INT64_C(1) << 20, 5});
+  CHECK(shape_fits(&empty_ok, DT_I64));
+  Tensor *e = tensor_new(DT_F32, &empty_ok);
+  CHECK(e && tensor_numel(e) == 0);
+  tensor_unref(e);
+  char why[SHAPE_MSG_MAX];
+  CHECK_MSG(strstr(shape_too_large(&empty_huge, DT_F32, why, sizeof why),
+                   "[4611686018427387904, 4611686018427387904, 0] is too large: its extents "
+                   "other than 0 make more than 2^40 bytes of float32"), "%s", why);
+  CHECK(!shape_fits(&neg, DT_F32));
 }
 
 /* A large tensor's block is kept when freed and given to the next tensor

@@ -294,6 +294,102 @@ def bad_models():
         [vi("x", f, [2])], [vi("b", f, [2])]), check=False)
 
 
+def bad_robustness():
+    """Bad models a fuzzer found to crash, overflow or fail without a message;
+    each must be refused with one that names the node or input at fault.
+    No random weights: RNG draws here would change every model after."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    x = [vi("x", f, [1, 3, 8, 8])]
+    y = [vi("y", f, None)]
+    # A node without op_type (proto2 leaves the string unset).
+    relu = helper.make_node("Relu", ["x"], ["y"], name="anon")
+    relu.ClearField("op_type")
+    save("bad_no_op_type", helper.make_graph([relu], "g", x, y), check=False)
+    # A Cast whose one attribute has no name.
+    cast = helper.make_node("Cast", ["x"], ["y"], name="cast", to=f)
+    cast.attribute[0].ClearField("name")
+    save("bad_attr_no_name", helper.make_graph([cast], "g", x, y), check=False)
+    # An empty ints attribute: Conv strides=[].
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv")
+    conv.attribute.append(onnx.AttributeProto(name="strides", type=onnx.AttributeProto.INTS))
+    save("bad_empty_ints", helper.make_graph(
+        [conv], "g", x, y, [init("w", np.full((4, 3, 3, 3), 0.5, np.float32))]), check=False)
+    # A Conv weight of rank 1.
+    save("bad_conv_weight_rank", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g", x, y,
+        [init("w", np.full(3, 0.5, np.float32))]), check=False)
+    # Constants that do not add: the registry's fold fails, the node is then refused.
+    save("bad_const_add", helper.make_graph(
+        [helper.make_node("Add", ["b", "c"], ["d"], name="add"),
+         helper.make_node("Add", ["x", "d"], ["y"], name="add2")], "g", x, y,
+        [init("b", np.full(3, 0.5, np.float32)), init("c", np.full(5, 0.5, np.float32))]),
+        check=False)
+    # A Relu without inputs.
+    save("bad_no_inputs", helper.make_graph(
+        [helper.make_node("Relu", [], ["y"], name="relu")], "g", [], y), check=False)
+    # An input of 2^65 elements.
+    save("bad_input_too_large", helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [vi("x", f, [1 << 21, 1 << 21, 1 << 21, 4])], y), check=False)
+    # Reshape targets whose product overflows, and a -1 among zero elements.
+    save("bad_reshape_overflow", helper.make_graph(
+        [helper.make_node("Reshape", ["c", "s"], ["y"], name="reshape")], "g", [], y,
+        [init("c", np.full(4, 0.5, np.float32)),
+         init("s", np.array([1 << 62, 1 << 62, 0, -1], np.int64))]), check=False)
+    save("bad_reshape_empty", helper.make_graph(
+        [helper.make_node("Reshape", ["c", "s"], ["y"], name="reshape")], "g", [], y,
+        [init("c", np.zeros(0, np.float32)), init("s", np.array([0, -1], np.int64))]),
+        check=False)
+    # An empty initializer whose other extents multiply past int64.
+    save("bad_init_empty_huge", helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")], "g", x, y,
+        [TensorProto(name="w", data_type=f, dims=[0, 1 << 62, 1 << 62])]), check=False)
+    # Results of 4 TB, of 2^62 x 2^62 x 0 and of 768 TB.
+    save("bad_constant_of_shape", helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+         helper.make_node("Add", ["x", "c"], ["y"])], "g", x, y,
+        [init("s", np.array([1 << 40], np.int64))]), check=False)
+    save("bad_constant_of_shape_empty", helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+         helper.make_node("Shape", ["c"], ["y"])], "g", x, [vi("y", i64, None)],
+        [init("s", np.array([1 << 62, 1 << 62, 0], np.int64))]), check=False)
+    save("bad_tile_large", helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")], "g", x, y,
+        [init("r", np.array([1 << 40, 1, 1, 1], np.int64))]), check=False)
+    save("bad_expand_large", helper.make_graph(
+        [helper.make_node("Expand", ["x", "s"], ["y"], name="expand")], "g", x, y,
+        [init("s", np.array([1 << 31, 1 << 31, 1 << 31, 3, 8, 8], np.int64))]), check=False)
+
+
+def int_extremes():
+    """Shape bookkeeping at the ends of int64, all of it valid: Slices with
+    steps INT64_MAX and INT64_MIN (one element each) and a Range from
+    -2^63 + 1 to 2^63 - 1 by 2^62, whose third value is 1."""
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    nodes = [
+        helper.make_node("Slice", ["cst", "zero", "max", "zero", "max"], ["first"]),
+        helper.make_node("Slice", ["cst", "max", "min", "zero", "min"], ["last"]),
+        helper.make_node("Range", ["r_start", "r_limit", "r_delta"], ["r"]),
+        helper.make_node("Gather", ["r", "two"], ["third"]),
+        helper.make_node("Concat", ["first", "last", "third"], ["vals"], axis=0),
+        helper.make_node("Cast", ["vals"], ["valsf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "valsf"], ["y"]),
+    ]
+    inits = [init("cst", np.arange(10, dtype=np.int64) * 10),
+             init("zero", np.array([0], np.int64)), init("max", np.array([hi], np.int64)),
+             init("min", np.array([lo], np.int64)), init("two", np.array([2], np.int64)),
+             init("r_start", np.array(lo + 1, np.int64)), init("r_limit", np.array(hi, np.int64)),
+             init("r_delta", np.array(1 << 62, np.int64))]
+    graph = helper.make_graph(
+        nodes, "int_extremes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits)
+    save("int_extremes", graph)
+    x = np.array([0.25, -0.5, 2.0], np.float32)
+    save_tensor("int_extremes.input_0.pb", x, "x")
+    save_tensor("int_extremes.output_0.pb", (x + np.array([0, 90, 1], np.float32)), "y")
+
+
 def layer_norm_written():
     """A layer normalization over the last axis written out in nine operators,
     as PyTorch exports one below opset 17, followed by a Relu so that the
@@ -549,6 +645,34 @@ def swish_models():
     save_tensor("swishes.output_0.pb", (t * sig(h)).astype(np.float32), "y")
 
 
+def bn_relu():
+    """DenseNet's pre-activation: Concat -> BatchNormalization -> Relu, a
+    BatchNorm no conv takes, whose relu fuses into it; beside it a second
+    BatchNorm whose output is also a graph output, whose relu must stay.
+    Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, z = rand(1, 3, 5, 5), rand(1, 2, 5, 5)
+    gamma, beta, mean = rand(5) + 1.5, rand(5), rand(5)
+    var = np.abs(rand(5)) + 0.5
+    nodes = [n("Concat", ["x", "z"], ["c"], axis=1),
+             n("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn"]),
+             n("Relu", ["bn"], ["r"]),
+             n("BatchNormalization", ["r", "gamma", "beta", "mean", "var"], ["y2"]),
+             n("Relu", ["y2"], ["y"])]
+    inits = [init("z", z), init("gamma", gamma), init("beta", beta), init("mean", mean),
+             init("var", var)]
+    save("bn_relu", helper.make_graph(nodes, "bn_relu", [vi("x", f, [1, 3, 5, 5])],
+                                      [vi("y", f, [1, 5, 5, 5]), vi("y2", f, [1, 5, 5, 5])],
+                                      inits))
+    bn = lambda v: ((v - mean.reshape(1, 5, 1, 1)) / np.sqrt(var.reshape(1, 5, 1, 1) + 1e-5)
+                    * gamma.reshape(1, 5, 1, 1) + beta.reshape(1, 5, 1, 1))
+    y2 = bn(np.maximum(bn(np.concatenate([x, z], 1).astype(np.float64)), 0))
+    save_tensor("bn_relu.input_0.pb", x, "x")
+    save_tensor("bn_relu.output_0.pb", np.maximum(y2, 0).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -558,6 +682,8 @@ if __name__ == "__main__":
     opaque_types()
     custom_domain()
     bad_models()
+    bad_robustness()
+    int_extremes()
     layer_norm_written()
     scatter_dropout()
     bad_dropouts()
@@ -565,3 +691,4 @@ if __name__ == "__main__":
     symbolic_dims()
     gelu_models()
     swish_models()
+    bn_relu()
