@@ -265,9 +265,16 @@ static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, Diag *d) {
   onnx_in_attr_ints(v, "strides", s, TEQ_MAX_PARAM_LEN, &ns);
   onnx_in_attr_ints(v, "dilations", dl, TEQ_MAX_PARAM_LEN, &nd);
   const Shape *x = onnx_in_input_shape(v, 0);
-  if (nk != 2 || ns != 2 || nd != 2 || (x && x->ndim >= 0 && x->ndim != 4))
+  char sx[SHAPE_STR_MAX];
+  if (x && x->ndim >= 0 && x->ndim < 3)
+    return onnx_in_error(v, d, "input X %s has rank %d: a %s's input has rank 3 or more",
+                         shape_format(x, sx, sizeof sx), x->ndim, op);
+  if (x && x->ndim >= 0 && x->ndim != 4)
     return onnx_in_unsupported(v, d, "%s with %d spatial dimensions: only 2-D is supported", op,
-                               nk);
+                               x->ndim - 2);
+  if (nk != 2 || ns != 2 || nd != 2)
+    return onnx_in_unsupported(v, d, "%s with kernel_shape, strides or dilations of length "
+                               "other than 2: only 2-D is supported", op);
   int64_t pads[4];
   memcpy(pads, p->v[POOL_PADS].i, sizeof pads);
   int rc = onnx_auto_pads(v, x, k, s, dl, pads, d);
