@@ -371,30 +371,53 @@ static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
   return true;
 }
 
-int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing GELUs", d);
+/* One unary operator found in a chain a pass replaces: `kind`, with p, on
+ * x, takes over the readers of node `at` (the chain's last). */
+typedef struct UnaryFound {
+  TensorRef x;
+  int32_t at;
+  OpKind kind;
+  Params p;
+} UnaryFound;
+
+/* Whether node i (of the first n0, uses and offset counting g's uses
+ * before the pass) ends or starts a chain the pass replaces. */
+typedef bool (*UnaryMatch)(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
+                           const int32_t *offset, UnaryFound *f);
+
+/* Replaces every chain match finds by its one operator; returns how many,
+ * or an error. what says what the pass does, for an out-of-memory message. */
+static int replace_by_unary(Graph *g, const char *what, UnaryMatch match, Diag *d) {
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, what, d);
   if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
-    TensorRef x;
-    int32_t last;
-    OpKind k = g->nodes[i].kind;
-    if ((k != OP_ERF && k != OP_TANH) || !gelu_of(g, i, n0, uses, offset, &x, &last)) continue;
-    const Shape *xs = graph_shape(g, x), *ys = &g->nodes[last].out[0];
-    if (!shape_equal(xs, ys) || g->nodes[x.node].dtype != DT_F32) continue;
-    Params p;
-    params_default(OP_GELU, &p);
-    param_set_int(&p, param_index(OP_GELU, "approximate"), k == OP_TANH);
-    int id = take_over(g, last, last, OP_GELU, &x, 1, &p, d);
-    if (id < 0) {
-      rc = id;
-      break;
-    }
-    n++;
+    UnaryFound f;
+    if (!match(g, i, n0, uses, offset, &f)) continue;
+    int id = take_over(g, f.at, f.at, f.kind, &f.x, 1, &f.p, d);
+    if (id < 0) rc = id;
+    else n++;
   }
   free(uses);
   free(offset);
   return rc == TEQ_OK ? n : rc;
+}
+
+static bool match_gelu(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
+                       const int32_t *offset, UnaryFound *f) {
+  OpKind k = g->nodes[i].kind;
+  if ((k != OP_ERF && k != OP_TANH) || !gelu_of(g, i, n0, uses, offset, &f->x, &f->at))
+    return false;
+  const Shape *xs = graph_shape(g, f->x), *ys = &g->nodes[f->at].out[0];
+  if (!shape_equal(xs, ys) || g->nodes[f->x.node].dtype != DT_F32) return false;
+  f->kind = OP_GELU;
+  params_default(OP_GELU, &f->p);
+  param_set_int(&f->p, param_index(OP_GELU, "approximate"), k == OP_TANH);
+  return true;
+}
+
+int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
+  return replace_by_unary(g, "fusing GELUs", match_gelu, d);
 }
 
 /* The gate g of x in x * g(x) (ewmul m, either order) that m alone reads:
@@ -426,30 +449,21 @@ static OpKind swish_of(const Node *gate) {
   return 0;
 }
 
+static bool match_swish(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
+                        const int32_t *offset, UnaryFound *f) {
+  int32_t gate = gate_of(g, &g->nodes[i], uses, offset, &f->x);
+  f->kind = gate >= 0 && gate < n0 ? swish_of(&g->nodes[gate]) : 0;
+  /* The product broadcasts nothing: x has its shape. */
+  if (!f->kind || !shape_equal(graph_shape(g, f->x), &g->nodes[i].out[0]) ||
+      g->nodes[i].dtype != DT_F32)
+    return false;
+  f->at = i;
+  params_default(f->kind, &f->p);
+  return true;
+}
+
 int onnx_pass_fuse_swishes(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing swishes", d);
-  if (!uses) return TEQ_ERR_NOMEM;
-  int n = 0, rc = TEQ_OK;
-  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
-    TensorRef x;
-    int32_t gate = gate_of(g, &g->nodes[i], uses, offset, &x);
-    OpKind k = gate >= 0 && gate < n0 ? swish_of(&g->nodes[gate]) : 0;
-    /* The product broadcasts nothing: x has its shape. */
-    if (!k || !shape_equal(graph_shape(g, x), &g->nodes[i].out[0]) ||
-        g->nodes[i].dtype != DT_F32)
-      continue;
-    Params p;
-    params_default(k, &p);
-    int id = take_over(g, i, i, k, &x, 1, &p, d);
-    if (id < 0) {
-      rc = id;
-      break;
-    }
-    n++;
-  }
-  free(uses);
-  free(offset);
-  return rc == TEQ_OK ? n : rc;
+  return replace_by_unary(g, "fusing swishes", match_swish, d);
 }
 
 /* The value of the fused-activation parameter (act_symbols) that computes
