@@ -70,14 +70,17 @@ static Graph *import(const char *path, const OnnxImportOptions *o, OnnxImportSta
   return rc == TEQ_OK ? g : NULL;
 }
 
-/* Output 0 of g on input x (NULL: x must be absent, no inputs). */
+/* Output 0 of g on input x (NULL: x must be absent, no inputs); the
+ * others are dropped. */
 static Tensor *run(const Graph *g, Tensor *x) {
   Tensor *out[4] = {NULL};
   Diag d;
   diag_init(&d);
-  int rc = g ? exec_run(g, EXEC_F32, &x, out, &d) : TEQ_ERR_INPUT;
+  CHECK(!g || g->n_outputs <= 4);
+  int rc = g && g->n_outputs <= 4 ? exec_run(g, EXEC_F32, &x, out, &d) : TEQ_ERR_INPUT;
   CHECK_MSG(rc == TEQ_OK, "exec: %s", d.text ? d.text : "");
   diag_fini(&d);
+  for (int i = 1; i < 4; i++) tensor_unref(out[i]);
   return out[0];
 }
 
