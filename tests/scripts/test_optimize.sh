@@ -74,7 +74,7 @@ models=("tiny-cnn:$WORK/tiny.onnx")
 "$BUILD/tools/build-model" nasrnn "$WORK/nasrnn.onnx" 2>/dev/null && models+=("nasrnn:$WORK/nasrnn.onnx")
 "$BUILD/tools/build-model" bert "$WORK/bert.onnx" 2>/dev/null && models+=("bert:$WORK/bert.onnx")
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
-  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d}"
+  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d,efficientnet_b0,mobilenet_v3_small}"
   "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models "$(IFS=,; echo "${tv[*]}")" >/dev/null
   for m in "${tv[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); done
 else
