@@ -548,6 +548,12 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
   fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
   fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
+  const OnnxImportStats *im = &r->import;
+  fprintf(f, "  %-26s %d nodes: %d folded into constants, %d no-ops removed, %d BatchNorms "
+          "folded; %d layer norms, %d GELUs, %d swishes, %d residual adds and %d activations "
+          "fused\n", "import", im->n_nodes, im->n_folded, im->n_noops_removed,
+          im->n_batchnorm_folded, im->n_layer_norms_fused, im->n_gelus_fused, im->n_swishes_fused,
+          im->n_residuals_fused, im->n_activations_fused);
   if (r->merged)
     fprintf(f, "  %-26s %d nodes that repeated another merged before the search\n",
             "duplicates", r->merged);
@@ -644,6 +650,13 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   fprintf(f, ",\n  \"output\": ");
   json_string(f, r->out);
   fprintf(f, ",\n  \"external_weights\": %d", r->import.n_external);
+  const OnnxImportStats *im = &r->import;
+  fprintf(f, ",\n  \"import\": {\"nodes\": %d, \"folded\": %d, \"noops_removed\": %d, "
+          "\"batchnorms_folded\": %d, \"layer_norms_fused\": %d, \"gelus_fused\": %d, "
+          "\"swishes_fused\": %d, \"residuals_fused\": %d, \"activations_fused\": %d}",
+          im->n_nodes, im->n_folded, im->n_noops_removed, im->n_batchnorm_folded,
+          im->n_layer_norms_fused, im->n_gelus_fused, im->n_swishes_fused, im->n_residuals_fused,
+          im->n_activations_fused);
   fprintf(f, ",\n  \"rules\": ");
   json_string(f, r->rules_path);
   fprintf(f, ",\n  \"directed_rules\": %d,\n  \"cost_model\": ", r->n_rules);

@@ -108,6 +108,16 @@ for w in ("before", "after"):
     fail "$name: the report's lines on the check: $(grep 'end-to-end check' "$w/report.txt" | tr -s ' ')"
     continue
   fi
+  # What the import fused, in the text and the JSON alike; SiLU and Hardswish where they are.
+  "$PY" -c '
+import json, re, sys
+r, name = json.load(open(sys.argv[1]))["import"], sys.argv[3]
+line = [l for l in open(sys.argv[2]) if l.startswith("  import ")]
+assert len(line) == 1 and r["nodes"] > 0 and min(r.values()) >= 0, (line, r)
+assert re.search(r" %d swishes, %d residual adds and %d activations fused" % (
+    r["swishes_fused"], r["residuals_fused"], r["activations_fused"]), line[0]), (line, r)
+assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
+' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the report's import line: $(grep '^  import ' "$w/report.txt")"; continue; }
   ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || continue
   summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
   echo "     $name: $summary $(($(date +%s) - t0)) s"
