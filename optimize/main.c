@@ -548,12 +548,8 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %d directed, from %s\n", "rules", r->n_rules, r->rules_path);
   fprintf(f, "  %-26s %s\n", "cost model", r->cost_what);
   fprintf(f, "  %-26s %d -> %d\n", "operators", r->ops_before, r->ops_after);
-  const OnnxImportStats *im = &r->import;
-  fprintf(f, "  %-26s %d nodes: %d folded into constants, %d no-ops removed, %d BatchNorms "
-          "folded; %d layer norms, %d GELUs, %d swishes, %d residual adds and %d activations "
-          "fused\n", "import", im->n_nodes, im->n_folded, im->n_noops_removed,
-          im->n_batchnorm_folded, im->n_layer_norms_fused, im->n_gelus_fused, im->n_swishes_fused,
-          im->n_residuals_fused, im->n_activations_fused);
+  char stats[ONNX_STATS_STR_MAX];
+  fprintf(f, "  %-26s %s\n", "import", onnx_import_stats_format(&r->import, stats, sizeof stats));
   if (r->merged)
     fprintf(f, "  %-26s %d nodes that repeated another merged before the search\n",
             "duplicates", r->merged);

@@ -230,12 +230,7 @@ static int decode_var(Graph *g, const Teq__RuleGraph__Var *v, size_t i, Diag *d)
     if (v->dims[j] < 0)
       return diag_error(d, "rule graph: input '%s': extent %lld out of range", name.s,
                         (long long)v->dims[j]);
-  Shape s = shape_make((int)v->n_dims, v->dims);
-  if (!shape_fits(&s, DT_F32)) { /* the product, not only each extent */
-    char why[SHAPE_MSG_MAX];
-    return diag_error(d, "rule graph: input '%s': %s", name.s,
-                      shape_too_large(&s, DT_F32, why, sizeof why));
-  }
+  Shape s = shape_make((int)v->n_dims, v->dims); /* graph_add_input bounds the product */
   Diag inner;
   diag_init(&inner);
   int id = graph_add_input(g, v->name, &s, DT_F32, &inner);

@@ -73,6 +73,11 @@ typedef struct OnnxImportStats {
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;
 
+/* What import did, in one line for a report ("257 nodes: 18 folded into
+ * constants, ..."), into buf; returns buf. */
+TEQ_API char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size);
+#define ONNX_STATS_STR_MAX 320
+
 /* Reads path into a new graph (*out), which the caller frees. Returns
  * TEQ_OK, or TEQ_ERR_IO / TEQ_ERR_INPUT / TEQ_ERR_UNSUPPORTED with located
  * messages in d; *out is then untouched. Warnings (opaque operators, unused

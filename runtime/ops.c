@@ -14,7 +14,6 @@
 #include "runtime/ops/family.h"
 
 const char *const act_symbols[] = {"none", "relu", "sigmoid", "tanh", NULL};
-const char *const act_onnx_ops[] = {NULL, "Relu", "Sigmoid", "Tanh"};
 
 static const OpDef *const op_table[OP__COUNT] = {
 #define OP(KIND, name) [OP_##KIND] = &op_def_##name,

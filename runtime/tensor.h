@@ -76,8 +76,8 @@ TEQ_API Tensor *tensor_new(DType dtype, const Shape *shape);
 TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
 /* A tensor over data the caller malloc'd (aligned to 64 bytes, holding the
  * shape's elements), which it takes over: freed with the tensor, also when
- * this returns NULL (as it does for a shape that does not fit). Lets an importer keep a weight where the decoder put
- * it instead of copying it. */
+ * this returns NULL (as it does for a shape that does not fit). Lets an
+ * importer keep a weight where the decoder put it instead of copying it. */
 TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
 /* size bytes aligned to 64 for tensor data (free() frees them); a block of
  * megabytes is backed by huge pages where the kernel allows, so filling it

@@ -336,12 +336,9 @@ static void print_results(const Graph *g, Tensor **outputs, const RunOptions *o,
 }
 
 static void print_stats(const char *path, const OnnxImportStats *s) {
-  fprintf(stderr, "%s: opset %d, %d nodes: %d folded, %d opaque, %d batchnorm folded, "
-          "%d layer norms, %d GELUs, %d swishes, %d residual adds and %d activations fused, "
-          "%d no-ops removed%s\n", path, s->opset, s->n_nodes, s->n_folded, s->n_opaque,
-          s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
-          s->n_residuals_fused,
-          s->n_activations_fused, s->n_noops_removed,
+  char line[ONNX_STATS_STR_MAX];
+  fprintf(stderr, "%s: opset %d, %s%s\n", path, s->opset,
+          onnx_import_stats_format(s, line, sizeof line),
           s->n_external ? "; weights read from external data" : "");
 }
 

@@ -77,7 +77,7 @@ struct OpSigmoid {
 /* x times OpSigmoid's sigmoid of x: the product the Sigmoid and Mul it
  * replaces compute. */
 struct OpSilu {
-  __device__ float operator()(float x, UnaryArgs) const { return x * (1.0f / (1.0f + expf(-x))); }
+  __device__ float operator()(float x, UnaryArgs a) const { return x * OpSigmoid()(x, a); }
 };
 struct OpTanh {
   __device__ float operator()(float x, UnaryArgs) const { return tanhf(x); }

@@ -988,6 +988,15 @@ static int index_infos(Importer *im) {
 
 /* ---- the model ---- */
 
+char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
+  snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
+           "BatchNorms folded; %d layer norms, %d GELUs, %d swishes, %d residual adds and %d "
+           "activations fused", s->n_nodes, s->n_folded, s->n_opaque, s->n_noops_removed,
+           s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
+           s->n_residuals_fused, s->n_activations_fused);
+  return buf;
+}
+
 /* Where node k is, for a node that may lack its op_type. */
 static const char *bare_node_where(const Importer *im, const Onnx__NodeProto *np, int k,
                                    char *buf, size_t size) {

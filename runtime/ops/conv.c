@@ -615,7 +615,7 @@ static int conv_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, CONV_ACT);
   if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
-  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
+  if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
   return TEQ_OK;
 }
 
@@ -1108,7 +1108,7 @@ static const OpParam batchnorm_params[] = {
 static int batchnorm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, BATCHNORM_ACT);
-  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
+  if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
   return TEQ_OK;
 }
 

@@ -384,12 +384,13 @@ static inline float exp_clamped(float x) {
 
 /* Past the clamp: 1 above (1 + e^-x rounds to 1 there anyway) and 0 below
  * (as 1 / (1 + inf) is with expf). */
+static inline float sigmoid_of(float x) {
+  return pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x)));
+}
+
 FLOAT_VECTOR_CLONES
 void sigmoid_apply_f32(const float *xs, float *ys, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    float x = xs[i];
-    ys[i] = pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x)));
-  }
+  for (int64_t i = 0; i < n; i++) ys[i] = sigmoid_of(xs[i]);
 }
 
 static void sigmoid_f32(const float *xs, float *ys, int64_t n, const Params *p) {
@@ -397,15 +398,12 @@ static void sigmoid_f32(const float *xs, float *ys, int64_t n, const Params *p) 
   sigmoid_apply_f32(xs, ys, n);
 }
 
-/* x times sigmoid_apply_f32's sigmoid of x, the same float product the
+/* x times the sigmoid row's sigmoid of x, the same float product the
  * Sigmoid and Mul it replaces compute. */
 FLOAT_VECTOR_CLONES
 static void silu_f32(const float *xs, float *ys, int64_t n, const Params *p) {
   (void)p;
-  for (int64_t i = 0; i < n; i++) {
-    float x = xs[i];
-    ys[i] = x * pick(x < -88.37f, 0.0f, 1.0f / (1.0f + exp_clamped(-x)));
-  }
+  for (int64_t i = 0; i < n; i++) ys[i] = xs[i] * sigmoid_of(xs[i]);
 }
 UNARY_LOOP(tanh_f32, tanhf(x))
 UNARY_LOOP(exp_f32, expf(x))

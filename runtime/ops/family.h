@@ -163,9 +163,6 @@ int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Di
 /* Offsets of A and B for the batch entry whose flattened index is t. */
 void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob);
 
-/* The ONNX op_type of the node a row with a fused activation (ACT_*) is
- * followed by when exported; NULL for ACT_NONE. */
-extern const char *const act_onnx_ops[];
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);

@@ -309,7 +309,7 @@ static int matmul_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *
 static int matmul_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, 0);
-  if (act != ACT_NONE) onnx_out_then_unary(w, act_onnx_ops[act]);
+  if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
   return TEQ_OK;
 }
 

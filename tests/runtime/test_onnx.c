@@ -836,52 +836,53 @@ static void test_gelu(void) {
   check_round_trip("gelu_native");
 }
 
-/* SiLU (both operand orders) and Hardswish written out, fused at import;
- * a hard_sigmoid of another alpha, a sigmoid read twice and one gating
- * another tensor left as written; as given, none; and through export. */
-static void test_swishes(void) {
-  OnnxImportStats st;
-  tensor_unref(check_reference("swishes", NULL, &st));
-  CHECK_EQ_INT(st.n_swishes_fused, 3);
-  char p[PATH_BUF];
+/* An import-time fusion's test model: against its reference imported
+ * fused (*fused: the stats) and as given (*given), and through export;
+ * returns the fused graph, for the caller to count its kinds. */
+static Graph *check_fusion_model(const char *model, OnnxImportStats *fused,
+                                 OnnxImportStats *given) {
+  tensor_unref(check_reference(model, NULL, fused));
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  tensor_unref(check_reference(model, &o, given));
+  check_round_trip(model);
+  char p[PATH_BUF], name[256];
   Diag d;
   diag_init(&d);
-  Graph *g = import(data("swishes.onnx", p), NULL, NULL, &d);
+  snprintf(name, sizeof name, "%s.onnx", model);
+  Graph *g = import(data(name, p), NULL, NULL, &d);
+  diag_fini(&d);
+  return g;
+}
+
+/* SiLU (both operand orders) and Hardswish written out, fused at import;
+ * a hard_sigmoid of another alpha, a sigmoid read twice and one gating
+ * another tensor left as written; as given, none. */
+static void test_swishes(void) {
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("swishes", &st, &given);
+  CHECK_EQ_INT(st.n_swishes_fused, 3);
+  CHECK_EQ_INT(given.n_swishes_fused, 0);
   if (g) CHECK(count_kind(g, OP_SILU) == 2 && count_kind(g, OP_HARD_SWISH) == 1 &&
                count_kind(g, OP_SIGMOID) == 2 && count_kind(g, OP_HARD_SIGMOID) == 1 &&
                count_kind(g, OP_EWMUL) == 3);
   graph_free(g);
-  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
-  onnx_import_as_given(&o);
-  tensor_unref(check_reference("swishes", &o, &st));
-  CHECK_EQ_INT(st.n_swishes_fused, 0);
-  diag_fini(&d);
-  check_round_trip("swishes");
 }
 
 /* A BatchNorm no conv takes (after a concat) takes the relu that alone
  * reads it as its fused act; one whose output the graph also returns keeps
- * its relu; as given, neither; and through export. */
+ * its relu; as given, neither. */
 static void test_bn_relu(void) {
-  OnnxImportStats st;
-  tensor_unref(check_reference("bn_relu", NULL, &st));
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("bn_relu", &st, &given);
   CHECK_EQ_INT(st.n_activations_fused, 1);
-  char p[PATH_BUF];
-  Diag d;
-  diag_init(&d);
-  Graph *g = import(data("bn_relu.onnx", p), NULL, NULL, &d);
+  CHECK_EQ_INT(given.n_activations_fused, 0);
   int fused = 0;
   for (int32_t i = 0; g && i < g->n_nodes; i++)
     fused += g->nodes[i].kind == OP_BATCHNORM &&
              param_int(&g->nodes[i].params, param_index(OP_BATCHNORM, "act")) == ACT_RELU;
   if (g) CHECK(fused == 1 && count_kind(g, OP_BATCHNORM) == 2 && count_kind(g, OP_RELU) == 1);
   graph_free(g);
-  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
-  onnx_import_as_given(&o);
-  tensor_unref(check_reference("bn_relu", &o, &st));
-  CHECK_EQ_INT(st.n_activations_fused, 0);
-  diag_fini(&d);
-  check_round_trip("bn_relu");
 }
 
 /* Named symbolic dimensions: given extents reach the inputs and every
