@@ -113,24 +113,6 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   return rc;
 }
 
-/* Per node, the only consumer of its output 0: -1 when it has none, more
- * than one, or is a graph output. One pass over the edges: the search
- * refolds biases in every candidate it prices, so this is on its hot path. */
-static int32_t *only_users(const Graph *g) {
-  int32_t *user = malloc(((size_t)g->n_nodes + 1) * sizeof *user);
-  if (!user) return NULL;
-  for (int i = 0; i < g->n_nodes; i++) user[i] = -2; /* -2: none yet */
-  for (int i = 0; i < g->n_nodes; i++)
-    for (int j = 0; j < g->nodes[i].n_in; j++) {
-      int src = g->nodes[i].in[j].node;
-      user[src] = user[src] == -2 ? i : -1;
-    }
-  for (int o = 0; o < g->n_outputs; o++) user[g->outputs[o].node] = -1;
-  for (int i = 0; i < g->n_nodes; i++)
-    if (user[i] == -2) user[i] = -1;
-  return user;
-}
-
 bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
   if (t->dtype != DT_F32 || out->ndim != 4) return false;
   const Shape *s = &t->shape;
@@ -314,7 +296,7 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
     /* Consumers as the pass starts: a fused conv is added at the end and
      * taken up by the next pass, which recomputes them. */
     int n = g->n_nodes;
-    int32_t *user = only_users(g);
+    int32_t *user = graph_only_readers(g);
     if (!user) return TEQ_ERR_NOMEM;
     for (int id = 0; id < n; id++) {
       const Node *c = &g->nodes[id];

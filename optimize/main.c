@@ -508,6 +508,7 @@ static void json_string(FILE *f, const char *s) {
 typedef struct Report {
   const char *model, *out, *rules_path, *cost_what;
   int n_rules, ops_before, ops_after, folded, fused, residuals;
+  int shared; /* concats that took another as their first piece (concat.c) */
   double cost_before, cost_after, check_err, tolerance;
   int check_flat; /* outputs the check saw as one value everywhere */
   int check_cut;  /* opaque nodes the check cut out (cut_opaque) */
@@ -587,8 +588,9 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s %lld checked exactly, %lld too large to check (proof trusted)\n",
           "rule instances in Z_p", (long long)st->zp_checked, (long long)st->zp_trusted);
   fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
-  fprintf(f, "  %-26s %d biases and activations, %d residual adds folded into convolutions\n",
-          "after the search", r->fused, r->residuals);
+  fprintf(f, "  %-26s %d biases and activations, %d residual adds folded into convolutions; "
+          "%d concats take another as their first piece\n",
+          "after the search", r->fused, r->residuals, r->shared);
   if (!r->checked)
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->checked)
@@ -701,8 +703,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           (long long)st->rejected_cycle, (long long)st->rejected_shape, (long long)st->rejected_zp);
   fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",
           (long long)st->zp_checked, (long long)st->zp_trusted);
-  fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n  \"residuals_fused\": %d,\n",
-          r->folded, r->fused, r->residuals);
+  fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n  \"residuals_fused\": %d,\n"
+          "  \"concats_sharing_pieces\": %d,\n", r->folded, r->fused, r->residuals, r->shared);
   if (r->checked)
     fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
             "\"flat_outputs\": %d, \"opaque_cut\": %d},\n", r->check_err, r->tolerance,
@@ -859,7 +861,7 @@ static int import_as_given(const Args *a, CostModel *cm, Graph **given, Report *
   OnnxImportStats stats;
   int rc = onnx_import_file(a->model, &io, given, &stats, d);
   if (rc == TEQ_OK) rc = require_shapes(*given, a->model, d);
-  if (rc == TEQ_OK) rc = opt_graph_cost(cm, *given, &r->as_given_cost, NULL, d);
+  if (rc == TEQ_OK) rc = opt_graph_cost_run(cm, *given, &r->as_given_cost, NULL, NULL, d);
   if (rc == TEQ_OK) r->as_given_ops = graph_count_ops(*given);
   return rc;
 }
@@ -873,11 +875,11 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
   graph_free(*best);
   *best = orig;
   r->kept_original = true;
-  r->folded = r->fused = r->residuals = 0;
+  r->folded = r->fused = r->residuals = r->shared = 0;
   r->post = (PetPostStats){0};
   memset(st->applied, 0, (size_t)st->n_rules * sizeof *st->applied);
   st->n_pet_applied = 0;
-  return opt_graph_cost_split(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
+  return opt_graph_cost_run(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
 }
 
 /* The search's best as it will be exported: weights computed into
@@ -890,7 +892,7 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
 static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d) {
   Graph *posted = NULL;
   PetPostStats post = {0};
-  int folded = 0, fused = 0, residuals = 0, src[COST__SOURCES] = {0};
+  int folded = 0, fused = 0, residuals = 0, shared = 0, src[COST__SOURCES] = {0};
   double us[COST__SOURCES] = {0};
   double cost = 0;
   int rc = TEQ_OK;
@@ -900,17 +902,20 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
     if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
     if (rc == TEQ_OK && (residuals = graph_fuse_residuals(posted, d)) < 0) rc = residuals;
-    if (rc == TEQ_OK) rc = opt_graph_cost_split(cm, posted, &cost, src, us, d);
+    if (rc == TEQ_OK) rc = opt_share_concat_prefixes(posted, &shared, d);
+    if (rc == TEQ_OK) rc = opt_graph_cost_run(cm, posted, &cost, src, us, d);
   }
   if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
   if (rc == TEQ_OK && (r->residuals = graph_fuse_residuals(*best, d)) < 0) rc = r->residuals;
+  if (rc == TEQ_OK) rc = opt_share_concat_prefixes(*best, &r->shared, d);
   if (rc == TEQ_OK)
-    rc = opt_graph_cost_split(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
+    rc = opt_graph_cost_run(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
   if (rc == TEQ_OK && posted && cost <= r->cost_after) {
     graph_free(*best);
     *best = posted, posted = NULL;
     r->post = post, r->folded = folded, r->fused = fused, r->residuals = residuals;
+    r->shared = shared;
     r->cost_after = cost;
     memcpy(r->src_after, src, sizeof src);
     memcpy(r->us_after, us, sizeof us);
@@ -958,7 +963,7 @@ int main(int argc, char **argv) {
     if (!a.opt.quiet)
       fprintf(stderr, "optimize: %s: %d operators, %d directed rules; searching\n", a.model,
               r.ops_before, r.n_rules);
-    rc = opt_graph_cost_split(cm, g, &r.cost_before, r.src_before, r.us_before, &d);
+    rc = opt_graph_cost_run(cm, g, &r.cost_before, r.src_before, r.us_before, &d);
   }
   Graph *given = NULL;
   if (rc == TEQ_OK && a.as_given) rc = import_as_given(&a, cm, &given, &r, &d);

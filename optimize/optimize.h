@@ -185,12 +185,23 @@ TEQ_API int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const 
  * themselves). counts[s] (optional) counts node costs per source. */
 TEQ_API int opt_graph_cost(CostModel *cm, const Graph *g, double *us,
                            int counts[COST__SOURCES], Diag *d);
-/* The same, and (us_by_source, optional) the microseconds from each source:
- * how much of an estimate rests on measurements and how much on the
- * analytic model. */
-TEQ_API int opt_graph_cost_split(CostModel *cm, const Graph *g, double *us,
-                                 int counts[COST__SOURCES], double us_by_source[COST__SOURCES],
-                                 Diag *d);
+/* The cost of g as the runtime runs it: the search's, less the nodes whose
+ * producers write them in place (graph_node_in_place: a concat of one
+ * image, each piece in no other concat), and (us_by_source, optional) the
+ * microseconds from each source: how much of an estimate rests on
+ * measurements and how much on the analytic model. What the report gives
+ * and what the choices after the search (the original kept, the
+ * post-optimized graph taken) compare.
+ *
+ * The search itself prices every kernel. Priced at nothing there, such a
+ * concat made the search worse: steps that only move an activation
+ * through a concat were no longer cheaper, so a best-first search pruned
+ * at alpha x its best took merges that strand the activations on views of
+ * a split (SqueezeNet 216.0 -> 235.4 us as run, NasNet-A 961.6 -> 1055.9:
+ * tools/bench/RESULTS.md). */
+TEQ_API int opt_graph_cost_run(CostModel *cm, const Graph *g, double *us,
+                               int counts[COST__SOURCES], double us_by_source[COST__SOURCES],
+                               Diag *d);
 
 /* Computes every node whose inputs are all weights on the CPU and replaces
  * it by a constant (an initializer on export); *n_folded (optional)
@@ -202,5 +213,13 @@ TEQ_API int opt_fold_weights(Graph *g, int *n_folded, Diag *d);
  * see bias.c. Counts are optional. */
 TEQ_API int opt_split_bias(Graph *g, int *n_split, Diag *d);
 TEQ_API int opt_fuse_bias(Graph *g, int *n_fused, Diag *d);
+
+/* Each concat whose leading pieces are another concat's, on the same axis,
+ * takes that concat (the longest such) as its first piece instead:
+ * DenseNet's concat(x0, f1, ..., fk) becomes concat(concat(x0, ...,
+ * fk-1), fk), so that no piece is in two concats and every one is written
+ * in place (graph_node_in_place). Exact; n_shared (optional) receives how
+ * many. See concat.c. */
+TEQ_API int opt_share_concat_prefixes(Graph *g, int *n_shared, Diag *d);
 
 #endif

@@ -32,25 +32,23 @@ bool *opt_weight_only(const Graph *g, const int32_t *order) {
   return w;
 }
 
-int opt_graph_cost(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
-                   Diag *d) {
-  return opt_graph_cost_split(cm, g, us, counts, NULL, d);
-}
-
-int opt_graph_cost_split(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
-                         double us_by_source[COST__SOURCES], Diag *d) {
+/* Both costs: with as_run, less the nodes g's producers write in place. */
+static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
+                      int counts[COST__SOURCES], double us_by_source[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   if (!order) return TEQ_ERR_NOMEM;
   int rc = graph_topo_order(g, order);
   bool *w = rc ? NULL : opt_weight_only(g, order);
-  if (!rc && !w) rc = TEQ_ERR_NOMEM;
+  int32_t *home = rc ? NULL : graph_piece_homes(g);
+  if (!rc && (!w || !home)) rc = TEQ_ERR_NOMEM;
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
   if (us_by_source)
     for (int s = 0; s < COST__SOURCES; s++) us_by_source[s] = 0;
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
     const Node *n = &g->nodes[id];
-    if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE)
+    if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE ||
+        (as_run && graph_node_in_place(g, id, home, w, NULL)))
       continue;
     CostEstimate e;
     rc = cost_node(cm, g, id, &e, d);
@@ -61,8 +59,19 @@ int opt_graph_cost_split(CostModel *cm, const Graph *g, double *us, int counts[C
   }
   free(order);
   free(w);
+  free(home);
   if (rc == TEQ_OK) *us = total;
   return rc;
+}
+
+int opt_graph_cost(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
+                   Diag *d) {
+  return graph_cost(cm, g, false, us, counts, NULL, d);
+}
+
+int opt_graph_cost_run(CostModel *cm, const Graph *g, double *us, int counts[COST__SOURCES],
+                       double us_by_source[COST__SOURCES], Diag *d) {
+  return graph_cost(cm, g, true, us, counts, us_by_source, d);
 }
 
 /* Evaluates node id of g (all inputs constants) into new constants. */

@@ -748,7 +748,8 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
 int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   char *needed = calloc((size_t)g->n_nodes + 1, 1);
-  int rc = order && needed ? graph_topo_order(g, order) : TEQ_ERR_NOMEM;
+  int32_t *home = graph_piece_homes(g);
+  int rc = order && needed && home ? graph_topo_order(g, order) : TEQ_ERR_NOMEM;
   if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
   else if (rc) rc = diag_error(d, "graph has a cycle");
   *us = 0;
@@ -758,7 +759,7 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
     const Node *n = &g->nodes[order[k]];
     if (!needed[order[k]]) continue;
     for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
-    if (costs_nothing(n)) continue;
+    if (costs_nothing(n) || graph_node_in_place(g, order[k], home, NULL, NULL)) continue;
     CostEstimate e;
     if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
     *us += e.us;
@@ -766,6 +767,7 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
   }
   free(order);
   free(needed);
+  free(home);
   return rc;
 }
 

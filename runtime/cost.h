@@ -78,10 +78,12 @@ TEQ_API int cost_model_size(const CostModel *m);
  * aliased by the GPU runtime). */
 TEQ_API bool cost_node_is_free(const Graph *g, int id);
 /* The cost of node id of g; 0 us (source COST_ANALYTIC) where
- * cost_node_is_free. */
+ * cost_node_is_free. Alone: a node its producers may write in place in g
+ * is priced as its kernel here, and left out by the sums over graphs. */
 TEQ_API int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d);
-/* The sum over the nodes g's outputs need; counts[s] says how many node
- * costs came from source s. */
+/* The sum over the nodes g's outputs need, less those its producers
+ * write in place (graph_node_in_place), which run no kernel in g; counts[s]
+ * says how many node costs came from source s. */
 TEQ_API int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES],
                        Diag *d);
 TEQ_API const char *cost_source_name(CostSource s);

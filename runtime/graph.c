@@ -693,6 +693,60 @@ bool graph_node_is_view(const Graph *g, int id, int64_t *first) {
   return op_view(n, in, consts, first);
 }
 
+int32_t *graph_only_readers(const Graph *g) {
+  int32_t *reader = malloc(((size_t)g->n_nodes + 1) * sizeof *reader);
+  if (!reader) return NULL;
+  for (int i = 0; i < g->n_nodes; i++) reader[i] = -2; /* -2: none yet */
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      int src = g->nodes[i].in[j].node;
+      reader[src] = reader[src] == -2 ? i : -1;
+    }
+  for (int o = 0; o < g->n_outputs; o++) reader[g->outputs[o].node] = -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (reader[i] == -2) reader[i] = -1;
+  return reader;
+}
+
+int32_t *graph_piece_homes(const Graph *g) {
+  int32_t *home = malloc(((size_t)g->n_nodes + 1) * sizeof *home);
+  if (!home) return NULL;
+  for (int i = 0; i < g->n_nodes; i++) home[i] = -2; /* -2: none yet */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!op_def(g->nodes[i].kind)->assembled) continue;
+    for (int j = 0; j < g->nodes[i].n_in; j++) {
+      int src = g->nodes[i].in[j].node;
+      home[src] = home[src] == -2 ? i : -1;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (home[i] == -2) home[i] = -1;
+  return home;
+}
+
+bool graph_node_owns_output(const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  if (n->n_out != 1 || n->opaque || n->kind == OP_INPUT || n->kind == OP_CONST ||
+      n->kind == OP_OPAQUE)
+    return false;
+  if (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) return false;
+  return !graph_node_is_view(g, id, NULL);
+}
+
+bool graph_node_in_place(const Graph *g, int id, const int32_t *home, const bool *weight,
+                         int64_t *first) {
+  const Node *n = &g->nodes[id];
+  if (!op_def(n->kind)->assembled || n->n_in > 64) return false;
+  Shape in[64];
+  for (int j = 0; j < n->n_in; j++) {
+    TensorRef r = n->in[j];
+    if (home[r.node] != id || (weight && weight[r.node]) || !graph_node_owns_output(g, r.node))
+      return false;
+    in[j] = *graph_shape(g, r);
+  }
+  return op_assembled(n, in, first);
+}
+
 int graph_merge_duplicates(Graph *g) {
   int n = g->n_nodes;
   size_t cap = 16;
@@ -812,21 +866,13 @@ static int with_residual(Graph *g, int id, TensorRef z, int act_node, Diag *d) {
 }
 
 int graph_fuse_residuals(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
   int n0 = g->n_nodes, fused = 0, rc = TEQ_OK;
-  /* The only reader of each node's output 0 (-1: none, several, or an output). */
-  int32_t *reader = malloc(((size_t)n0 + 1) * sizeof *reader);
+  int32_t *reader = graph_only_readers(g);
   bool *taken = calloc((size_t)n0 + 1, sizeof *taken);
-  if (!uses || !reader || !taken) {
+  if (!reader || !taken) {
     diag_error(d, "out of memory fusing residuals");
     rc = TEQ_ERR_NOMEM;
   }
-  for (int i = 0; i < n0 && rc == TEQ_OK; i++) reader[i] = -1;
-  for (int i = 0; i < n0 && rc == TEQ_OK; i++)
-    for (int j = 0; j < g->nodes[i].n_in; j++) {
-      TensorRef s = g->nodes[i].in[j];
-      if (s.out == 0 && uses[offset[s.node]] == 1) reader[s.node] = i;
-    }
   for (int u = 0; u < n0 && rc == TEQ_OK; u++) {
     if (g->nodes[u].kind != OP_EWADD || g->nodes[u].n_in != 2 || g->nodes[u].dtype != DT_F32)
       continue;
@@ -858,8 +904,6 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
       break;
     }
   }
-  free(uses);
-  free(offset);
   free(reader);
   free(taken);
   if (rc == TEQ_OK && fused) {

@@ -151,6 +151,31 @@ TEQ_API int graph_fuse_residuals(Graph *g, Diag *d);
  * every output is a run of input 0, first (NULL or n_out entries) where
  * each starts. What the cost model and the GPU planner both ask. */
 TEQ_API bool graph_node_is_view(const Graph *g, int id, int64_t *first);
+/* Per node, its only reader: the one node with an edge from it (from any
+ * of its outputs), or -1 where it has none, several edges (two from one
+ * node too) or is a graph output. malloc'd, n_nodes entries; NULL when
+ * memory runs out. */
+TEQ_API int32_t *graph_only_readers(const Graph *g);
+/* Whether node id of g writes its one output with a kernel of its own
+ * into memory the runtime gives it (which may then be a run of another
+ * value): not an input, constant, source, no-op, opaque node or view. */
+TEQ_API bool graph_node_owns_output(const Graph *g, int id);
+/* Per node, the node its output may live in: the one node with an
+ * assembled hook (ops.h: a concat) that reads it, by one edge; -1 where
+ * none or several do. malloc'd, n_nodes entries; NULL when memory runs
+ * out. */
+TEQ_API int32_t *graph_piece_homes(const Graph *g);
+/* Whether node id of g needs no kernel because its inputs' producers write
+ * its output in place: its output is its inputs laid end to end
+ * (op_assembled), and each input is the one output of a node that owns it
+ * (graph_node_owns_output), whose home (graph_piece_homes) is id and that
+ * is not in weight (NULL: none; optimize's nodes of weights alone, which
+ * it exports as constants). Other readers of a piece read it where it
+ * lives. first (NULL, or n_in entries): where each input starts. The GPU
+ * planner lays such inputs out in place and the cost model charges such a
+ * node nothing, so both ask here. */
+TEQ_API bool graph_node_in_place(const Graph *g, int id, const int32_t *home,
+                                 const bool *weight, int64_t *first);
 /* Counts nodes that compute (not inputs, constants or no-ops). */
 TEQ_API int graph_count_ops(const Graph *g);
 

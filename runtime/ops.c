@@ -35,6 +35,19 @@ bool op_view(const Node *n, const Shape *in, const Tensor *const *consts, int64_
   return true;
 }
 
+bool op_assembled(const Node *n, const Shape *in, int64_t *first) {
+  const OpDef *o = op_def(n->kind);
+  if (!o->assembled || n->n_out != 1 || n->n_in < 1) return false;
+  int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+  for (int j = 0; j < n->n_in; j++)
+    if (!shape_is_known(&in[j])) return false;
+  int64_t *at = first ? first : malloc((size_t)n->n_in * sizeof *at);
+  bool ok = at && o->assembled(n, in, at);
+  for (int j = 0; j < n->n_in && ok; j++) ok = (at[j] * elem) % OP_PLACE_ALIGN == 0;
+  if (at != first) free(at);
+  return ok;
+}
+
 int op_by_name(const char *name) {
   for (int k = 0; k < OP__COUNT; k++)
     if (strcmp(op_table[k]->name, name) == 0) return k;

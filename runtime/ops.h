@@ -176,6 +176,14 @@ typedef struct OpDef {
   bool (*view)(const struct Node *n, const Shape *in, const struct Tensor *const *consts, int out,
                int64_t *first);
 
+  /* The other way round: whether n's output 0, at input shapes `in`, is
+   * its inputs laid end to end, input j a run of it from element first[j]
+   * on (a concat whose extents before its axis are all 1), so that each
+   * input's producer could write its run in place and n need no kernel.
+   * NULL: never. Callers ask graph_node_in_place, which adds the rules
+   * about the producers. */
+  bool (*assembled)(const struct Node *n, const Shape *in, int64_t *first);
+
   /* Another kind whose measured costs predict this one's, because both run
    * the same kernel (gemm is matmul's BLAS call, plus a bias add where it
    * has one): the cost model corrects estimates of either with
@@ -247,6 +255,18 @@ TEQ_API int op_registry_check(Diag *d);
 #define OP_VIEW_ALIGN 256
 TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor *const *consts,
                      int64_t *first);
+
+/* Whether n's output is its inputs laid end to end (the row's assembled
+ * hook), each run starting a multiple of OP_PLACE_ALIGN bytes into it;
+ * first (NULL, or n->n_in entries) receives where each starts. 16, not
+ * OP_VIEW_ALIGN: a concat's pieces of odd planes (NasNet-A's 88 channels
+ * of 14x14) are rarely 256-aligned. The producers writing there are
+ * kernels that take the pointers they are given: the element-wise ones
+ * test for float4 alignment at run time, cuBLAS and cuBLASLt are told,
+ * and cuDNN's algorithm is searched with the plan's own pointers and
+ * remembered apart for such outputs (runtime/cuda/conv.cu). */
+#define OP_PLACE_ALIGN 16
+TEQ_API bool op_assembled(const struct Node *n, const Shape *in, int64_t *first);
 
 /* Whether gather n, reading data of shape `data` at the constant indices
  * `indices` (NULL: not a constant), takes one index: *axis and *k (a

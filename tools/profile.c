@@ -435,6 +435,7 @@ static int do_calibrate(int argc, char **argv, Diag *d) {
 typedef struct NodeCost {
   int id;
   CostEstimate e;
+  bool in_place; /* its producers write it (graph_node_in_place): no kernel, 0 us */
 } NodeCost;
 
 static int by_cost_desc(const void *a, const void *b) {
@@ -495,15 +496,24 @@ static int do_cost(int argc, char **argv, Diag *d) {
   int rc = m ? onnx_import_file(model, &io, &g, NULL, d) : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && table) rc = cost_model_load_table(m, table, NULL, d);
   if (rc == TEQ_OK && gpu && (rc = cuda_device_open(&dev, d)) == TEQ_OK) cost_model_use_gpu(m, dev);
+  int32_t *home = NULL;
   if (rc == TEQ_OK && !(costs = calloc((size_t)g->n_nodes + 1, sizeof *costs))) rc = TEQ_ERR_NOMEM;
-  int n = 0, counts[COST__SOURCES] = {0};
-  double total = 0;
+  if (rc == TEQ_OK && !(home = graph_piece_homes(g))) rc = TEQ_ERR_NOMEM;
+  int n = 0, n_in_place = 0, counts[COST__SOURCES] = {0};
+  double total = 0, in_place_us = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
     if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
     costs[n].id = id;
     if ((rc = cost_node(m, g, id, &costs[n].e, d)) != TEQ_OK) break;
-    total += costs[n].e.us;
-    counts[costs[n].e.source]++;
+    if (graph_node_in_place(g, id, home, NULL, NULL)) {
+      in_place_us += costs[n].e.us;
+      n_in_place++;
+      costs[n].e.us = 0;
+      costs[n].in_place = true;
+    } else {
+      total += costs[n].e.us;
+      counts[costs[n].e.source]++;
+    }
     n++;
   }
   if (rc == TEQ_OK) {
@@ -513,14 +523,19 @@ static int do_cost(int argc, char **argv, Diag *d) {
            model, n, total, counts[COST_TABLE], table ? " of " : "",
            table ? cost_model_device(m) : "", counts[COST_MEASURED], counts[COST_TWIN],
            counts[COST_ANALYTIC]);
+    if (n_in_place)
+      printf("  %d written in place by their producers, no kernel (%.1f us as kernels)\n",
+             n_in_place, in_place_us);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);
-      printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us, cost_source_name(costs[k].e.source), key);
+      printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us,
+             costs[k].in_place ? "in place" : cost_source_name(costs[k].e.source), key);
     }
     if (n > shown) printf("      ... %d more (--all lists them)\n", n - shown);
     print_cost_by_kind(g, costs, n, total);
   }
+  free(home);
   free(costs);
   cost_model_free(m);
   cuda_device_close(dev);

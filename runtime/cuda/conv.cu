@@ -601,7 +601,11 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data};
   int64_t memo[2];
-  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr));
+  /* An output written in place into a concat (graph_node_in_place) may be
+   * only OP_PLACE_ALIGN-aligned: its algorithm is searched and remembered
+   * apart from the same configuration's at the arena's alignment. */
+  bool narrow = ((uintptr_t)out[0].data % OP_VIEW_ALIGN) != 0;
+  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr) + 64 * narrow);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
   if (rc == TEQ_ERR_UNSUPPORTED && is_fused(memo[0])) /* timed fused, refused now */

@@ -454,6 +454,29 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   std::vector<int> alias_of(n_slots, -1);
   std::vector<size_t> alias_at(n_slots, 0);
   std::vector<int64_t> first;
+  /* The other way round, a node its producers write in place
+   * (graph_node_in_place: a concat of one image, each piece in no other
+   * concat) gets no step, and each input slot is an alias of its run of the
+   * node's output, so the producer's kernel writes straight into it. */
+  std::vector<char> in_place(nn, 0);
+  {
+    int32_t *home = graph_piece_homes(g);
+    if (!home) return diag_error(d, "out of memory");
+    for (int id = 0; id < nn; id++) {
+      const Node *n = &g->nodes[id];
+      if (!needed[id] || !op_def(n->kind)->assembled) continue;
+      first.assign(n->n_in, 0);
+      if (!graph_node_in_place(g, id, home, nullptr, first.data())) continue;
+      in_place[id] = 1;
+      size_t elem = n->dtype == DT_I64 ? 8 : 4;
+      for (int j = 0; j < n->n_in; j++) {
+        int s = p->offset[n->in[j].node] + n->in[j].out;
+        alias_of[s] = p->offset[id];
+        alias_at[s] = (size_t)first[j] * elem;
+      }
+    }
+    free(home);
+  }
   int rc = TEQ_OK;
   for (int k = 0; k < nn && rc == TEQ_OK; k++) {
     int id = order[k];
@@ -492,6 +515,8 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
         alias_of[p->offset[id] + j] = src;
         alias_at[p->offset[id] + j] = base + (size_t)first[j] * elem;
       }
+    } else if (in_place[id]) {
+      /* no step: its producers write it */
     } else if (!o->eval_cuda) {
       diag_error(d, "node %s: %s has no GPU kernel", label,
                  n->opaque ? "an opaque operator" : "the operator");
@@ -513,9 +538,24 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
     last_step[slot] = end; /* read back after the last step */
   }
 
-  /* A value lives as long as any view of it is read. */
-  for (int s = 0; s < n_slots; s++)
-    if (alias_of[s] >= 0) last_step[alias_of[s]] = std::max(last_step[alias_of[s]], last_step[s]);
+  /* A piece written in place may be a node written in place itself: every
+   * alias then points at its root, at the sum of the offsets on the way
+   * (each slot rewritten to its root, so later walks through it stop). */
+  for (int s = 0; s < n_slots; s++) {
+    if (alias_of[s] < 0) continue;
+    int r = alias_of[s];
+    size_t at = alias_at[s];
+    while (alias_of[r] >= 0) at += alias_at[r], r = alias_of[r];
+    alias_of[s] = r, alias_at[s] = at;
+  }
+  /* A value lives as long as any view of it is read, and from the first
+   * step that writes a piece of it in place. */
+  for (int s = 0; s < n_slots; s++) {
+    int r = alias_of[s];
+    if (r < 0) continue;
+    last_step[r] = std::max(last_step[r], last_step[s]);
+    if (def_step[s] >= 0 && (def_step[r] < 0 || def_step[s] < def_step[r])) def_step[r] = def_step[s];
+  }
 
   /* Arena: graph inputs live throughout, every computed value from its step
    * to its last use; constants get their own block. */
@@ -525,6 +565,7 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   std::vector<char> is_input_at(n_slots + 1, 0);
   for (int s : p->input_slot) is_input_at[s] = 1;
   for (int s = 0; s < n_slots; s++) {
+    if (alias_of[s] >= 0) continue; /* memory of its root's */
     if (host_consts[s]) {
       const_at[s] = cbytes;
       cbytes += align_up(tensor_bytes(host_consts[s]));

@@ -554,6 +554,20 @@ static int concat_eval(const Node *n, Tensor *const *in, Tensor *const *out, Dia
   return TEQ_OK;
 }
 
+/* With every extent before the axis 1 (one image), each input is one run
+ * of the output, after the runs of those before it. */
+static bool concat_assembled(const Node *n, const Shape *in, int64_t *first) {
+  int axis = (int)param_int(&n->params, 0);
+  const Shape *o = &n->out[0];
+  if (axis >= o->ndim || prod_dims(o, 0, axis) != 1) return false;
+  int64_t at = 0;
+  for (int j = 0; j < n->n_in; j++) {
+    first[j] = at;
+    at += shape_numel(&in[j]);
+  }
+  return at == shape_numel(o);
+}
+
 static int concat_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   int64_t axis = 0;
   /* Concat-1 defaulted the axis to 1; later opsets require it. */
@@ -568,7 +582,7 @@ const OpDef op_def_concat = {
   .params = concat_params, .n_params = 1,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = concat_infer, .eval_f32 = concat_eval, .eval_modp = concat_eval,
-  .onnx_read = concat_onnx_read, .onnx_write = write_axis,
+  .onnx_read = concat_onnx_read, .onnx_write = write_axis, .assembled = concat_assembled,
   .eval_cuda = CUDA_EVAL(concat),
 };
 

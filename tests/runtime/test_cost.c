@@ -625,9 +625,45 @@ static void test_views_free(void) {
   diag_fini(&d);
 }
 
+/* A concat whose pieces its producers write in place (graph_node_in_place)
+ * costs nothing in a graph's sum, though priced alone it is a kernel. */
+static void test_in_place_free(void) {
+  Diag d;
+  diag_init(&d);
+  CostModel *m = cost_model_new();
+  Graph *g = graph_new();
+  Shape xs = shape_of(4, 1, 32, 28, 28);
+  TensorRef x = {graph_add_input(g, "x", &xs, DT_F32, &d), 0};
+  TensorRef a = {graph_add_node(g, OP_RELU, &x, 1, 1, NULL, "a", &d), 0};
+  TensorRef b = {graph_add_node(g, OP_TANH, &x, 1, 1, NULL, "b", &d), 0};
+  Params p;
+  params_default(OP_CONCAT, &p);
+  param_set_int(&p, 0, 1);
+  int cat = graph_add_node(g, OP_CONCAT, (TensorRef[]){a, b}, 2, 1, &p, "cat", &d);
+  graph_add_output(g, (TensorRef){cat, 0}, "y", &d);
+  CostEstimate ea, eb, ec;
+  double us = 0;
+  int counts[COST__SOURCES];
+  CHECK(cost_node(m, g, a.node, &ea, &d) == TEQ_OK && cost_node(m, g, b.node, &eb, &d) == TEQ_OK);
+  CHECK(cost_node(m, g, cat, &ec, &d) == TEQ_OK && ec.us > 1);
+  CHECK(cost_graph(m, g, &us, counts, &d) == TEQ_OK);
+  CHECK_MSG(fabs(us - (ea.us + eb.us)) < 1e-9, "%g us, the pieces %g + %g", us, ea.us, eb.us);
+  CHECK_EQ_INT(counts[COST_ANALYTIC], 2);
+  /* A piece of a second concat too lives in neither: both copy. */
+  Params q = p;
+  int cat2 = graph_add_node(g, OP_CONCAT, (TensorRef[]){b, a}, 2, 1, &q, "cat2", &d);
+  graph_add_output(g, (TensorRef){cat2, 0}, "z", &d);
+  CHECK(cost_graph(m, g, &us, counts, &d) == TEQ_OK);
+  CHECK_MSG(fabs(us - (ea.us + eb.us + 2 * ec.us)) < 1e-9, "%g us", us);
+  graph_free(g);
+  cost_model_free(m);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_keys_round_trip();
   test_views_free();
+  test_in_place_free();
   test_table_and_sources();
   test_record_and_analytic();
   test_bounds_by_measured_parts();

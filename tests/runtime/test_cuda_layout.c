@@ -10,8 +10,9 @@
  * 1 and about 1M elements; int64 data through the copy kernels (gather,
  * concat, transpose, reshape, pad, slice on int64 constants); and resize
  * in both modes under every coordinate transformation and every nearest
- * rounding rule, up and down, by scales and by sizes; and views (split and
- * reshape made pointers into their input, not steps). */
+ * rounding rule, up and down, by scales and by sizes; views (split and
+ * reshape made pointers into their input, not steps); and concats whose
+ * producers write them in place (no steps either). */
 #include <stdarg.h>
 
 #include "tests/cuda_check.h"
@@ -523,9 +524,66 @@ static void test_views(void) {
   diag_fini(&d);
 }
 
+/* Concats whose pieces their producers write in place (graph_node_in_place)
+ * are no steps: relu, tanh and sigmoid write into a concat that is itself
+ * a piece of another, and a convolution writes its output 1152 bytes into
+ * a concat (16-byte, not 256-byte aligned: cuDNN's algorithm is searched
+ * for that pointer), and a piece tanh reads too is read where it lives.
+ * A concat with a piece that another concat takes too still copies. */
+static void test_concat_in_place(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape xs = dims(4, 1, 8, 6, 6), ws = dims(4, 4, 8, 3, 3);
+  TensorRef x = {graph_add_input(g, "x", &xs, DT_F32, &d), 0};
+  TensorRef w = {graph_add_input(g, "w", &ws, DT_F32, &d), 0};
+  Params cp, kp;
+  params_default(OP_CONCAT, &cp);
+  param_set_int(&cp, 0, 1);
+  params_default(OP_CONV2D, &kp);
+  param_set_ints(&kp, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef inner_in[2] = {add1(g, OP_RELU, x, NULL, &d), add1(g, OP_TANH, x, NULL, &d)};
+  TensorRef inner = {graph_add_node(g, OP_CONCAT, inner_in, 2, 1, &cp, "inner", &d), 0};
+  TensorRef outer_in[2] = {inner, add1(g, OP_SIGMOID, x, NULL, &d)};
+  TensorRef outer = {graph_add_node(g, OP_CONCAT, outer_in, 2, 1, &cp, "outer", &d), 0};
+  TensorRef twice = add1(g, OP_RELU, x, NULL, &d);
+  TensorRef shared_in[2] = {twice, add1(g, OP_SIGMOID, x, NULL, &d)};
+  TensorRef shared = {graph_add_node(g, OP_CONCAT, shared_in, 2, 1, &cp, "shared", &d), 0};
+  TensorRef t = add1(g, OP_TANH, x, NULL, &d);
+  TensorRef copy_a_in[2] = {t, add1(g, OP_RELU, x, NULL, &d)};
+  TensorRef copy_b_in[2] = {t, add1(g, OP_SIGMOID, x, NULL, &d)};
+  TensorRef copy_a = {graph_add_node(g, OP_CONCAT, copy_a_in, 2, 1, &cp, "copy_a", &d), 0};
+  TensorRef copy_b = {graph_add_node(g, OP_CONCAT, copy_b_in, 2, 1, &cp, "copy_b", &d), 0};
+  TensorRef conv = {graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &kp, "conv", &d), 0};
+  TensorRef narrow_in[2] = {add1(g, OP_RELU, x, NULL, &d), conv};
+  TensorRef narrow = {graph_add_node(g, OP_CONCAT, narrow_in, 2, 1, &cp, "narrow", &d), 0};
+  Params ap;
+  params_default(OP_EWADD, &ap);
+  TensorRef sum = {graph_add_node(g, OP_EWADD, (TensorRef[]){outer, outer}, 2, 1, &ap, "sum", &d), 0};
+  graph_add_output(g, outer, "outer", &d);
+  graph_add_output(g, sum, "sum", &d);
+  graph_add_output(g, shared, "shared", &d);
+  graph_add_output(g, copy_a, "copy_a", &d);
+  graph_add_output(g, copy_b, "copy_b", &d);
+  graph_add_output(g, add1(g, OP_TANH, twice, NULL, &d), "tanh", &d);
+  graph_add_output(g, narrow, "narrow", &d);
+  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "in-place graph: %s", d.text ? d.text : "?");
+  double e = cuda_check_graph(dev, g, 79, false, "concats in place");
+  CHECK_MSG(e <= 1e-5, "concats in place: error %.3g", e);
+  CudaPlan *plan = NULL;
+  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
+  /* relu, tanh, sigmoid and the add; relu, sigmoid and tanh; tanh, relu,
+   * sigmoid and the two concats that copy; relu and the conv. */
+  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 14);
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 int main(void) {
   dev = cuda_check_open();
   test_views();
+  test_concat_in_place();
   test_transpose();
   test_reshape();
   test_concat();

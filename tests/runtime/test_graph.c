@@ -1,6 +1,7 @@
 /* test_graph.c: building, ordering, hashing, copying, checking,
  * rewriting graphs and merging duplicate nodes, on small graphs whose
  * answers are known by hand. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/exec.h"
@@ -250,7 +251,87 @@ static void test_truncate(void) {
   diag_fini(&d);
 }
 
+static int unary(Graph *g, OpKind kind, int x, Diag *d) {
+  return graph_add_node(g, kind, (TensorRef[]){ref(x)}, 1, 1, NULL, NULL, d);
+}
+
+static int concat2(Graph *g, int a, int b, Diag *d) {
+  Params p;
+  params_default(OP_CONCAT, &p);
+  param_set_int(&p, 0, 1);
+  return graph_add_node(g, OP_CONCAT, (TensorRef[]){ref(a), ref(b)}, 2, 1, &p, NULL, d);
+}
+
+/* Which concats the producers of their pieces may write in place
+ * (graph_node_in_place): pieces laid end to end that kernels write and no
+ * other concat takes, also a piece that is such a concat itself, a piece
+ * other nodes read too and one that is a graph output; not a piece of two
+ * concats or twice of one, a view, a graph input, a weight, a piece 12
+ * bytes long (the next would start unaligned) or two images. */
+static void test_in_place(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape s1 = shape_of(4, 1, 8, 6, 6), s2 = shape_of(4, 2, 8, 6, 6), s3 = shape_of(4, 1, 1, 3, 1);
+  int x = graph_add_input(g, "x", &s1, DT_F32, &d);
+  int x2 = graph_add_input(g, "x2", &s2, DT_F32, &d);
+  int y = graph_add_input(g, "y", &s3, DT_F32, &d);
+  int a = unary(g, OP_RELU, x, &d), b = unary(g, OP_TANH, x, &d);
+  int inner = concat2(g, a, b, &d);
+  int outer = concat2(g, inner, unary(g, OP_SIGMOID, x, &d), &d);
+  int e = unary(g, OP_RELU, x, &d);
+  int shared = concat2(g, e, unary(g, OP_SIGMOID, x, &d), &d);
+  int o = unary(g, OP_RELU, x, &d);
+  int exposed = concat2(g, o, unary(g, OP_TANH, x, &d), &d);
+  int t = unary(g, OP_TANH, x, &d);
+  int two_a = concat2(g, t, unary(g, OP_RELU, x, &d), &d);
+  int two_b = concat2(g, t, unary(g, OP_SIGMOID, x, &d), &d);
+  int s = unary(g, OP_SIGMOID, x, &d);
+  int doubled = concat2(g, s, s, &d);
+  Params rp;
+  params_default(OP_RESHAPE, &rp);
+  param_set_ints(&rp, 0, (int64_t[]){1, 8, 6, 6}, 4);
+  int view = graph_add_node(g, OP_RESHAPE, (TensorRef[]){ref(unary(g, OP_RELU, x, &d))}, 1, 1,
+                            &rp, NULL, &d);
+  int of_view = concat2(g, view, unary(g, OP_TANH, x, &d), &d);
+  int of_input = concat2(g, x, unary(g, OP_TANH, x, &d), &d);
+  int narrow = concat2(g, unary(g, OP_RELU, y, &d), unary(g, OP_TANH, y, &d), &d);
+  int images = concat2(g, unary(g, OP_RELU, x2, &d), unary(g, OP_TANH, x2, &d), &d);
+  int outs[] = {outer, shared, unary(g, OP_TANH, e, &d), exposed, o, two_a, two_b, doubled,
+                of_view, of_input, narrow, images};
+  for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) graph_add_output(g, ref(outs[i]), NULL, &d);
+  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "%s", d.text ? d.text : "?");
+  int32_t *home = graph_piece_homes(g);
+  CHECK(home && home[a] == inner && home[inner] == outer && home[e] == shared && home[t] == -1 &&
+        home[s] == -1 && home[outer] == -1);
+  int64_t first[2] = {-1, -1};
+  CHECK(graph_node_in_place(g, inner, home, NULL, first) && first[0] == 0 && first[1] == 288);
+  CHECK(graph_node_in_place(g, outer, home, NULL, first) && first[0] == 0 && first[1] == 576);
+  CHECK(graph_node_in_place(g, shared, home, NULL, NULL));
+  CHECK(graph_node_in_place(g, exposed, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, two_a, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, two_b, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, doubled, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, of_view, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, of_input, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, narrow, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, images, home, NULL, NULL));
+  CHECK(!graph_node_in_place(g, a, home, NULL, NULL)); /* not a concat */
+  bool *weight = calloc((size_t)g->n_nodes, sizeof *weight);
+  if (weight) weight[b] = true;
+  CHECK(weight && !graph_node_in_place(g, inner, home, weight, NULL));
+  free(weight);
+  free(home);
+  int32_t *reader = graph_only_readers(g);
+  CHECK(reader && reader[a] == inner && reader[e] == -1 && reader[o] == -1 && reader[s] == -1 &&
+        reader[outer] == -1 && reader[view] == of_view);
+  free(reader);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 int main(void) {
+  test_in_place();
   test_build_and_order();
   test_merge_duplicates();
   test_truncate();
