@@ -74,7 +74,7 @@ models=("tiny-cnn:$WORK/tiny.onnx")
 "$BUILD/tools/build-model" nasrnn "$WORK/nasrnn.onnx" 2>/dev/null && models+=("nasrnn:$WORK/nasrnn.onnx")
 "$BUILD/tools/build-model" bert "$WORK/bert.onnx" 2>/dev/null && models+=("bert:$WORK/bert.onnx")
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
-  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d,efficientnet_b0,mobilenet_v3_small}"
+  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d,efficientnet_b0,mobilenet_v3_small,densenet121}"
   "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models "$(IFS=,; echo "${tv[*]}")" >/dev/null
   for m in "${tv[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); done
 else
@@ -118,6 +118,15 @@ assert re.search(r" %d swishes, %d residual adds and %d activations fused" % (
     r["swishes_fused"], r["residuals_fused"], r["activations_fused"]), line[0]), (line, r)
 assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
 ' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the report's import line: $(grep '^  import ' "$w/report.txt")"; continue; }
+  # DenseNet's concats take the one before them as their first piece
+  # (concat.c), so that every piece is written in place; text and JSON agree.
+  "$PY" -c '
+import json, re, sys
+r, name = json.load(open(sys.argv[1])), sys.argv[3]
+line = [l for l in open(sys.argv[2]) if l.startswith("  after the search ")]
+assert len(line) == 1 and re.search(r"; %d concats take another as their first piece$" % r["concats_sharing_pieces"], line[0].rstrip()), (line, r)
+assert r["concats_sharing_pieces"] > 0 or name != "densenet121", r["concats_sharing_pieces"]
+' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the concats sharing pieces: $(grep '^  after the search ' "$w/report.txt")"; continue; }
   ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || continue
   summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
   echo "     $name: $summary $(($(date +%s) - t0)) s"
