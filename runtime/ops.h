@@ -248,8 +248,9 @@ TEQ_API int op_registry_check(Diag *d);
 /* Whether every output of n (at input shapes `in`) is a view of input 0
  * that a runtime may alias instead of computing: the row's view hook says
  * so (consts as the hook takes them) and each one starts a multiple of
- * OP_VIEW_ALIGN bytes into input 0, the alignment any device kernel may
- * assume of an operand. first (NULL, or n->n_out entries) receives each
+ * OP_VIEW_ALIGN bytes into input 0, the arena's alignment. (A view of a
+ * piece of a concat written in place is aligned as that piece is, to
+ * OP_PLACE_ALIGN only; device kernels take operands as aligned as that.) first (NULL, or n->n_out entries) receives each
  * output's first element. The cost model charges such a node nothing and
  * the GPU planner gives it no kernel, so both must ask here. */
 #define OP_VIEW_ALIGN 256
@@ -263,8 +264,8 @@ TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor 
  * of 14x14) are rarely 256-aligned. The producers writing there are
  * kernels that take the pointers they are given: the element-wise ones
  * test for float4 alignment at run time, cuBLAS and cuBLASLt are told,
- * and cuDNN's algorithm is searched with the plan's own pointers and
- * remembered apart for such outputs (runtime/cuda/conv.cu). */
+ * and cuDNN's algorithms are searched with the plan's own pointers and
+ * remembered by their alignments (runtime/cuda/conv.cu). */
 #define OP_PLACE_ALIGN 16
 TEQ_API bool op_assembled(const struct Node *n, const Shape *in, int64_t *first);
 

@@ -124,10 +124,15 @@ static int conv_descs(const Node *n, const CudnnConv &cv, CudnnDescs &ds, Diag *
 }
 
 /* Memo key of one cuDNN configuration; `what` separates forward from
- * backward-data searches and the variants that run them. */
-static uint64_t conv_key(uint64_t what, const CudnnConv &cv, int64_t extra) {
+ * backward-data searches and the variants that run them. The operands'
+ * alignments are part of it: an algorithm found for 256-byte-aligned
+ * tensors may refuse a view or a piece of a concat written in place. */
+static uint64_t conv_key(uint64_t what, const CudnnConv &cv, int64_t extra, const void *x,
+                         const void *y, const void *z) {
   const int64_t all[] = {cv.n, cv.c, cv.h, cv.w, cv.m, cv.cg, cv.kh, cv.kw, cv.oh, cv.ow,
-                         cv.ph, cv.pw, cv.sh, cv.sw, cv.dh, cv.dw, cv.groups, extra};
+                         cv.ph, cv.pw, cv.sh, cv.sw, cv.dh, cv.dw, cv.groups, extra,
+                         cuda_alignment_of(x), cuda_alignment_of(y),
+                         z ? cuda_alignment_of(z) : 0};
   uint64_t h = hash_mix(0x636f6e76u /* "conv" */, what);
   for (int64_t v : all) h = hash_mix(h, (uint64_t)v);
   return h;
@@ -601,11 +606,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data};
   int64_t memo[2];
-  /* An output written in place into a concat (graph_node_in_place) may be
-   * only OP_PLACE_ALIGN-aligned: its algorithm is searched and remembered
-   * apart from the same configuration's at the arena's alignment. */
-  bool narrow = ((uintptr_t)out[0].data % OP_VIEW_ALIGN) != 0;
-  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr) + 64 * narrow);
+  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr), a.x, a.y, z);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
   if (rc == TEQ_ERR_UNSUPPORTED && is_fused(memo[0])) /* timed fused, refused now */
@@ -671,7 +672,7 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
   int rc = conv_descs(n, cv, ds, d);
   if (rc) return rc;
   int64_t memo[2];
-  uint64_t key = conv_key(2, cv, direct);
+  uint64_t key = conv_key(2, cv, direct, x, y, nullptr);
   char *scratch;
   if (!cuda_memo_get(cx, key, memo)) {
     if (cx->capturing)

@@ -179,6 +179,17 @@ int cuda_fail(Diag *d, const char *file, int line, const char *call, const char 
 /* After every <<<launch>>>: a bad configuration shows up here. */
 #define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
 
+/* The largest power of two up to OP_VIEW_ALIGN that divides p's address:
+ * what a library may assume of an operand. Views and the pieces of a
+ * concat written in place (ops.h: OP_PLACE_ALIGN) may be less aligned than
+ * the arena's 256 bytes, so algorithms chosen for one alignment are
+ * remembered by it. */
+static inline uint32_t cuda_alignment_of(const void *p) {
+  uint32_t a = OP_VIEW_ALIGN;
+  while (a > 1 && (uintptr_t)p % a) a /= 2;
+  return a;
+}
+
 /* Blocks of `threads` covering n elements, capped so grid-stride loops
  * take the rest. */
 static inline unsigned cuda_blocks(int64_t n, int threads) {

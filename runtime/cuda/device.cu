@@ -450,7 +450,8 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   std::vector<int> def_step(n_slots, -1), last_step(n_slots, -1);
   std::vector<Tensor *> host_consts(n_slots, nullptr); /* constants, and source tensors computed here */
   /* Views (op_view) get no step and no memory: slot s is alias_at[s] bytes
-   * into the value of slot alias_of[s], which is never itself a view. */
+   * into the value of slot alias_of[s] (an alias itself, until the chains
+   * are resolved below). */
   std::vector<int> alias_of(n_slots, -1);
   std::vector<size_t> alias_at(n_slots, 0);
   std::vector<int64_t> first;

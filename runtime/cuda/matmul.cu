@@ -70,12 +70,6 @@ struct LtProduct {
 };
 
 /* The largest power of two up to 256 dividing p's address. */
-static uint32_t alignment_of(const void *p) {
-  uint32_t a = 256;
-  while (a > 1 && (uintptr_t)p % a) a /= 2;
-  return a;
-}
-
 /* Row-major c[rows, cols] = relu(a[rows, k] b[k, cols]) in one cuBLASLt
  * GEMM with a relu epilogue, in full float32 (no TF32). *done is false
  * when cuBLASLt has no algorithm for it; the caller then does it in two
@@ -99,7 +93,8 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
   /* The heuristic assumes 256-byte aligned operands unless told; a view
    * (a slice of a wider tensor, a merged product's output split) may be
    * aligned to 4 bytes only, and an algorithm that needs more fails on it. */
-  const uint32_t align[4] = {alignment_of(b), alignment_of(a), alignment_of(c), alignment_of(c)};
+  const uint32_t align[4] = {cuda_alignment_of(b), cuda_alignment_of(a), cuda_alignment_of(c),
+                            cuda_alignment_of(c)};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};

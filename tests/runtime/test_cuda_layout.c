@@ -528,7 +528,8 @@ static void test_views(void) {
  * are no steps: relu, tanh and sigmoid write into a concat that is itself
  * a piece of another, and a convolution writes its output 1152 bytes into
  * a concat (16-byte, not 256-byte aligned: cuDNN's algorithm is searched
- * for that pointer), and a piece tanh reads too is read where it lives.
+ * for that pointer), and a piece tanh reads too is read where it lives,
+ * as a view of a piece and a conv of a piece 1152 bytes in are.
  * A concat with a piece that another concat takes too still copies. */
 static void test_concat_in_place(void) {
   Diag d;
@@ -567,14 +568,23 @@ static void test_concat_in_place(void) {
   graph_add_output(g, copy_b, "copy_b", &d);
   graph_add_output(g, add1(g, OP_TANH, twice, NULL, &d), "tanh", &d);
   graph_add_output(g, narrow, "narrow", &d);
+  /* A view of a piece, and a conv reading a piece 1152 bytes into its concat. */
+  Params rp;
+  params_default(OP_RESHAPE, &rp);
+  param_set_ints(&rp, 0, (int64_t[]){1, 288}, 2);
+  graph_add_output(g, add1(g, OP_RESHAPE, twice, &rp, &d), "piece_view", &d);
+  TensorRef conv2_in[2] = {inner_in[1], w};
+  graph_add_output(g, (TensorRef){graph_add_node(g, OP_CONV2D, conv2_in, 2, 1, &kp, "conv2", &d), 0},
+                   "conv_of_piece", &d);
   CHECK_MSG(graph_check(g, &d) == TEQ_OK, "in-place graph: %s", d.text ? d.text : "?");
   double e = cuda_check_graph(dev, g, 79, false, "concats in place");
   CHECK_MSG(e <= 1e-5, "concats in place: error %.3g", e);
   CudaPlan *plan = NULL;
   CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
   /* relu, tanh, sigmoid and the add; relu, sigmoid and tanh; tanh, relu,
-   * sigmoid and the two concats that copy; relu and the conv. */
-  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 14);
+   * sigmoid and the two concats that copy; relu and the conv; the conv of
+   * a piece (the view of a piece is none). */
+  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 15);
   cuda_plan_free(plan);
   graph_free(g);
   diag_fini(&d);
