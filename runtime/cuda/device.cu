@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "runtime/exec.h"
+#include "runtime/plan.h"
 }
 
 /* ---- probe ---- */
@@ -318,41 +319,7 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d) {
   return p->scratch;
 }
 
-static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
-
-/* A live interval of a value in the arena: steps [first, last]. */
-struct Interval {
-  int slot, first, last;
-  size_t bytes, at;
-};
-
-/* Places every interval at the lowest offset where it overlaps no placed
- * interval that is live at the same time; biggest first, which keeps the
- * arena close to the peak live set. Returns the arena size. */
-static size_t place_intervals(std::vector<Interval> &iv) {
-  std::vector<Interval *> order;
-  for (Interval &v : iv) order.push_back(&v);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Interval *a, const Interval *b) { return a->bytes > b->bytes; });
-  std::vector<Interval *> placed;
-  size_t total = 0;
-  for (Interval *v : order) {
-    std::vector<std::pair<size_t, size_t>> busy;
-    for (Interval *u : placed)
-      if (u->first <= v->last && v->first <= u->last) busy.push_back({u->at, u->at + u->bytes});
-    std::sort(busy.begin(), busy.end());
-    size_t at = 0;
-    for (auto &b : busy) {
-      if (at + v->bytes <= b.first) break;
-      at = std::max(at, align_up(b.second));
-    }
-    v->at = at;
-    total = std::max(total, at + v->bytes);
-    placed.push_back(v);
-  }
-  return align_up(total);
-}
 
 static int upload(CudaPlan *p, const Tensor *t, void *dst, Diag *d) {
   CUDA_TRY(cudaMemcpyAsync(dst, t->data, tensor_bytes(t), cudaMemcpyHostToDevice, p->cx.stream));
@@ -424,177 +391,94 @@ static int fill_random_inputs(CudaPlan *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* The plan's memory as mem_plan_build lays it out (runtime/plan.h): the
+ * arena and the constants' block allocated, constants and sources' tensors
+ * uploaded, every value's pointer set, each step's node checked for a
+ * kernel. */
+static int plan_memory(CudaPlan *p, const MemPlan &mp, Diag *d) {
+  const Graph *g = p->g;
+  p->offset.assign(mp.offset, mp.offset + g->n_nodes + 1);
+  p->values.assign(mp.n_slots + 1, CudaTensor{nullptr, Shape{}, DT_F32});
+  for (int id = 0; id < g->n_nodes; id++) {
+    const Node *n = &g->nodes[id];
+    for (int j = 0; j < n->n_out; j++) {
+      int s = mp.offset[id] + j;
+      if (mp.where[s] == MEM_UNUSED) continue;
+      p->values[s].shape = n->out[j];
+      p->values[s].dtype = n->dtype == DT_I64 ? DT_I64 : DT_F32;
+    }
+  }
+  for (int i = 0; i < mp.n_steps; i++) {
+    const Node *n = &g->nodes[mp.steps[i]];
+    if (op_def(n->kind)->eval_cuda) continue;
+    char label[GRAPH_LABEL_MAX];
+    graph_node_label(g, mp.steps[i], label, sizeof label);
+    diag_error(d, "node %s: %s has no GPU kernel", label,
+               n->opaque ? "an opaque operator" : "the operator");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  p->input_slot.assign(mp.inputs, mp.inputs + mp.n_inputs);
+  p->output_slot.assign(mp.outputs, mp.outputs + mp.n_outputs);
+  for (int i = 0; i < mp.n_steps; i++) {
+    Step st;
+    st.node = mp.steps[i];
+    st.note[0] = '\0';
+    p->steps.push_back(st);
+  }
+  p->arena_bytes = (size_t)mp.arena_bytes;
+  p->const_bytes = (size_t)mp.const_bytes;
+  CUDA_TRY(cudaMalloc(&p->arena, std::max(p->arena_bytes, (size_t)256)));
+  if (p->const_bytes) CUDA_TRY(cudaMalloc(&p->consts, p->const_bytes));
+  /* The host tensors stay until their queued copies are done. */
+  std::vector<Tensor *> host;
+  int rc = TEQ_OK;
+  for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
+    int s = mp.offset[id];
+    if (g->nodes[id].n_out < 1 || mp.where[s] != MEM_CONST) continue;
+    const Node *n = &g->nodes[id];
+    p->values[s].data = (char *)p->consts + mp.at[s];
+    Tensor *t = n->kind == OP_CONST ? tensor_ref(n->value) : tensor_new(DT_F32, &n->out[0]);
+    if (!t) {
+      rc = diag_error(d, "out of memory");
+      break;
+    }
+    host.push_back(t);
+    if (n->kind != OP_CONST) { /* a constant tensor (C_pool, I_conv...): computed once, here */
+      Tensor *outs[1] = {t};
+      if (op_def(n->kind)->eval_f32(n, nullptr, outs, d) != TEQ_OK) {
+        char label[GRAPH_LABEL_MAX];
+        graph_node_label(g, id, label, sizeof label);
+        rc = diag_error(d, "node %s failed", label);
+        break;
+      }
+    }
+    rc = upload(p, t, p->values[s].data, d);
+  }
+  cudaError_t e = cudaStreamSynchronize(p->cx.stream);
+  for (Tensor *t : host) tensor_unref(t);
+  if (rc) return rc;
+  if (e != cudaSuccess) return cuda_fail(d, __FILE__, __LINE__, "cudaStreamSynchronize", cudaGetErrorString(e));
+  for (int s = 0; s < mp.n_slots; s++)
+    if (mp.where[s] == MEM_ARENA) p->values[s].data = (char *)p->arena + mp.at[s];
+  for (int s = 0; s < mp.n_slots; s++)
+    if (mp.where[s] == MEM_ALIAS) p->values[s].data = (char *)p->values[mp.root[s]].data + mp.at[s];
+  return TEQ_OK;
+}
+
 static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
   Graph *g = p->g = graph_copy(g0);
   if (!g) return diag_error(d, "out of memory copying the graph");
-  int nn = g->n_nodes;
-  std::vector<int32_t> order(nn + 1);
-  if (graph_topo_order(g, order.data()) != TEQ_OK) return diag_error(d, "graph has a cycle");
-  int32_t *off = nullptr;
-  int32_t *uses = graph_use_counts(g, &off);
-  if (!uses) return diag_error(d, "out of memory");
-  p->offset.assign(off, off + nn + 1);
-  free(uses);
-  free(off);
-  int n_slots = p->offset[nn];
-  std::vector<char> needed(nn, 0);
-  for (int i = 0; i < g->n_outputs; i++) needed[g->outputs[i].node] = 1;
-  for (int k = nn - 1; k >= 0; k--) {
-    const Node *n = &g->nodes[order[k]];
-    if (needed[order[k]])
-      for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
-  }
-
-  /* Shapes, dtypes and what computes each needed value. */
-  p->values.assign(n_slots + 1, CudaTensor{nullptr, Shape{}, DT_F32});
-  std::vector<int> def_step(n_slots, -1), last_step(n_slots, -1);
-  std::vector<Tensor *> host_consts(n_slots, nullptr); /* constants, and source tensors computed here */
-  /* Views (op_view) get no step and no memory: slot s is alias_at[s] bytes
-   * into the value of slot alias_of[s] (an alias itself, until the chains
-   * are resolved below). */
-  std::vector<int> alias_of(n_slots, -1);
-  std::vector<size_t> alias_at(n_slots, 0);
-  std::vector<int64_t> first;
-  /* The other way round, a node its producers write in place
-   * (graph_node_in_place: a concat of one image, each piece in no other
-   * concat) gets no step, and each input slot is an alias of its run of the
-   * node's output, so the producer's kernel writes straight into it. */
-  std::vector<char> in_place(nn, 0);
-  {
-    int32_t *home = graph_piece_homes(g);
-    if (!home) return diag_error(d, "out of memory");
-    for (int id = 0; id < nn; id++) {
-      const Node *n = &g->nodes[id];
-      if (!needed[id] || !op_def(n->kind)->assembled) continue;
-      first.assign(n->n_in, 0);
-      if (!graph_node_in_place(g, id, home, nullptr, first.data())) continue;
-      in_place[id] = 1;
-      size_t elem = n->dtype == DT_I64 ? 8 : 4;
-      for (int j = 0; j < n->n_in; j++) {
-        int s = p->offset[n->in[j].node] + n->in[j].out;
-        alias_of[s] = p->offset[id];
-        alias_at[s] = (size_t)first[j] * elem;
-      }
-    }
-    free(home);
-  }
-  int rc = TEQ_OK;
-  for (int k = 0; k < nn && rc == TEQ_OK; k++) {
-    int id = order[k];
-    const Node *n = &g->nodes[id];
-    if (!needed[id]) continue;
-    const OpDef *o = op_def(n->kind);
-    char label[GRAPH_LABEL_MAX];
-    graph_node_label(g, id, label, sizeof label);
-    for (int j = 0; j < n->n_out; j++) {
-      int slot = p->offset[id] + j;
-      if (!shape_is_known(&n->out[j]))
-        return diag_error(d, "node %s: output %d has an unknown shape", label, j);
-      p->values[slot].shape = n->out[j];
-      p->values[slot].dtype = n->dtype == DT_I64 ? DT_I64 : DT_F32;
-    }
-    first.assign(n->n_out, 0);
-    if (n->kind == OP_INPUT) {
-      p->input_slot.push_back(p->offset[id]);
-    } else if (n->kind == OP_CONST) {
-      host_consts[p->offset[id]] = tensor_ref(n->value);
-    } else if ((o->flags & OPF_SOURCE) && o->eval_f32) {
-      /* A constant tensor (C_pool, I_conv...): computed once, here. */
-      Tensor *t = tensor_new(DT_F32, &n->out[0]);
-      if (!t) return diag_error(d, "out of memory");
-      Tensor *outs[1] = {t};
-      if ((rc = o->eval_f32(n, nullptr, outs, d)) != TEQ_OK) {
-        tensor_unref(t);
-        return diag_error(d, "node %s failed", label);
-      }
-      host_consts[p->offset[id]] = t;
-    } else if (graph_node_is_view(g, id, first.data())) {
-      int src = p->offset[n->in[0].node] + n->in[0].out;
-      size_t base = 0, elem = n->dtype == DT_I64 ? 8 : 4;
-      if (alias_of[src] >= 0) base = alias_at[src], src = alias_of[src];
-      for (int j = 0; j < n->n_out; j++) {
-        alias_of[p->offset[id] + j] = src;
-        alias_at[p->offset[id] + j] = base + (size_t)first[j] * elem;
-      }
-    } else if (in_place[id]) {
-      /* no step: its producers write it */
-    } else if (!o->eval_cuda) {
-      diag_error(d, "node %s: %s has no GPU kernel", label,
-                 n->opaque ? "an opaque operator" : "the operator");
-      return TEQ_ERR_UNSUPPORTED;
-    } else {
-      Step s;
-      s.node = id;
-      s.note[0] = '\0';
-      int step = (int)p->steps.size();
-      for (int j = 0; j < n->n_out; j++) def_step[p->offset[id] + j] = step;
-      for (int j = 0; j < n->n_in; j++) last_step[p->offset[n->in[j].node] + n->in[j].out] = step;
-      p->steps.push_back(s);
-    }
-  }
-  int end = (int)p->steps.size();
-  for (int i = 0; i < g->n_outputs; i++) {
-    int slot = p->offset[g->outputs[i].node] + g->outputs[i].out;
-    p->output_slot.push_back(slot);
-    last_step[slot] = end; /* read back after the last step */
-  }
-
-  /* A piece written in place may be a node written in place itself: every
-   * alias then points at its root, at the sum of the offsets on the way
-   * (each slot rewritten to its root, so later walks through it stop). */
-  for (int s = 0; s < n_slots; s++) {
-    if (alias_of[s] < 0) continue;
-    int r = alias_of[s];
-    size_t at = alias_at[s];
-    while (alias_of[r] >= 0) at += alias_at[r], r = alias_of[r];
-    alias_of[s] = r, alias_at[s] = at;
-  }
-  /* A value lives as long as any view of it is read, and from the first
-   * step that writes a piece of it in place. */
-  for (int s = 0; s < n_slots; s++) {
-    int r = alias_of[s];
-    if (r < 0) continue;
-    last_step[r] = std::max(last_step[r], last_step[s]);
-    if (def_step[s] >= 0 && (def_step[r] < 0 || def_step[s] < def_step[r])) def_step[r] = def_step[s];
-  }
-
-  /* Arena: graph inputs live throughout, every computed value from its step
-   * to its last use; constants get their own block. */
-  std::vector<Interval> iv;
-  size_t cbytes = 0;
-  std::vector<size_t> const_at(n_slots, 0);
-  std::vector<char> is_input_at(n_slots + 1, 0);
-  for (int s : p->input_slot) is_input_at[s] = 1;
-  for (int s = 0; s < n_slots; s++) {
-    if (alias_of[s] >= 0) continue; /* memory of its root's */
-    if (host_consts[s]) {
-      const_at[s] = cbytes;
-      cbytes += align_up(tensor_bytes(host_consts[s]));
-      continue;
-    }
-    bool is_input = is_input_at[s];
-    if (!is_input && def_step[s] < 0) continue; /* not needed */
-    const CudaTensor &v = p->values[s];
-    size_t bytes = (size_t)shape_numel(&v.shape) * (v.dtype == DT_I64 ? 8 : 4);
-    bytes = std::max(bytes, (size_t)4);
-    int first = is_input ? -1 : def_step[s];
-    int last = is_input ? end : std::max(last_step[s], first);
-    iv.push_back(Interval{s, first, last, bytes, 0});
-  }
-  p->arena_bytes = place_intervals(iv);
-  p->const_bytes = cbytes;
-  CUDA_TRY(cudaMalloc(&p->arena, std::max(p->arena_bytes, (size_t)256)));
-  if (cbytes) CUDA_TRY(cudaMalloc(&p->consts, cbytes));
-  for (const Interval &v : iv) p->values[v.slot].data = (char *)p->arena + v.at;
-  for (int s = 0; s < n_slots; s++)
-    if (host_consts[s]) {
-      p->values[s].data = (char *)p->consts + const_at[s];
-      if (rc == TEQ_OK) rc = upload(p, host_consts[s], p->values[s].data, d);
-    }
-  for (int s = 0; s < n_slots; s++)
-    if (alias_of[s] >= 0) p->values[s].data = (char *)p->values[alias_of[s]].data + alias_at[s];
-  CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
-  for (Tensor *t : host_consts) tensor_unref(t);
+  MemPlan mp;
+  int rc = mem_plan_build(g, &mp, d);
+  if (rc != TEQ_OK) return rc;
+  rc = plan_memory(p, mp, d);
+  std::vector<char> is_input(mp.n_slots + 1, 0);
+  for (int i = 0; i < mp.n_inputs; i++) is_input[mp.inputs[i]] = 1;
+  std::vector<std::pair<int, size_t>> fill; /* the arena's computed values and their sizes */
+  for (int s = 0; s < mp.n_slots; s++)
+    if (mp.where[s] == MEM_ARENA && !is_input[s])
+      fill.push_back({s, (size_t)std::max(mp.bytes[s], (int64_t)4)});
+  mem_plan_fini(&mp);
   if (rc) return rc;
 
   /* Each step's tensors, resolved once. */
@@ -609,8 +493,8 @@ static int plan_build(CudaPlan *p, const Graph *g0, Diag *d) {
    * scratch. Every byte of the arena starts as NaN (all ones), so an
    * output element a kernel skips shows up. */
   if ((rc = fill_random_inputs(p, d)) != TEQ_OK) return rc;
-  for (const Interval &v : iv)
-    if (!is_input_at[v.slot]) CUDA_TRY(cudaMemsetAsync(p->values[v.slot].data, 0xff, v.bytes, p->cx.stream));
+  for (const auto &v : fill)
+    CUDA_TRY(cudaMemsetAsync(p->values[v.first].data, 0xff, v.second, p->cx.stream));
   if ((rc = run_steps(p, d)) != TEQ_OK) return rc;
   CUDA_TRY(cudaStreamSynchronize(p->cx.stream));
   return capture(p, 1, d);
