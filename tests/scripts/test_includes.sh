@@ -7,7 +7,7 @@
 # `case OP_...:` switch over operator kinds outside runtime/ops/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-public="err.h tensor.h modp.h ops.h ops.def graph.h exec.h onnx.h cuda.h cost.h"
+public="err.h tensor.h modp.h ops.h ops.def graph.h exec.h onnx.h cuda.h cost.h plan.h"
 bad=0
 while IFS= read -r line; do
   file=${line%%:*}
