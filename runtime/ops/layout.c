@@ -946,13 +946,27 @@ static int pad_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 /* Linear for a zero fill value (PET's use); a non-zero fill is affine. */
+/* Pads of zero everywhere (PyTorch exports one before each of DenseNet's
+ * transition pools) leave the input as it is, in every mode. */
+static bool pad_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
+                     int64_t *first) {
+  (void)in;
+  (void)consts;
+  (void)out;
+  const ParamValue *pads = &n->params.v[PAD_PADS];
+  for (int i = 0; i < pads->n; i++)
+    if (pads->i[i] != 0) return false;
+  *first = 0;
+  return true;
+}
+
 const OpDef op_def_pad = {
   .kind = OP_PAD, .name = "pad", .onnx_op = "Pad",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = pad_params, .n_params = 3,
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = pad_infer, .eval_f32 = pad_eval, .eval_modp = pad_eval,
-  .onnx_read = pad_onnx_read, .onnx_write = pad_onnx_write,
+  .onnx_read = pad_onnx_read, .onnx_write = pad_onnx_write, .view = pad_view,
   .eval_cuda = CUDA_EVAL(pad),
 };
 

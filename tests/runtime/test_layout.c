@@ -794,6 +794,13 @@ static void test_views(void) {
   param_set_ints(&p, param_index(OP_SLICE, "steps"), (int64_t[]){1, -1, 1}, 3);
   check_view("slice rows reversed", OP_SLICE, &p, shape_of(3, 1, 256, 8), 1, false);
 
+  p = params_with_ints(OP_PAD, "pads", (int64_t[]){0, 0, 0, 0, 0, 0, 0, 0}, 8);
+  check_view("pad of zeros", OP_PAD, &p, shape_of(4, 1, 8, 5, 5), 1, true);
+  param_set_int(&p, param_index(OP_PAD, "mode"), 1);
+  check_view("pad of zeros, reflect", OP_PAD, &p, shape_of(4, 2, 8, 5, 5), 1, true);
+  p = params_with_ints(OP_PAD, "pads", (int64_t[]){0, 0, 0, 1, 0, 0, 0, 0}, 8);
+  check_view("pad of one column", OP_PAD, &p, shape_of(4, 1, 8, 5, 5), 1, false);
+
   Params t = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 0}, 2);
   check_view("transpose", OP_TRANSPOSE, &t, shape_of(2, 64, 64), 1, false);
   check_view("transpose [1,512] -> [512,1]", OP_TRANSPOSE, &t, shape_of(2, 1, 512), 1, true);
