@@ -39,8 +39,9 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   if (!order) return TEQ_ERR_NOMEM;
   int rc = graph_topo_order(g, order);
   bool *w = rc ? NULL : opt_weight_only(g, order);
-  int32_t *home = rc ? NULL : graph_piece_homes(g);
-  if (!rc && (!w || !home)) rc = TEQ_ERR_NOMEM;
+  /* The search prices every candidate it builds here: no homes unless asked. */
+  int32_t *home = rc || !as_run ? NULL : graph_piece_homes(g);
+  if (!rc && (!w || (as_run && !home))) rc = TEQ_ERR_NOMEM;
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
   if (us_by_source)

@@ -693,36 +693,30 @@ bool graph_node_is_view(const Graph *g, int id, int64_t *first) {
   return op_view(n, in, consts, first);
 }
 
-int32_t *graph_only_readers(const Graph *g) {
+/* Per node, the one node with an edge from it (-1: none or several):
+ * among all nodes, or only those with an assembled hook; a graph output
+ * counts as a second reader where outputs_read. */
+static int32_t *sole_reader(const Graph *g, bool assembling_only, bool outputs_read) {
   int32_t *reader = malloc(((size_t)g->n_nodes + 1) * sizeof *reader);
   if (!reader) return NULL;
   for (int i = 0; i < g->n_nodes; i++) reader[i] = -2; /* -2: none yet */
-  for (int i = 0; i < g->n_nodes; i++)
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (assembling_only && !op_def(g->nodes[i].kind)->assembled) continue;
     for (int j = 0; j < g->nodes[i].n_in; j++) {
       int src = g->nodes[i].in[j].node;
       reader[src] = reader[src] == -2 ? i : -1;
     }
-  for (int o = 0; o < g->n_outputs; o++) reader[g->outputs[o].node] = -1;
+  }
+  if (outputs_read)
+    for (int o = 0; o < g->n_outputs; o++) reader[g->outputs[o].node] = -1;
   for (int i = 0; i < g->n_nodes; i++)
     if (reader[i] == -2) reader[i] = -1;
   return reader;
 }
 
-int32_t *graph_piece_homes(const Graph *g) {
-  int32_t *home = malloc(((size_t)g->n_nodes + 1) * sizeof *home);
-  if (!home) return NULL;
-  for (int i = 0; i < g->n_nodes; i++) home[i] = -2; /* -2: none yet */
-  for (int i = 0; i < g->n_nodes; i++) {
-    if (!op_def(g->nodes[i].kind)->assembled) continue;
-    for (int j = 0; j < g->nodes[i].n_in; j++) {
-      int src = g->nodes[i].in[j].node;
-      home[src] = home[src] == -2 ? i : -1;
-    }
-  }
-  for (int i = 0; i < g->n_nodes; i++)
-    if (home[i] == -2) home[i] = -1;
-  return home;
-}
+int32_t *graph_only_readers(const Graph *g) { return sole_reader(g, false, true); }
+
+int32_t *graph_piece_homes(const Graph *g) { return sole_reader(g, true, false); }
 
 bool graph_node_owns_output(const Graph *g, int id) {
   const Node *n = &g->nodes[id];
@@ -736,15 +730,17 @@ bool graph_node_owns_output(const Graph *g, int id) {
 bool graph_node_in_place(const Graph *g, int id, const int32_t *home, const bool *weight,
                          int64_t *first) {
   const Node *n = &g->nodes[id];
-  if (!op_def(n->kind)->assembled || n->n_in > 64) return false;
-  Shape in[64];
+  if (!op_def(n->kind)->assembled) return false;
   for (int j = 0; j < n->n_in; j++) {
-    TensorRef r = n->in[j];
-    if (home[r.node] != id || (weight && weight[r.node]) || !graph_node_owns_output(g, r.node))
-      return false;
-    in[j] = *graph_shape(g, r);
+    int p = n->in[j].node;
+    if (home[p] != id || (weight && weight[p]) || !graph_node_owns_output(g, p)) return false;
   }
-  return op_assembled(n, in, first);
+  Shape *in = malloc(((size_t)n->n_in + 1) * sizeof *in);
+  if (!in) return false; /* out of memory: a kernel copies it, as it always may */
+  for (int j = 0; j < n->n_in; j++) in[j] = *graph_shape(g, n->in[j]);
+  bool ok = op_assembled(n, in, first);
+  free(in);
+  return ok;
 }
 
 int graph_merge_duplicates(Graph *g) {

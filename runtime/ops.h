@@ -248,11 +248,12 @@ TEQ_API int op_registry_check(Diag *d);
 /* Whether every output of n (at input shapes `in`) is a view of input 0
  * that a runtime may alias instead of computing: the row's view hook says
  * so (consts as the hook takes them) and each one starts a multiple of
- * OP_VIEW_ALIGN bytes into input 0, the arena's alignment. (A view of a
+ * OP_VIEW_ALIGN bytes into input 0, the arena's alignment (a view of a
  * piece of a concat written in place is aligned as that piece is, to
- * OP_PLACE_ALIGN only; device kernels take operands as aligned as that.) first (NULL, or n->n_out entries) receives each
- * output's first element. The cost model charges such a node nothing and
- * the GPU planner gives it no kernel, so both must ask here. */
+ * OP_PLACE_ALIGN only; device kernels take operands as aligned as that).
+ * first (NULL, or n->n_out entries) receives each output's first element.
+ * The cost model charges such a node nothing and the GPU planner gives it
+ * no kernel, so both must ask here. */
 #define OP_VIEW_ALIGN 256
 TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor *const *consts,
                      int64_t *first);

@@ -462,6 +462,22 @@ static TensorRef add1(Graph *g, OpKind kind, TensorRef a, const Params *p, Diag 
   return (TensorRef){graph_add_node(g, kind, &a, 1, 1, p ? p : &q, NULL, d), 0};
 }
 
+/* g, which plans as `steps` steps on the GPU (its views and concats
+ * written in place none), against the CPU executor. */
+static void check_planned(const Graph *g, uint64_t seed, double tol, int steps, const char *label) {
+  Diag d;
+  diag_init(&d);
+  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "%s graph: %s", label, diag_last(&d));
+  double e = cuda_check_graph(dev, g, seed, false, label);
+  CHECK_MSG(e <= tol, "%s: error %.3g", label, e);
+  CudaPlan *plan = NULL;
+  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
+  if (plan) CHECK_MSG(cuda_plan_n_steps(plan) == steps, "%s: %d steps, expected %d", label,
+                      cuda_plan_n_steps(plan), steps);
+  cuda_plan_free(plan);
+  diag_fini(&d);
+}
+
 static void test_views(void) {
   Diag d;
   diag_init(&d);
@@ -486,14 +502,8 @@ static void test_views(void) {
   graph_add_output(g, q[1], "view", &d);
   graph_add_output(g, (TensorRef){sum, 0}, "sum", &d);
   graph_add_output(g, (TensorRef){sx, 1}, "input_view", &d);
-  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "views graph: %s", d.text ? d.text : "?");
-  double e = cuda_check_graph(dev, g, 77, false, "views");
-  CHECK_MSG(e <= 1e-6, "views: error %.3g", e);
-  CudaPlan *plan = NULL;
-  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
   /* relu, tanh and the add; the two splits and four reshapes are views. */
-  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 3);
-  cuda_plan_free(plan);
+  check_planned(g, 77, 1e-6, 3, "views");
   graph_free(g);
 
   /* Gathers of one constant index (PyTorch's select of Q, K and V) are
@@ -513,13 +523,7 @@ static void test_views(void) {
   }
   graph_add_output(g, add1(g, OP_TANH, sel[0], NULL, &d), "tanh_q", &d);
   graph_add_output(g, sel[2], "v", &d);
-  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "gathers graph: %s", d.text ? d.text : "?");
-  e = cuda_check_graph(dev, g, 78, false, "gathers of one index");
-  CHECK_MSG(e <= 1e-6, "gathers of one index: error %.3g", e);
-  plan = NULL;
-  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
-  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 2);
-  cuda_plan_free(plan);
+  check_planned(g, 78, 1e-6, 2, "gathers of one index");
   graph_free(g);
   diag_fini(&d);
 }
@@ -576,16 +580,10 @@ static void test_concat_in_place(void) {
   TensorRef conv2_in[2] = {inner_in[1], w};
   graph_add_output(g, (TensorRef){graph_add_node(g, OP_CONV2D, conv2_in, 2, 1, &kp, "conv2", &d), 0},
                    "conv_of_piece", &d);
-  CHECK_MSG(graph_check(g, &d) == TEQ_OK, "in-place graph: %s", d.text ? d.text : "?");
-  double e = cuda_check_graph(dev, g, 79, false, "concats in place");
-  CHECK_MSG(e <= 1e-5, "concats in place: error %.3g", e);
-  CudaPlan *plan = NULL;
-  CHECK(cuda_plan_new(dev, g, &plan, &d) == TEQ_OK);
   /* relu, tanh, sigmoid and the add; relu, sigmoid and tanh; tanh, relu,
    * sigmoid and the two concats that copy; relu and the conv; the conv of
    * a piece (the view of a piece is none). */
-  if (plan) CHECK_EQ_INT(cuda_plan_n_steps(plan), 15);
-  cuda_plan_free(plan);
+  check_planned(g, 79, 1e-5, 15, "concats in place");
   graph_free(g);
   diag_fini(&d);
 }
