@@ -30,6 +30,8 @@ typedef struct OnnxImportOptions {
   const char *const *dims;
   int n_dims;
   bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
+  bool keep_zero_pads; /* do not fold a Pad of zeros into the conv or average pool
+                          reading it (their padding) */
   bool keep_noops;     /* keep Identity and Dropout nodes */
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
@@ -49,12 +51,13 @@ typedef struct OnnxImportOptions {
 
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
-/* The model as given: every import-time fusion off (BatchNormalization,
+/* The model as given: every import-time fusion off (zero Pads, BatchNormalization,
  * activations, residual adds, written-out layer norms and GELUs each stay
  * their own operators), as TASO's and Tensat's benchmark graphs run. What
  * a speedup measured from the default import leaves out. */
 static inline void onnx_import_as_given(OnnxImportOptions *o) {
   o->keep_batchnorm = o->keep_unfused_activations = o->keep_unfused_residuals = true;
+  o->keep_zero_pads = true;
   o->keep_written_layer_norms = o->keep_written_gelus = true;
 }
 
@@ -63,6 +66,7 @@ typedef struct OnnxImportStats {
   int n_folded;        /* nodes folded into constants */
   int n_opaque;        /* nodes passed through as opaque */
   int n_batchnorm_folded;
+  int n_pads_folded;   /* readers that took a Pad of zeros into their padding */
   int n_noops_removed;
   int n_layer_norms_fused;
   int n_gelus_fused;

@@ -48,6 +48,17 @@ bool op_assembled(const Node *n, const Shape *in, int64_t *first) {
   return ok;
 }
 
+bool op_takes_pad(const Node *reader, const Node *pad, Params *p) {
+  const OpDef *r = op_def(reader->kind), *z = op_def(pad->kind);
+  int rank = pad->n_out == 1 ? pad->out[0].ndim : -1;
+  int64_t pads[TEQ_MAX_PARAM_LEN];
+  if (!r->take_zero_pad || !z->zero_pad || rank < 1 || 2 * rank > TEQ_MAX_PARAM_LEN ||
+      !z->zero_pad(pad, rank, pads))
+    return false;
+  *p = reader->params;
+  return r->take_zero_pad(reader, rank, pads, p);
+}
+
 int op_by_name(const char *name) {
   for (int k = 0; k < OP__COUNT; k++)
     if (strcmp(op_table[k]->name, name) == 0) return k;

@@ -184,6 +184,18 @@ typedef struct OpDef {
    * about the producers. */
   bool (*assembled)(const struct Node *n, const Shape *in, int64_t *first);
 
+  /* Whether n does nothing but put zeros around input 0: true, with pads
+   * (2 x rank values, ONNX order: every axis's begin, then every axis's
+   * end, none negative). A constant Pad of 0 is one. NULL: never. */
+  bool (*zero_pad)(const struct Node *n, int rank, int64_t *pads);
+
+  /* The other side: whether n, reading input 0 with those zeros around
+   * it, computes the same as it would with parameters *p (n's own, the
+   * padding taken in) reading input 0 bare: a convolution's padding is of
+   * zeros, an average pool's counts as input where count_include_pad says
+   * so. NULL: never. Callers ask op_takes_pad. */
+  bool (*take_zero_pad)(const struct Node *n, int rank, const int64_t *pads, Params *p);
+
   /* Another kind whose measured costs predict this one's, because both run
    * the same kernel (gemm is matmul's BLAS call, plus a bias add where it
    * has one): the cost model corrects estimates of either with
@@ -269,6 +281,15 @@ TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor 
  * remembered by their alignments (runtime/cuda/conv.cu). */
 #define OP_PLACE_ALIGN 16
 TEQ_API bool op_assembled(const struct Node *n, const Shape *in, int64_t *first);
+
+/* Whether reader, if it reads pad's output as its input 0 and nowhere
+ * else (the caller's to check), computes the same reading pad's input
+ * bare with parameters *p:
+ * pad only puts zeros around its input (the row's zero_pad hook) and
+ * reader's window takes them in (take_zero_pad). The importer folds such
+ * Pads (Inception-v3 pads before its average pools that count the padding)
+ * so that no kernel writes the padded copy. */
+TEQ_API bool op_takes_pad(const struct Node *reader, const struct Node *pad, Params *p);
 
 /* Whether gather n, reading data of shape `data` at the constant indices
  * `indices` (NULL: not a constant), takes one index: *axis and *k (a

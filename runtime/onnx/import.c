@@ -990,9 +990,9 @@ static int index_infos(Importer *im) {
 
 char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
-           "BatchNorms folded; %d layer norms, %d GELUs, %d swishes, %d residual adds and %d "
-           "activations fused", s->n_nodes, s->n_folded, s->n_opaque, s->n_noops_removed,
-           s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
+           "zero pads and %d BatchNorms folded; %d layer norms, %d GELUs, %d swishes, %d residual "
+           "adds and %d activations fused", s->n_nodes, s->n_folded, s->n_opaque,
+           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
            s->n_residuals_fused, s->n_activations_fused);
   return buf;
 }
@@ -1032,6 +1032,10 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   if (!o->keep_noops) {
     if ((n = onnx_pass_remove_noops(im->g, im->d)) < 0) return n;
     im->stats.n_noops_removed += n; /* after the Casts import already dropped */
+  }
+  if (!o->keep_zero_pads) {
+    if ((n = onnx_pass_fold_zero_pads(im->g, im->d)) < 0) return n;
+    im->stats.n_pads_folded = n;
   }
   if (!o->keep_batchnorm) {
     if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;

@@ -163,6 +163,10 @@ int onnx_fold_node(OnnxNodeIn *v, Tensor **out, Diag *d);
 
 /* Bypasses every OPF_NOOP node; returns how many, or a negative error. */
 int onnx_pass_remove_noops(Graph *g, Diag *d);
+/* Takes each Pad of zeros into the convolutions and average pools reading
+ * it whose window can pad so (op_takes_pad); returns how many readers, or
+ * an error. */
+int onnx_pass_fold_zero_pads(Graph *g, Diag *d);
 /* Folds BatchNormalization into the convolution before it where that
  * convolution feeds nothing else and all weights are constants; returns how
  * many, or a negative error. */

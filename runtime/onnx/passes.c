@@ -1,6 +1,8 @@
 /* passes.c: clean-up of a freshly imported graph.
  * Removing no-ops (Identity, inference-time Dropout) rewires their users to
- * their input. Folding BatchNormalization into the convolution before it
+ * their input. A Pad of zeros read by a window that pads with zeros (a
+ * convolution; an average pool counting its padding) becomes more of that
+ * window's own padding, which no kernel writes out. Folding BatchNormalization into the convolution before it
  * rescales each output channel of the weights and bias once, at import:
  *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
  *   s[c] = gamma[c] / sqrt(var[c] + eps),
@@ -464,6 +466,26 @@ static bool match_swish(const Graph *g, int32_t i, int32_t n0, const int32_t *us
 
 int onnx_pass_fuse_swishes(Graph *g, Diag *d) {
   return replace_by_unary(g, "fusing swishes", match_swish, d);
+}
+
+int onnx_pass_fold_zero_pads(Graph *g, Diag *d) {
+  int n = 0;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {
+    const Node *r = &g->nodes[i];
+    if (!op_def(r->kind)->take_zero_pad || r->n_in < 1 || r->n_in > 8) continue;
+    TensorRef in[8];
+    memcpy(in, r->in, (size_t)r->n_in * sizeof *in);
+    int32_t pad = in[0].node;
+    bool elsewhere = false; /* the padded tensor also as a weight or bias */
+    for (int j = 1; j < r->n_in; j++) elsewhere |= in[j].node == pad;
+    Params p;
+    if (elsewhere || !op_takes_pad(r, &g->nodes[pad], &p)) continue;
+    in[0] = g->nodes[pad].in[0];
+    int id = take_over(g, i, i, r->kind, in, r->n_in, &p, d);
+    if (id < 0) return id;
+    n++; /* the Pad goes with the dead nodes once its last reader has gone */
+  }
+  return n;
 }
 
 /* The value of the fused-activation parameter (act_symbols) that computes

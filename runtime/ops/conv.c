@@ -67,6 +67,18 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int6
   return TEQ_OK;
 }
 
+bool window_take_zero_pad(int rank, const int64_t *pads, Params *p, int pads_i) {
+  /* pads: N, C, H, W begins, then their ends. */
+  if (rank != 4 || pads[0] || pads[1] || pads[4] || pads[5]) return false;
+  int64_t grown[4] = {pads[2], pads[3], pads[6], pads[7]};
+  for (int i = 0; i < 4; i++) {
+    grown[i] += p->v[pads_i].i[i];
+    if (grown[i] > SPATIAL_MAX) return false;
+  }
+  param_set_ints(p, pads_i, grown, 4);
+  return true;
+}
+
 /* ---- conv2d geometry ---- */
 
 typedef struct ConvGeom {
@@ -627,6 +639,12 @@ static const OpParam conv_params_rows[] = {
   [CONV_ACT] = PARAM_FUSED_ACT,
 };
 
+/* A convolution pads with zeros: a Pad of zeros before it is more of its own. */
+static bool conv_take_zero_pad(const Node *n, int rank, const int64_t *pads, Params *p) {
+  (void)n;
+  return window_take_zero_pad(rank, pads, p, CONV_PADS);
+}
+
 /* Two flops per multiply-add: every output element sums C/groups x kh x kw
  * products (the weight's last three extents). */
 static double conv_flops(const Node *n, const Shape *in) {
@@ -656,7 +674,7 @@ const OpDef op_def_conv2d = {
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp, .eval_modp_at = conv_eval_modp_at,
   .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write, .half_twin = conv_half_twin,
-  .residual_input = 3,
+  .take_zero_pad = conv_take_zero_pad, .residual_input = 3,
 };
 
 /* ---- conv_transpose: ONNX ConvTranspose, 2-D ---- */

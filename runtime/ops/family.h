@@ -74,6 +74,12 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
                    const int64_t dl[2], int64_t pads[4], Diag *d);
 
+/* A window row's take_zero_pad (conv2d, avgpool): zeros around the two
+ * spatial axes of a rank-4 input added to parameter pads_i of *p ([top,
+ * left, bottom, right]). False where they touch the batch or channel axes
+ * or would pass SPATIAL_MAX. In conv.c. */
+bool window_take_zero_pad(int rank, const int64_t *pads, Params *p, int pads_i);
+
 /* C = A B in Z_p, exact: A[i][t] at a[i*ra + t*ca], B[t][j] at b[t*rb + j*cb]
  * (strides make transposed operands free), C[i][j] at c[i*ldc + j], for
  * i < m, j < n, t < k (matmul.c). */

@@ -960,6 +960,20 @@ static bool pad_view(const Node *n, const Shape *in, const Tensor *const *consts
   return true;
 }
 
+/* A constant Pad of +0 that only grows its input: zeros around it. */
+static bool pad_zero_pad(const Node *n, int rank, int64_t *pads) {
+  const ParamValue *p = &n->params.v[PAD_PADS];
+  double value = param_float(&n->params, PAD_VALUE);
+  if (param_int(&n->params, PAD_MODE) != PAD_CONSTANT || value != 0 || signbit(value) ||
+      p->n != 2 * rank || n->dtype != DT_F32)
+    return false;
+  for (int i = 0; i < p->n; i++) {
+    if (p->i[i] < 0) return false;
+    pads[i] = p->i[i];
+  }
+  return true;
+}
+
 const OpDef op_def_pad = {
   .kind = OP_PAD, .name = "pad", .onnx_op = "Pad",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
@@ -967,6 +981,7 @@ const OpDef op_def_pad = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = pad_infer, .eval_f32 = pad_eval, .eval_modp = pad_eval,
   .onnx_read = pad_onnx_read, .onnx_write = pad_onnx_write, .view = pad_view,
+  .zero_pad = pad_zero_pad,
   .eval_cuda = CUDA_EVAL(pad),
 };
 

@@ -337,6 +337,23 @@ static bool pool_view(const Node *n, const Shape *in, const Tensor *const *const
   return true;
 }
 
+/* Zeros padded around an average pool's input count in its sums and its
+ * divisors: its own padding does the same where it counts the padding
+ * (count_include_pad), as it must then, and where it has none. With
+ * ceil_mode a window may run past the padding, where the two forms'
+ * divisors are clipped alike by Teq but by no stated rule elsewhere: left
+ * alone. */
+static bool avgpool_take_zero_pad(const Node *n, int rank, const int64_t *pads, Params *p) {
+  (void)n;
+  bool own = false;
+  for (int i = 0; i < 4; i++) own |= p->v[POOL_PADS].i[i] != 0;
+  if ((own && !param_int(p, AVG_COUNT_PAD)) || param_int(p, POOL_CEIL) ||
+      !window_take_zero_pad(rank, pads, p, POOL_PADS))
+    return false;
+  param_set_int(p, AVG_COUNT_PAD, 1);
+  return true;
+}
+
 const OpDef op_def_maxpool = {
   .kind = OP_MAXPOOL, .name = "maxpool", .axiom_name = "maxpool", .onnx_op = "MaxPool",
   .eval_cuda = CUDA_EVAL(maxpool),
@@ -355,7 +372,7 @@ const OpDef op_def_avgpool = {
   .flags = OPF_MULTILINEAR,
   .infer_shape = pool_infer,
   .eval_f32 = pool_eval_f32, .eval_modp = pool_eval_modp,
-  .onnx_read = avgpool_onnx_read, .view = pool_view,
+  .onnx_read = avgpool_onnx_read, .view = pool_view, .take_zero_pad = avgpool_take_zero_pad,
 };
 
 /* ---- global pools: [N, C, d1, ...] -> [N, C, 1, ...] ---- */

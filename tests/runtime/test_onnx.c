@@ -545,6 +545,87 @@ static void test_export_built(void) {
   diag_fini(&d);
 }
 
+/* A Pad of node x by pads (ONNX order), filled with value. */
+static int pad_node(Graph *g, int x, const int64_t pads[8], double value, const char *name,
+                    Diag *d) {
+  Params p;
+  params_default(OP_PAD, &p);
+  param_set_ints(&p, param_index(OP_PAD, "pads"), pads, 8);
+  param_set_float(&p, param_index(OP_PAD, "value"), value);
+  return graph_add_node(g, OP_PAD, (TensorRef[]){{x, 0}}, 1, 1, &p, name, d);
+}
+
+/* A node of kind k with params in their S-expression spelling. */
+static int window_node(Graph *g, OpKind k, TensorRef *in, int n_in, const char *params,
+                       const char *name, Diag *d) {
+  Params p;
+  CHECK_EQ_INT(params_parse(k, params, &p, d), TEQ_OK);
+  return graph_add_node(g, k, in, n_in, 1, &p, name, d);
+}
+
+static bool pads_are(const Node *n, int64_t t, int64_t l, int64_t b, int64_t r) {
+  const ParamValue *v = &n->params.v[param_index(n->kind, "pads")];
+  return v->i[0] == t && v->i[1] == l && v->i[2] == b && v->i[3] == r;
+}
+
+/* A Pad of zeros read by an average pool (Inception-v3's, as PyTorch
+ * exports avg_pool2d(padding=1)) or by a convolution becomes their own
+ * padding at import; one of another value, one on the channel axis, one
+ * read by a max pool, by a pool whose own padding does not count or by a
+ * pool with ceil_mode stays. Outputs are those of the graph as built. */
+static void test_zero_pads_folded(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 3, 6, 6}}, sw = {4, {4, 3, 3, 3}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw);
+  tensor_fill_random(w, 7);
+  int wi = graph_add_const(g, "w", w, &d);
+  int p1 = pad_node(g, x, (const int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}, 0, "p1", &d);
+  int p2 = pad_node(g, x, (const int64_t[]){0, 0, 2, 0, 0, 0, 1, 3}, 0, "p2", &d);
+  int p3 = pad_node(g, x, (const int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}, 0.5, "p3", &d);
+  int p4 = pad_node(g, x, (const int64_t[]){0, 1, 1, 1, 0, 1, 1, 1}, 0, "p4", &d);
+  TensorRef r1 = {p1, 0}, r4 = {p4, 0};
+  int a1 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(3 3)", "a1", &d);
+  int m1 = window_node(g, OP_MAXPOOL, &r1, 1, "kernel=(3 3)", "m1", &d);
+  int c2 = window_node(g, OP_CONV2D, (TensorRef[]){{p2, 0}, {wi, 0}}, 2, "pads=(1 1 1 1)", "c2",
+                       &d);
+  int c3 = window_node(g, OP_CONV2D, (TensorRef[]){{p3, 0}, {wi, 0}}, 2, "", "c3", &d);
+  int a4 = window_node(g, OP_AVGPOOL, &r4, 1, "kernel=(3 3)", "a4", &d);
+  int a5 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(3 3) pads=(1 1 1 1)", "a5", &d);
+  int a6 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(2 2) stride=(2 2) ceil_mode=1", "a6", &d);
+  int outs[] = {a1, m1, c2, c3, a4, a5, a6};
+  for (int j = 0; j < 7; j++) {
+    CHECK(outs[j] >= 0);
+    graph_add_output(g, (TensorRef){outs[j], 0}, g->nodes[outs[j]].name, &d);
+  }
+  char q[PATH_BUF];
+  int rc = onnx_export_file(g, tmp("pads.onnx", q), NULL, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_pads_folded, 2); /* p1 into a1, p2 into c2 */
+    CHECK_EQ_INT(count_kind(h, OP_PAD), 3);
+    const Node *ha1 = &h->nodes[h->outputs[0].node], *hc2 = &h->nodes[h->outputs[2].node];
+    CHECK(ha1->kind == OP_AVGPOOL && h->nodes[ha1->in[0].node].kind == OP_INPUT &&
+          pads_are(ha1, 1, 1, 1, 1) &&
+          param_int(&ha1->params, param_index(OP_AVGPOOL, "count_include_pad")) == 1);
+    CHECK(hc2->kind == OP_CONV2D && h->nodes[hc2->in[0].node].kind == OP_INPUT &&
+          pads_are(hc2, 3, 1, 2, 4));
+    check_same_outputs(g, h, &sx, 11);
+  }
+  graph_free(h);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  h = rc == TEQ_OK ? import(q, &o, &st, &d) : NULL;
+  if (h) CHECK(st.n_pads_folded == 0 && count_kind(h, OP_PAD) == 4);
+  graph_free(h);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* A conv or matmul node with act relu, sigmoid or tanh, after import. */
 static int count_fused(const Graph *g, OpKind k, int act) {
   int n = 0;
@@ -1149,6 +1230,7 @@ int main(void) {
   test_opaque_meta();
   test_export_built();
   test_activations_fused();
+  test_zero_pads_folded();
   test_residuals_fused();
   test_large_weights();
   test_external_data();
