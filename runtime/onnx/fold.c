@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/onnx/onnx_int.h"
 
@@ -29,13 +30,25 @@ static int need(OnnxNodeIn *v, int i, const Tensor **t, Diag *d) {
   return TEQ_OK;
 }
 
+/* This machine's memory in bytes; 0 where the system does not say. */
+static double machine_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
 static int new_tensor(OnnxNodeIn *v, DType dt, const Shape *s, Tensor **out, Diag *d) {
   if (s->ndim > TEQ_MAX_DIMS)
     return onnx_in_unsupported(v, d, "result of rank %d, at most %d", s->ndim, TEQ_MAX_DIMS);
-  if (!shape_fits(s, dt)) {
-    char why[SHAPE_MSG_MAX];
+  char why[SHAPE_MSG_MAX];
+  if (!shape_fits(s, dt))
     return onnx_in_error(v, d, "result: %s", shape_too_large(s, dt, why, sizeof why));
-  }
+  /* Under shape_fits's 2^40 bytes, a result can still exceed the machine:
+   * said so here, rather than as an allocation failing (or, under ASan,
+   * aborting) on the way. */
+  double bytes = (double)shape_numel(s) * (double)dtype_size(dt), memory = machine_memory();
+  if (memory > 0 && bytes > memory)
+    return onnx_in_error(v, d, "result %s takes %.0f GB, more than this machine's %.0f GB of "
+                         "memory", shape_format(s, why, sizeof why), bytes / 1e9, memory / 1e9);
   *out = tensor_new(dt, s);
   if (!*out) {
     onnx_in_error(v, d, "out of memory for the folded result");

@@ -992,8 +992,8 @@ char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size)
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
            "zero pads and %d BatchNorms folded; %d layer norms, %d GELUs, %d swishes, %d residual "
            "adds and %d activations fused", s->n_nodes, s->n_folded, s->n_opaque,
-           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
-           s->n_residuals_fused, s->n_activations_fused);
+           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_layer_norms_fused,
+           s->n_gelus_fused, s->n_swishes_fused, s->n_residuals_fused, s->n_activations_fused);
   return buf;
 }
 

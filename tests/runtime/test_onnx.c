@@ -1092,6 +1092,8 @@ static void test_bad_robustness(void) {
   check_bad(data("bad_constant_of_shape_empty.onnx", p), TEQ_ERR_INPUT,
             "node 'fill' (ConstantOfShape)", "extents other than 0");
   check_bad(data("bad_tile_large.onnx", p), TEQ_ERR_INPUT, "node 'tile' (Tile)", "is too large");
+  check_bad(data("bad_constant_of_shape_huge.onnx", p), TEQ_ERR_INPUT,
+            "node 'fill' (ConstantOfShape)", "more than this machine's");
   check_bad(data("bad_expand_large.onnx", p), TEQ_ERR_INPUT, "node 'expand' (Expand)",
             "more than 2^40 elements");
 }

@@ -350,6 +350,11 @@ def bad_robustness():
         [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
          helper.make_node("Add", ["x", "c"], ["y"])], "g", x, y,
         [init("s", np.array([1 << 40], np.int64))]), check=False)
+    # 900 GB: under the 2^40-byte bound on any tensor, over any test machine's memory.
+    save("bad_constant_of_shape_huge", helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+         helper.make_node("Add", ["x", "c"], ["y"])], "g", x, y,
+        [init("s", np.array([225 * 10 ** 9], np.int64))]), check=False)
     save("bad_constant_of_shape_empty", helper.make_graph(
         [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
          helper.make_node("Shape", ["c"], ["y"])], "g", x, [vi("y", i64, None)],
