@@ -350,7 +350,11 @@ static bool avgpool_take_zero_pad(const Node *n, int rank, const int64_t *pads, 
   if ((own && !param_int(p, AVG_COUNT_PAD)) || param_int(p, POOL_CEIL) ||
       !window_take_zero_pad(rank, pads, p, POOL_PADS))
     return false;
-  param_set_int(p, AVG_COUNT_PAD, 1);
+  /* Unpadded, the flag means nothing: left as it was, one spelling for
+   * the table to find (DenseNet's Pads of no extent before its pools). */
+  bool padded = false;
+  for (int i = 0; i < 4; i++) padded |= p->v[POOL_PADS].i[i] != 0;
+  if (padded) param_set_int(p, AVG_COUNT_PAD, 1);
   return true;
 }
 

@@ -572,7 +572,7 @@ static bool pads_are(const Node *n, int64_t t, int64_t l, int64_t b, int64_t r) 
  * exports avg_pool2d(padding=1)) or by a convolution becomes their own
  * padding at import; one of another value, one on the channel axis, one
  * read by a max pool, by a pool whose own padding does not count or by a
- * pool with ceil_mode stays. Outputs are those of the graph as built. */
+ * pool with ceil_mode stays; one of no extent goes, and changes nothing. Outputs are those of the graph as built. */
 static void test_zero_pads_folded(void) {
   Diag d;
   diag_init(&d);
@@ -586,7 +586,8 @@ static void test_zero_pads_folded(void) {
   int p2 = pad_node(g, x, (const int64_t[]){0, 0, 2, 0, 0, 0, 1, 3}, 0, "p2", &d);
   int p3 = pad_node(g, x, (const int64_t[]){0, 0, 1, 1, 0, 0, 1, 1}, 0.5, "p3", &d);
   int p4 = pad_node(g, x, (const int64_t[]){0, 1, 1, 1, 0, 1, 1, 1}, 0, "p4", &d);
-  TensorRef r1 = {p1, 0}, r4 = {p4, 0};
+  int p5 = pad_node(g, x, (const int64_t[]){0, 0, 0, 0, 0, 0, 0, 0}, 0, "p5", &d);
+  TensorRef r1 = {p1, 0}, r4 = {p4, 0}, r5 = {p5, 0};
   int a1 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(3 3)", "a1", &d);
   int m1 = window_node(g, OP_MAXPOOL, &r1, 1, "kernel=(3 3)", "m1", &d);
   int c2 = window_node(g, OP_CONV2D, (TensorRef[]){{p2, 0}, {wi, 0}}, 2, "pads=(1 1 1 1)", "c2",
@@ -595,8 +596,9 @@ static void test_zero_pads_folded(void) {
   int a4 = window_node(g, OP_AVGPOOL, &r4, 1, "kernel=(3 3)", "a4", &d);
   int a5 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(3 3) pads=(1 1 1 1)", "a5", &d);
   int a6 = window_node(g, OP_AVGPOOL, &r1, 1, "kernel=(2 2) stride=(2 2) ceil_mode=1", "a6", &d);
-  int outs[] = {a1, m1, c2, c3, a4, a5, a6};
-  for (int j = 0; j < 7; j++) {
+  int a7 = window_node(g, OP_AVGPOOL, &r5, 1, "kernel=(2 2) stride=(2 2)", "a7", &d);
+  int outs[] = {a1, m1, c2, c3, a4, a5, a6, a7};
+  for (int j = 0; j < 8; j++) {
     CHECK(outs[j] >= 0);
     graph_add_output(g, (TensorRef){outs[j], 0}, g->nodes[outs[j]].name, &d);
   }
@@ -606,9 +608,14 @@ static void test_zero_pads_folded(void) {
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
-    CHECK_EQ_INT(st.n_pads_folded, 2); /* p1 into a1, p2 into c2 */
+    CHECK_EQ_INT(st.n_pads_folded, 3); /* p1 into a1, p2 into c2, p5 into a7 */
     CHECK_EQ_INT(count_kind(h, OP_PAD), 3);
     const Node *ha1 = &h->nodes[h->outputs[0].node], *hc2 = &h->nodes[h->outputs[2].node];
+    const Node *ha7 = &h->nodes[h->outputs[7].node];
+    /* No padding came with p5: a7 keeps its count_include_pad, one spelling. */
+    CHECK(ha7->kind == OP_AVGPOOL && h->nodes[ha7->in[0].node].kind == OP_INPUT &&
+          pads_are(ha7, 0, 0, 0, 0) &&
+          param_int(&ha7->params, param_index(OP_AVGPOOL, "count_include_pad")) == 0);
     CHECK(ha1->kind == OP_AVGPOOL && h->nodes[ha1->in[0].node].kind == OP_INPUT &&
           pads_are(ha1, 1, 1, 1, 1) &&
           param_int(&ha1->params, param_index(OP_AVGPOOL, "count_include_pad")) == 1);
@@ -620,7 +627,7 @@ static void test_zero_pads_folded(void) {
   OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
   onnx_import_as_given(&o);
   h = rc == TEQ_OK ? import(q, &o, &st, &d) : NULL;
-  if (h) CHECK(st.n_pads_folded == 0 && count_kind(h, OP_PAD) == 4);
+  if (h) CHECK(st.n_pads_folded == 0 && count_kind(h, OP_PAD) == 5);
   graph_free(h);
   graph_free(g);
   diag_fini(&d);
