@@ -350,10 +350,16 @@ static bool avgpool_take_zero_pad(const Node *n, int rank, const int64_t *pads, 
   if ((own && !param_int(p, AVG_COUNT_PAD)) || param_int(p, POOL_CEIL) ||
       !window_take_zero_pad(rank, pads, p, POOL_PADS))
     return false;
-  /* Unpadded, the flag means nothing: left as it was, one spelling for
-   * the table to find (DenseNet's Pads of no extent before its pools). */
+  /* A pool's padding is narrower than its window (pool_params); zeros a
+   * whole window wide stay a Pad. Unpadded, the flag means nothing: left
+   * as it was, one spelling for the table to find (DenseNet's Pads of no
+   * extent before its pools). */
   bool padded = false;
-  for (int i = 0; i < 4; i++) padded |= p->v[POOL_PADS].i[i] != 0;
+  for (int i = 0; i < 4; i++) {
+    int64_t pad = p->v[POOL_PADS].i[i];
+    if (pad >= p->v[POOL_KERNEL].i[i % 2]) return false;
+    padded |= pad != 0;
+  }
   if (padded) param_set_int(p, AVG_COUNT_PAD, 1);
   return true;
 }

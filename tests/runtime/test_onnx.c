@@ -633,6 +633,73 @@ static void test_zero_pads_folded(void) {
   diag_fini(&d);
 }
 
+/* Random Pads of zeros before random convolutions and average pools:
+ * whatever the importer takes into the window computes what the Pad and
+ * the window did, and what it cannot take (a pool's padding as wide as
+ * its window, ceil_mode, padding that does not count) stays a Pad. */
+static void test_zero_pads_random(void) {
+  uint64_t state = 0x7a3d;
+  int folded = 0, kept = 0;
+  for (int t = 0; t < 300; t++) {
+    int64_t r[16];
+    for (int i = 0; i < 16; i++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      r[i] = (int64_t)(state >> 33);
+    }
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = {4, {1 + r[0] % 2, 1 + r[1] % 3, 1 + r[2] % 6, 1 + r[3] % 6}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    int64_t pads[8] = {0, 0, r[4] % 3, r[5] % 3, 0, 0, r[6] % 3, r[7] % 3};
+    int pad = pad_node(g, x, pads, 0, "pad", &d);
+    int64_t kh = 1 + r[8] % 3, kw = 1 + r[9] % 3, own = r[10] % 2;
+    char spell[160];
+    int y;
+    if (r[11] % 2) { /* a convolution, stride and dilation too */
+      Shape sw = {4, {2, sx.d[1], kh, kw}};
+      Tensor *w = tensor_new(DT_F32, &sw);
+      tensor_fill_random(w, (uint64_t)t);
+      int wi = graph_add_const(g, "w", w, &d);
+      snprintf(spell, sizeof spell, "stride=(%d %d) pads=(%d 0 0 %d) dilation=(%d 1)",
+               (int)(1 + r[12] % 2), (int)(1 + r[13] % 2), (int)own, (int)own,
+               (int)(1 + r[14] % 2));
+      y = window_node(g, OP_CONV2D, (TensorRef[]){{pad, 0}, {wi, 0}}, 2, spell, "y", &d);
+    } else {
+      snprintf(spell, sizeof spell,
+               "kernel=(%d %d) stride=(%d %d) pads=(%d 0 %d 0) count_include_pad=%d ceil_mode=%d",
+               (int)kh, (int)kw, (int)(1 + r[12] % 2), (int)(1 + r[13] % 2),
+               (int)(own && kh > 1), (int)(own && kh > 1), (int)(r[14] % 2),
+               (int)(r[15] % 4 == 0));
+      TensorRef in = {pad, 0};
+      y = window_node(g, OP_AVGPOOL, &in, 1, spell, "y", &d);
+    }
+    if (y < 0) { /* a window larger than the padded input: not a model */
+      graph_free(g);
+      diag_fini(&d);
+      continue;
+    }
+    graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+    char q[PATH_BUF];
+    int rc = onnx_export_file(g, tmp("pads_random.onnx", q), NULL, &d);
+    CHECK_MSG(rc == TEQ_OK, "case %d: %s", t, diag_last(&d));
+    OnnxImportStats st;
+    Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+    CHECK_MSG(h, "case %d (%s): %s", t, spell, diag_last(&d));
+    if (h) {
+      CHECK_EQ_INT(count_kind(h, OP_PAD), 1 - st.n_pads_folded);
+      folded += st.n_pads_folded;
+      kept += 1 - st.n_pads_folded;
+      check_same_outputs(g, h, &sx, (uint64_t)t + 100);
+    }
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
+  /* Both ways taken often enough to mean something. */
+  CHECK_MSG(folded > 50 && kept > 20, "folded %d, kept %d", folded, kept);
+}
+
 /* A conv or matmul node with act relu, sigmoid or tanh, after import. */
 static int count_fused(const Graph *g, OpKind k, int act) {
   int n = 0;
@@ -1240,6 +1307,7 @@ int main(void) {
   test_export_built();
   test_activations_fused();
   test_zero_pads_folded();
+  test_zero_pads_random();
   test_residuals_fused();
   test_large_weights();
   test_external_data();
