@@ -284,11 +284,10 @@ TEQ_API bool op_assembled(const struct Node *n, const Shape *in, int64_t *first)
 
 /* Whether reader, if it reads pad's output as its input 0 and nowhere
  * else (the caller's to check), computes the same reading pad's input
- * bare with parameters *p:
- * pad only puts zeros around its input (the row's zero_pad hook) and
- * reader's window takes them in (take_zero_pad). The importer folds such
- * Pads (Inception-v3 pads before its average pools that count the padding)
- * so that no kernel writes the padded copy. */
+ * bare with parameters *p: pad only puts zeros around its input (the
+ * row's zero_pad hook) and reader's window takes them in (take_zero_pad).
+ * The importer folds such Pads (Inception-v3's, before average pools that
+ * count the padding) so that no kernel writes the padded copy. */
 TEQ_API bool op_takes_pad(const struct Node *reader, const struct Node *pad, Params *p);
 
 /* Whether gather n, reading data of shape `data` at the constant indices
