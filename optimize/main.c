@@ -509,6 +509,7 @@ typedef struct Report {
   const char *model, *out, *rules_path, *cost_what;
   int n_rules, ops_before, ops_after, folded, fused, residuals;
   int shared; /* concats that took another as their first piece (concat.c) */
+  int through_splits; /* split pieces whose add or activation moved (split.c) */
   double cost_before, cost_after, check_err, tolerance;
   int check_flat; /* outputs the check saw as one value everywhere */
   int check_cut;  /* opaque nodes the check cut out (cut_opaque) */
@@ -589,8 +590,9 @@ static void report_text(const Report *r, FILE *f) {
           "rule instances in Z_p", (long long)st->zp_checked, (long long)st->zp_trusted);
   fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
   fprintf(f, "  %-26s %d biases and activations, %d residual adds folded into convolutions; "
-          "%d concats take another as their first piece\n",
-          "after the search", r->fused, r->residuals, r->shared);
+          "%d split pieces' adds and activations regrouped; %d concats take another as their "
+          "first piece\n", "after the search", r->fused, r->residuals, r->through_splits,
+          r->shared);
   if (!r->checked)
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->checked)
@@ -704,7 +706,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",
           (long long)st->zp_checked, (long long)st->zp_trusted);
   fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n  \"residuals_fused\": %d,\n"
-          "  \"concats_sharing_pieces\": %d,\n", r->folded, r->fused, r->residuals, r->shared);
+          "  \"split_pieces_regrouped\": %d,\n  \"concats_sharing_pieces\": %d,\n", r->folded,
+          r->fused, r->residuals, r->through_splits, r->shared);
   if (r->checked)
     fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
             "\"flat_outputs\": %d, \"opaque_cut\": %d},\n", r->check_err, r->tolerance,
@@ -875,7 +878,7 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
   graph_free(*best);
   *best = orig;
   r->kept_original = true;
-  r->folded = r->fused = r->residuals = r->shared = 0;
+  r->folded = r->fused = r->residuals = r->shared = r->through_splits = 0;
   r->post = (PetPostStats){0};
   memset(st->applied, 0, (size_t)st->n_rules * sizeof *st->applied);
   st->n_pet_applied = 0;
@@ -892,7 +895,7 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
 static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d) {
   Graph *posted = NULL;
   PetPostStats post = {0};
-  int folded = 0, fused = 0, residuals = 0, shared = 0, src[COST__SOURCES] = {0};
+  int folded = 0, fused = 0, residuals = 0, shared = 0, moved = 0, src[COST__SOURCES] = {0};
   double us[COST__SOURCES] = {0};
   double cost = 0;
   int rc = TEQ_OK;
@@ -902,12 +905,14 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
     if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
     if (rc == TEQ_OK && (residuals = graph_fuse_residuals(posted, d)) < 0) rc = residuals;
+    if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, &posted, &moved, &fused, d);
     if (rc == TEQ_OK) rc = opt_share_concat_prefixes(posted, &shared, d);
     if (rc == TEQ_OK) rc = opt_graph_cost_run(cm, posted, &cost, src, us, d);
   }
   if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
   if (rc == TEQ_OK && (r->residuals = graph_fuse_residuals(*best, d)) < 0) rc = r->residuals;
+  if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, best, &r->through_splits, &r->fused, d);
   if (rc == TEQ_OK) rc = opt_share_concat_prefixes(*best, &r->shared, d);
   if (rc == TEQ_OK)
     rc = opt_graph_cost_run(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
@@ -915,7 +920,7 @@ static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d
     graph_free(*best);
     *best = posted, posted = NULL;
     r->post = post, r->folded = folded, r->fused = fused, r->residuals = residuals;
-    r->shared = shared;
+    r->shared = shared, r->through_splits = moved;
     r->cost_after = cost;
     memcpy(r->src_after, src, sizeof src);
     memcpy(r->us_after, us, sizeof us);

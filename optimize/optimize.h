@@ -222,4 +222,15 @@ TEQ_API int opt_fuse_bias(Graph *g, int *n_fused, Diag *d);
  * many. See concat.c. */
 TEQ_API int opt_share_concat_prefixes(Graph *g, int *n_shared, Diag *d);
 
+/* The per-channel adds and the activations that a merge left on the pieces
+ * of a split, put where one kernel does them: an add that alone reads a
+ * piece of a channel split of a convolution into its bias, and the one
+ * activation that alone reads each piece of a split before the split,
+ * each change followed by opt_fuse_bias and kept where *g as run
+ * (opt_graph_cost_run) comes out no dearer. Exact. n_moved (optional)
+ * receives how many pieces moved, and n_fused (optional) is increased by
+ * what opt_fuse_bias then folded. See split.c. */
+TEQ_API int opt_fold_through_splits(CostModel *cm, Graph **g, int *n_moved, int *n_fused,
+                                    Diag *d);
+
 #endif

@@ -1302,6 +1302,110 @@ static void test_concat_prefixes_shared(void) {
   graph_free(g);
 }
 
+/* A split of split s's input into pieces of these channel counts. */
+static int split_channels(Graph *g, TensorRef x, const int64_t *sizes, int n) {
+  Params p;
+  params_default(OP_SPLIT, &p);
+  param_set_int(&p, param_index(OP_SPLIT, "axis"), 1);
+  param_set_ints(&p, param_index(OP_SPLIT, "sizes"), sizes, n);
+  int id = graph_add_node(g, OP_SPLIT, &x, 1, n, &p, NULL, NULL);
+  CHECK(id >= 0);
+  return id;
+}
+
+/* A conv merged with its siblings leaves split(conv) with each piece's
+ * bias add and relu after it. opt_fold_through_splits takes the adds into
+ * the conv's bias (zeros for the piece without one) and the relus, one per
+ * piece, before the split, where opt_fuse_bias makes them the conv's act:
+ * no add, no relu left, the same outputs, a lower cost as run. Pieces that
+ * end in two different activations stay as they are. */
+static void test_fold_through_splits(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 8, 6, 6));
+  TensorRef y = conv(g, x, int_weight(g, shape_of(4, 12, 8, 1, 1), 1), (TensorRef){-1, 0}, 0,
+                     ACT_NONE);
+  int s = split_channels(g, y, (const int64_t[]){4, 4, 4}, 3);
+  Tensor *b = tensor_new(DT_F32, &(Shape){4, {1, 4, 6, 6}});
+  for (int64_t e = 0; e < tensor_numel(b); e++) ((float *)b->data)[e] = (float)(e / 36) - 2;
+  TensorRef bias = {graph_add_const(g, NULL, b, NULL), 0};
+  TensorRef biased = op(g, OP_EWADD, (TensorRef){s, 0}, bias, 2, NULL);
+  TensorRef r0 = op(g, OP_RELU, biased, (TensorRef){0}, 1, NULL);
+  TensorRef r1 = op(g, OP_RELU, (TensorRef){s, 1}, (TensorRef){0}, 1, NULL);
+  /* Another split, whose pieces end in a relu and a sigmoid: left alone. */
+  int s2 = split_channels(g, (TensorRef){s, 2}, (const int64_t[]){2, 2}, 2);
+  TensorRef r2 = op(g, OP_RELU, (TensorRef){s2, 0}, (TensorRef){0}, 1, NULL);
+  TensorRef g2 = op(g, OP_SIGMOID, (TensorRef){s2, 1}, (TensorRef){0}, 1, NULL);
+  graph_add_output(g, r0, "r0", NULL);
+  graph_add_output(g, r1, "r1", NULL);
+  graph_add_output(g, r2, "r2", NULL);
+  graph_add_output(g, g2, "g2", NULL);
+  Graph *f = graph_copy(g);
+  Diag d;
+  diag_init(&d);
+  CostModel *cm = cost_model_new();
+  double before = 0, after = 0;
+  int moved = -1, fused = 0;
+  CHECK(opt_graph_cost_run(cm, g, &before, NULL, NULL, &d) == TEQ_OK);
+  CHECK(opt_fold_through_splits(cm, &f, &moved, &fused, &d) == TEQ_OK);
+  CHECK(opt_graph_cost_run(cm, f, &after, NULL, NULL, &d) == TEQ_OK);
+  CHECK(graph_check(f, &d) == TEQ_OK);
+  CHECK(equal_outputs(g, f));
+  CHECK_MSG(after < before, "%g us after, %g before", after, before);
+  /* The add (one piece) and then the relus of s's first two pieces ... */
+  CHECK_MSG(moved >= 1 && count_kind(f, OP_EWADD) == 0, "moved %d, %d adds", moved,
+            count_kind(f, OP_EWADD));
+  /* ... which cannot reach the conv past the third piece's sigmoid. */
+  CHECK_EQ_INT(count_kind(f, OP_SIGMOID), 1);
+  int with_bias = 0;
+  for (int i = 0; i < f->n_nodes; i++)
+    with_bias += f->nodes[i].kind == OP_CONV2D && f->nodes[i].n_in == 3;
+  CHECK_EQ_INT(with_bias, 1);
+  /* Nothing more to do. */
+  int again = -1;
+  CHECK(opt_fold_through_splits(cm, &f, &again, NULL, &d) == TEQ_OK);
+  CHECK_EQ_INT(again, 0);
+  cost_model_free(cm);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(f);
+  graph_free(g);
+}
+
+/* Every piece of a conv's split ends in a relu: the relus become one before
+ * the split, and the conv's fused act. */
+static void test_act_through_split(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 8, 6, 6));
+  TensorRef y = conv(g, x, int_weight(g, shape_of(4, 12, 8, 1, 1), 2), (TensorRef){-1, 0}, 0,
+                     ACT_NONE);
+  int s = split_channels(g, y, (const int64_t[]){4, 8}, 2);
+  int s2 = split_channels(g, (TensorRef){s, 1}, (const int64_t[]){4, 4}, 2);
+  TensorRef r[3] = {op(g, OP_RELU, (TensorRef){s, 0}, (TensorRef){0}, 1, NULL),
+                    op(g, OP_RELU, (TensorRef){s2, 0}, (TensorRef){0}, 1, NULL),
+                    op(g, OP_RELU, (TensorRef){s2, 1}, (TensorRef){0}, 1, NULL)};
+  for (int j = 0; j < 3; j++) graph_add_output(g, r[j], NULL, NULL);
+  Graph *f = graph_copy(g);
+  Diag d;
+  diag_init(&d);
+  CostModel *cm = cost_model_new();
+  int moved = -1, fused = 0;
+  CHECK(opt_fold_through_splits(cm, &f, &moved, &fused, &d) == TEQ_OK);
+  CHECK(equal_outputs(g, f));
+  CHECK_EQ_INT(moved, 4); /* s2's two relus, then s's two */
+  CHECK_EQ_INT(fused, 1);
+  CHECK_EQ_INT(count_kind(f, OP_RELU), 0);
+  int relu_conv = 0;
+  for (int i = 0; i < f->n_nodes; i++)
+    relu_conv += f->nodes[i].kind == OP_CONV2D &&
+                 param_int(&f->nodes[i].params, param_index(OP_CONV2D, "act")) == ACT_RELU;
+  CHECK_EQ_INT(relu_conv, 1);
+  cost_model_free(cm);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(f);
+  graph_free(g);
+}
+
 int main(void) {
   /* The axioms beside the sources, found from where the compiler saw this
    * file (meson runs tests where it compiled them), unless TEQ_AXIOMS says. */
@@ -1349,6 +1453,8 @@ int main(void) {
   test_fire_merged();
   test_split_adds_merged();
   test_concat_prefixes_shared();
+  test_fold_through_splits();
+  test_act_through_split();
   opt_rules_free(rules);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
