@@ -58,7 +58,7 @@ static int32_t same_reader_of_each(const Graph *g, int32_t s, const int32_t *rea
                                    const int32_t *offset) {
   const Node *sn = &g->nodes[s];
   int32_t first = reader[offset[s]];
-  if (first < 0) return -1;
+  if (first < 0 || sn->n_out < 2) return -1; /* one piece: nothing to save */
   const Node *a = &g->nodes[first];
   if (!(op_def(a->kind)->flags & OPF_ELEMENTWISE) || a->n_in != 1 || a->n_out != 1 || a->opaque)
     return -1;
