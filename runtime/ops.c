@@ -29,7 +29,7 @@ bool op_view(const Node *n, const Shape *in, const Tensor *const *consts, int64_
   int64_t elem = n->dtype == DT_I64 ? 8 : 4;
   for (int j = 0; j < n->n_out; j++) {
     int64_t at = 0;
-    if (!o->view(n, in, consts, j, &at) || (at * elem) % OP_VIEW_ALIGN) return false;
+    if (!o->view(n, in, consts, j, &at) || (at * elem) % OP_PLACE_ALIGN) return false;
     if (first) first[j] = at;
   }
   return true;

@@ -257,29 +257,32 @@ TEQ_API int op_by_onnx(const char *op_type);
  * Returns TEQ_OK or TEQ_ERR_INTERNAL with a message per problem. */
 TEQ_API int op_registry_check(Diag *d);
 
+/* Every buffer a runtime allocates starts at a multiple of OP_ARENA_ALIGN
+ * bytes; a view or a piece written in place (below) at a multiple of
+ * OP_PLACE_ALIGN only. The producers writing a piece and the readers of a
+ * view take the pointers they are given: the element-wise kernels test for
+ * float4 alignment at run time, cuBLAS and cuBLASLt are told each
+ * operand's alignment, and cuDNN's algorithms are searched with the plan's
+ * own pointers and remembered by their alignments (runtime/cuda/conv.cu).
+ * At 256 bytes, 30 of NasNet-A's 44 concats stayed copies (88 channels of
+ * 14x14 start 68,992 bytes apart) and so did splits of such channel counts
+ * (a split [1,512,17,17] into 160 and 352 channels: 184,960 bytes). */
+#define OP_ARENA_ALIGN 256
+#define OP_PLACE_ALIGN 16
+
 /* Whether every output of n (at input shapes `in`) is a view of input 0
  * that a runtime may alias instead of computing: the row's view hook says
  * so (consts as the hook takes them) and each one starts a multiple of
- * OP_VIEW_ALIGN bytes into input 0, the arena's alignment (a view of a
- * piece of a concat written in place is aligned as that piece is, to
- * OP_PLACE_ALIGN only; device kernels take operands as aligned as that).
- * first (NULL, or n->n_out entries) receives each output's first element.
- * The cost model charges such a node nothing and the GPU planner gives it
- * no kernel, so both must ask here. */
-#define OP_VIEW_ALIGN 256
+ * OP_PLACE_ALIGN bytes into input 0. first (NULL, or n->n_out entries)
+ * receives each output's first element. The cost model charges such a
+ * node nothing and the GPU planner gives it no kernel, so both must ask
+ * here. */
 TEQ_API bool op_view(const struct Node *n, const Shape *in, const struct Tensor *const *consts,
                      int64_t *first);
 
 /* Whether n's output is its inputs laid end to end (the row's assembled
  * hook), each run starting a multiple of OP_PLACE_ALIGN bytes into it;
- * first (NULL, or n->n_in entries) receives where each starts. 16, not
- * OP_VIEW_ALIGN: a concat's pieces of odd planes (NasNet-A's 88 channels
- * of 14x14) are rarely 256-aligned. The producers writing there are
- * kernels that take the pointers they are given: the element-wise ones
- * test for float4 alignment at run time, cuBLAS and cuBLASLt are told,
- * and cuDNN's algorithms are searched with the plan's own pointers and
- * remembered by their alignments (runtime/cuda/conv.cu). */
-#define OP_PLACE_ALIGN 16
+ * first (NULL, or n->n_in entries) receives where each starts. */
 TEQ_API bool op_assembled(const struct Node *n, const Shape *in, int64_t *first);
 
 /* Whether reader, if it reads pad's output as its input 0 and nowhere

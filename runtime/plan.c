@@ -10,7 +10,11 @@
 
 #include "runtime/ops.h"
 
-static int64_t align_up(int64_t x) { return (x + 255) & ~(int64_t)255; }
+/* Buffers start where a runtime's allocations do: views and pieces in
+ * them are then aligned as ops.h says. */
+static int64_t align_up(int64_t x) {
+  return (x + OP_ARENA_ALIGN - 1) & ~(int64_t)(OP_ARENA_ALIGN - 1);
+}
 
 void mem_plan_fini(MemPlan *p) {
   free(p->offset);

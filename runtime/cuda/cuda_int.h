@@ -179,13 +179,13 @@ int cuda_fail(Diag *d, const char *file, int line, const char *call, const char 
 /* After every <<<launch>>>: a bad configuration shows up here. */
 #define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
 
-/* The largest power of two up to OP_VIEW_ALIGN that divides p's address:
+/* The largest power of two up to OP_ARENA_ALIGN that divides p's address:
  * what a library may assume of an operand. Views and the pieces of a
  * concat written in place (ops.h: OP_PLACE_ALIGN) may be less aligned than
  * the arena's 256 bytes, so algorithms chosen for one alignment are
  * remembered by it. */
 static inline uint32_t cuda_alignment_of(const void *p) {
-  uint32_t a = OP_VIEW_ALIGN;
+  uint32_t a = OP_ARENA_ALIGN;
   while (a > 1 && (uintptr_t)p % a) a /= 2;
   return a;
 }

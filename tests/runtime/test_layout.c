@@ -774,6 +774,16 @@ static void test_views(void) {
              true);
   check_view("split [2,128] axis 1 (strided)", OP_SPLIT, &p, shape_of(2, 2, 128), 2, false);
   check_view("split [1,6] (off the alignment)", OP_SPLIT, &p, shape_of(2, 1, 6), 2, false);
+  /* 16 bytes (OP_PLACE_ALIGN), not 256: Inception-v3's split of [1,512,17,17]
+   * into 160 and 352 channels starts its second piece 184,960 bytes in. */
+  param_set_ints(&p, 1, (int64_t[]){4, 8}, 2);
+  check_view("split [1,12] into 4,8 (16 bytes)", OP_SPLIT, &p, shape_of(2, 1, 12), 2, true);
+  param_set_ints(&p, 1, (int64_t[]){160, 352}, 2);
+  check_view("split [1,512,17,17] into 160,352", OP_SPLIT, &p, shape_of(4, 1, 512, 17, 17), 2,
+             true);
+  param_set_ints(&p, 1, (int64_t[]){2, 6}, 2);
+  check_view("split [1,8] into 2,6 (8 bytes)", OP_SPLIT, &p, shape_of(2, 1, 8), 2, false);
+  param_set_ints(&p, 1, NULL, 0);
   param_set_int(&p, 0, 0);
   param_set_ints(&p, 1, (int64_t[]){64, 192}, 2);
   check_view("split [256,4] axis 0 64,192", OP_SPLIT, &p, shape_of(2, 256, 4), 2, true);
