@@ -90,9 +90,10 @@ static int act_before_split(Graph *g, int32_t s, int32_t a, const int32_t *reade
 
 /* Convolution c (its one output read by split s alone, along the
  * channels): the per-channel adds that alone read pieces of s, into c's
- * bias. Returns how many pieces, 0 for none, or an error. */
+ * bias where apply says so. Returns how many pieces, 0 for none, or an
+ * error. */
 static int bias_through_split(Graph *g, int32_t c, int32_t s, const int32_t *reader,
-                              const int32_t *offset, Diag *d) {
+                              const int32_t *offset, bool apply, Diag *d) {
   const Node *cn = &g->nodes[c], *sn = &g->nodes[s];
   int64_t M = cn->out[0].d[1];
   const Tensor *old = NULL;
@@ -105,9 +106,11 @@ static int bias_through_split(Graph *g, int32_t c, int32_t s, const int32_t *rea
   }
   Shape bs = shape_of(1, (int)M);
   Tensor *bias = tensor_new(DT_F32, &bs);
+  float *vals = malloc((size_t)M * sizeof *vals); /* one piece's, at most M */
   int32_t *add = malloc((size_t)sn->n_out * sizeof *add);
-  if (!bias || !add) {
+  if (!bias || !vals || !add) {
     tensor_unref(bias);
+    free(vals);
     free(add);
     return diag_error(d, "out of memory folding biases through a split");
   }
@@ -120,27 +123,21 @@ static int bias_through_split(Graph *g, int32_t c, int32_t s, const int32_t *rea
     add[j] = -1;
     int32_t e = reader[offset[s] + j];
     const Shape *piece = &sn->out[j];
-    if (e >= 0 && g->nodes[e].kind == OP_EWADD && g->nodes[e].n_in == 2) {
-      const Node *en = &g->nodes[e];
+    const Node *en = e >= 0 ? &g->nodes[e] : NULL;
+    if (en && en->kind == OP_EWADD && en->n_in == 2) {
       TensorRef other = en->in[0].node == s && en->in[0].out == j ? en->in[1] : en->in[0];
-      float *vals = malloc((size_t)piece->d[1] * sizeof *vals);
-      if (!vals) {
-        tensor_unref(bias);
-        free(add);
-        return diag_error(d, "out of memory folding biases through a split");
-      }
       if (other.node != s && shape_equal(&en->out[0], piece) &&
           opt_bias_value_per_channel(g, other, piece, vals)) {
         for (int64_t k = 0; k < piece->d[1]; k++) bv[at + k] += vals[k];
         add[j] = e;
         taken++;
       }
-      free(vals);
     }
     at += piece->d[1];
   }
+  free(vals);
   int rc = TEQ_OK;
-  if (taken) {
+  if (taken && apply) {
     int bid = graph_add_const(g, NULL, bias, d); /* takes the reference */
     bias = NULL;
     TensorRef in[3] = {g->nodes[c].in[0], g->nodes[c].in[1], {bid, 0}};
@@ -191,10 +188,7 @@ static int change_at(Graph *g, int32_t s, bool apply, Diag *d) {
       if (rc < 0) r = rc;
     }
   } else if (splits_conv(g, s, reader, offset, &c)) {
-    /* Made on a copy to count: bias_through_split finds the adds. */
-    Graph *t = apply ? g : graph_copy(g);
-    r = t ? bias_through_split(t, c, s, reader, offset, d) : TEQ_ERR_NOMEM;
-    if (t != g) graph_free(t);
+    r = bias_through_split(g, c, s, reader, offset, apply, d);
   }
   free(reader);
   free(offset);

@@ -720,10 +720,8 @@ int32_t *graph_piece_homes(const Graph *g) { return sole_reader(g, true, false);
 
 bool graph_node_owns_output(const Graph *g, int id) {
   const Node *n = &g->nodes[id];
-  if (n->n_out != 1 || n->opaque || n->kind == OP_INPUT || n->kind == OP_CONST ||
-      n->kind == OP_OPAQUE)
+  if (n->n_out != 1 || n->opaque || op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE))
     return false;
-  if (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) return false;
   return !graph_node_is_view(g, id, NULL);
 }
 

@@ -26,7 +26,7 @@ const OpDef *op_def(OpKind kind) { return op_table[kind]; }
 bool op_view(const Node *n, const Shape *in, const Tensor *const *consts, int64_t *first) {
   const OpDef *o = op_def(n->kind);
   if (!o->view || n->n_in < 1 || !shape_is_known(&in[0])) return false;
-  int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+  int64_t elem = (int64_t)dtype_size(n->dtype);
   for (int j = 0; j < n->n_out; j++) {
     int64_t at = 0;
     if (!o->view(n, in, consts, j, &at) || (at * elem) % OP_PLACE_ALIGN) return false;
@@ -38,7 +38,7 @@ bool op_view(const Node *n, const Shape *in, const Tensor *const *consts, int64_
 bool op_assembled(const Node *n, const Shape *in, int64_t *first) {
   const OpDef *o = op_def(n->kind);
   if (!o->assembled || n->n_out != 1 || n->n_in < 1) return false;
-  int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+  int64_t elem = (int64_t)dtype_size(n->dtype);
   for (int j = 0; j < n->n_in; j++)
     if (!shape_is_known(&in[j])) return false;
   int64_t *at = first ? first : malloc((size_t)n->n_in * sizeof *at);

@@ -112,7 +112,7 @@ static int mark_in_place(const Graph *g, MemPlan *p, const uint8_t *needed, uint
     if (!needed[id] || !op_def(n->kind)->assembled) continue;
     if (!graph_node_in_place(g, id, home, NULL, first)) continue;
     in_place[id] = 1;
-    int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+    int64_t elem = (int64_t)dtype_size(n->dtype);
     for (int j = 0; j < n->n_in; j++) {
       int s = p->offset[n->in[j].node] + n->in[j].out;
       p->where[s] = MEM_ALIAS;
@@ -171,7 +171,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
     const Node *n = &g->nodes[id];
     if (!needed[id]) continue;
     const OpDef *o = op_def(n->kind);
-    int64_t elem = n->dtype == DT_I64 ? 8 : 4;
+    int64_t elem = (int64_t)dtype_size(n->dtype);
     int s0 = p->offset[id];
     for (int j = 0; j < n->n_out; j++) {
       if (!shape_is_known(&n->out[j])) {

@@ -945,7 +945,6 @@ static int pad_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   return TEQ_OK;
 }
 
-/* Linear for a zero fill value (PET's use); a non-zero fill is affine. */
 /* Pads of zero everywhere (PyTorch exports one before each of DenseNet's
  * transition pools) leave the input as it is, in every mode. */
 static bool pad_view(const Node *n, const Shape *in, const Tensor *const *consts, int out,
@@ -974,6 +973,7 @@ static bool pad_zero_pad(const Node *n, int rank, int64_t *pads) {
   return true;
 }
 
+/* Linear for a zero fill value (PET's use); a non-zero fill is affine. */
 const OpDef op_def_pad = {
   .kind = OP_PAD, .name = "pad", .onnx_op = "Pad",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,

@@ -70,6 +70,17 @@ static Graph *import(const char *path, const OnnxImportOptions *o, OnnxImportSta
   return rc == TEQ_OK ? g : NULL;
 }
 
+/* g written as file in the temporary directory (its path into q), the
+ * failure checked: TEQ_OK or the error. */
+static int export_to_tmp(const Graph *g, const char *file, char *q) {
+  Diag d;
+  diag_init(&d);
+  int rc = onnx_export_file(g, tmp(file, q), NULL, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s: %s", file, diag_last(&d));
+  diag_fini(&d);
+  return rc;
+}
+
 /* Output 0 of g on input x (NULL: x must be absent, no inputs); the
  * others are dropped. */
 static Tensor *run(const Graph *g, Tensor *x) {
@@ -524,8 +535,7 @@ static void test_export_built(void) {
   graph_add_output(g, (TensorRef){wi, 0}, "weights", &d);
   graph_add_output(g, (TensorRef){mm, 0}, "y_again", &d);
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("built.onnx", q), NULL, &d);
-  CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
+  int rc = export_to_tmp(g, "built.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   CHECK(h && h->n_outputs == 4 && strcmp(h->output_names[2], "weights") == 0);
@@ -603,8 +613,7 @@ static void test_zero_pads_folded(void) {
     graph_add_output(g, (TensorRef){outs[j], 0}, g->nodes[outs[j]].name, &d);
   }
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("pads.onnx", q), NULL, &d);
-  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  int rc = export_to_tmp(g, "pads.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
@@ -681,8 +690,7 @@ static void test_zero_pads_random(void) {
     }
     graph_add_output(g, (TensorRef){y, 0}, "y", &d);
     char q[PATH_BUF];
-    int rc = onnx_export_file(g, tmp("pads_random.onnx", q), NULL, &d);
-    CHECK_MSG(rc == TEQ_OK, "case %d: %s", t, diag_last(&d));
+    int rc = export_to_tmp(g, "pads_random.onnx", q);
     OnnxImportStats st;
     Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
     CHECK_MSG(h, "case %d (%s): %s", t, spell, diag_last(&d));
@@ -742,8 +750,7 @@ static void test_activations_fused(void) {
   graph_add_output(g, (TensorRef){t3, 0}, "t3", &d);
   graph_add_output(g, (TensorRef){c3, 0}, "c3", &d);
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("activations.onnx", q), NULL, &d);
-  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  int rc = export_to_tmp(g, "activations.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
@@ -812,8 +819,7 @@ static void test_residuals_fused(void) {
   graph_add_output(g, (TensorRef){conv[4], 0}, "c4", &d);
   graph_add_output(g, (TensorRef){a5, 0}, "y5", &d);
   char q[PATH_BUF], q2[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("residuals.onnx", q), NULL, &d);
-  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  int rc = export_to_tmp(g, "residuals.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
@@ -867,8 +873,7 @@ static void test_large_weights(void) {
   CHECK(x >= 0 && wi >= 0 && bi >= 0 && mm >= 0 && y >= 0);
   graph_add_output(g, (TensorRef){y, 0}, "y", &d);
   char q[PATH_BUF];
-  int rc = onnx_export_file(g, tmp("large.onnx", q), NULL, &d);
-  CHECK_MSG(rc == TEQ_OK, "%s", d.text ? d.text : "");
+  int rc = export_to_tmp(g, "large.onnx", q);
   int fds[2] = {-1, -1};
   pid_t child = -1;
   if (rc == TEQ_OK && pipe(fds) == 0 && (child = fork()) == 0) {
