@@ -200,7 +200,8 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
     } else if (!in_place[id]) {
       /* a step (the device says whether it has a kernel) */
       for (int j = 0; j < n->n_out; j++) p->first[s0 + j] = p->n_steps;
-      for (int j = 0; j < n->n_in; j++) p->last[p->offset[n->in[j].node] + n->in[j].out] = p->n_steps;
+      for (int j = 0; j < n->n_in; j++)
+        p->last[p->offset[n->in[j].node] + n->in[j].out] = p->n_steps;
       p->steps[p->n_steps++] = id;
     }
   }

@@ -582,7 +582,8 @@ static bool pads_are(const Node *n, int64_t t, int64_t l, int64_t b, int64_t r) 
  * exports avg_pool2d(padding=1)) or by a convolution becomes their own
  * padding at import; one of another value, one on the channel axis, one
  * read by a max pool, by a pool whose own padding does not count or by a
- * pool with ceil_mode stays; one of no extent goes, and changes nothing. Outputs are those of the graph as built. */
+ * pool with ceil_mode stays; one of no extent goes, and changes nothing.
+ * Outputs are those of the graph as built. */
 static void test_zero_pads_folded(void) {
   Diag d;
   diag_init(&d);
