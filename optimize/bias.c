@@ -62,7 +62,7 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
     if (c->kind != OP_CONV2D) continue;
     int64_t act = c->params.v[act_i].i[0];
     if (c->n_in < 3 && act == ACT_NONE) continue;
-    if (act < 0 || act > ACT_TANH) continue;
+    if (act < 0 || act >= ACT__COUNT) continue;
     TensorRef x = c->in[0], w = c->in[1], b = c->n_in > 2 ? c->in[2] : (TensorRef){-1, 0};
     TensorRef z = c->n_in > 3 ? c->in[3] : (TensorRef){-1, 0};
     if (b.node >= 0 && g->nodes[b.node].kind != OP_CONST) continue;
@@ -98,7 +98,9 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
       cur = (TensorRef){add, 0};
     }
     if (act != ACT_NONE) {
-      int a = graph_add_node(g, act_op_kind((int)act), &cur, 1, 1, NULL, NULL, d);
+      Params ap;
+      act_op_params((int)act, &ap);
+      int a = graph_add_node(g, act_op_kind((int)act), &cur, 1, 1, &ap, NULL, d);
       if (a < 0) return a;
       cur = (TensorRef){a, 0};
     }
@@ -226,7 +228,7 @@ static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int
   int u = user[id];
   if (u < 0) return 0;
   const Node *un = &g->nodes[u];
-  int act = act_of_op_kind(un->kind);
+  int act = act_of_node(un);
   bool bias = un->kind == OP_EWADD;
   if (!bias && act == ACT_NONE) return 0;
   for (int j = 0; j < g->nodes[id].n_in; j++)
@@ -337,8 +339,8 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         }
         in[2] = (TensorRef){bid, 0};
         n_in = 3;
-      } else if (act_of_op_kind(un->kind) != ACT_NONE) {
-        p.v[act_i].i[0] = act_of_op_kind(un->kind);
+      } else if (act_of_node(un) != ACT_NONE) {
+        p.v[act_i].i[0] = act_of_node(un);
         if (n_in == 3) in[2] = g->nodes[id].in[2];
       } else {
         continue;

@@ -235,7 +235,7 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
   CfgKey k;
   k.kind = OP_CONV2D, k.n_out = 1, k.unused = 0;
   k.params = c->params;
-  k.params.v[p->act_i].i[0] = fuse & 3;
+  k.params.v[p->act_i].i[0] = fuse & OPT_FUSE_ACT;
   Shape bias = shape_of(1, (int)c->out[0].d[1]);
   const Shape *in[3] = {graph_shape(g, c->in[0]), graph_shape(g, c->in[1]), NULL};
   DType dt[3] = {g->nodes[c->in[0].node].dtype, g->nodes[c->in[1].node].dtype, DT_F32};
@@ -722,11 +722,11 @@ static uint8_t refold(OptBase *b, int c) {
     b->absorbed[u] = b->gen;
     uint8_t fuse = OPT_FUSE_BIAS;
     int u2 = b->user2[u]; /* the refolded convolution takes over u's uses */
-    int act = u2 >= 0 ? act_of_op_kind(vnode(b, u2)->kind) : ACT_NONE;
+    int act = u2 >= 0 ? act_of_node(vnode(b, u2)) : ACT_NONE;
     if (act != ACT_NONE) fuse |= (uint8_t)act, b->absorbed[u2] = b->gen;
     return fuse;
   }
-  int act = act_of_op_kind(un->kind);
+  int act = act_of_node(un);
   if (act == ACT_NONE) return OPT_FUSE_NONE;
   b->absorbed[u] = b->gen;
   return (uint8_t)act;
@@ -795,7 +795,7 @@ static void push_through_concat(OptBase *b, int v) {
   int u = b->user2[v];
   if (!opt_is_channel_concat(cat) || u < 0) return;
   const Node *un = vnode(b, u);
-  int act = act_of_op_kind(un->kind);
+  int act = act_of_node(un);
   if (un->kind == OP_EWADD) {
     for (int j = 0; j < cat->n_in; j++)
       if (!conv_for(b, vin(b, v, j).node, v, true)) return;
@@ -803,7 +803,7 @@ static void push_through_concat(OptBase *b, int v) {
     if (other.node == v) other = vin(b, u, 1);
     if (other.node == v || !vbias_per_channel(b, other, &cat->out[0], OPT_BIAS_DEPTH)) return;
     int u2 = b->user2[u]; /* the new concat takes over u's uses */
-    int act2 = u2 >= 0 ? act_of_op_kind(vnode(b, u2)->kind) : ACT_NONE;
+    int act2 = u2 >= 0 ? act_of_node(vnode(b, u2)) : ACT_NONE;
     b->pushed[v] = b->gen, b->absorbed[u] = b->gen;
     if (act2 != ACT_NONE) b->absorbed[u2] = b->gen;
     for (int j = 0; j < cat->n_in; j++) {
@@ -931,7 +931,7 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
       if (place == PLACE_BY_CONCAT) continue;
       rc = vfused(b, v, fuse, &c, d);
       if (place == PLACE_IN_SITU) total += c;
-      else if (place == PLACE_REFOLD && (fuse & OPT_FUSE_BIAS) && (fuse & 3)) b->l2[n2++] = c;
+      else if (place == PLACE_REFOLD && (fuse & OPT_FUSE_BIAS) && (fuse & OPT_FUSE_ACT)) b->l2[n2++] = c;
       else b->l1[n1++] = c;
       continue;
     }

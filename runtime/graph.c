@@ -852,7 +852,7 @@ static int with_residual(Graph *g, int id, TensorRef z, int act_node, Diag *d) {
   in[r] = z;
   Params p = c->params;
   if (act_node >= 0)
-    p.v[param_index(c->kind, "act")].i[0] = act_of_op_kind(g->nodes[act_node].kind);
+    p.v[param_index(c->kind, "act")].i[0] = act_of_node(&g->nodes[act_node]);
   char *name = c->name ? strdup(c->name) : NULL;
   int nid = graph_add_node(g, c->kind, in, r + 1, 1, &p, name, d);
   free(name);
@@ -884,7 +884,7 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
       for (int j = op_def(c->kind)->n_in_min; ok && j < c->n_in; j++)
         ok = g->nodes[c->in[j].node].kind == OP_CONST;
       if (!ok) continue;
-      int act_node = reader[u] >= 0 && act_of_op_kind(g->nodes[reader[u]].kind) != ACT_NONE
+      int act_node = reader[u] >= 0 && act_of_node(&g->nodes[reader[u]]) != ACT_NONE
                          ? reader[u] : -1;
       int nid = with_residual(g, x.node, z, act_node, d);
       if (nid < 0) {

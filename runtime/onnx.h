@@ -36,9 +36,11 @@ typedef struct OnnxImportOptions {
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
-  bool keep_unfused_activations; /* do not fuse a relu, sigmoid or tanh into the conv or
-                                    matmul it alone reads (their act parameter), nor
-                                    x * sigmoid(x) into one silu (hard_swish alike) */
+  bool keep_unfused_activations; /* do not fuse an activation (a relu, sigmoid, tanh,
+                                    silu, hard swish, or a clip to [0, 6]) into the conv,
+                                    matmul or batchnorm it alone reads (their act
+                                    parameter), nor x * sigmoid(x) into one silu
+                                    (hard_swish alike) */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
                                   tensor of its shape into the conv (its residual) */
   /* A node of an operator Teq knows, in a form its row does not take (an

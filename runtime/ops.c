@@ -13,7 +13,8 @@
 #include "runtime/graph.h"
 #include "runtime/ops/family.h"
 
-const char *const act_symbols[] = {"none", "relu", "sigmoid", "tanh", NULL};
+const char *const act_symbols[] = {"none", "relu", "sigmoid", "tanh", "silu", "hard_swish", "relu6",
+                                   NULL};
 
 static const OpDef *const op_table[OP__COUNT] = {
 #define OP(KIND, name) [OP_##KIND] = &op_def_##name,
@@ -353,8 +354,11 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...) {
   return diag_error(d, "%s: %s", op_table[n->kind]->name, msg);
 }
 
+/* relu, sigmoid and tanh have kernels of their own here (the relu maps
+ * NaN to 0, as cuDNN's fused one does); the others run their row's. */
 void act_apply_f32(int act, float *x, int64_t n) {
   switch (act) {
+  case ACT_NONE: break;
   case ACT_RELU:
     for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
     break;
@@ -364,20 +368,44 @@ void act_apply_f32(int act, float *x, int64_t n) {
   case ACT_TANH:
     for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
     break;
-  default: break;
+  default: {
+    Params p;
+    act_op_params(act, &p);
+    unary_apply_f32(act_op_kind(act), &p, x, x, n);
+  }
   }
 }
 
-static const OpKind kind_of_act[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
-                                     [ACT_TANH] = OP_TANH};
+static const OpKind kind_of_act[ACT__COUNT] = {
+  [ACT_NONE] = OP__COUNT,          [ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+  [ACT_TANH] = OP_TANH,            [ACT_SILU] = OP_SILU, [ACT_HARD_SWISH] = OP_HARD_SWISH,
+  [ACT_RELU6] = OP_CLIP,
+};
 
 OpKind act_op_kind(int act) {
-  return act > ACT_NONE && act <= ACT_TANH ? kind_of_act[act] : OP__COUNT;
+  return act > ACT_NONE && act < ACT__COUNT ? kind_of_act[act] : OP__COUNT;
 }
 
-int act_of_op_kind(OpKind k) {
-  for (int act = ACT_RELU; act <= ACT_TANH; act++)
-    if (kind_of_act[act] == k) return act;
+void act_op_params(int act, Params *p) {
+  OpKind k = act_op_kind(act);
+  if (k == OP__COUNT) {
+    memset(p, 0, sizeof *p);
+    return;
+  }
+  params_default(k, p);
+  if (act == ACT_RELU6) {
+    param_set_float(p, param_index(OP_CLIP, "min"), 0.0);
+    param_set_float(p, param_index(OP_CLIP, "max"), 6.0);
+  }
+}
+
+int act_of_node(const Node *n) {
+  for (int act = ACT_RELU; act < ACT__COUNT; act++) {
+    if (kind_of_act[act] != n->kind) continue;
+    Params p;
+    act_op_params(act, &p);
+    if (memcmp(&p, &n->params, sizeof p) == 0) return act;
+  }
   return ACT_NONE;
 }
 
@@ -398,9 +426,10 @@ bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass) {
 }
 
 void act_apply_modp(int act, uint32_t *x, int64_t n) {
-  /* The fused activation uses the same stand-in as the stand-alone
-   * operator, so conv+relu and relu(conv) fingerprint alike. */
+  /* The fused activation uses the same map as the stand-alone operator, so
+   * conv+relu and relu(conv) fingerprint alike. */
   if (act == ACT_NONE) return;
-  uint32_t (*f)(uint32_t) = op_table[kind_of_act[act]]->modp_standin;
-  for (int64_t i = 0; i < n; i++) x[i] = f(x[i]);
+  Params p;
+  act_op_params(act, &p);
+  unary_apply_modp(act_op_kind(act), &p, x, x, n);
 }

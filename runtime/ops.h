@@ -84,16 +84,23 @@ typedef struct Params {
   ParamValue v[TEQ_MAX_PARAMS]; /* indexed like the row's params */
 } Params;
 
-/* Values of a fused activation parameter ("act") shared by conv and matmul. */
-enum { ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH };
+/* Values of a fused activation parameter ("act") shared by conv, matmul
+ * and batchnorm: TASO's three, and the activations that follow the
+ * convolutions of mobile networks (EfficientNet's silu, MobileNetV3's
+ * hard swish, MobileNetV2's relu6, a clip to [0, 6]), which a convolution's
+ * epilogue applies in the pass that adds its bias. */
+enum { ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SILU, ACT_HARD_SWISH, ACT_RELU6, ACT__COUNT };
 extern TEQ_API const char *const act_symbols[];
-/* The operator a fused activation stands for (OP_RELU for ACT_RELU, ...;
- * OP__COUNT for ACT_NONE), and back: the activation an operator of kind k
- * folds into (ACT_NONE when it is not one). */
-TEQ_API OpKind act_op_kind(int act);
-TEQ_API int act_of_op_kind(OpKind k);
-
 struct Node;
+/* The operator a fused activation stands for (OP_RELU for ACT_RELU,
+ * OP_CLIP for ACT_RELU6, ...; OP__COUNT for ACT_NONE) and its parameters
+ * (clip's bounds; the row's defaults for the others). */
+TEQ_API OpKind act_op_kind(int act);
+TEQ_API void act_op_params(int act, Params *p);
+/* The activation node n computes when fused into its producer: ACT_NONE
+ * where it is none (a clip to other bounds, a node of another kind). */
+TEQ_API int act_of_node(const struct Node *n);
+
 /* n without its epilogue, for an operator that can fuse one (a parameter
  * with adds_work): its optional inputs (a bias) dropped, *n_bare_in the
  * inputs left, and its fused activation none, in *bare; *pass the

@@ -147,6 +147,13 @@ static void q_format(Q v, char *buf, size_t size) {
   else snprintf(buf, size, "%lld/%lld", (long long)v.n, (long long)v.d);
 }
 
+/* The salt of a fused activation other than relu, which both twins below
+ * treat as an arbitrary function of the exact value (sigmoid's and tanh's
+ * as they always were). */
+static uint64_t act_salt(int act) {
+  return act == ACT_SIGMOID ? 0x5167 : act == ACT_TANH ? 0x7a4 : 0xac70 + (uint64_t)act;
+}
+
 /* An arbitrary but fixed function of the exact value, one per salt; the
  * GMP twin below hashes the same text and so gives the same value. */
 static Q q_arbitrary(Q x, uint64_t salt) {
@@ -159,8 +166,7 @@ static Q q_arbitrary(Q x, uint64_t salt) {
 /* The activation act of conv and matmul (and the unary operators). */
 static Q q_activate(Q v, int act) {
   if (act == ACT_RELU) return v.n < 0 ? (Q){0, 1} : v;
-  if (act == ACT_SIGMOID || act == ACT_TANH)
-    return q_arbitrary(v, act == ACT_SIGMOID ? 0x5167 : 0x7a4);
+  if (act != ACT_NONE) return q_arbitrary(v, act_salt(act));
   return v;
 }
 
@@ -597,10 +603,10 @@ static void arbitrary(mpq_ptr y, mpq_srcptr x, uint64_t salt) {
 static void activate(mpq_ptr v, int act) {
   if (act == ACT_RELU) {
     if (mpq_sgn(v) < 0) mpq_set_ui(v, 0, 1);
-  } else if (act == ACT_SIGMOID || act == ACT_TANH) {
+  } else if (act != ACT_NONE) {
     mpq_t t;
     mpq_init(t);
-    arbitrary(t, v, act == ACT_SIGMOID ? 0x5167 : 0x7a4);
+    arbitrary(t, v, act_salt(act));
     mpq_set(v, t);
     mpq_clear(t);
   }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_int.h"
+#include "runtime/cuda/unary.cuh"
 
 /* Largest workspace an algorithm search offers cuDNN. */
 static const size_t CONV_WORKSPACE_CAP = (size_t)256 << 20;
@@ -364,33 +365,34 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
 
 /* ---- the epilogue: residual, bias and activation ---- */
 
-/* y[img, m, p] += z[img, m, p] + bias[m] over planes of `plane` elements
- * (either may be NULL), and the relu with it when asked: one pass over y
- * where cuDNN's AddTensor and an activation kernel were two. The relu is
- * the element-wise kernels' (0 for NaN). */
+/* y[img, m, p] = act(y[img, m, p] + z[img, m, p] + bias[m]) over planes of
+ * `plane` elements (z or bias may be NULL): one pass over y where cuDNN's
+ * AddTensor and an activation kernel were two, for every fused activation
+ * (act_eval: the relu maps NaN to 0, as the element-wise kernels' fused
+ * one does). */
 __global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ z,
                                 const float *__restrict__ bias, int64_t total, int64_t m,
-                                int64_t plane, bool relu) {
+                                int64_t plane, int act) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     float v = y[i];
     if (z) v += z[i];
     if (bias) v += bias[(i / plane) % m];
-    y[i] = relu ? (v > 0 ? v : 0) : v;
+    y[i] = act_eval(act, v);
   }
 }
 
 /* What follows a convolution run without cuDNN's fused call: its residual,
- * bias and fused activation, in one kernel where the activation is a
- * relu. */
+ * bias and fused activation, in one kernel (the cost model prices a bias
+ * and an activation as one pass over the output). */
 static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, const float *z,
                            int act, float *y, Diag *d) {
   int64_t total = cv.n * cv.m * cv.oh * cv.ow;
   if (!bias && !z) return cuda_act_apply(cx, act, y, total, d);
   bias_act_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
-      y, z, bias, total, cv.m, cv.oh * cv.ow, act == ACT_RELU);
+      y, z, bias, total, cv.m, cv.oh * cv.ow, act);
   CUDA_LAUNCHED();
-  return act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, act, y, total, d);
+  return TEQ_OK;
 }
 
 /* ---- choosing a way to run a convolution ----
@@ -781,7 +783,7 @@ __global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
  * a plane along x: the channel is known per block, no division per element. */
 __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
                                        float *__restrict__ y, int64_t planes, int64_t c,
-                                       int64_t inner, bool relu) {
+                                       int64_t inner, int act) {
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     float a = ab[plane % c], b = ab[c + plane % c];
     const float *xp = x + plane * inner;
@@ -789,7 +791,7 @@ __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float 
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inner;
          i += (int64_t)gridDim.x * blockDim.x) {
       float v = xp[i] * a + b;
-      yp[i] = relu ? (v > 0 ? v : 0) : v; /* act_apply_f32's relu: 0 for NaN */
+      yp[i] = act_eval(act, v);
     }
   }
 }
@@ -812,11 +814,10 @@ extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
   unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
   unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
   if (bx > want) bx = want;
-  /* A fused relu in the same pass; sigmoid and tanh, rarer here, in a second. */
+  /* The fused activation in the same pass. */
   const int act = (int)param_int(&n->params, BATCHNORM_ACT);
   batchnorm_apply_kernel<<<dim3(bx, by), THREADS, 0, cx->stream>>>(
-      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, act == ACT_RELU);
+      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, act);
   CUDA_LAUNCHED();
-  return act == ACT_RELU ? TEQ_OK
-                         : cuda_act_apply(cx, act, (float *)out[0].data, shape_numel(&s), d);
+  return TEQ_OK;
 }

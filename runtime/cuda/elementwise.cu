@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_int.h"
+#include "runtime/cuda/unary.cuh"
 
 enum { EW_THREADS = 256 };
 
@@ -45,104 +46,6 @@ struct OpMin {
 /* The second operand broadcast: sum and mean copy their input 0 with it. */
 struct OpTakeSecond {
   __device__ float operator()(float, float y) const { return y; }
-};
-
-/* Unary functors see the row's first two float parameters, as float32 like
- * the CPU's UNARY_LOOP reads them. */
-struct UnaryArgs {
-  float a0, a1;
-};
-
-/* The CPU's clamp: a NaN stays NaN. */
-__device__ __forceinline__ float clamp_f(float x, float lo, float hi) {
-  x = x < lo ? lo : x;
-  return x > hi ? hi : x;
-}
-
-__device__ __forceinline__ float softplus_f(float x) {
-  return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
-}
-
-/* The CPU clears every value whose sign bit is set: -0 and a negative NaN
- * become 0, a positive NaN stays. */
-struct OpRelu {
-  __device__ float operator()(float x, UnaryArgs) const {
-    unsigned u = __float_as_uint(x);
-    return __uint_as_float(u & ~(unsigned)((int)u >> 31));
-  }
-};
-struct OpSigmoid {
-  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / (1.0f + expf(-x)); }
-};
-/* x times OpSigmoid's sigmoid of x: the product the Sigmoid and Mul it
- * replaces compute. */
-struct OpSilu {
-  __device__ float operator()(float x, UnaryArgs a) const { return x * OpSigmoid()(x, a); }
-};
-struct OpTanh {
-  __device__ float operator()(float x, UnaryArgs) const { return tanhf(x); }
-};
-struct OpExp {
-  __device__ float operator()(float x, UnaryArgs) const { return expf(x); }
-};
-struct OpLog {
-  __device__ float operator()(float x, UnaryArgs) const { return logf(x); }
-};
-struct OpSqrt {
-  __device__ float operator()(float x, UnaryArgs) const { return sqrtf(x); }
-};
-struct OpNeg {
-  __device__ float operator()(float x, UnaryArgs) const { return -x; }
-};
-struct OpAbs {
-  __device__ float operator()(float x, UnaryArgs) const { return fabsf(x); }
-};
-struct OpReciprocal {
-  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / x; }
-};
-struct OpErf {
-  __device__ float operator()(float x, UnaryArgs) const { return erff(x); }
-};
-struct OpLeakyRelu {
-  __device__ float operator()(float x, UnaryArgs p) const { return x >= 0.0f ? x : p.a0 * x; }
-};
-struct OpElu {
-  __device__ float operator()(float x, UnaryArgs p) const {
-    return x >= 0.0f ? x : p.a0 * expm1f(x);
-  }
-};
-struct OpClip {
-  __device__ float operator()(float x, UnaryArgs p) const { return clamp_f(x, p.a0, p.a1); }
-};
-struct OpSoftplus {
-  __device__ float operator()(float x, UnaryArgs) const { return softplus_f(x); }
-};
-/* __fmul_rn keeps nvcc from fusing into an fma the CPU does not do. */
-struct OpHardSigmoid {
-  __device__ float operator()(float x, UnaryArgs p) const {
-    return clamp_f(__fmul_rn(p.a0, x) + p.a1, 0.0f, 1.0f);
-  }
-};
-struct OpSelu {
-  __device__ float operator()(float x, UnaryArgs p) const {
-    return p.a1 * (x > 0.0f ? x : p.a0 * expm1f(x));
-  }
-};
-struct OpThresholdedRelu {
-  __device__ float operator()(float x, UnaryArgs p) const { return x > p.a0 ? x : 0.0f; }
-};
-struct OpHardSwish {
-  __device__ float operator()(float x, UnaryArgs) const {
-    return x * clamp_f(__fmul_rn(x, 1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
-  }
-};
-struct OpCelu {
-  __device__ float operator()(float x, UnaryArgs p) const {
-    return x > 0.0f ? x : p.a0 * expm1f(x / p.a0);
-  }
-};
-struct OpMish {
-  __device__ float operator()(float x, UnaryArgs) const { return x * tanhf(softplus_f(x)); }
 };
 
 /* ---- shared checks ---- */
@@ -646,11 +549,6 @@ extern "C" int cuda_eval_gelu(CUDA_KERNEL_SIGNATURE) {
 
 /* ---- fused activations (conv, matmul) ---- */
 
-/* act_apply_f32's relu, which unlike the relu row maps NaN to 0. */
-struct OpActRelu {
-  __device__ float operator()(float x, UnaryArgs) const { return x > 0 ? x : 0; }
-};
-
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
   UnaryArgs none = {0, 0};
   switch (act) {
@@ -658,6 +556,9 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
   case ACT_RELU: return unary_run<OpActRelu>(cx, x, x, n, none, d);
   case ACT_SIGMOID: return unary_run<OpSigmoid>(cx, x, x, n, none, d);
   case ACT_TANH: return unary_run<OpTanh>(cx, x, x, n, none, d);
+  case ACT_SILU: return unary_run<OpSilu>(cx, x, x, n, none, d);
+  case ACT_HARD_SWISH: return unary_run<OpHardSwish>(cx, x, x, n, none, d);
+  case ACT_RELU6: return unary_run<OpClip>(cx, x, x, n, UnaryArgs{0.0f, 6.0f}, d);
   default: return diag_error(d, "fused activation %d is unknown", act);
   }
 }
@@ -666,14 +567,14 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
 
 __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, int64_t total,
                                     const float *__restrict__ bias, int64_t m, int64_t plane,
-                                    const float *__restrict__ z, bool relu,
+                                    const float *__restrict__ z, int act,
                                     float *__restrict__ y) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     float v = bias ? bias[(i / plane) % m] : 0.0f;
     if (z) v += z[i];
     for (int j = 0; j < splits; j++) v += part[j * total + i];
-    y[i] = relu ? (v > 0 ? v : 0) : v; /* the relu's: 0 for NaN */
+    y[i] = act_eval(act, v);
   }
 }
 
@@ -681,7 +582,7 @@ int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d) {
   if (total == 0) return TEQ_OK;
   sum_partials_kernel<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, cx->stream>>>(
-      part, splits, total, bias, m, plane, z, act == ACT_RELU, y);
+      part, splits, total, bias, m, plane, z, act, y);
   CUDA_LAUNCHED();
-  return act == ACT_RELU ? TEQ_OK : cuda_act_apply(cx, act, y, total, d);
+  return TEQ_OK;
 }

@@ -884,11 +884,61 @@ static int place_weights(Exporter *x, const OnnxExportOptions *o) {
   return rc;
 }
 
+/* ---- fused activations written out ----
+ * A fused relu, sigmoid or tanh is written by its producer's row as one
+ * node after it. One whose ONNX form is more than a plain unary node
+ * (silu: Sigmoid and Mul; relu6: a Clip with its bounds; hard swish: an
+ * opset of its own) is split off, in a copy of the graph, into a node of
+ * its own kind, which that kind's row writes. */
+static bool act_needs_own_node(const Node *n) {
+  int ai = param_index(n->kind, "act");
+  if (ai < 0 || n->params.v[ai].i[0] == ACT_NONE) return false;
+  const OpDef *o = op_def(act_op_kind((int)n->params.v[ai].i[0]));
+  return !o->onnx_op || o->onnx_write || o->n_params > 0 || o->onnx_opset > 0;
+}
+
+/* *copy: NULL where no activation of g needs its own node, else a copy of
+ * g with them split off, the caller's to free. */
+static int acts_split(const Graph *g, Graph **copy, Diag *d) {
+  *copy = NULL;
+  int n0 = g->n_nodes, id = 0;
+  while (id < n0 && !act_needs_own_node(&g->nodes[id])) id++;
+  if (id == n0) return TEQ_OK;
+  Graph *c = graph_copy(g);
+  if (!c) {
+    diag_error(d, "out of memory");
+    return TEQ_ERR_NOMEM;
+  }
+  for (; id < n0; id++) {
+    if (!act_needs_own_node(&c->nodes[id])) continue;
+    int ai = param_index(c->nodes[id].kind, "act"), act = (int)c->nodes[id].params.v[ai].i[0];
+    c->nodes[id].params.v[ai].i[0] = ACT_NONE;
+    Params p;
+    act_op_params(act, &p);
+    char name[300];
+    snprintf(name, sizeof name, "%s_%s", c->nodes[id].name ? c->nodes[id].name : "node",
+             act_symbols[act]);
+    TensorRef pre = {id, 0};
+    int a = graph_add_node(c, act_op_kind(act), &pre, 1, 1, &p, name, d);
+    if (a < 0) {
+      graph_free(c);
+      return a;
+    }
+    graph_replace_uses(c, pre, (TensorRef){a, 0});
+    c->nodes[a].in[0] = pre;
+  }
+  *copy = c;
+  return TEQ_OK;
+}
+
 int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *opts,
                      Diag *d) {
   OnnxExportOptions o = opts ? *opts : (OnnxExportOptions){0};
-  Exporter x = {.g = g, .path = path, .d = d, .opset = EXPORT_OPSET};
-  int rc = exporter_init(&x);
+  Graph *copy;
+  int rc = acts_split(g, &copy, d);
+  if (rc) return rc;
+  Exporter x = {.g = copy ? copy : g, .path = path, .d = d, .opset = EXPORT_OPSET};
+  rc = exporter_init(&x);
   if (rc == TEQ_OK) rc = write_graph(&x);
   if (rc == TEQ_OK) finish_model(&x);
   if (rc == TEQ_ERR_NOMEM || (rc == TEQ_OK && x.nomem)) {
@@ -901,5 +951,6 @@ int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *
   if (rc == TEQ_OK) rc = place_weights(&x, &o);
   if (rc == TEQ_OK) rc = onnx_pack_to_file(&x.m->base, path, d);
   exporter_fini(&x);
+  graph_free(copy);
   return rc;
 }

@@ -1054,6 +1054,9 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
      * would take none, and the sigmoid is the swish's. */
     if ((n = onnx_pass_fuse_swishes(im->g, im->d)) < 0) return n;
     im->stats.n_swishes_fused = n;
+    /* The replaced Sigmoids and Muls go, so the conv a swish read twice is
+     * read once (by the swish) when activations fuse. */
+    if (n > 0 && (n = graph_remove_dead(im->g)) < 0) return n;
   }
   if (!o->keep_unfused_residuals) {
     if ((n = graph_fuse_residuals(im->g, im->d)) < 0) return n;

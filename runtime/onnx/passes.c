@@ -489,22 +489,14 @@ int onnx_pass_fold_zero_pads(Graph *g, Diag *d) {
   return n;
 }
 
-/* The value of the fused-activation parameter (act_symbols) that computes
- * what an operator of kind k computes, or -1 where none does. */
-static int fused_act_of(OpKind k) {
-  for (int a = ACT_NONE + 1; act_symbols[a]; a++)
-    if (strcmp(act_symbols[a], op_def(k)->name) == 0) return a;
-  return -1;
-}
-
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
   int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing activations", d);
   if (!uses) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     const Node *a = &g->nodes[i];
-    int act = a->n_in == 1 ? fused_act_of(a->kind) : -1;
-    if (act < 0) continue;
+    int act = a->n_in == 1 ? act_of_node(a) : ACT_NONE;
+    if (act == ACT_NONE) continue;
     TensorRef x = a->in[0];
     const Node *p = &g->nodes[x.node];
     int act_i = param_index(p->kind, "act");

@@ -477,32 +477,41 @@ static uint32_t exact_neg(uint32_t x) { return modp_neg(x); }
  * fingerprint alike. The map is standin(x) + t x, with t a hash of the
  * parameters that is 0 at the row's defaults, where the kernel therefore
  * equals modp_standin. */
-static uint32_t params_tweak(const Node *n) {
+static uint32_t params_tweak(OpKind kind, const Params *p) {
   Params def;
-  params_default(n->kind, &def);
-  if (memcmp(&def, &n->params, sizeof def) == 0) return 0;
-  uint32_t t = modp_reduce(hash_bytes(0x7477656b, &n->params, sizeof n->params));
+  params_default(kind, &def);
+  if (memcmp(&def, p, sizeof def) == 0) return 0;
+  uint32_t t = modp_reduce(hash_bytes(0x7477656b, p, sizeof *p));
   return t ? t : 1;
+}
+
+void unary_apply_f32(OpKind kind, const Params *p, const float *xs, float *ys, int64_t n) {
+  const UnaryFamily *f = op_def(kind)->family;
+  f->f32(xs, ys, n, p);
+}
+
+void unary_apply_modp(OpKind kind, const Params *p, const uint32_t *xs, uint32_t *ys,
+                      int64_t n) {
+  const UnaryFamily *f = op_def(kind)->family;
+  uint32_t t = params_tweak(kind, p);
+  if (!t) {
+    for (int64_t i = 0; i < n; i++) ys[i] = f->modp(xs[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) ys[i] = modp_add(f->modp(xs[i]), modp_mul(t, xs[i]));
 }
 
 static int unary_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   int rc = check_dtypes(n, in, out, DT_F32, d);
   if (rc) return rc;
-  const UnaryFamily *f = op_def(n->kind)->family;
-  f->f32(in[0]->data, out[0]->data, tensor_numel(out[0]), &n->params);
+  unary_apply_f32(n->kind, &n->params, in[0]->data, out[0]->data, tensor_numel(out[0]));
   return TEQ_OK;
 }
 
 static int unary_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   int rc = check_dtypes(n, in, out, DT_MODP, d);
   if (rc) return rc;
-  const UnaryFamily *f = op_def(n->kind)->family;
-  const uint32_t *x = in[0]->data;
-  uint32_t *y = out[0]->data, t = params_tweak(n);
-  int64_t count = tensor_numel(out[0]);
-  for (int64_t i = 0; i < count; i++) y[i] = f->modp(x[i]);
-  if (t)
-    for (int64_t i = 0; i < count; i++) y[i] = modp_add(y[i], modp_mul(t, x[i]));
+  unary_apply_modp(n->kind, &n->params, in[0]->data, out[0]->data, tensor_numel(out[0]));
   return TEQ_OK;
 }
 

@@ -65,7 +65,7 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 
 /* The activation fused into a conv or matmul (act_symbols). */
 #define PARAM_FUSED_ACT                                                                  \
-  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT_TANH,     \
+  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT__COUNT - 1,     \
    .symbols = act_symbols, .adds_work = true}
 
 /* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
@@ -169,6 +169,12 @@ int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Di
 /* Offsets of A and B for the batch entry whose flattened index is t. */
 void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob);
 
+/* A unary element-wise row's kernels (elementwise.c) for an operator of
+ * that kind with parameters p, float32 and Z_p; xs may be ys. Fused
+ * activations run them, so that a fused silu or clip computes what the
+ * operator does and fingerprints alike. */
+void unary_apply_f32(OpKind kind, const Params *p, const float *xs, float *ys, int64_t n);
+void unary_apply_modp(OpKind kind, const Params *p, const uint32_t *xs, uint32_t *ys, int64_t n);
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);

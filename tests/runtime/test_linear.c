@@ -23,17 +23,36 @@ static double act_ref(int act, double v) {
   if (act == ACT_RELU) return v > 0 ? v : 0;
   if (act == ACT_SIGMOID) return 1.0 / (1.0 + exp(-v));
   if (act == ACT_TANH) return tanh(v);
+  if (act == ACT_SILU) return v / (1.0 + exp(-v));
+  if (act == ACT_HARD_SWISH) return v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
+  if (act == ACT_RELU6) return fmin(fmax(v, 0.0), 6.0);
   return v;
 }
 
-/* The Z_p map of a fused activation: the stand-alone operator's stand-in. */
+/* The Z_p map of a fused activation: the stand-alone operator's, written
+ * out here (relu, clip's [0, 6] ...) and run through its row, applied to
+ * t in place. */
 static void act_modp(int act, Tensor *t) {
-  static const OpKind kinds[] = {[ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
-                                 [ACT_TANH] = OP_TANH};
+  static const struct {
+    OpKind kind;
+    double min, max; /* clip's bounds */
+  } as_op[ACT__COUNT] = {[ACT_RELU] = {OP_RELU, 0, 0},       [ACT_SIGMOID] = {OP_SIGMOID, 0, 0},
+                         [ACT_TANH] = {OP_TANH, 0, 0},       [ACT_SILU] = {OP_SILU, 0, 0},
+                         [ACT_HARD_SWISH] = {OP_HARD_SWISH, 0, 0}, [ACT_RELU6] = {OP_CLIP, 0, 6}};
   if (act == ACT_NONE) return;
-  uint32_t (*f)(uint32_t) = op_def(kinds[act])->modp_standin;
-  uint32_t *p = t->data;
-  for (int64_t i = 0; i < tensor_numel(t); i++) p[i] = f(p[i]);
+  Op o;
+  op_init(&o, as_op[act].kind, 1);
+  if (as_op[act].kind == OP_CLIP) {
+    op_float(&o, "min", as_op[act].min);
+    op_float(&o, "max", as_op[act].max);
+  }
+  Diag d;
+  diag_init(&d);
+  Tensor *y = op_run(&o, &t, true, &d);
+  CHECK_MSG(y, "activation %s in Z_p: %s", act_symbols[act], diag_last(&d));
+  if (y) memcpy(t->data, y->data, tensor_bytes(t));
+  tensor_unref(y);
+  diag_fini(&d);
 }
 
 static bool standins_ready(void) {
@@ -78,6 +97,14 @@ static const ConvCase conv_cases[] = {
   {1, 16, 5, 5, 32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU, 1}, /* residual, 1x1 */
   {1, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},  /* residual, groups */
   {2, 4, 6, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_TANH, 1},  /* residual, depthwise */
+  /* the mobile networks' activations */
+  {1, 8, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8, 1, ACT_SILU, 0},       /* EfficientNet dw */
+  {2, 6, 5, 5, 12, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_SILU, 0},      /* 1x1 expand */
+  {1, 4, 9, 9, 4, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 4, 1, ACT_HARD_SWISH, 0}, /* MobileNetV3 dw */
+  {1, 5, 6, 6, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_HARD_SWISH, 0}, /* no bias */
+  {1, 6, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, ACT_RELU6, 0},      /* MobileNetV2 dw */
+  {2, 8, 4, 4, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU6, 1},      /* residual, 1x1 */
+  {1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, ACT_SILU, 1},       /* residual, groups */
 };
 
 static int conv_n_in(const ConvCase *k) { return k->res ? 4 : k->bias ? 3 : 2; }
@@ -355,6 +382,9 @@ static void test_matmul(void) {
     {shape_of(3, 2, 3, 5), shape_of(1, 5), ACT_NONE},     /* [2, 3] */
     {shape_of(2, 1, 7), shape_of(2, 7, 1), ACT_NONE},
     {shape_of(2, 33, 65), shape_of(2, 65, 17), ACT_RELU},
+    {shape_of(2, 3, 4), shape_of(2, 4, 5), ACT_SILU},
+    {shape_of(1, 6), shape_of(3, 2, 6, 3), ACT_HARD_SWISH}, /* [2, 3] */
+    {shape_of(3, 2, 3, 4), shape_of(2, 4, 5), ACT_RELU6},
   };
   Diag d;
   diag_init(&d);
@@ -644,6 +674,28 @@ static void test_batchnorm(void) {
             "batchnorm with relu: %lld wrong of %lld (%lld negative before)", (long long)bad,
             (long long)shape_numel(&sx), (long long)negative);
   unref_all((Tensor *[]){plain, fused, fused_m}, 3);
+  /* The mobile networks' activations likewise, each as its stand-alone
+   * operator computes it: to the bit in float32, exactly in Z_p. */
+  for (int act = ACT_SILU; act <= ACT_RELU6; act++) {
+    op_int(&o, "act", ACT_NONE);
+    Tensor *p = op_run(&o, in, false, &d), *pm = op_run(&o, m, true, &d);
+    op_int(&o, "act", act);
+    Tensor *f = op_run(&o, in, false, &d), *fm = op_run(&o, m, true, &d);
+    Tensor *want = p ? tensor_new(DT_F32, &p->shape) : NULL;
+    Params ap;
+    act_op_params(act, &ap);
+    Tensor *wm = NULL;
+    if (want) {
+      CHECK(run_op(act_op_kind(act), &ap, &p, 1, false, &wm, &d) == TEQ_OK);
+      if (wm) memcpy(want->data, wm->data, tensor_bytes(want));
+      tensor_unref(wm);
+      wm = NULL;
+    }
+    if (pm) CHECK(run_op(act_op_kind(act), &ap, &pm, 1, true, &wm, &d) == TEQ_OK);
+    CHECK_MSG(tensors_identical(f, want), "batchnorm with %s: float32", act_symbols[act]);
+    CHECK_MSG(tensors_identical(fm, wm), "batchnorm with %s: Z_p", act_symbols[act]);
+    unref_all((Tensor *[]){p, pm, f, fm, want, wm}, 6);
+  }
   unref_all((Tensor *[]){y0, y1, y2}, 3);
   unref_all(in, 5);
   unref_all(m, 5);

@@ -766,6 +766,70 @@ static void test_activations_fused(void) {
   diag_fini(&d);
 }
 
+/* The mobile networks' activations after a conv: a silu (written as
+ * Sigmoid and Mul), a hard swish (an opset-14 operator) and a clip to
+ * [0, 6] are fused into the conv that alone feeds them, a clip to other
+ * bounds is not. The fused graph exports each as its own operator's ONNX
+ * form again, which imports with every fusion off to the same outputs
+ * (weights large enough that the clip's 6 is reached). */
+static void test_mobile_activations_fused(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 3, 6, 6}}, sw = {4, {4, 3, 3, 3}}, sb = {1, {4}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb);
+  tensor_fill_random(w, 21);
+  tensor_fill_random(b, 22);
+  for (int64_t i = 0; i < tensor_numel(w); i++) ((float *)w->data)[i] *= 4.0f;
+  int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d);
+  Params p, clip6, clip5;
+  params_default(OP_CONV2D, &p);
+  act_op_params(ACT_RELU6, &clip6);
+  clip5 = clip6;
+  param_set_float(&clip5, param_index(OP_CLIP, "max"), 5.0);
+  TensorRef xwb[3] = {{x, 0}, {wi, 0}, {bi, 0}};
+  const struct {
+    OpKind kind;
+    const Params *p;
+  } after[4] = {{OP_SILU, NULL}, {OP_HARD_SWISH, NULL}, {OP_CLIP, &clip6}, {OP_CLIP, &clip5}};
+  for (int k = 0; k < 4; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "c%d", k);
+    int c = graph_add_node(g, OP_CONV2D, xwb, 3, 1, &p, name, &d);
+    int a = graph_add_node(g, after[k].kind, (TensorRef[]){{c, 0}}, 1, 1, after[k].p, NULL, &d);
+    snprintf(name, sizeof name, "y%d", k);
+    CHECK(a >= 0);
+    graph_add_output(g, (TensorRef){a, 0}, name, &d);
+  }
+  char q[PATH_BUF], q2[PATH_BUF];
+  OnnxImportStats st;
+  Graph *h = export_to_tmp(g, "mobile.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_activations_fused, 3);
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_SILU), 1);
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SWISH), 1);
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU6), 1);
+    CHECK_EQ_INT(count_kind(h, OP_CLIP), 1); /* the clip to 5 */
+    check_same_outputs(g, h, &sx, 23);
+    OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
+    onnx_import_as_given(&given);
+    Graph *h2 =
+        export_to_tmp(h, "mobile_fused.onnx", q2) == TEQ_OK ? import(q2, &given, NULL, &d) : NULL;
+    if (h2) {
+      CHECK_EQ_INT(count_kind(h2, OP_CLIP), 2);
+      CHECK_EQ_INT(count_kind(h2, OP_HARD_SWISH), 1);
+      CHECK_EQ_INT(count_kind(h2, OP_SIGMOID), 1);
+      CHECK_EQ_INT(count_kind(h2, OP_EWMUL), 1);
+      check_same_outputs(g, h2, &sx, 24);
+    }
+    graph_free(h2);
+  }
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
 /* Convolutions with a residual input (a fourth), after import. */
 static int count_residual(const Graph *g) {
   int n = 0;
@@ -1312,6 +1376,7 @@ int main(void) {
   test_opaque_meta();
   test_export_built();
   test_activations_fused();
+  test_mobile_activations_fused();
   test_zero_pads_folded();
   test_zero_pads_random();
   test_residuals_fused();

@@ -1,0 +1,133 @@
+/* unary.cuh: the unary element-wise operators as device functors, whose
+ * expressions are the CPU rows' (runtime/ops/elementwise.c), and act_eval,
+ * a fused activation (ACT_*) through them. Shared by elementwise.cu, which
+ * runs them as operators, and the epilogues of conv.cu and
+ * cuda_sum_partials, which apply a fused activation in the pass that adds
+ * a bias: one pass over the output where a bias pass and an activation
+ * pass were two. */
+#ifndef TEQ_CUDA_UNARY_CUH
+#define TEQ_CUDA_UNARY_CUH
+
+#include <math.h>
+
+#include "runtime/ops.h"
+
+/* Unary functors see the row's first two float parameters, as float32 like
+ * the CPU's UNARY_LOOP reads them. */
+struct UnaryArgs {
+  float a0, a1;
+};
+
+/* The CPU's clamp: a NaN stays NaN. */
+__device__ __forceinline__ float clamp_f(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+__device__ __forceinline__ float softplus_f(float x) {
+  return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+
+/* The CPU clears every value whose sign bit is set: -0 and a negative NaN
+ * become 0, a positive NaN stays. */
+struct OpRelu {
+  __device__ float operator()(float x, UnaryArgs) const {
+    unsigned u = __float_as_uint(x);
+    return __uint_as_float(u & ~(unsigned)((int)u >> 31));
+  }
+};
+struct OpSigmoid {
+  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / (1.0f + expf(-x)); }
+};
+/* x times OpSigmoid's sigmoid of x: the product the Sigmoid and Mul it
+ * replaces compute. */
+struct OpSilu {
+  __device__ float operator()(float x, UnaryArgs a) const { return x * OpSigmoid()(x, a); }
+};
+struct OpTanh {
+  __device__ float operator()(float x, UnaryArgs) const { return tanhf(x); }
+};
+struct OpExp {
+  __device__ float operator()(float x, UnaryArgs) const { return expf(x); }
+};
+struct OpLog {
+  __device__ float operator()(float x, UnaryArgs) const { return logf(x); }
+};
+struct OpSqrt {
+  __device__ float operator()(float x, UnaryArgs) const { return sqrtf(x); }
+};
+struct OpNeg {
+  __device__ float operator()(float x, UnaryArgs) const { return -x; }
+};
+struct OpAbs {
+  __device__ float operator()(float x, UnaryArgs) const { return fabsf(x); }
+};
+struct OpReciprocal {
+  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / x; }
+};
+struct OpErf {
+  __device__ float operator()(float x, UnaryArgs) const { return erff(x); }
+};
+struct OpLeakyRelu {
+  __device__ float operator()(float x, UnaryArgs p) const { return x >= 0.0f ? x : p.a0 * x; }
+};
+struct OpElu {
+  __device__ float operator()(float x, UnaryArgs p) const {
+    return x >= 0.0f ? x : p.a0 * expm1f(x);
+  }
+};
+struct OpClip {
+  __device__ float operator()(float x, UnaryArgs p) const { return clamp_f(x, p.a0, p.a1); }
+};
+struct OpSoftplus {
+  __device__ float operator()(float x, UnaryArgs) const { return softplus_f(x); }
+};
+/* __fmul_rn keeps nvcc from fusing into an fma the CPU does not do. */
+struct OpHardSigmoid {
+  __device__ float operator()(float x, UnaryArgs p) const {
+    return clamp_f(__fmul_rn(p.a0, x) + p.a1, 0.0f, 1.0f);
+  }
+};
+struct OpSelu {
+  __device__ float operator()(float x, UnaryArgs p) const {
+    return p.a1 * (x > 0.0f ? x : p.a0 * expm1f(x));
+  }
+};
+struct OpThresholdedRelu {
+  __device__ float operator()(float x, UnaryArgs p) const { return x > p.a0 ? x : 0.0f; }
+};
+struct OpHardSwish {
+  __device__ float operator()(float x, UnaryArgs) const {
+    return x * clamp_f(__fmul_rn(x, 1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+  }
+};
+struct OpCelu {
+  __device__ float operator()(float x, UnaryArgs p) const {
+    return x > 0.0f ? x : p.a0 * expm1f(x / p.a0);
+  }
+};
+struct OpMish {
+  __device__ float operator()(float x, UnaryArgs) const { return x * tanhf(softplus_f(x)); }
+};
+
+/* act_apply_f32's relu, which unlike the relu row maps NaN to 0. */
+struct OpActRelu {
+  __device__ float operator()(float x, UnaryArgs) const { return x > 0 ? x : 0; }
+};
+
+/* Fused activation act (ACT_*) of v: the operator act_op_kind names, with
+ * act_op_params' parameters (relu6: a clip to [0, 6]). */
+__device__ __forceinline__ float act_eval(int act, float v) {
+  UnaryArgs none = {0, 0};
+  switch (act) {
+  case ACT_RELU: return OpActRelu()(v, none);
+  case ACT_SIGMOID: return OpSigmoid()(v, none);
+  case ACT_TANH: return OpTanh()(v, none);
+  case ACT_SILU: return OpSilu()(v, none);
+  case ACT_HARD_SWISH: return OpHardSwish()(v, none);
+  case ACT_RELU6: return OpClip()(v, UnaryArgs{0.0f, 6.0f});
+  default: return v;
+  }
+}
+
+#endif
