@@ -86,6 +86,16 @@ static void test_conv2d(CudaDevice *dev) {
                             S(4, 7, 5, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_SIGMOID});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias tanh", S(4, 2, 5, 13, 11), S(4, 7, 5, 3, 3),
                             true, .pads = {1, 1, 1, 1}, .act = ACT_TANH});
+  /* the mobile networks' activations, applied in the bias pass */
+  conv_case(dev, (ConvSpec){.label = "conv2d depthwise 1x32x14x14 bias silu", S(4, 1, 32, 14, 14),
+                            S(4, 32, 1, 3, 3), true, .pads = {1, 1, 1, 1}, .groups = 32,
+                            .act = ACT_SILU});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x1 1x16x28x28 bias hard_swish", S(4, 1, 16, 28, 28),
+                            S(4, 48, 16, 1, 1), true, .act = ACT_HARD_SWISH});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias relu6", S(4, 2, 5, 13, 11),
+                            S(4, 7, 5, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU6});
+  conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 silu, no bias", S(4, 2, 5, 13, 11),
+                            S(4, 7, 5, 3, 3), .pads = {1, 1, 1, 1}, .act = ACT_SILU});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias, no act", S(4, 2, 5, 13, 11),
                             S(4, 7, 5, 3, 3), true, .pads = {1, 1, 1, 1}});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 relu, no bias", S(4, 2, 5, 13, 11),
@@ -230,6 +240,14 @@ static void test_conv2d_ways(CudaDevice *dev) {
   pinned_conv_case(dev, "cublas:gemm split 16",
                    (ConvSpec){.label = "conv2d 1x1 1x1024x7x7 relu split 16",
                               S(4, 1, 1024, 7, 7), S(4, 256, 1024, 1, 1), .act = ACT_RELU});
+  pinned_conv_case(dev, "cublas:gemm split 4",
+                   (ConvSpec){.label = "conv2d 1x1 1x1152x7x7 bias silu split 4",
+                              S(4, 1, 1152, 7, 7), S(4, 320, 1152, 1, 1), true,
+                              .act = ACT_SILU});
+  pinned_conv_case(dev, "cublas:im2col+gemm",
+                   (ConvSpec){.label = "conv2d im2col 1x8x9x9 residual bias relu6",
+                              S(4, 1, 8, 9, 9), S(4, 8, 8, 3, 3), true, .pads = {1, 1, 1, 1},
+                              .act = ACT_RELU6, .residual = true});
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 8, 5, 5), S(4, 4, 8, 3, 3),
                     "cublas:im2col+gemm split 3", "cublas:im2col+gemm");
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
@@ -346,6 +364,8 @@ static void test_batchnorm(CudaDevice *dev) {
   /* DenseNet's batchnorm + relu after a concat, in the kernel's pass; tanh after it */
   batchnorm_case(dev, "batchnorm 1x256x28x28 relu", S(4, 1, 256, 28, 28), 0, ACT_RELU);
   batchnorm_case(dev, "batchnorm 2x5x13x11 tanh", S(4, 2, 5, 13, 11), 1e-3, ACT_TANH);
+  batchnorm_case(dev, "batchnorm 1x40x14x14 silu", S(4, 1, 40, 14, 14), 0, ACT_SILU);
+  batchnorm_case(dev, "batchnorm 1x24x9x9 relu6", S(4, 1, 24, 9, 9), 0, ACT_RELU6);
 }
 
 /* ---- matmul ---- */
@@ -392,6 +412,8 @@ static void test_matmul(CudaDevice *dev) {
   matmul_case(dev, "matmul [2,3,5,7]x[2,3,7,4] sigmoid", S(4, 2, 3, 5, 7), S(4, 2, 3, 7, 4),
               ACT_SIGMOID);
   matmul_case(dev, "matmul [5,7]x[2,3,7,4] tanh", S(2, 5, 7), S(4, 2, 3, 7, 4), ACT_TANH);
+  matmul_case(dev, "matmul [5,7]x[7,9] silu", S(2, 5, 7), S(2, 7, 9), ACT_SILU);
+  matmul_case(dev, "matmul [3,6]x[6,4] relu6", S(2, 3, 6), S(2, 6, 4), ACT_RELU6);
   matmul_case(dev, "matmul [1000,1000]x[1000,1000] (large)", S(2, 1000, 1000),
               S(2, 1000, 1000), ACT_NONE);
   matmul_case(dev, "matmul [8,128,64]x[8,64,128] (attention)", S(3, 8, 128, 64),
