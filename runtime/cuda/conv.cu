@@ -380,20 +380,36 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
 
 /* ---- the epilogue: residual, bias and activation ---- */
 
+/* A grid over `planes` planes of `inner` elements: planes (image, channel)
+ * along y (striding past 65535), a plane's elements along x, about 2048
+ * blocks in all, enough to fill the GPU whether the planes are few and
+ * large or many and small; grid-stride loops take the rest. A kernel on it
+ * knows each block's channel: no division per element. */
+static dim3 plane_grid(int64_t planes, int64_t inner) {
+  unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
+  unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
+  return dim3(bx > want ? want : bx, by);
+}
+
 /* y[img, m, p] = act(y[img, m, p] + z[img, m, p] + bias[m]) over planes of
- * `plane` elements (z or bias may be NULL): one pass over y where cuDNN's
- * AddTensor and an activation kernel were two, for every fused activation
- * (act_eval: the relu maps NaN to 0, as the element-wise kernels' fused
- * one does). */
+ * `plane` elements (z or bias may be NULL), on plane_grid: one pass over y
+ * where cuDNN's AddTensor and an activation kernel were two, for every
+ * fused activation (act_eval: the relu maps NaN to 0, as the element-wise
+ * kernels' fused one does). */
 __global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ z,
-                                const float *__restrict__ bias, int64_t total, int64_t m,
+                                const float *__restrict__ bias, int64_t planes, int64_t m,
                                 int64_t plane, int act) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float v = y[i];
-    if (z) v += z[i];
-    if (bias) v += bias[(i / plane) % m];
-    y[i] = act_eval(act, v);
+  for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+    float *yp = y + pl * plane;
+    const float *zp = z ? z + pl * plane : nullptr;
+    float b = bias ? bias[pl % m] : 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < plane;
+         i += (int64_t)gridDim.x * blockDim.x) {
+      float v = yp[i];
+      if (zp) v += zp[i];
+      if (bias) v += b; /* not 0 where there is none: -0 + 0 is +0 */
+      yp[i] = act_eval(act, v);
+    }
   }
 }
 
@@ -404,8 +420,10 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
                            int act, float *y, Diag *d) {
   int64_t total = cv.n * cv.m * cv.oh * cv.ow;
   if (!bias && !z) return cuda_act_apply(cx, act, y, total, d);
-  bias_act_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
-      y, z, bias, total, cv.m, cv.oh * cv.ow, act);
+  int64_t plane = cv.oh * cv.ow;
+  if (total == 0) return TEQ_OK;
+  bias_act_kernel<<<plane_grid(cv.n * cv.m, plane), THREADS, 0, cx->stream>>>(
+      y, z, bias, cv.n * cv.m, cv.m, plane, act);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -794,8 +812,7 @@ __global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
   }
 }
 
-/* Planes (image, channel) along grid y (striding past 65535), elements of
- * a plane along x: the channel is known per block, no division per element. */
+/* On plane_grid: the channel is known per block. */
 __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
                                        float *__restrict__ y, int64_t planes, int64_t c,
                                        int64_t inner, int act) {
@@ -824,14 +841,9 @@ extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
       (const float *)in[1].data, (const float *)in[2].data, (const float *)in[3].data,
       (const float *)in[4].data, param_float(&n->params, BATCHNORM_EPSILON), c, ab);
   CUDA_LAUNCHED();
-  /* About 2048 blocks in all, enough to fill the GPU whether the planes
-   * are few and large or many and small; grid-stride loops take the rest. */
-  unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
-  unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
-  if (bx > want) bx = want;
   /* The fused activation in the same pass. */
   const int act = (int)param_int(&n->params, BATCHNORM_ACT);
-  batchnorm_apply_kernel<<<dim3(bx, by), THREADS, 0, cx->stream>>>(
+  batchnorm_apply_kernel<<<plane_grid(planes, inner), THREADS, 0, cx->stream>>>(
       (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, act);
   CUDA_LAUNCHED();
   return TEQ_OK;
