@@ -623,40 +623,52 @@ static void test_relu_fused(void) {
   graph_free(g);
 }
 
-/* Biases split off for the search and folded back give the same graph. */
+/* Biases and activations split off for the search and folded back give
+ * the same graph: the activation back as it was (a relu6 as a relu6, not
+ * a clip of the row's default bounds). */
 static void test_bias_round_trip(void) {
-  Graph *g = graph_new();
-  TensorRef i = input(g, "i", shape_of(4, 1, 3, 7, 7));
-  Shape ks = shape_of(4, 5, 3, 3, 3), bs = shape_of(1, 5);
-  Tensor *k = tensor_new(DT_F32, &ks), *b = tensor_new(DT_F32, &bs);
-  tensor_fill_random(k, 3);
-  tensor_fill_random(b, 4);
-  TensorRef in[3] = {i, {graph_add_const(g, "k", k, NULL), 0}, {graph_add_const(g, "b", b, NULL), 0}};
-  Params p;
-  params_default(OP_CONV2D, &p);
-  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
-  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
-  int c = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, "c", NULL);
-  graph_add_output(g, (TensorRef){c, 0}, "y", NULL);
-  Graph *h = graph_copy(g);
-  Diag d;
-  diag_init(&d);
-  int split = 0, fused = 0;
-  CHECK(opt_split_bias(h, &split, &d) == TEQ_OK);
-  CHECK_EQ_INT(split, 1);
-  CHECK_EQ_INT(graph_count_ops(h), 3); /* conv, ewadd, relu */
-  ExecDiff diff;
-  CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-5, &diff, &d) == TEQ_OK && !diff.differ);
-  exec_diff_fini(&diff);
-  CHECK(opt_fuse_bias(h, &fused, &d) == TEQ_OK);
-  CHECK_EQ_INT(fused, 2);
-  CHECK_EQ_INT(graph_count_ops(h), 1);
-  CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
-  exec_diff_fini(&diff);
-  diag_flush(&d, stderr);
-  diag_fini(&d);
-  graph_free(h);
-  graph_free(g);
+  static const int acts[] = {ACT_RELU, ACT_SILU, ACT_HARD_SWISH, ACT_RELU6};
+  for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
+    Graph *g = graph_new();
+    TensorRef i = input(g, "i", shape_of(4, 1, 3, 7, 7));
+    Shape ks = shape_of(4, 5, 3, 3, 3), bs = shape_of(1, 5);
+    Tensor *k = tensor_new(DT_F32, &ks), *b = tensor_new(DT_F32, &bs);
+    tensor_fill_random(k, 3);
+    tensor_fill_random(b, 4);
+    for (int64_t e = 0; e < tensor_numel(k); e++) ((float *)k->data)[e] *= 4.0f; /* past 6 */
+    TensorRef in[3] = {i, {graph_add_const(g, "k", k, NULL), 0},
+                       {graph_add_const(g, "b", b, NULL), 0}};
+    Params p;
+    params_default(OP_CONV2D, &p);
+    param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+    param_set_int(&p, param_index(OP_CONV2D, "act"), acts[a]);
+    int c = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, "c", NULL);
+    graph_add_output(g, (TensorRef){c, 0}, "y", NULL);
+    Graph *h = graph_copy(g);
+    Diag d;
+    diag_init(&d);
+    int split = 0, fused = 0;
+    CHECK(opt_split_bias(h, &split, &d) == TEQ_OK);
+    CHECK_EQ_INT(split, 1);
+    CHECK_EQ_INT(graph_count_ops(h), 3); /* conv, ewadd, the activation */
+    ExecDiff diff;
+    CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-5, &diff, &d) == TEQ_OK && !diff.differ);
+    exec_diff_fini(&diff);
+    CHECK(opt_fuse_bias(h, &fused, &d) == TEQ_OK);
+    CHECK_EQ_INT(fused, 2);
+    CHECK_EQ_INT(graph_count_ops(h), 1);
+    int conv_act = -1;
+    for (int n = 0; n < h->n_nodes; n++)
+      if (h->nodes[n].kind == OP_CONV2D)
+        conv_act = (int)param_int(&h->nodes[n].params, param_index(OP_CONV2D, "act"));
+    CHECK_MSG(conv_act == acts[a], "%s came back as act %d", act_symbols[acts[a]], conv_act);
+    CHECK(exec_compare(g, h, EXEC_F32, 1, 0, 1e-6, &diff, &d) == TEQ_OK && !diff.differ);
+    exec_diff_fini(&diff);
+    diag_flush(&d, stderr);
+    diag_fini(&d);
+    graph_free(h);
+    graph_free(g);
+  }
 }
 
 /* Every directed rule applied to its own source side, at the shapes it
@@ -779,8 +791,14 @@ static void test_priced_convs(void) {
   TensorRef c = conv(g, a, weight(g, "k3", shape_of(4, 8, 8, 1, 1), 5),
                      weight(g, "b3", shape_of(1, 8), 6), 0, ACT_NONE);
   TensorRef e = conv(g, x, weight(g, "k4", shape_of(4, 4, 8, 1, 1), 7), none, 0, ACT_SIGMOID);
+  /* the mobile networks' activations, a relu6 among them (a clip with bounds) */
+  TensorRef f = conv(g, x, weight(g, "k5", shape_of(4, 8, 8, 1, 1), 8),
+                     weight(g, "b5", shape_of(1, 8), 9), 0, ACT_RELU6);
+  TensorRef h = conv(g, x, weight(g, "k6", shape_of(4, 8, 8, 1, 1), 10),
+                     weight(g, "b6", shape_of(1, 8), 11), 0, ACT_SILU);
   graph_add_output(g, op(g, OP_EWADD, b, c, 2, NULL), "y", NULL);
   graph_add_output(g, op(g, OP_RELU, e, e, 1, NULL), "z", NULL);
+  graph_add_output(g, op(g, OP_EWADD, f, h, 2, NULL), "m", NULL);
   Diag d;
   diag_init(&d);
   CHECK(opt_split_bias(g, NULL, &d) == TEQ_OK);
