@@ -930,8 +930,9 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
       uint8_t place = b->place2[v];
       if (place == PLACE_BY_CONCAT) continue;
       rc = vfused(b, v, fuse, &c, d);
+      bool both = (fuse & OPT_FUSE_BIAS) && (fuse & OPT_FUSE_ACT);
       if (place == PLACE_IN_SITU) total += c;
-      else if (place == PLACE_REFOLD && (fuse & OPT_FUSE_BIAS) && (fuse & OPT_FUSE_ACT)) b->l2[n2++] = c;
+      else if (place == PLACE_REFOLD && both) b->l2[n2++] = c;
       else b->l1[n1++] = c;
       continue;
     }

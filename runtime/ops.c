@@ -377,8 +377,8 @@ void act_apply_f32(int act, float *x, int64_t n) {
 }
 
 static const OpKind kind_of_act[ACT__COUNT] = {
-  [ACT_NONE] = OP__COUNT,          [ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
-  [ACT_TANH] = OP_TANH,            [ACT_SILU] = OP_SILU, [ACT_HARD_SWISH] = OP_HARD_SWISH,
+  [ACT_NONE] = OP__COUNT, [ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
+  [ACT_TANH] = OP_TANH,   [ACT_SILU] = OP_SILU, [ACT_HARD_SWISH] = OP_HARD_SWISH,
   [ACT_RELU6] = OP_CLIP,
 };
 

@@ -36,9 +36,11 @@ static void act_modp(int act, Tensor *t) {
   static const struct {
     OpKind kind;
     double min, max; /* clip's bounds */
-  } as_op[ACT__COUNT] = {[ACT_RELU] = {OP_RELU, 0, 0},       [ACT_SIGMOID] = {OP_SIGMOID, 0, 0},
-                         [ACT_TANH] = {OP_TANH, 0, 0},       [ACT_SILU] = {OP_SILU, 0, 0},
-                         [ACT_HARD_SWISH] = {OP_HARD_SWISH, 0, 0}, [ACT_RELU6] = {OP_CLIP, 0, 6}};
+  } as_op[ACT__COUNT] = {
+    [ACT_RELU] = {OP_RELU, 0, 0},   [ACT_SIGMOID] = {OP_SIGMOID, 0, 0},
+    [ACT_TANH] = {OP_TANH, 0, 0},   [ACT_SILU] = {OP_SILU, 0, 0},
+    [ACT_HARD_SWISH] = {OP_HARD_SWISH, 0, 0}, [ACT_RELU6] = {OP_CLIP, 0, 6},
+  };
   if (act == ACT_NONE) return;
   Op o;
   op_init(&o, as_op[act].kind, 1);
