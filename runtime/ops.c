@@ -13,8 +13,8 @@
 #include "runtime/graph.h"
 #include "runtime/ops/family.h"
 
-const char *const act_symbols[] = {"none", "relu", "sigmoid", "tanh", "silu", "hard_swish", "relu6",
-                                   NULL};
+const char *const act_symbols[] = {"none",       "relu",  "sigmoid",      "tanh", "silu",
+                                   "hard_swish", "relu6", "hard_sigmoid", NULL};
 
 static const OpDef *const op_table[OP__COUNT] = {
 #define OP(KIND, name) [OP_##KIND] = &op_def_##name,
@@ -379,7 +379,7 @@ void act_apply_f32(int act, float *x, int64_t n) {
 static const OpKind kind_of_act[ACT__COUNT] = {
   [ACT_NONE] = OP__COUNT, [ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
   [ACT_TANH] = OP_TANH,   [ACT_SILU] = OP_SILU, [ACT_HARD_SWISH] = OP_HARD_SWISH,
-  [ACT_RELU6] = OP_CLIP,
+  [ACT_RELU6] = OP_CLIP,  [ACT_HARD_SIGMOID] = OP_HARD_SIGMOID,
 };
 
 OpKind act_op_kind(int act) {
@@ -396,6 +396,9 @@ void act_op_params(int act, Params *p) {
   if (act == ACT_RELU6) {
     param_set_float(p, param_index(OP_CLIP, "min"), 0.0);
     param_set_float(p, param_index(OP_CLIP, "max"), 6.0);
+  } else if (act == ACT_HARD_SIGMOID) { /* PyTorch's, exported with float32 attributes */
+    param_set_float(p, param_index(OP_HARD_SIGMOID, "alpha"), (double)(1.0f / 6.0f));
+    param_set_float(p, param_index(OP_HARD_SIGMOID, "beta"), 0.5);
   }
 }
 

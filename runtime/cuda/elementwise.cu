@@ -559,6 +559,8 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
   case ACT_SILU: return unary_run<OpSilu>(cx, x, x, n, none, d);
   case ACT_HARD_SWISH: return unary_run<OpHardSwish>(cx, x, x, n, none, d);
   case ACT_RELU6: return unary_run<OpClip>(cx, x, x, n, UnaryArgs{0.0f, 6.0f}, d);
+  case ACT_HARD_SIGMOID:
+    return unary_run<OpHardSigmoid>(cx, x, x, n, UnaryArgs{1.0f / 6.0f, 0.5f}, d);
   default: return diag_error(d, "fused activation %d is unknown", act);
   }
 }

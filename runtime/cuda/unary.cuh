@@ -126,6 +126,7 @@ __device__ __forceinline__ float act_eval(int act, float v) {
   case ACT_SILU: return OpSilu()(v, none);
   case ACT_HARD_SWISH: return OpHardSwish()(v, none);
   case ACT_RELU6: return OpClip()(v, UnaryArgs{0.0f, 6.0f});
+  case ACT_HARD_SIGMOID: return OpHardSigmoid()(v, UnaryArgs{1.0f / 6.0f, 0.5f});
   default: return v;
   }
 }

@@ -26,6 +26,7 @@ static double act_ref(int act, double v) {
   if (act == ACT_SILU) return v / (1.0 + exp(-v));
   if (act == ACT_HARD_SWISH) return v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
   if (act == ACT_RELU6) return fmin(fmax(v, 0.0), 6.0);
+  if (act == ACT_HARD_SIGMOID) return fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
   return v;
 }
 
@@ -40,6 +41,7 @@ static void act_modp(int act, Tensor *t) {
     [ACT_RELU] = {OP_RELU, 0, 0},   [ACT_SIGMOID] = {OP_SIGMOID, 0, 0},
     [ACT_TANH] = {OP_TANH, 0, 0},   [ACT_SILU] = {OP_SILU, 0, 0},
     [ACT_HARD_SWISH] = {OP_HARD_SWISH, 0, 0}, [ACT_RELU6] = {OP_CLIP, 0, 6},
+    [ACT_HARD_SIGMOID] = {OP_HARD_SIGMOID, 0, 0},
   };
   if (act == ACT_NONE) return;
   Op o;
@@ -47,6 +49,9 @@ static void act_modp(int act, Tensor *t) {
   if (as_op[act].kind == OP_CLIP) {
     op_float(&o, "min", as_op[act].min);
     op_float(&o, "max", as_op[act].max);
+  } else if (as_op[act].kind == OP_HARD_SIGMOID) { /* PyTorch's */
+    op_float(&o, "alpha", (double)(1.0f / 6.0f));
+    op_float(&o, "beta", 0.5);
   }
   Diag d;
   diag_init(&d);
@@ -107,6 +112,7 @@ static const ConvCase conv_cases[] = {
   {1, 6, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, ACT_RELU6, 0},      /* MobileNetV2 dw */
   {2, 8, 4, 4, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_RELU6, 1},      /* residual, 1x1 */
   {1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, ACT_SILU, 1},       /* residual, groups */
+  {1, 8, 1, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_HARD_SIGMOID, 0}, /* an SE gate */
 };
 
 static int conv_n_in(const ConvCase *k) { return k->res ? 4 : k->bias ? 3 : 2; }
@@ -678,7 +684,7 @@ static void test_batchnorm(void) {
   unref_all((Tensor *[]){plain, fused, fused_m}, 3);
   /* The mobile networks' activations likewise, each as its stand-alone
    * operator computes it: to the bit in float32, exactly in Z_p. */
-  for (int act = ACT_SILU; act <= ACT_RELU6; act++) {
+  for (int act = ACT_SILU; act < ACT__COUNT; act++) {
     op_int(&o, "act", ACT_NONE);
     Tensor *p = op_run(&o, in, false, &d), *pm = op_run(&o, m, true, &d);
     op_int(&o, "act", act);

@@ -767,9 +767,10 @@ static void test_activations_fused(void) {
 }
 
 /* The mobile networks' activations after a conv: a silu (written as
- * Sigmoid and Mul), a hard swish (an opset-14 operator) and a clip to
- * [0, 6] are fused into the conv that alone feeds them, a clip to other
- * bounds is not. The fused graph exports each as its own operator's ONNX
+ * Sigmoid and Mul), a hard swish (an opset-14 operator), a clip to [0, 6]
+ * and PyTorch's hard sigmoid (x/6 + 1/2) are fused into the conv that
+ * alone feeds them; a clip to other bounds, or ONNX's default hard sigmoid
+ * (0.2 x + 1/2), is not. The fused graph exports each as its own operator's ONNX
  * form again, which imports with every fusion off to the same outputs
  * (weights large enough that the clip's 6 is reached). */
 static void test_mobile_activations_fused(void) {
@@ -783,17 +784,19 @@ static void test_mobile_activations_fused(void) {
   tensor_fill_random(b, 22);
   for (int64_t i = 0; i < tensor_numel(w); i++) ((float *)w->data)[i] *= 4.0f;
   int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d);
-  Params p, clip6, clip5;
+  Params p, clip6, clip5, hsig;
   params_default(OP_CONV2D, &p);
   act_op_params(ACT_RELU6, &clip6);
+  act_op_params(ACT_HARD_SIGMOID, &hsig);
   clip5 = clip6;
   param_set_float(&clip5, param_index(OP_CLIP, "max"), 5.0);
   TensorRef xwb[3] = {{x, 0}, {wi, 0}, {bi, 0}};
   const struct {
     OpKind kind;
     const Params *p;
-  } after[4] = {{OP_SILU, NULL}, {OP_HARD_SWISH, NULL}, {OP_CLIP, &clip6}, {OP_CLIP, &clip5}};
-  for (int k = 0; k < 4; k++) {
+  } after[6] = {{OP_SILU, NULL},       {OP_HARD_SWISH, NULL},   {OP_CLIP, &clip6},
+                {OP_CLIP, &clip5},     {OP_HARD_SIGMOID, &hsig}, {OP_HARD_SIGMOID, NULL}};
+  for (int k = 0; k < 6; k++) {
     char name[16];
     snprintf(name, sizeof name, "c%d", k);
     int c = graph_add_node(g, OP_CONV2D, xwb, 3, 1, &p, name, &d);
@@ -806,11 +809,13 @@ static void test_mobile_activations_fused(void) {
   OnnxImportStats st;
   Graph *h = export_to_tmp(g, "mobile.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
-    CHECK_EQ_INT(st.n_activations_fused, 3);
+    CHECK_EQ_INT(st.n_activations_fused, 4);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_SILU), 1);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SWISH), 1);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU6), 1);
-    CHECK_EQ_INT(count_kind(h, OP_CLIP), 1); /* the clip to 5 */
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SIGMOID), 1);
+    CHECK_EQ_INT(count_kind(h, OP_CLIP), 1);         /* the clip to 5 */
+    CHECK_EQ_INT(count_kind(h, OP_HARD_SIGMOID), 1); /* ONNX's default */
     check_same_outputs(g, h, &sx, 23);
     OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
     onnx_import_as_given(&given);
@@ -818,6 +823,7 @@ static void test_mobile_activations_fused(void) {
         export_to_tmp(h, "mobile_fused.onnx", q2) == TEQ_OK ? import(q2, &given, NULL, &d) : NULL;
     if (h2) {
       CHECK_EQ_INT(count_kind(h2, OP_CLIP), 2);
+      CHECK_EQ_INT(count_kind(h2, OP_HARD_SIGMOID), 2);
       CHECK_EQ_INT(count_kind(h2, OP_HARD_SWISH), 1);
       CHECK_EQ_INT(count_kind(h2, OP_SIGMOID), 1);
       CHECK_EQ_INT(count_kind(h2, OP_EWMUL), 1);
