@@ -4,7 +4,8 @@
  * activation of conv and matmul.
  *
  * Each operator is a functor whose expression is the CPU row's, character
- * for character where rounding or NaN handling depends on it. Broadcasting
+ * for character where rounding or NaN handling depends on it (the unary
+ * ones in unary.cuh, which the convolution epilogues share). Broadcasting
  * collapses the output like the CPU's bcast_plan; a plan of one dimension
  * (same shapes, or a scalar on one side) runs a flat kernel, vectorized by
  * float4 when it can be, and any other plan a kernel that splits the flat
