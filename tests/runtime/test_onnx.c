@@ -489,8 +489,10 @@ static void test_custom_domain(void) {
 }
 
 /* g and its round trip h give the same outputs (every one of g's) on one
- * seeded random input of shape sx. */
-static void check_same_outputs(const Graph *g, const Graph *h, const Shape *sx, uint64_t seed) {
+ * seeded random input of shape sx: to 1e-6 absolute, or, with rel, to that
+ * relative error (outputs of any size, summed in another order). */
+static void check_outputs_within(const Graph *g, const Graph *h, const Shape *sx, uint64_t seed,
+                                 double rel) {
   Diag d;
   diag_init(&d);
   Tensor *in = tensor_new(DT_F32, sx), *a[8] = {NULL}, *b[8] = {NULL};
@@ -499,12 +501,17 @@ static void check_same_outputs(const Graph *g, const Graph *h, const Shape *sx, 
   CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, a, &d), TEQ_OK);
   CHECK_EQ_INT(exec_run(h, EXEC_F32, &in, b, &d), TEQ_OK);
   for (int j = 0; j < g->n_outputs && j < 8; j++) {
-    CHECK_MSG(a[j] && b[j] && max_abs_err(a[j], b[j]) < 1e-6, "output %d differs", j);
+    double e = a[j] && b[j] ? (rel > 0 ? max_rel_err(a[j], b[j]) : max_abs_err(a[j], b[j])) : 1;
+    CHECK_MSG(e < (rel > 0 ? rel : 1e-6), "output %d differs: %g", j, e);
     tensor_unref(a[j]);
     tensor_unref(b[j]);
   }
   tensor_unref(in);
   diag_fini(&d);
+}
+
+static void check_same_outputs(const Graph *g, const Graph *h, const Shape *sx, uint64_t seed) {
+  check_outputs_within(g, h, sx, seed, 0);
 }
 
 /* A graph built through the API: a TASO constant tensor (written as an
@@ -834,6 +841,109 @@ static void test_mobile_activations_fused(void) {
   graph_free(g);
   graph_free(h);
   diag_fini(&d);
+}
+
+/* Random producers (a conv with or without a bias, with or without a
+ * residual Add; a matmul; a batchnorm over a concat, which no conv takes)
+ * followed by a random activation: each of the fused ones, in the form it
+ * fuses in or in one it does not (a clip to other bounds, ONNX's default
+ * hard sigmoid, a leaky relu), sometimes beside another reader of the
+ * producer. Exported, imported (fused where it may be), exported again and
+ * imported as given: every import computes what the graph as built does,
+ * and an activation is left as a node of its own just where the form or
+ * the other reader says it must be. */
+static void test_activations_random(void) {
+  uint64_t state = 0x5eed;
+  int fused = 0, kept = 0;
+  for (int t = 0; t < 200; t++) {
+    int64_t r[8];
+    for (int i = 0; i < 8; i++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      r[i] = (int64_t)(state >> 33);
+    }
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = {4, {1, 2 + r[0] % 3, 3 + r[1] % 4, 3 + r[1] % 3}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    int64_t c = sx.d[1], kind = r[2] % 4; /* conv, conv + residual, matmul, batchnorm */
+    int prod;
+    if (kind <= 1) {
+      Shape sw = {4, {c, c, 3, 3}}, sb = {1, {c}};
+      Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb);
+      tensor_fill_random(w, (uint64_t)t);
+      tensor_fill_random(b, (uint64_t)t + 1);
+      for (int64_t e = 0; e < tensor_numel(w); e++) ((float *)w->data)[e] *= 4.0f;
+      TensorRef in[3] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0},
+                         {graph_add_const(g, "b", b, &d), 0}};
+      prod = window_node(g, OP_CONV2D, in, r[3] % 2 ? 3 : 2, "pads=(1 1 1 1)", "conv", &d);
+      if (kind == 1) /* the shortcut: a residual the conv takes */
+        prod = graph_add_node(g, OP_EWADD, (TensorRef[]){{prod, 0}, {x, 0}}, 2, 1, NULL, "res",
+                              &d);
+    } else if (kind == 2) {
+      Shape sw = {2, {sx.d[3], 5}};
+      Tensor *w = tensor_new(DT_F32, &sw);
+      tensor_fill_random(w, (uint64_t)t + 2);
+      for (int64_t e = 0; e < tensor_numel(w); e++) ((float *)w->data)[e] *= 4.0f;
+      prod = graph_add_node(g, OP_MATMUL,
+                            (TensorRef[]){{x, 0}, {graph_add_const(g, "w", w, &d), 0}}, 2, 1,
+                            NULL, "mm", &d);
+    } else {
+      int cat = window_node(g, OP_CONCAT, (TensorRef[]){{x, 0}, {x, 0}}, 2, "axis=1", "cat", &d);
+      Shape sc = {1, {2 * c}};
+      TensorRef bn[5] = {{cat, 0}};
+      for (int k = 1; k < 5; k++) {
+        Tensor *v = tensor_new(DT_F32, &sc);
+        tensor_fill_random(v, (uint64_t)t * 5 + (uint64_t)k);
+        for (int64_t e = 0; k == 4 && e < tensor_numel(v); e++) /* a variance */
+          ((float *)v->data)[e] = ((float *)v->data)[e] * ((float *)v->data)[e] + 0.1f;
+        bn[k] = (TensorRef){graph_add_const(g, NULL, v, &d), 0};
+      }
+      prod = graph_add_node(g, OP_BATCHNORM, bn, 5, 1, NULL, "bn", &d);
+    }
+    /* the activation: a fusable form (act > 0) or one that is not (0) */
+    static const struct {
+      OpKind kind;
+      const char *params;
+      int act;
+    } acts[] = {
+      {OP_RELU, "", ACT_RELU},         {OP_SIGMOID, "", ACT_SIGMOID},
+      {OP_TANH, "", ACT_TANH},         {OP_SILU, "", ACT_SILU},
+      {OP_HARD_SWISH, "", ACT_HARD_SWISH}, {OP_CLIP, "min=0 max=6", ACT_RELU6},
+      {OP_CLIP, "min=-1 max=6", 0},    {OP_CLIP, "max=6", 0},
+      {OP_HARD_SIGMOID, "alpha=0.166666672 beta=0.5", ACT_HARD_SIGMOID},
+      {OP_HARD_SIGMOID, "", 0},        {OP_LEAKY_RELU, "", 0},
+    };
+    int a = (int)(r[4] % (int64_t)(sizeof acts / sizeof *acts));
+    int y = window_node(g, acts[a].kind, (TensorRef[]){{prod, 0}}, 1, acts[a].params, "act", &d);
+    bool beside = r[5] % 4 == 0; /* the producer read again: nothing fuses into it */
+    graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+    if (beside) graph_add_output(g, (TensorRef){prod, 0}, "p", &d);
+    char q[PATH_BUF], q2[PATH_BUF];
+    OnnxImportStats st;
+    Graph *h = export_to_tmp(g, "acts_random.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+    CHECK_MSG(h, "case %d: %s", t, diag_last(&d));
+    if (h) {
+      /* Fused after a residual Add by the residual fusion, elsewhere by
+       * the activations' pass: either way no node of its own is left. */
+      bool fuses = acts[a].act != 0 && !beside;
+      CHECK_MSG(count_kind(h, acts[a].kind) == (fuses ? 0 : 1), "case %d (%s %s after %d): %d left",
+                t, op_def(acts[a].kind)->name, acts[a].params, (int)kind,
+                count_kind(h, acts[a].kind));
+      fused += fuses, kept += !fuses;
+      check_outputs_within(g, h, &sx, (uint64_t)t + 300, 1e-5);
+      OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
+      onnx_import_as_given(&given);
+      Graph *h2 =
+          export_to_tmp(h, "acts_random2.onnx", q2) == TEQ_OK ? import(q2, &given, NULL, &d) : NULL;
+      if (h2) check_outputs_within(g, h2, &sx, (uint64_t)t + 600, 1e-5);
+      graph_free(h2);
+    }
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
+  CHECK_MSG(fused > 80 && kept > 40, "fused %d, kept %d", fused, kept);
 }
 
 /* Convolutions with a residual input (a fourth), after import. */
@@ -1383,6 +1493,7 @@ int main(void) {
   test_export_built();
   test_activations_fused();
   test_mobile_activations_fused();
+  test_activations_random();
   test_zero_pads_folded();
   test_zero_pads_random();
   test_residuals_fused();
