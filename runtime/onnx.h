@@ -30,6 +30,8 @@ typedef struct OnnxImportOptions {
   const char *const *dims;
   int n_dims;
   bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
+  bool keep_product_scales; /* do not fold a constant per-column scale after a product
+                               with constant weights into them (ConvNeXt's layer scale) */
   bool keep_zero_pads; /* do not fold a Pad of zeros into the conv or average pool
                           reading it (their padding) */
   bool keep_noops;     /* keep Identity and Dropout nodes */
@@ -54,11 +56,12 @@ typedef struct OnnxImportOptions {
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
 /* The model as given: every import-time fusion off (zero Pads, BatchNormalization,
- * activations, residual adds, written-out layer norms and GELUs each stay
+ * scales after products, activations, residual adds, written-out layer norms and GELUs each stay
  * their own operators), as TASO's and Tensat's benchmark graphs run. What
  * a speedup measured from the default import leaves out. */
 static inline void onnx_import_as_given(OnnxImportOptions *o) {
   o->keep_batchnorm = o->keep_unfused_activations = o->keep_unfused_residuals = true;
+  o->keep_product_scales = true;
   o->keep_zero_pads = true;
   o->keep_written_layer_norms = o->keep_written_gelus = true;
 }
@@ -68,6 +71,7 @@ typedef struct OnnxImportStats {
   int n_folded;        /* nodes folded into constants */
   int n_opaque;        /* nodes passed through as opaque */
   int n_batchnorm_folded;
+  int n_scales_folded; /* constant scales folded into the products before them */
   int n_pads_folded;   /* readers that took a Pad of zeros into their padding */
   int n_noops_removed;
   int n_layer_norms_fused;

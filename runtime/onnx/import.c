@@ -990,10 +990,11 @@ static int index_infos(Importer *im) {
 
 char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
-           "zero pads and %d BatchNorms folded; %d layer norms, %d GELUs, %d swishes, %d residual "
-           "adds and %d activations fused", s->n_nodes, s->n_folded, s->n_opaque,
-           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_layer_norms_fused,
-           s->n_gelus_fused, s->n_swishes_fused, s->n_residuals_fused, s->n_activations_fused);
+           "zero pads, %d BatchNorms and %d scales folded; %d layer norms, %d GELUs, %d swishes, "
+           "%d residual adds and %d activations fused", s->n_nodes, s->n_folded, s->n_opaque,
+           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_scales_folded,
+           s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused, s->n_residuals_fused,
+           s->n_activations_fused);
   return buf;
 }
 
@@ -1040,6 +1041,10 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   if (!o->keep_batchnorm) {
     if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;
     im->stats.n_batchnorm_folded = n;
+  }
+  if (!o->keep_product_scales) {
+    if ((n = onnx_pass_fold_product_scales(im->g, im->d)) < 0) return n;
+    im->stats.n_scales_folded = n;
   }
   if (!o->keep_written_layer_norms) {
     if ((n = onnx_pass_fuse_layer_norm(im->g, im->d)) < 0) return n;

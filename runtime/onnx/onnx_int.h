@@ -184,8 +184,14 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d);
  * with alpha 1/6 and beta 1/2 by hard_swish(x), where the product alone
  * reads the gate; returns how many, or an error. */
 int onnx_pass_fuse_swishes(Graph *g, Diag *d);
-/* A relu, sigmoid or tanh that alone reads a conv2d or matmul (a row with an
- * act parameter) becomes its fused act; returns how many. */
+/* Folds a constant scale of one value per output column into the constant
+ * weights (and the added constant bias) of the product it follows, through
+ * one transpose (ConvNeXt's layer scale); returns how many, or an error. */
+int onnx_pass_fold_product_scales(Graph *g, Diag *d);
+/* An activation (act_of_node: a relu, sigmoid, tanh, silu, hard swish, a
+ * clip to [0, 6], PyTorch's hard sigmoid) that alone reads a conv2d, matmul
+ * or batchnorm (a row with an act parameter) becomes its fused act;
+ * returns how many. */
 int onnx_pass_fuse_activations(Graph *g, Diag *d);
 
 #endif

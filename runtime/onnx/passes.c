@@ -489,6 +489,139 @@ int onnx_pass_fold_zero_pads(Graph *g, Diag *d) {
   return n;
 }
 
+/* ---- constant scales folded into products ----
+ * gamma * (x W + b), with W, b and gamma constants and gamma one value per
+ * output column (ConvNeXt's layer scale, which PyTorch applies after
+ * permuting the block's output back to channels first: gamma [C, 1, 1] *
+ * permute(x W + b)), is x (W gamma) + b gamma: one multiplication fewer
+ * over the activations, as a BatchNorm folds into its convolution. */
+
+/* The axis of an output of shape out along which a constant t of another
+ * shape varies when broadcast to it (t right-aligned; its other extents
+ * 1): 0..rank-1, TEQ_MAX_DIMS for one value everywhere, -1 where t varies
+ * along more than one axis or does not broadcast to exactly out. */
+static int broadcast_axis(const Tensor *t, const Shape *out) {
+  const Shape *s = &t->shape;
+  if (s->ndim > out->ndim) return -1;
+  int axis = TEQ_MAX_DIMS;
+  for (int k = 0; k < s->ndim; k++) {
+    int o = out->ndim - s->ndim + k;
+    if (s->d[k] == 1) continue;
+    if (s->d[k] != out->d[o] || axis != TEQ_MAX_DIMS) return -1;
+    axis = o;
+  }
+  return axis;
+}
+
+/* t's value at index i along the axis it varies along (any i where it is
+ * one value). */
+static float along(const Tensor *t, int64_t i) {
+  return ((const float *)t->data)[tensor_numel(t) == 1 ? 0 : i];
+}
+
+/* The float32 constant among node n's two inputs, its index in *k (the
+ * other is 1 - *k); NULL if none. */
+static const Tensor *const_operand(const Graph *g, const Node *n, int *k) {
+  for (*k = 0; *k < 2; (*k)++)
+    if (const_input(g, n, *k, -1)) return const_input(g, n, *k, -1);
+  return NULL;
+}
+
+/* Folds the scale mul (node m) into its product where the chain above it
+ * is product [-> add of a constant] [-> transpose], each read by the next
+ * alone; 1 if it did, 0 where it does not apply, or an error. */
+static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *offset, Diag *d) {
+  const Node *mn = &g->nodes[m];
+  int k;
+  const Tensor *gamma = mn->n_in == 2 ? const_operand(g, mn, &k) : NULL;
+  if (!gamma || mn->dtype != DT_F32) return 0;
+  TensorRef cur = mn->in[1 - k];
+  if (!shape_equal(graph_shape(g, cur), &mn->out[0])) return 0;
+  int axis = broadcast_axis(gamma, &mn->out[0]);
+  if (axis < 0) return 0;
+  int32_t trans = sole(g, cur, OP_TRANSPOSE, uses, offset), add = -1;
+  if (trans >= 0) {
+    const ParamValue *perm = &g->nodes[trans].params.v[param_index(OP_TRANSPOSE, "perm")];
+    int rank = mn->out[0].ndim;
+    if (axis != TEQ_MAX_DIMS) axis = perm->n ? (int)perm->i[axis] : rank - 1 - axis;
+    cur = g->nodes[trans].in[0];
+  }
+  const Tensor *bias = NULL;
+  if ((add = sole(g, cur, OP_EWADD, uses, offset)) >= 0) {
+    int j;
+    const Node *an = &g->nodes[add];
+    bias = const_operand(g, an, &j);
+    if (!bias || !shape_equal(graph_shape(g, an->in[1 - j]), &an->out[0])) return 0;
+    int bax = broadcast_axis(bias, &an->out[0]);
+    if (bax < 0 || (bax != TEQ_MAX_DIMS && bax != axis && axis != TEQ_MAX_DIMS)) return 0;
+    if (axis == TEQ_MAX_DIMS) axis = bax; /* a scalar scale follows the bias's axis */
+    cur = an->in[1 - j];
+  }
+  int32_t prod = sole(g, cur, OP_MATMUL, uses, offset);
+  if (prod < 0 || g->nodes[prod].n_in != 2) return 0;
+  const Node *pn = &g->nodes[prod];
+  const Tensor *w = const_input(g, pn, 1, -1);
+  int last = pn->out[0].ndim - 1;
+  int act_i = param_index(OP_MATMUL, "act");
+  if (!w || w->shape.ndim != 2 || param_int(&pn->params, act_i) != ACT_NONE ||
+      (axis != TEQ_MAX_DIMS && axis != last))
+    return 0;
+  int64_t cols = w->shape.d[1], rows = w->shape.d[0];
+  Tensor *nw = tensor_clone(w);
+  Shape bs = shape_of(1, (int)cols);
+  Tensor *nb = bias ? tensor_new(DT_F32, &bs) : NULL;
+  if (!nw || (bias && !nb)) {
+    tensor_unref(nw);
+    tensor_unref(nb);
+    diag_error(d, "out of memory folding a scale");
+    return TEQ_ERR_NOMEM;
+  }
+  for (int64_t c = 0; c < cols; c++) {
+    float s = along(gamma, c);
+    for (int64_t r = 0; r < rows; r++) ((float *)nw->data)[r * cols + c] *= s;
+    if (nb) ((float *)nb->data)[c] = along(bias, c) * s;
+  }
+  /* The chain again over the new constants, named like the old. */
+  TensorRef x = pn->in[0];
+  Params pp = pn->params;
+  int wi = graph_add_const(g, NULL, nw, d);
+  if (wi < 0) {
+    tensor_unref(nw);
+    tensor_unref(nb);
+    return wi;
+  }
+  int top = take_over(g, prod, prod, OP_MATMUL, (TensorRef[]){x, {wi, 0}}, 2, &pp, d);
+  if (top >= 0 && nb) {
+    int bi = graph_add_const(g, NULL, nb, d);
+    if (bi < 0) {
+      tensor_unref(nb);
+      return bi;
+    }
+    top = take_over(g, add, add, OP_EWADD, (TensorRef[]){{top, 0}, {bi, 0}}, 2, NULL, d);
+  }
+  if (top >= 0 && trans >= 0) {
+    Params tp = g->nodes[trans].params;
+    top = take_over(g, trans, trans, OP_TRANSPOSE, (TensorRef[]){{top, 0}}, 1, &tp, d);
+  }
+  if (top < 0) return top;
+  graph_replace_uses(g, (TensorRef){m, 0}, (TensorRef){top, 0});
+  return 1;
+}
+
+int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "folding scales", d);
+  if (!uses) return TEQ_ERR_NOMEM;
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {
+    if (g->nodes[i].kind != OP_EWMUL) continue;
+    if ((rc = fold_scale(g, i, uses, offset, d)) < 0) break;
+    n += rc;
+  }
+  free(uses);
+  free(offset);
+  return rc < 0 ? rc : n;
+}
+
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
   int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing activations", d);
   if (!uses) return TEQ_ERR_NOMEM;

@@ -946,6 +946,77 @@ static void test_activations_random(void) {
   CHECK_MSG(fused > 80 && kept > 40, "fused %d, kept %d", fused, kept);
 }
 
+/* A constant scale after a product with constant weights folds into them
+ * (ConvNeXt's layer scale: gamma [C, 1, 1] * permute(x W + b)) where it is
+ * one value per output column, or one value; through the bias and one
+ * transpose. Not where it varies along another axis, the bias does, or
+ * the product has another reader. Each
+ * import computes what the graph as built does; as given, nothing folds. */
+static void test_product_scales_folded(void) {
+  static const struct {
+    const char *label;
+    Shape gamma;  /* of the scale, on the output as returned */
+    bool bias, back, read_twice;
+    Shape bias_shape;
+    int folds;
+  } cases[] = {
+    {"ConvNeXt's layer scale", {3, {8, 1, 1}}, true, true, false, {1, {8}}, 1},
+    {"one value", {1, {1}}, true, true, false, {1, {8}}, 1},
+    {"no bias, no transpose", {1, {8}}, false, false, false, {0, {0}}, 1},
+    {"a scalar bias", {1, {8}}, true, false, false, {1, {1}}, 1},
+    {"a scale along the rows", {4, {1, 5, 1, 1}}, true, false, false, {1, {8}}, 0},
+    {"a scale along the width", {3, {1, 1, 6}}, true, true, false, {1, {8}}, 0},
+    {"a bias along the rows", {1, {8}}, true, false, false, {2, {6, 1}}, 0},
+    {"the product read twice", {1, {8}}, true, false, true, {1, {8}}, 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = {4, {1, 4, 5, 6}}, sw = {2, {4, 8}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    int nhwc = window_node(g, OP_TRANSPOSE, (TensorRef[]){{x, 0}}, 1, "perm=(0 2 3 1)", "t", &d);
+    Tensor *w = tensor_new(DT_F32, &sw);
+    tensor_fill_random(w, 31 + k);
+    TensorRef wr = {graph_add_const(g, "w", w, &d), 0};
+    int y = graph_add_node(g, OP_MATMUL, (TensorRef[]){{nhwc, 0}, wr}, 2, 1, NULL, "mm", &d);
+    int prod = y;
+    if (cases[k].bias) {
+      Tensor *b = tensor_new(DT_F32, &cases[k].bias_shape);
+      tensor_fill_random(b, 41 + k);
+      int bi = graph_add_const(g, "b", b, &d);
+      y = graph_add_node(g, OP_EWADD, (TensorRef[]){{y, 0}, {bi, 0}}, 2, 1, NULL, "add", &d);
+    }
+    if (cases[k].back)
+      y = window_node(g, OP_TRANSPOSE, (TensorRef[]){{y, 0}}, 1, "perm=(0 3 1 2)", "back", &d);
+    Tensor *gm = tensor_new(DT_F32, &cases[k].gamma);
+    tensor_fill_random(gm, 51 + k);
+    int gi = graph_add_const(g, "gamma", gm, &d);
+    y = graph_add_node(g, OP_EWMUL, (TensorRef[]){{gi, 0}, {y, 0}}, 2, 1, NULL, "scale", &d);
+    CHECK_MSG(y >= 0, "%s: %s", cases[k].label, diag_last(&d));
+    graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+    if (cases[k].read_twice) graph_add_output(g, (TensorRef){prod, 0}, "p", &d);
+    char q[PATH_BUF];
+    OnnxImportStats st, st2;
+    OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
+    onnx_import_as_given(&given);
+    bool written = export_to_tmp(g, "scales.onnx", q) == TEQ_OK;
+    Graph *h = written ? import(q, NULL, &st, &d) : NULL;
+    Graph *h2 = written ? import(q, &given, &st2, &d) : NULL;
+    if (h && h2) {
+      CHECK_MSG(st.n_scales_folded == cases[k].folds && count_kind(h, OP_EWMUL) == 1 - cases[k].folds,
+                "%s: %d folded", cases[k].label, st.n_scales_folded);
+      CHECK_EQ_INT(st2.n_scales_folded, 0);
+      check_outputs_within(g, h, &sx, 61 + k, 1e-5);
+      check_outputs_within(g, h2, &sx, 71 + k, 1e-5);
+    }
+    graph_free(h);
+    graph_free(h2);
+    graph_free(g);
+    diag_fini(&d);
+  }
+}
+
 /* Convolutions with a residual input (a fourth), after import. */
 static int count_residual(const Graph *g) {
   int n = 0;
@@ -1494,6 +1565,7 @@ int main(void) {
   test_activations_fused();
   test_mobile_activations_fused();
   test_activations_random();
+  test_product_scales_folded();
   test_zero_pads_folded();
   test_zero_pads_random();
   test_residuals_fused();
