@@ -74,7 +74,7 @@ models=("tiny-cnn:$WORK/tiny.onnx")
 "$BUILD/tools/build-model" nasrnn "$WORK/nasrnn.onnx" 2>/dev/null && models+=("nasrnn:$WORK/nasrnn.onnx")
 "$BUILD/tools/build-model" bert "$WORK/bert.onnx" 2>/dev/null && models+=("bert:$WORK/bert.onnx")
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
-  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d,efficientnet_b0,mobilenet_v3_small,densenet121}"
+  IFS=, read -r -a tv <<<"${TEQ_OPT_MODELS:-squeezenet1_1,resnet18,mobilenet_v2,inception_v3,resnext50_32x4d,efficientnet_b0,mobilenet_v3_small,densenet121,convnext_tiny}"
   "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models "$(IFS=,; echo "${tv[*]}")" >/dev/null
   for m in "${tv[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); done
 else
@@ -108,7 +108,8 @@ for w in ("before", "after"):
     fail "$name: the report's lines on the check: $(grep 'end-to-end check' "$w/report.txt" | tr -s ' ')"
     continue
   fi
-  # What the import fused, in the text and the JSON alike; SiLU and Hardswish where they are.
+  # What the import fused, in the text and the JSON alike; SiLU and Hardswish where they are,
+  # and ConvNeXt's layer scales folded into its weights.
   "$PY" -c '
 import json, re, sys
 r, name = json.load(open(sys.argv[1]))["import"], sys.argv[3]
@@ -116,7 +117,10 @@ line = [l for l in open(sys.argv[2]) if l.startswith("  import ")]
 assert len(line) == 1 and r["nodes"] > 0 and min(r.values()) >= 0, (line, r)
 assert re.search(r" %d swishes, %d residual adds and %d activations fused" % (
     r["swishes_fused"], r["residuals_fused"], r["activations_fused"]), line[0]), (line, r)
+assert re.search(r" %d BatchNorms and %d scales folded" % (
+    r["batchnorms_folded"], r["scales_folded"]), line[0]), (line, r)
 assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
+assert (r["scales_folded"] == 18) == (name == "convnext_tiny"), r
 ' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the report's import line: $(grep '^  import ' "$w/report.txt")"; continue; }
   # DenseNet's concats take the one before them as their first piece
   # (concat.c), so that every piece is written in place; text and JSON agree.
