@@ -498,6 +498,25 @@ static void twin_inputs(const Graph *g, const Node *n, int k, Shape *in, DType *
     in[j] = *graph_shape(g, n->in[j]), dt[j] = g->nodes[n->in[j].node].dtype;
 }
 
+/* What node id's one-tap twin costs (the registry's one_tap_twin: a conv
+ * with a 1x1 kernel doing a part of its work), 0 where it has none. The
+ * bound the measured anchors cannot give where neither is measured:
+ * EfficientNet-B0's squeeze-and-excitation 1x1 convs on 1x1 inputs looked
+ * cheaper enlarged to 3x3 with a ring of zeros (28 of them, by a proved
+ * rule), and that was the whole of what the search found there. */
+static double one_tap_us(CostModel *m, const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  if (!o->one_tap_twin || n->n_in > TWIN_MAX_IN || n->n_out != 1) return 0;
+  Shape in[TWIN_MAX_IN], part[TWIN_MAX_IN];
+  DType dt[TWIN_MAX_IN];
+  twin_inputs(g, n, n->n_in, in, dt);
+  Params p;
+  int n_part = 0;
+  if (!o->one_tap_twin(n, in, &p, part, &n_part)) return 0;
+  return price_unrecorded(m, n->kind, &p, part, dt, n_part, 1);
+}
+
 /* What node id's one-part twin costs (table, GPU or estimate), when the
  * registry says its parts each read a slice of input 0's axis 1 (conv's
  * groups): the same operator with one part on input 0 narrowed to one
@@ -710,6 +729,9 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
    * dense conv of 4 input channels) says less than a measured twin. */
   double lo_measured = lo, hi_measured = hi;
   if (!twin) lo = fmax(lo, one_part_us(m, g, id));
+  /* The one-tap twin is an estimate too (nothing measures it here): no
+   * higher than what a measured conv doing all of this one's work took. */
+  if (!twin) lo = fmax(lo, fmin(one_tap_us(m, g, id), hi));
   /* Two halves priced by their neighbours say less than the measurement of
    * this very kernel with its epilogue. */
   if (!from_fuller) hi = fmin(hi, twice_half_us(m, g, id));

@@ -224,6 +224,18 @@ typedef struct OpDef {
   bool (*cost_twin)(const struct Node *n, const Shape *in, Params *p, Shape *twin_in,
                     int *n_twin_in);
 
+  /* The parameters (*p) and input shapes (part_in, *n_part_in of them) of
+   * the same operator with the smallest kernel, doing a part of n's work at
+   * input shapes `in`: a conv's 1x1 twin (no padding or dilation) on the
+   * same input, where it has no more output pixels than n, each doing one
+   * of the taps n does at one of its pixels; with n's bias, activation
+   * and residual where it has as many pixels, else bare. The cost model
+   * holds an unmeasured estimate to at least that twin's: a kernel
+   * enlarged with zeros (TASO's enlarge) does all the work of the kernel it
+   * holds, and more. NULL, or false: none. */
+  bool (*one_tap_twin)(const struct Node *n, const Shape *in, Params *p, Shape *part_in,
+                       int *n_part_in);
+
   /* The input shapes (half_in, n->n_in of them) at which the same operator,
    * with the same parameters, does half of n's work at input shapes `in`:
    * half the output columns of a product, half the output channels of a

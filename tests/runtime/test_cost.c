@@ -576,6 +576,40 @@ static void test_bounded_by_measured_twin(const char *root) {
   cost_model_free(m);
 }
 
+/* An unmeasured conv with a kernel enlarged by a ring of zeros costs at
+ * least the conv with the kernel it holds: EfficientNet-B0's squeeze-and-
+ * excitation 1x1 convs on 1x1 inputs, none measured, looked cheaper as
+ * 3x3 convs padded by one (a proved rule, TASO's enlarge), 28 times, and
+ * that was all the search found there. */
+static void test_bounded_by_one_tap(const char *root) {
+  CostModel *m = table_at(root, "tools/profiles/h200.tsv", "the one-tap twin");
+  if (!m) return;
+  static const char *const pairs[][2] = {
+    {"conv2d [1,96,1,1] [4,96,3,3] [4] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) groups=1 "
+     "act=silu}",
+     "conv2d [1,96,1,1] [4,96,1,1] [4] {stride=(1 1) pads=(0 0 0 0) dilation=(1 1) groups=1 "
+     "act=silu}"},
+    {"conv2d [1,240,1,1] [10,240,3,3] [10] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=1 act=silu}",
+     "conv2d [1,240,1,1] [10,240,1,1] [10] {stride=(1 1) pads=(0 0 0 0) dilation=(1 1) "
+     "groups=1 act=silu}"},
+    {"conv2d [1,32,14,14] [48,32,3,3] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) groups=1 "
+     "act=none}",
+     "conv2d [1,32,14,14] [48,32,1,1] {stride=(1 1) pads=(0 0 0 0) dilation=(1 1) groups=1 "
+     "act=none}"},
+  };
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    CostEstimate e[2];
+    bool ok = price_key(m, pairs[k][0], &e[0], NULL) && price_key(m, pairs[k][1], &e[1], NULL);
+    CHECK_MSG(ok, "%s: not priced", pairs[k][0]);
+    if (!ok) continue;
+    printf("%s: %.2f us; the kernel it holds %.2f us\n", pairs[k][0], e[0].us, e[1].us);
+    CHECK_MSG(e[0].us >= e[1].us - 1e-9, "%s: %.2f us, under its 1x1 twin's %.2f", pairs[k][0],
+              e[0].us, e[1].us);
+  }
+  cost_model_free(m);
+}
+
 static void test_record_and_analytic(void) {
   int a, b;
   Graph *small = conv_graph(8, 8, 3, &a), *big = conv_graph(64, 56, 3, &b);
@@ -724,6 +758,7 @@ int main(void) {
     test_priced_from_fuller_twin(path);
     test_bounds_by_bare_twin(path);
     test_bounded_by_measured_twin(path);
+    test_bounded_by_one_tap(path);
   }
   return check_exit();
 }
