@@ -587,11 +587,7 @@ static double epilogue_pass_us(CostModel *m, const Graph *g, int id) {
   Params bare, pp;
   int n_bare = 0;
   OpKind pass_kind;
-  if (!op_bare_twin(n, &bare, &n_bare, &pass_kind) || n->n_out != 1) return 0;
-  int ai = param_index(n->kind, "act");
-  int act = ai >= 0 ? (int)n->params.v[ai].i[0] : ACT_NONE;
-  if (act != ACT_NONE && act_op_kind(act) == pass_kind) act_op_params(act, &pp);
-  else params_default(pass_kind, &pp);
+  if (!op_bare_twin(n, &bare, &n_bare, &pass_kind, &pp) || n->n_out != 1) return 0;
   return price_unrecorded(m, pass_kind, &pp, &n->out[0], &n->dtype, 1, 1);
 }
 
@@ -601,19 +597,21 @@ static double epilogue_pass_us(CostModel *m, const Graph *g, int id) {
  * wherever fusing it does not pay. Priced by the neighbours alone, MNASNet's
  * depthwise [1,1152,7,7] 5x5 conv cost 7.7 us bare and 21.3 us with its
  * bias (a bias drew other neighbours), and its folded BatchNorms and relus
- * looked 26 us dearer than the model as given. False without an epilogue. */
-static bool bare_bounds(CostModel *m, const Graph *g, int id, double *lo, double *hi) {
+ * looked 26 us dearer than the model as given. pass: epilogue_pass_us's.
+ * False without an epilogue. */
+static bool bare_bounds(CostModel *m, const Graph *g, int id, double pass, double *lo,
+                        double *hi) {
   const Node *n = &g->nodes[id];
-  Params bare;
+  Params bare, pp;
   int n_bare = 0;
   OpKind pass_kind;
-  if (!op_bare_twin(n, &bare, &n_bare, &pass_kind) || n_bare > TWIN_MAX_IN || n->n_out != 1)
+  if (!op_bare_twin(n, &bare, &n_bare, &pass_kind, &pp) || n_bare > TWIN_MAX_IN ||
+      n->n_out != 1)
     return false;
   Shape in[TWIN_MAX_IN];
   DType dt[TWIN_MAX_IN];
   twin_inputs(g, n, n_bare, in, dt);
   double us = price_unrecorded(m, n->kind, &bare, in, dt, n_bare, 1);
-  double pass = epilogue_pass_us(m, g, id);
   if (!(us > 0 && pass > 0)) return false;
   *lo = us, *hi = us + pass;
   return true;
@@ -665,10 +663,10 @@ static double residual_us(CostModel *m, const Graph *g, int id) {
   double us = price_unrecorded(m, n->kind, &n->params, in, dt, r, n->n_out);
   /* A relu in the epilogue is as free as the residual: where the table has
    * the twin without its fused activation and not with it, that one. */
-  Params bare; /* its parameters without the fused activation */
+  Params bare, pass_params; /* its parameters without the fused activation */
   int n_bare;
   OpKind pass;
-  if (op_bare_twin(n, &bare, &n_bare, &pass)) {
+  if (op_bare_twin(n, &bare, &n_bare, &pass, &pass_params)) {
     double without_act = price_unrecorded(m, n->kind, &bare, in, dt, r, n->n_out);
     if (without_act > 0 && (us <= 0 || without_act < us)) us = without_act;
   }
@@ -736,7 +734,9 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
    * this very kernel with its epilogue. */
   if (!from_fuller) hi = fmin(hi, twice_half_us(m, g, id));
   double bare_lo, bare_hi;
-  if (bare_bounds(m, g, id, &bare_lo, &bare_hi)) lo = fmax(lo, bare_lo), hi = fmin(hi, bare_hi);
+  double pass = epilogue_pass_us(m, g, id); /* 0 without an epilogue */
+  if (bare_bounds(m, g, id, pass, &bare_lo, &bare_hi))
+    lo = fmax(lo, bare_lo), hi = fmin(hi, bare_hi);
   /* Where the bounds disagree (hi < lo), the lower one wins: an estimate
    * never promises less than a part of the work. */
   double us = fmax(fmin(est, hi), lo);
@@ -749,7 +749,6 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
    * 8.2 us where its twin with the bias alone measured 5.6 and the clip
    * after it 1.4. */
   if (twin_measured < INFINITY) {
-    double pass = epilogue_pass_us(m, g, id);
     if (pass > 0 && twin_measured + pass < us) {
       *source = COST_TWIN;
       return fmax(twin_measured + pass, twin_most);

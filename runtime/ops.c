@@ -354,26 +354,18 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...) {
   return diag_error(d, "%s: %s", op_table[n->kind]->name, msg);
 }
 
-/* relu, sigmoid and tanh have kernels of their own here (the relu maps
- * NaN to 0, as cuDNN's fused one does); the others run their row's. */
+/* Each activation runs its operator's row, but the relu, which maps NaN
+ * to 0 here, as cuDNN's fused one does (the relu row keeps a positive
+ * NaN). */
 void act_apply_f32(int act, float *x, int64_t n) {
-  switch (act) {
-  case ACT_NONE: break;
-  case ACT_RELU:
+  if (act == ACT_NONE) return;
+  if (act == ACT_RELU) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
-    break;
-  case ACT_SIGMOID:
-    sigmoid_apply_f32(x, x, n);
-    break;
-  case ACT_TANH:
-    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
-    break;
-  default: {
-    Params p;
-    act_op_params(act, &p);
-    unary_apply_f32(act_op_kind(act), &p, x, x, n);
+    return;
   }
-  }
+  Params p;
+  act_op_params(act, &p);
+  unary_apply_f32(act_op_kind(act), &p, x, x, n);
 }
 
 static const OpKind kind_of_act[ACT__COUNT] = {
@@ -412,7 +404,8 @@ int act_of_node(const Node *n) {
   return ACT_NONE;
 }
 
-bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass) {
+bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass,
+                  Params *pass_params) {
   const OpDef *o = op_def(n->kind);
   int act = -1;
   for (int p = 0; p < o->n_params; p++)
@@ -425,7 +418,10 @@ bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass) {
   *n_bare_in = o->n_in_min;
   /* A bias alone is added in one pass over the output, as a relu is applied. */
   *pass = fused ? act_op_kind((int)fused) : OP_RELU;
-  return *pass != OP__COUNT;
+  if (*pass == OP__COUNT) return false;
+  if (fused) act_op_params((int)fused, pass_params);
+  else params_default(OP_RELU, pass_params);
+  return true;
 }
 
 void act_apply_modp(int act, uint32_t *x, int64_t n) {

@@ -108,11 +108,12 @@ TEQ_API int act_of_node(const struct Node *n);
 
 /* n without its epilogue, for an operator that can fuse one (a parameter
  * with adds_work): its optional inputs (a bias) dropped, *n_bare_in the
- * inputs left, and its fused activation none, in *bare; *pass the
- * element-wise operator one pass of the epilogue over the output costs
- * like (the fused activation's; a relu's for a bias alone). False when n
- * has no epilogue. */
-TEQ_API bool op_bare_twin(const struct Node *n, Params *bare, int *n_bare_in, OpKind *pass);
+ * inputs left, and its fused activation none, in *bare; *pass and
+ * *pass_params the element-wise operator one pass of the epilogue over
+ * the output costs like (the fused activation's, a relu6's clip with its
+ * bounds; a relu's for a bias alone). False when n has no epilogue. */
+TEQ_API bool op_bare_twin(const struct Node *n, Params *bare, int *n_bare_in, OpKind *pass,
+                          Params *pass_params);
 
 /* ---- the row ---- */
 

@@ -398,7 +398,7 @@ static dim3 plane_grid(int64_t planes, int64_t inner) {
  * kernels' fused one does). */
 __global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__ z,
                                 const float *__restrict__ bias, int64_t planes, int64_t m,
-                                int64_t plane, int act) {
+                                int64_t plane, UnaryArgs act) {
   for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
     float *yp = y + pl * plane;
     const float *zp = z ? z + pl * plane : nullptr;
@@ -423,7 +423,7 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
   int64_t plane = cv.oh * cv.ow;
   if (total == 0) return TEQ_OK;
   bias_act_kernel<<<plane_grid(cv.n * cv.m, plane), THREADS, 0, cx->stream>>>(
-      y, z, bias, cv.n * cv.m, cv.m, plane, act);
+      y, z, bias, cv.n * cv.m, cv.m, plane, fused_act_args(act));
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -815,7 +815,7 @@ __global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
 /* On plane_grid: the channel is known per block. */
 __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
                                        float *__restrict__ y, int64_t planes, int64_t c,
-                                       int64_t inner, int act) {
+                                       int64_t inner, UnaryArgs act) {
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     float a = ab[plane % c], b = ab[c + plane % c];
     const float *xp = x + plane * inner;
@@ -844,7 +844,7 @@ extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
   /* The fused activation in the same pass. */
   const int act = (int)param_int(&n->params, BATCHNORM_ACT);
   batchnorm_apply_kernel<<<plane_grid(planes, inner), THREADS, 0, cx->stream>>>(
-      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, act);
+      (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, fused_act_args(act));
   CUDA_LAUNCHED();
   return TEQ_OK;
 }

@@ -495,7 +495,7 @@ static int unary_eval(const Node *n, CudaCtx *cx, const CudaTensor *in, const Cu
                       Diag *d) {
   int rc = check_f32(n, in, 1, out, d);
   if (rc) return rc;
-  UnaryArgs p = {(float)n->params.v[0].f, (float)n->params.v[1].f};
+  UnaryArgs p = {(float)n->params.v[0].f, (float)n->params.v[1].f, ACT_NONE};
   return unary_run<Op>(cx, (const float *)in[0].data, (float *)out[0].data,
                        shape_numel(&out[0].shape), p, d);
 }
@@ -551,26 +551,16 @@ extern "C" int cuda_eval_gelu(CUDA_KERNEL_SIGNATURE) {
 /* ---- fused activations (conv, matmul) ---- */
 
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
-  UnaryArgs none = {0, 0};
-  switch (act) {
-  case ACT_NONE: return TEQ_OK;
-  case ACT_RELU: return unary_run<OpActRelu>(cx, x, x, n, none, d);
-  case ACT_SIGMOID: return unary_run<OpSigmoid>(cx, x, x, n, none, d);
-  case ACT_TANH: return unary_run<OpTanh>(cx, x, x, n, none, d);
-  case ACT_SILU: return unary_run<OpSilu>(cx, x, x, n, none, d);
-  case ACT_HARD_SWISH: return unary_run<OpHardSwish>(cx, x, x, n, none, d);
-  case ACT_RELU6: return unary_run<OpClip>(cx, x, x, n, UnaryArgs{0.0f, 6.0f}, d);
-  case ACT_HARD_SIGMOID:
-    return unary_run<OpHardSigmoid>(cx, x, x, n, UnaryArgs{1.0f / 6.0f, 0.5f}, d);
-  default: return diag_error(d, "fused activation %d is unknown", act);
-  }
+  if (act == ACT_NONE) return TEQ_OK;
+  if (act_op_kind(act) == OP__COUNT) return diag_error(d, "fused activation %d is unknown", act);
+  return unary_run<OpFusedAct>(cx, x, x, n, fused_act_args(act), d);
 }
 
 /* ---- partial products summed (conv.cu and matmul.cu split along K) ---- */
 
 __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, int64_t total,
                                     const float *__restrict__ bias, int64_t m, int64_t plane,
-                                    const float *__restrict__ z, int act,
+                                    const float *__restrict__ z, UnaryArgs act,
                                     float *__restrict__ y) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -585,7 +575,7 @@ int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d) {
   if (total == 0) return TEQ_OK;
   sum_partials_kernel<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, cx->stream>>>(
-      part, splits, total, bias, m, plane, z, act, y);
+      part, splits, total, bias, m, plane, z, fused_act_args(act), y);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }

@@ -13,9 +13,11 @@
 #include "runtime/ops.h"
 
 /* Unary functors see the row's first two float parameters, as float32 like
- * the CPU's UNARY_LOOP reads them. */
+ * the CPU's UNARY_LOOP reads them; act_eval also which fused activation
+ * (ACT_*) they belong to (fused_act_args). */
 struct UnaryArgs {
   float a0, a1;
+  int act;
 };
 
 /* The CPU's clamp: a NaN stays NaN. */
@@ -115,20 +117,36 @@ struct OpActRelu {
   __device__ float operator()(float x, UnaryArgs) const { return x > 0 ? x : 0; }
 };
 
-/* Fused activation act (ACT_*) of v: the operator act_op_kind names, with
- * act_op_params' parameters (relu6: a clip to [0, 6]). */
-__device__ __forceinline__ float act_eval(int act, float v) {
-  UnaryArgs none = {0, 0};
-  switch (act) {
-  case ACT_RELU: return OpActRelu()(v, none);
-  case ACT_SIGMOID: return OpSigmoid()(v, none);
-  case ACT_TANH: return OpTanh()(v, none);
-  case ACT_SILU: return OpSilu()(v, none);
-  case ACT_HARD_SWISH: return OpHardSwish()(v, none);
-  case ACT_RELU6: return OpClip()(v, UnaryArgs{0.0f, 6.0f});
-  case ACT_HARD_SIGMOID: return OpHardSigmoid()(v, UnaryArgs{1.0f / 6.0f, 0.5f});
+/* Fused activation act (ACT_*) as the kernels take it: the registry's
+ * parameters of its operator (act_op_params: a relu6's clip bounds, a hard
+ * sigmoid's alpha and beta), read as the CPU reads them. Host side. */
+static inline UnaryArgs fused_act_args(int act) {
+  UnaryArgs a = {0.0f, 0.0f, act};
+  if (act_op_kind(act) == OP__COUNT) return a;
+  Params p;
+  act_op_params(act, &p);
+  a.a0 = (float)p.v[0].f, a.a1 = (float)p.v[1].f;
+  return a;
+}
+
+/* Fused activation f (fused_act_args) of v: the operator act_op_kind
+ * names, with its parameters. */
+__device__ __forceinline__ float act_eval(UnaryArgs f, float v) {
+  switch (f.act) {
+  case ACT_RELU: return OpActRelu()(v, f);
+  case ACT_SIGMOID: return OpSigmoid()(v, f);
+  case ACT_TANH: return OpTanh()(v, f);
+  case ACT_SILU: return OpSilu()(v, f);
+  case ACT_HARD_SWISH: return OpHardSwish()(v, f);
+  case ACT_RELU6: return OpClip()(v, f);
+  case ACT_HARD_SIGMOID: return OpHardSigmoid()(v, f);
   default: return v;
   }
 }
+
+/* A fused activation as an element-wise operator (cuda_act_apply). */
+struct OpFusedAct {
+  __device__ float operator()(float x, UnaryArgs f) const { return act_eval(f, x); }
+};
 
 #endif

@@ -1028,47 +1028,54 @@ static int check_nodes(Importer *im) {
   return TEQ_OK;
 }
 
+/* What a pass returned (a count, or an error), after the nodes it left
+ * dead are removed: a pass counts a node's readers, and a reader that a
+ * pass before it replaced would still count (a conv that a swish read
+ * twice, as x and through its sigmoid, would take no activation). */
+static int settled(Importer *im, int n) {
+  if (n <= 0) return n;
+  int rc = graph_remove_dead(im->g);
+  return rc < 0 ? rc : n;
+}
+
 static int run_passes(Importer *im, const OnnxImportOptions *o) {
   int n;
   if (!o->keep_noops) {
-    if ((n = onnx_pass_remove_noops(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_remove_noops(im->g, im->d))) < 0) return n;
     im->stats.n_noops_removed += n; /* after the Casts import already dropped */
   }
   if (!o->keep_zero_pads) {
-    if ((n = onnx_pass_fold_zero_pads(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fold_zero_pads(im->g, im->d))) < 0) return n;
     im->stats.n_pads_folded = n;
   }
   if (!o->keep_batchnorm) {
-    if ((n = onnx_pass_fold_batchnorm(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fold_batchnorm(im->g, im->d))) < 0) return n;
     im->stats.n_batchnorm_folded = n;
   }
   if (!o->keep_product_scales) {
-    if ((n = onnx_pass_fold_product_scales(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fold_product_scales(im->g, im->d))) < 0) return n;
     im->stats.n_scales_folded = n;
   }
   if (!o->keep_written_layer_norms) {
-    if ((n = onnx_pass_fuse_layer_norm(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fuse_layer_norm(im->g, im->d))) < 0) return n;
     im->stats.n_layer_norms_fused = n;
   }
   if (!o->keep_written_gelus) {
-    if ((n = onnx_pass_fuse_gelu(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fuse_gelu(im->g, im->d))) < 0) return n;
     im->stats.n_gelus_fused = n;
   }
   if (!o->keep_unfused_activations) {
     /* Before activations fuse into convs: the conv a swish reads twice
      * would take none, and the sigmoid is the swish's. */
-    if ((n = onnx_pass_fuse_swishes(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fuse_swishes(im->g, im->d))) < 0) return n;
     im->stats.n_swishes_fused = n;
-    /* The replaced Sigmoids and Muls go, so the conv a swish read twice is
-     * read once (by the swish) when activations fuse. */
-    if (n > 0 && (n = graph_remove_dead(im->g)) < 0) return n;
   }
   if (!o->keep_unfused_residuals) {
-    if ((n = graph_fuse_residuals(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, graph_fuse_residuals(im->g, im->d))) < 0) return n;
     im->stats.n_residuals_fused = n;
   }
   if (!o->keep_unfused_activations) {
-    if ((n = onnx_pass_fuse_activations(im->g, im->d)) < 0) return n;
+    if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
     im->stats.n_activations_fused = n;
   }
   n = graph_remove_dead(im->g);

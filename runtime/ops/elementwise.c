@@ -389,13 +389,9 @@ static inline float sigmoid_of(float x) {
 }
 
 FLOAT_VECTOR_CLONES
-void sigmoid_apply_f32(const float *xs, float *ys, int64_t n) {
-  for (int64_t i = 0; i < n; i++) ys[i] = sigmoid_of(xs[i]);
-}
-
 static void sigmoid_f32(const float *xs, float *ys, int64_t n, const Params *p) {
   (void)p;
-  sigmoid_apply_f32(xs, ys, n);
+  for (int64_t i = 0; i < n; i++) ys[i] = sigmoid_of(xs[i]);
 }
 
 /* x times the sigmoid row's sigmoid of x, the same float product the

@@ -178,9 +178,6 @@ void unary_apply_modp(OpKind kind, const Params *p, const uint32_t *xs, uint32_t
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
 void act_apply_modp(int act, uint32_t *x, int64_t n);
-/* The sigmoid row's kernel (elementwise.c), which fused activations share
- * so that a fused sigmoid computes what the operator does; xs may be ys. */
-void sigmoid_apply_f32(const float *xs, float *ys, int64_t n);
 
 /* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
  * with k taps `dl` apart that fall inside [0, in): convolutions and pools

@@ -497,6 +497,27 @@ static void test_priced_from_fuller_twin(const char *root) {
   cost_model_free(m);
 }
 
+/* Each case is {a configuration, its twin with less epilogue, the pass
+ * of the rest}: the first costs at least the twin and at most the twin
+ * and the pass, from the source asked (-1: any) as the twin does. */
+static void check_twin_and_pass(CostModel *m, const char *const (*cases)[3], size_t n,
+                                int source, int twin_source) {
+  for (size_t k = 0; k < n; k++) {
+    CostEstimate e[3];
+    bool ok = price_key(m, cases[k][0], &e[0], NULL) && price_key(m, cases[k][1], &e[1], NULL) &&
+              price_key(m, cases[k][2], &e[2], NULL);
+    CHECK_MSG(ok, "%s: not priced", cases[k][0]);
+    if (!ok) continue;
+    printf("%s: %.2f us; its twin %.2f, the pass %.2f\n", cases[k][0], e[0].us, e[1].us,
+           e[2].us);
+    CHECK(source < 0 || (int)e[0].source == source);
+    CHECK(twin_source < 0 || (int)e[1].source == twin_source);
+    CHECK_MSG(e[0].us >= e[1].us - 1e-9 && e[0].us <= e[1].us + e[2].us + 1e-9,
+              "%s: %.2f us, outside %.2f .. %.2f", cases[k][0], e[0].us, e[1].us,
+              e[1].us + e[2].us);
+  }
+}
+
 /* An unmeasured conv or product with an epilogue (a bias, a fused
  * activation) costs at least its bare kernel and at most that and one
  * element-wise pass over its output. Without the bound the first two were
@@ -519,17 +540,7 @@ static void test_bounds_by_bare_twin(const char *root) {
     {"matmul [1,768] [768,3000] {act=tanh}", "matmul [1,768] [768,3000] {act=none}",
      "tanh [1,3000] {}"},
   };
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    CostEstimate e[3];
-    if (!price_key(m, cases[k][0], &e[0], NULL) || !price_key(m, cases[k][1], &e[1], NULL) ||
-        !price_key(m, cases[k][2], &e[2], NULL))
-      continue;
-    printf("%s: %.2f us; bare %.2f, its pass %.2f\n", cases[k][0], e[0].us, e[1].us, e[2].us);
-    CHECK(e[0].source == COST_ANALYTIC);
-    CHECK_MSG(e[0].us >= e[1].us - 1e-9 && e[0].us <= e[1].us + e[2].us + 1e-9,
-              "%s: %.2f us, outside %.2f .. %.2f", cases[k][0], e[0].us, e[1].us,
-              e[1].us + e[2].us);
-  }
+  check_twin_and_pass(m, cases, sizeof cases / sizeof cases[0], COST_ANALYTIC, -1);
   cost_model_free(m);
 }
 
@@ -560,19 +571,7 @@ static void test_bounded_by_measured_twin(const char *root) {
      "groups=1 act=none}",
      "silu [1,192,28,28] {}"},
   };
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    CostEstimate e[3];
-    bool ok = price_key(m, cases[k][0], &e[0], NULL) && price_key(m, cases[k][1], &e[1], NULL) &&
-              price_key(m, cases[k][2], &e[2], NULL);
-    CHECK_MSG(ok, "%s: not priced", cases[k][0]);
-    if (!ok) continue;
-    printf("%s: %.2f us; its twin with the bias alone %.2f, the activation %.2f\n", cases[k][0],
-           e[0].us, e[1].us, e[2].us);
-    CHECK(e[1].source == COST_TABLE && e[0].source == COST_TWIN);
-    CHECK_MSG(e[0].us >= e[1].us - 1e-9 && e[0].us <= e[1].us + e[2].us + 1e-9,
-              "%s: %.2f us, outside %.2f .. %.2f", cases[k][0], e[0].us, e[1].us,
-              e[1].us + e[2].us);
-  }
+  check_twin_and_pass(m, cases, sizeof cases / sizeof cases[0], COST_TWIN, COST_TABLE);
   cost_model_free(m);
 }
 

@@ -659,10 +659,7 @@ static void test_zero_pads_random(void) {
   int folded = 0, kept = 0;
   for (int t = 0; t < 300; t++) {
     int64_t r[16];
-    for (int i = 0; i < 16; i++) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      r[i] = (int64_t)(state >> 33);
-    }
+    for (int i = 0; i < 16; i++) r[i] = (int64_t)(rng_next(&state) >> 33);
     Diag d;
     diag_init(&d);
     Graph *g = graph_new();
@@ -857,10 +854,7 @@ static void test_activations_random(void) {
   int fused = 0, kept = 0;
   for (int t = 0; t < 200; t++) {
     int64_t r[8];
-    for (int i = 0; i < 8; i++) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      r[i] = (int64_t)(state >> 33);
-    }
+    for (int i = 0; i < 8; i++) r[i] = (int64_t)(rng_next(&state) >> 33);
     Diag d;
     diag_init(&d);
     Graph *g = graph_new();

@@ -69,7 +69,8 @@ static void test_params(void) {
 
 /* op_bare_twin: an operator that can fuse an epilogue, without it. A conv's
  * bias and relu go (one relu's pass stands for both), a product's tanh is
- * its own pass, and what has no epilogue has no bare twin. */
+ * its own pass, a relu6's pass is a clip with its bounds, and what has no
+ * epilogue has no bare twin. */
 static void test_bare_twin(void) {
   Graph *g = graph_new();
   CHECK(g != NULL);
@@ -93,18 +94,24 @@ static void test_bare_twin(void) {
   int conv = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w}, 2, 1, &cp, NULL, NULL);
   int prod = graph_add_node(g, OP_MATMUL, (TensorRef[]){ma, mb}, 2, 1, &mp, NULL, NULL);
   int relu = graph_add_node(g, OP_RELU, (TensorRef[]){x}, 1, 1, NULL, NULL, NULL);
-  CHECK(conv_br >= 0 && conv_b >= 0 && conv >= 0 && prod >= 0 && relu >= 0);
+  param_set_int(&cp, act, ACT_RELU6);
+  int conv_r6 = graph_add_node(g, OP_CONV2D, (TensorRef[]){x, w, b}, 3, 1, &cp, NULL, NULL);
+  CHECK(conv_br >= 0 && conv_b >= 0 && conv >= 0 && prod >= 0 && relu >= 0 && conv_r6 >= 0);
   Params bare;
   int n_bare = -1;
   OpKind pass = OP__COUNT;
-  CHECK(op_bare_twin(&g->nodes[conv_br], &bare, &n_bare, &pass));
+  Params pass_params;
+  CHECK(op_bare_twin(&g->nodes[conv_br], &bare, &n_bare, &pass, &pass_params));
   CHECK(n_bare == 2 && pass == OP_RELU && param_int(&bare, act) == ACT_NONE);
-  CHECK(op_bare_twin(&g->nodes[conv_b], &bare, &n_bare, &pass));
+  CHECK(op_bare_twin(&g->nodes[conv_b], &bare, &n_bare, &pass, &pass_params));
   CHECK(n_bare == 2 && pass == OP_RELU);
-  CHECK(!op_bare_twin(&g->nodes[conv], &bare, &n_bare, &pass));
-  CHECK(op_bare_twin(&g->nodes[prod], &bare, &n_bare, &pass));
+  CHECK(!op_bare_twin(&g->nodes[conv], &bare, &n_bare, &pass, &pass_params));
+  CHECK(op_bare_twin(&g->nodes[prod], &bare, &n_bare, &pass, &pass_params));
   CHECK(n_bare == 2 && pass == OP_TANH && param_int(&bare, mact) == ACT_NONE);
-  CHECK(!op_bare_twin(&g->nodes[relu], &bare, &n_bare, &pass));
+  CHECK(!op_bare_twin(&g->nodes[relu], &bare, &n_bare, &pass, &pass_params));
+  CHECK(op_bare_twin(&g->nodes[conv_r6], &bare, &n_bare, &pass, &pass_params));
+  CHECK(pass == OP_CLIP && param_float(&pass_params, param_index(OP_CLIP, "min")) == 0 &&
+        param_float(&pass_params, param_index(OP_CLIP, "max")) == 6);
   graph_free(g);
 }
 
