@@ -8,6 +8,9 @@
 # abspath PATH: PATH, relative to the repository root unless absolute.
 abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$ROOT/$1" ;; esac; }
 
+# free_mb DIR: megabytes free on DIR's file system.
+free_mb() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
+
 # ok MSG, fail MSG: one check passed or failed, counted in checks and
 # failures for the caller's summary (ort_same_outputs reports through them;
 # a script with its own wording defines its own after sourcing this).

@@ -19,11 +19,19 @@ temporary name and renamed, so an interrupted export never leaves a half cache.
 
 Usage:
     /usr/bin/python3 tools/models/export_torchvision.py [CACHE] [--models a,b] [--list] [--force]
+                                                        [--reserve MB]
 CACHE defaults to $TEQ_CACHE, else .cache/models under the repository root.
+
+Disk: VGG-19 alone is 575 MB. With --reserve MB a model is exported only where
+the disk holds its weights twice (the export, and the round trip or optimized
+copy every caller writes next) and MB more besides; one that does not fit is
+named and left out. A disk that fills anyway stops the export with the
+partial file removed. Either way the exit status is 4.
 """
 
 import argparse
 import collections
+import errno
 import json
 import os
 import sys
@@ -141,8 +149,14 @@ def cache_complete(outdir):
     return all(os.path.isfile(os.path.join(outdir, f)) for f in FILES)
 
 
+def tmp_name(path):
+    """path's name while it is written: one per process, as two tests may export the
+    same model into one cache at once."""
+    return f"{path}.{os.getpid()}.tmp"
+
+
 def write_atomic(path, data):
-    tmp = path + ".tmp"
+    tmp = tmp_name(path)
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
@@ -159,11 +173,30 @@ def build_model(name, torch, torchvision):
     return model.eval()
 
 
-def export_one(name, outdir, torch, torchvision, onnx, np):
+class NoRoom(Exception):
+    """A model the disk has no room for (exit status 4)."""
+
+
+def free_mb(path):
+    """Megabytes free to an unprivileged writer on path's file system."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "."
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize / 1e6
+
+
+def export_one(name, outdir, torch, torchvision, onnx, np, reserve_mb=None):
     from onnx import numpy_helper
 
     _, shape, input_seed, opts = ALL[name]
     model = build_model(name, torch, torchvision)
+    if reserve_mb is not None:
+        weights_mb = sum(t.numel() * t.element_size() for t in model.state_dict().values()) / 1e6
+        need, have = 2 * weights_mb + reserve_mb, free_mb(outdir)
+        if have < need:
+            raise NoRoom(f"{name}: not exported: needs about {need:.0f} MB free "
+                         f"({weights_mb:.0f} MB of weights twice, {reserve_mb:.0f} MB reserved), "
+                         f"{have:.0f} MB free under {outdir}")
 
     x_np = np.random.default_rng(input_seed).standard_normal(shape, dtype=np.float32)
     x = torch.from_numpy(x_np.copy())
@@ -180,7 +213,7 @@ def export_one(name, outdir, torch, torchvision, onnx, np):
 
     os.makedirs(outdir, exist_ok=True)
     onnx_path = os.path.join(outdir, "model.onnx")
-    tmp_onnx = onnx_path + ".tmp"
+    tmp_onnx = tmp_name(onnx_path)
     with grad_ctx:
         try:  # torch >= 2.9 exports through dynamo unless told otherwise
             torch.onnx.export(model, x, tmp_onnx, dynamo=False, **export_kwargs)
@@ -241,6 +274,9 @@ def main():
                          "see --list)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--force", action="store_true", help="re-export even if cached")
+    ap.add_argument("--reserve", type=float, default=None, metavar="MB",
+                    help="leave out a model unless the disk holds its weights twice and MB "
+                         "more (exit status 4 when any was left out)")
     args = ap.parse_args()
 
     if args.list:
@@ -279,16 +315,34 @@ def main():
     warnings.filterwarnings("ignore")
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
+    left_out = []
     for n in todo:
         outdir = os.path.join(cache, n)
         if os.path.exists(os.path.join(outdir, "meta.json")):
             os.remove(os.path.join(outdir, "meta.json"))
         t0 = time.monotonic()
-        ops, out_shape, size = export_one(n, outdir, torch, torchvision, onnx, np)
+        try:
+            ops, out_shape, size = export_one(n, outdir, torch, torchvision, onnx, np,
+                                              args.reserve)
+        except NoRoom as e:
+            print(e, file=sys.stderr, flush=True)
+            left_out.append(n)
+            continue
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            # Partial files would hold the space other work needs.
+            for f in os.listdir(outdir) if os.path.isdir(outdir) else []:
+                if f.endswith(f".{os.getpid()}.tmp"):
+                    os.remove(os.path.join(outdir, f))
+            print(f"{n}: no space left on the device under {outdir} "
+                  f"({free_mb(outdir):.0f} MB free after removing the partial files)",
+                  file=sys.stderr, flush=True)
+            return 4
         dt = time.monotonic() - t0
         print(f"{n}: exported to {outdir} in {dt:.1f} s; {sum(ops.values())} nodes, "
               f"{size / 1e6:.1f} MB, output {'x'.join(map(str, out_shape))}", flush=True)
-    return 0
+    return 4 if left_out else 0
 
 
 if __name__ == "__main__":
