@@ -43,13 +43,13 @@ if [ $want_tests = 1 ] && [ ! -d tools/ort/node_modules/onnxruntime-node ]; then
 fi
 
 if [ ! -f build/build.ninja ]; then
-  meson setup build --buildtype=release -Db_ndebug=false >&2
+  tools/build/meson-setup.sh build --buildtype=release -Db_ndebug=false >&2
 fi
 ninja -C build >&2
 
 if [ $want_tests = 1 ]; then
   if [ ! -f build-asan/build.ninja ]; then
-    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false >&2
+    tools/build/meson-setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false >&2
   fi
   ninja -C build-asan >&2
 fi

@@ -10,7 +10,7 @@
 # thread (Teq: OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1; ONNX Runtime: --threads 1).
 # Both tools run once to warm up, then report the median of --repeat runs.
 # Environment: TEQ_BENCH_BUILD (an optimized, non-sanitizer build; default
-# build-release, made with: meson setup build-release --buildtype=release -Db_ndebug=true),
+# build-release, made with: tools/build/meson-setup.sh build-release --buildtype=release -Db_ndebug=true),
 # TEQ_BENCH_REPEAT (default 10), TEQ_CACHE, TEQ_PYTHON (default /usr/bin/python3),
 # TEQ_BENCH_OUT (directory for the results, default tools/bench).
 set -euo pipefail
@@ -29,7 +29,7 @@ INPUT_NAME=input   # export_torchvision.py names every model's input "input"
 if (($# > 0)); then MODELS=("$@"); else MODELS=(resnet18 resnet50); fi
 
 die() { echo "bench_cpu: $*" >&2; exit 1; }
-[[ -x $RUN_MODEL ]] || die "$RUN_MODEL not built; make an optimized build: meson setup $(basename "$BUILD") --buildtype=release -Db_ndebug=true && ninja -C $(basename "$BUILD")"
+[[ -x $RUN_MODEL ]] || die "$RUN_MODEL not built; make an optimized build: tools/build/meson-setup.sh $(basename "$BUILD") --buildtype=release -Db_ndebug=true && ninja -C $(basename "$BUILD")"
 "$PY" -c 'import torch, torchvision, onnx, numpy' 2>/dev/null || die "$PY lacks torch/torchvision/onnx (set TEQ_PYTHON)"
 command -v node >/dev/null 2>&1 || die "node is not installed"
 (cd "$ORT_DIR" && node -e "require('onnxruntime-node')") >/dev/null 2>&1 ||

@@ -11,7 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage="${1:-.gpu}"
 build=build-gpu
-[ -d "$build" ] || meson setup "$build" --buildtype=release -Dcuda=enabled >/dev/null
+[ -d "$build" ] || tools/build/meson-setup.sh "$build" --buildtype=release -Dcuda=enabled >/dev/null
+# One made by a plain meson setup gives ninja no headers of its .cu objects:
+# they may be older than their source, and the GPU would test stale kernels.
+if [ ! -f "$build/cuda-native.ini" ]; then
+  echo "stage: $build was not made by tools/build/meson-setup.sh, so its CUDA objects" \
+    "may miss header changes; remove it and stage again" >&2
+  exit 1
+fi
 ninja -C "$build" tools/run-model tools/teq-profile tools/build-model tools/bench-pet-ops optimize/optimize \
   tests/runtime_test_cuda tests/runtime_test_cuda_elementwise tests/runtime_test_cuda_reduce \
   tests/runtime_test_cuda_layout tests/runtime_test_cuda_linear tests/runtime_test_cuda_profile \
