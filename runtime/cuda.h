@@ -123,4 +123,13 @@ typedef struct CudaProfile {
 TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repeats,
                               CudaProfile *out, Diag *d);
 
+/* ---- checks without a GPU ----
+ * The direct convolution kernel's arithmetic (the way "teq:direct" of a
+ * grouped or shallow conv2d) run on the host, plane by plane as its
+ * threads run it, into out (the node's output shape): lets a machine with
+ * no GPU check the kernel's indexing and epilogue against the CPU row.
+ * TEQ_ERR_UNSUPPORTED where that way does not take the configuration, or
+ * the build has no CUDA. */
+TEQ_API int cuda_conv2d_direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d);
+
 #endif

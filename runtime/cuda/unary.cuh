@@ -20,13 +20,29 @@ struct UnaryArgs {
   int act;
 };
 
+/* The functors act_eval reaches run on the host too: the host check of
+ * the direct convolution kernel's arithmetic (cuda_conv2d_direct_on_host)
+ * applies its epilogue through them. */
+#define UNARY_FN __host__ __device__
+
+/* a * b rounded once: on the device __fmul_rn keeps nvcc from fusing it
+ * into an fma the CPU does not do; the host's compiler (no -mfma) does not
+ * fuse. */
+UNARY_FN __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 /* The CPU's clamp: a NaN stays NaN. */
-__device__ __forceinline__ float clamp_f(float x, float lo, float hi) {
+UNARY_FN __forceinline__ float clamp_f(float x, float lo, float hi) {
   x = x < lo ? lo : x;
   return x > hi ? hi : x;
 }
 
-__device__ __forceinline__ float softplus_f(float x) {
+UNARY_FN __forceinline__ float softplus_f(float x) {
   return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
 }
 
@@ -39,82 +55,82 @@ struct OpRelu {
   }
 };
 struct OpSigmoid {
-  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / (1.0f + expf(-x)); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return 1.0f / (1.0f + expf(-x)); }
 };
 /* x times OpSigmoid's sigmoid of x: the product the Sigmoid and Mul it
  * replaces compute. */
 struct OpSilu {
-  __device__ float operator()(float x, UnaryArgs a) const { return x * OpSigmoid()(x, a); }
+  UNARY_FN float operator()(float x, UnaryArgs a) const { return x * OpSigmoid()(x, a); }
 };
 struct OpTanh {
-  __device__ float operator()(float x, UnaryArgs) const { return tanhf(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return tanhf(x); }
 };
 struct OpExp {
-  __device__ float operator()(float x, UnaryArgs) const { return expf(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return expf(x); }
 };
 struct OpLog {
-  __device__ float operator()(float x, UnaryArgs) const { return logf(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return logf(x); }
 };
 struct OpSqrt {
-  __device__ float operator()(float x, UnaryArgs) const { return sqrtf(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return sqrtf(x); }
 };
 struct OpNeg {
-  __device__ float operator()(float x, UnaryArgs) const { return -x; }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return -x; }
 };
 struct OpAbs {
-  __device__ float operator()(float x, UnaryArgs) const { return fabsf(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return fabsf(x); }
 };
 struct OpReciprocal {
-  __device__ float operator()(float x, UnaryArgs) const { return 1.0f / x; }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return 1.0f / x; }
 };
 struct OpErf {
-  __device__ float operator()(float x, UnaryArgs) const { return erff(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return erff(x); }
 };
 struct OpLeakyRelu {
-  __device__ float operator()(float x, UnaryArgs p) const { return x >= 0.0f ? x : p.a0 * x; }
+  UNARY_FN float operator()(float x, UnaryArgs p) const { return x >= 0.0f ? x : p.a0 * x; }
 };
 struct OpElu {
-  __device__ float operator()(float x, UnaryArgs p) const {
+  UNARY_FN float operator()(float x, UnaryArgs p) const {
     return x >= 0.0f ? x : p.a0 * expm1f(x);
   }
 };
 struct OpClip {
-  __device__ float operator()(float x, UnaryArgs p) const { return clamp_f(x, p.a0, p.a1); }
+  UNARY_FN float operator()(float x, UnaryArgs p) const { return clamp_f(x, p.a0, p.a1); }
 };
 struct OpSoftplus {
-  __device__ float operator()(float x, UnaryArgs) const { return softplus_f(x); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return softplus_f(x); }
 };
-/* __fmul_rn keeps nvcc from fusing into an fma the CPU does not do. */
+/* mul_rn: the CPU rounds the product before adding. */
 struct OpHardSigmoid {
-  __device__ float operator()(float x, UnaryArgs p) const {
-    return clamp_f(__fmul_rn(p.a0, x) + p.a1, 0.0f, 1.0f);
+  UNARY_FN float operator()(float x, UnaryArgs p) const {
+    return clamp_f(mul_rn(p.a0, x) + p.a1, 0.0f, 1.0f);
   }
 };
 struct OpSelu {
-  __device__ float operator()(float x, UnaryArgs p) const {
+  UNARY_FN float operator()(float x, UnaryArgs p) const {
     return p.a1 * (x > 0.0f ? x : p.a0 * expm1f(x));
   }
 };
 struct OpThresholdedRelu {
-  __device__ float operator()(float x, UnaryArgs p) const { return x > p.a0 ? x : 0.0f; }
+  UNARY_FN float operator()(float x, UnaryArgs p) const { return x > p.a0 ? x : 0.0f; }
 };
 struct OpHardSwish {
-  __device__ float operator()(float x, UnaryArgs) const {
-    return x * clamp_f(__fmul_rn(x, 1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+  UNARY_FN float operator()(float x, UnaryArgs) const {
+    return x * clamp_f(mul_rn(x, 1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
   }
 };
 struct OpCelu {
-  __device__ float operator()(float x, UnaryArgs p) const {
+  UNARY_FN float operator()(float x, UnaryArgs p) const {
     return x > 0.0f ? x : p.a0 * expm1f(x / p.a0);
   }
 };
 struct OpMish {
-  __device__ float operator()(float x, UnaryArgs) const { return x * tanhf(softplus_f(x)); }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return x * tanhf(softplus_f(x)); }
 };
 
 /* act_apply_f32's relu, which unlike the relu row maps NaN to 0. */
 struct OpActRelu {
-  __device__ float operator()(float x, UnaryArgs) const { return x > 0 ? x : 0; }
+  UNARY_FN float operator()(float x, UnaryArgs) const { return x > 0 ? x : 0; }
 };
 
 /* Fused activation act (ACT_*) as the kernels take it: the registry's
@@ -131,7 +147,7 @@ static inline UnaryArgs fused_act_args(int act) {
 
 /* Fused activation f (fused_act_args) of v: the operator act_op_kind
  * names, with its parameters. */
-__device__ __forceinline__ float act_eval(UnaryArgs f, float v) {
+UNARY_FN __forceinline__ float act_eval(UnaryArgs f, float v) {
   switch (f.act) {
   case ACT_RELU: return OpActRelu()(v, f);
   case ACT_SIGMOID: return OpSigmoid()(v, f);
@@ -146,7 +162,7 @@ __device__ __forceinline__ float act_eval(UnaryArgs f, float v) {
 
 /* A fused activation as an element-wise operator (cuda_act_apply). */
 struct OpFusedAct {
-  __device__ float operator()(float x, UnaryArgs f) const { return act_eval(f, x); }
+  UNARY_FN float operator()(float x, UnaryArgs f) const { return act_eval(f, x); }
 };
 
 #endif

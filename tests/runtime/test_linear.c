@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
@@ -201,6 +202,46 @@ static void test_conv_float_vs_reference(void) {
     tensor_unref(r);
     unref_all(in, conv_n_in(k));
   }
+  diag_fini(&d);
+}
+
+/* The GPU's direct convolution kernel ("teq:direct": grouped convs, and
+ * dense ones of at most 64 taps per output), its arithmetic run on the
+ * host through cuda_conv2d_direct_on_host, against the naive definition
+ * on every case it takes; a dense conv of more taps is left to cuDNN. In a
+ * build without CUDA there is no kernel to check. */
+static void test_conv_direct_kernel_on_host(void) {
+  CudaInfo info;
+  cuda_probe(&info);
+  if (!info.built) {
+    printf("  (no CUDA in this build: the direct kernel's host check skipped)\n");
+    return;
+  }
+  Diag d;
+  diag_init(&d);
+  int taken = 0;
+  for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
+    const ConvCase *k = &conv_cases[ci];
+    bool takes = k->groups > 1 || k->c * k->kh * k->kw <= 64;
+    Tensor *in[4];
+    conv_inputs(k, in, false, 700 + ci);
+    Op o;
+    conv_setup(&o, k);
+    Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, conv_out_h(k), conv_out_w(k)}});
+    int rc = cuda_conv2d_direct_on_host(&o.node, in, y, &d);
+    CHECK_MSG(rc == (takes ? TEQ_OK : TEQ_ERR_UNSUPPORTED), "conv case %zu: direct kernel %s: %s",
+              ci, takes ? "refused" : "took it", diag_last(&d));
+    if (rc == TEQ_OK) {
+      Tensor *r = conv_ref(k, in);
+      double e = max_rel_err(y, r);
+      CHECK_MSG(e < 1e-5, "conv case %zu: direct kernel on the host, error %g", ci, e);
+      tensor_unref(r);
+      taken++;
+    }
+    tensor_unref(y);
+    unref_all(in, conv_n_in(k));
+  }
+  CHECK_MSG(taken >= 20, "the direct kernel took only %d cases", taken);
   diag_fini(&d);
 }
 
@@ -1132,6 +1173,7 @@ int main(void) {
   test_conv_by_hand();
   test_conv_float_vs_reference();
   test_conv_modp_vs_float();
+  test_conv_direct_kernel_on_host();
   test_iconv_identity();
   test_enlarge_identity();
   test_matmul();
