@@ -460,9 +460,13 @@ static bool direct_geometry(const Node *n, const Shape &xs, const Shape &ws, con
   if (groups < 1 || ys.d[1] % groups || taps > DIRECT_MAX_TAPS ||
       (groups == 1 && taps > DIRECT_DENSE_TAPS))
     return false;
-  const int64_t all[] = {xs.d[0] * xs.d[1] * xs.d[2] * xs.d[3], ys.d[0] * ys.d[1] * ys.d[2] * ys.d[3],
-                         p->v[CONV_PADS].i[0], p->v[CONV_PADS].i[1], p->v[CONV_STRIDE].i[0],
-                         p->v[CONV_STRIDE].i[1], p->v[CONV_DILATION].i[0],
+  const int64_t all[] = {xs.d[0] * xs.d[1] * xs.d[2] * xs.d[3],
+                         ys.d[0] * ys.d[1] * ys.d[2] * ys.d[3],
+                         p->v[CONV_PADS].i[0],
+                         p->v[CONV_PADS].i[1],
+                         p->v[CONV_STRIDE].i[0],
+                         p->v[CONV_STRIDE].i[1],
+                         p->v[CONV_DILATION].i[0],
                          p->v[CONV_DILATION].i[1]};
   for (int64_t v : all)
     if (!fits_int(v)) return false;
