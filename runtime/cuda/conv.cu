@@ -380,19 +380,8 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
 
 /* ---- the epilogue: residual, bias and activation ---- */
 
-/* A grid over `planes` planes of `inner` elements: planes (image, channel)
- * along y (striding past 65535), a plane's elements along x, about 2048
- * blocks in all, enough to fill the GPU whether the planes are few and
- * large or many and small; grid-stride loops take the rest. A kernel on it
- * knows each block's channel: no division per element. */
-static dim3 plane_grid(int64_t planes, int64_t inner) {
-  unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
-  unsigned bx = cuda_blocks(inner, THREADS), want = (2048 + by - 1) / by;
-  return dim3(bx > want ? want : bx, by);
-}
-
 /* y[img, m, p] = act(y[img, m, p] + z[img, m, p] + bias[m]) over planes of
- * `plane` elements (z or bias may be NULL), on plane_grid: one pass over y
+ * `plane` elements (z or bias may be NULL), on cuda_plane_grid: one pass over y
  * where cuDNN's AddTensor and an activation kernel were two, for every
  * fused activation (act_eval: the relu maps NaN to 0, as the element-wise
  * kernels' fused one does). */
@@ -422,7 +411,8 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
   if (!bias && !z) return cuda_act_apply(cx, act, y, total, d);
   int64_t plane = cv.oh * cv.ow;
   if (total == 0) return TEQ_OK;
-  bias_act_kernel<<<plane_grid(cv.n * cv.m, plane), THREADS, 0, cx->stream>>>(
+  dim3 grid = cuda_plane_grid(cv.n * cv.m, plane, THREADS);
+  bias_act_kernel<<<grid, THREADS, 0, cx->stream>>>(
       y, z, bias, cv.n * cv.m, cv.m, plane, fused_act_args(act));
   CUDA_LAUNCHED();
   return TEQ_OK;
@@ -973,7 +963,7 @@ __global__ void batchnorm_coeffs_kernel(const float *__restrict__ scale,
   }
 }
 
-/* On plane_grid: the channel is known per block. */
+/* On cuda_plane_grid: the channel is known per block. */
 __global__ void batchnorm_apply_kernel(const float *__restrict__ x, const float *__restrict__ ab,
                                        float *__restrict__ y, int64_t planes, int64_t c,
                                        int64_t inner, UnaryArgs act) {
@@ -1004,7 +994,8 @@ extern "C" int cuda_eval_batchnorm(CUDA_KERNEL_SIGNATURE) {
   CUDA_LAUNCHED();
   /* The fused activation in the same pass. */
   const int act = (int)param_int(&n->params, BATCHNORM_ACT);
-  batchnorm_apply_kernel<<<plane_grid(planes, inner), THREADS, 0, cx->stream>>>(
+  dim3 grid = cuda_plane_grid(planes, inner, THREADS);
+  batchnorm_apply_kernel<<<grid, THREADS, 0, cx->stream>>>(
       (const float *)in[0].data, ab, (float *)out[0].data, planes, c, inner, fused_act_args(act));
   CUDA_LAUNCHED();
   return TEQ_OK;

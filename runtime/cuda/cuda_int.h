@@ -199,6 +199,18 @@ static inline unsigned cuda_blocks(int64_t n, int threads) {
   return (unsigned)b;
 }
 
+/* A grid over `planes` planes of `inner` elements, blocks of `threads`:
+ * planes (image, channel) along y (striding past 65535), a plane's elements
+ * along x, about 2048 blocks in all, enough to fill the GPU whether the
+ * planes are few and large or many and small; grid-stride loops take the
+ * rest. A kernel on it knows each block's channel: no division per
+ * element (the conv epilogue, batchnorm, cuda_sum_partials). */
+static inline dim3 cuda_plane_grid(int64_t planes, int64_t inner, int threads) {
+  unsigned by = planes < 65535 ? (unsigned)planes : 65535u;
+  unsigned bx = cuda_blocks(inner, threads), want = (2048 + by - 1) / by;
+  return dim3(bx > want ? want : bx, by);
+}
+
 /* A shape's row-major strides, and up to TEQ_MAX_DIMS dims, by value so a
  * kernel can take it as an argument. */
 struct CudaDims {

@@ -558,24 +558,33 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
 
 /* ---- partial products summed (conv.cu and matmul.cu split along K) ---- */
 
+/* y = act(bias[channel] + z + the partials, in split order) on
+ * cuda_plane_grid: planes of `plane` elements, channel = plane index mod m,
+ * known per block row (a 64-bit division per element before). */
 __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, int64_t total,
-                                    const float *__restrict__ bias, int64_t m, int64_t plane,
-                                    const float *__restrict__ z, UnaryArgs act,
+                                    const float *__restrict__ bias, int64_t planes, int64_t m,
+                                    int64_t plane, const float *__restrict__ z, UnaryArgs act,
                                     float *__restrict__ y) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float v = bias ? bias[(i / plane) % m] : 0.0f;
-    if (z) v += z[i];
-    for (int j = 0; j < splits; j++) v += part[j * total + i];
-    y[i] = act_eval(act, v);
+  for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+    float b = bias ? bias[pl % m] : 0.0f;
+    for (int64_t i = pl * plane + blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+         i < (pl + 1) * plane; i += (int64_t)gridDim.x * blockDim.x) {
+      float v = b;
+      if (z) v += z[i];
+      for (int j = 0; j < splits; j++) v += part[j * total + i];
+      y[i] = act_eval(act, v);
+    }
   }
 }
 
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d) {
   if (total == 0) return TEQ_OK;
-  sum_partials_kernel<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, cx->stream>>>(
-      part, splits, total, bias, m, plane, z, fused_act_args(act), y);
+  if (!bias) m = 1, plane = total; /* one plane: no channel to know */
+  int64_t planes = total / plane;
+  sum_partials_kernel<<<cuda_plane_grid(planes, plane, EW_THREADS), EW_THREADS, 0,
+                        cx->stream>>>(part, splits, total, bias, planes, m, plane, z,
+                                      fused_act_args(act), y);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
