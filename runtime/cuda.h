@@ -124,12 +124,15 @@ TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repea
                               CudaProfile *out, Diag *d);
 
 /* ---- checks without a GPU ----
- * The direct convolution kernel's arithmetic (the way "teq:direct" of a
- * grouped or shallow conv2d) run on the host, plane by plane as its
- * threads run it, into out (the node's output shape): lets a machine with
- * no GPU check the kernel's indexing and epilogue against the CPU row.
- * TEQ_ERR_UNSUPPORTED where that way does not take the configuration, or
- * the build has no CUDA. */
-TEQ_API int cuda_conv2d_direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d);
+ * The arithmetic that is Teq's own in a way of running conv2d node n (way
+ * as cuda_device_pin_way names it: "teq:direct", the direct kernel, or
+ * "cublas:im2col+gemm", whose padding copy, unfolding and epilogue are
+ * ours and whose product is then a plain loop) run on the host, in the
+ * order the kernels' threads run it, into out (the node's output shape):
+ * lets a machine with no GPU check the kernels' indexing against the CPU
+ * row. TEQ_ERR_UNSUPPORTED for another way, one that does not take the
+ * configuration, or a build without CUDA. */
+TEQ_API int cuda_conv2d_way_on_host(const char *way, const Node *n, Tensor *const *in,
+                                    Tensor *out, Diag *d);
 
 #endif

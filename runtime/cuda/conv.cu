@@ -24,6 +24,7 @@
  * memo; captured runs only look it up. Descriptors are made and destroyed
  * per call: that is host work, allowed while capturing, and cheap. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda/cuda_int.h"
@@ -179,16 +180,21 @@ static int scratch_of(CudaCtx *cx, size_t bytes, char **out, Diag *d) {
 
 /* xp[img, c, r, q] = x[img, c, r - top, q - left], zero outside x: the
  * input with the asymmetric part of its padding made explicit. */
+__host__ __device__ __forceinline__ float pad_planes_at(const float *x, int64_t i, int64_t h,
+                                                       int64_t w, int64_t hp, int64_t wp,
+                                                       int64_t top, int64_t left) {
+  int64_t q = i % wp, r = (i / wp) % hp, plane = i / (wp * hp);
+  int64_t sr = r - top, sq = q - left;
+  return sr >= 0 && sr < h && sq >= 0 && sq < w ? x[(plane * h + sr) * w + sq] : 0.0f;
+}
+
 __global__ void pad_planes_kernel(const float *__restrict__ x, float *__restrict__ xp,
                                   int64_t planes, int64_t h, int64_t w, int64_t hp, int64_t wp,
                                   int64_t top, int64_t left) {
   int64_t total = planes * hp * wp;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t q = i % wp, r = (i / wp) % hp, plane = i / (wp * hp);
-    int64_t sr = r - top, sq = q - left;
-    xp[i] = sr >= 0 && sr < h && sq >= 0 && sq < w ? x[(plane * h + sr) * w + sq] : 0.0f;
-  }
+       i += (int64_t)gridDim.x * blockDim.x)
+    xp[i] = pad_planes_at(x, i, h, w, hp, wp, top, left);
 }
 
 /* One conv2d node's geometry: the cuDNN problem, and the explicit extra
@@ -320,21 +326,33 @@ static size_t split_bytes(const CudnnConv &cv, int splits) {
  * coordinates per element; on the H200 it unfolded VGG-19's first conv
  * (27 x 50176 columns) in some 20 us, a tenth of the memory's speed.
  * im2col_applies keeps every extent and the whole of col within int. */
+struct Im2col {
+  int h, w, kh, kw, ow, sh, sw, ph, pw, dh, dw;
+};
+/* Row r of col: the input plane it reads and its tap's offset. */
+struct Im2colRow {
+  const float *xp;
+  int y0, x0;
+};
+__host__ __device__ __forceinline__ Im2colRow im2col_row(const Im2col &g, const float *x, int r) {
+  int j = r % g.kw, i = (r / g.kw) % g.kh, plane_in = r / (g.kw * g.kh); /* image x channel */
+  return {x + (int64_t)plane_in * g.h * g.w, i * g.dh - g.ph, j * g.dw - g.pw};
+}
+__host__ __device__ __forceinline__ float im2col_at(const Im2col &g, const Im2colRow &row, int p) {
+  int oy = p / g.ow, ox = p - oy * g.ow;
+  int iy = oy * g.sh + row.y0, ix = ox * g.sw + row.x0;
+  return (unsigned)iy < (unsigned)g.h && (unsigned)ix < (unsigned)g.w
+             ? row.xp[(int64_t)iy * g.w + ix]
+             : 0.0f;
+}
+
 __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ col, int rows,
-                              int h, int w, int kh, int kw, int ow, int plane, int sh, int sw,
-                              int ph, int pw, int dh, int dw) {
+                              int plane, Im2col g) {
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-    int j = r % kw, i = (r / kw) % kh, plane_in = r / (kw * kh); /* image x channel */
-    const float *xp = x + (int64_t)plane_in * h * w;
+    Im2colRow row = im2col_row(g, x, r);
     float *cp = col + (int64_t)r * plane;
-    int y0 = i * dh - ph, x0 = j * dw - pw;
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < plane; p += gridDim.x * blockDim.x) {
-      int oy = p / ow, ox = p - oy * ow;
-      int iy = oy * sh + y0, ix = ox * sw + x0;
-      cp[p] = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w
-                  ? xp[(int64_t)iy * w + ix]
-                  : 0.0f;
-    }
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < plane; p += gridDim.x * blockDim.x)
+      cp[p] = im2col_at(g, row, p);
   }
 }
 
@@ -363,6 +381,11 @@ static int conv_product(CudaCtx *cx, const CudnnConv &cv, const float *cols, con
   return TEQ_OK;
 }
 
+static Im2col im2col_geometry(const CudnnConv &cv) {
+  return {(int)cv.h, (int)cv.w,  (int)cv.kh, (int)cv.kw, (int)cv.ow, (int)cv.sh,
+          (int)cv.sw, (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw};
+}
+
 /* Unfolds xin into col (n images of [C kh kw, oh ow]): blocks of as many
  * threads as a row has pixels, up to THREADS (a 7x7 row takes 64, not
  * 256), rows along the grid's y. */
@@ -371,14 +394,22 @@ static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col
   if (rows == 0 || plane == 0) return TEQ_OK;
   int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
   dim3 grid((plane + threads - 1) / threads, rows < 65535 ? rows : 65535);
-  im2col_kernel<<<grid, threads, 0, cx->stream>>>(
-      xin, col, rows, (int)cv.h, (int)cv.w, (int)cv.kh, (int)cv.kw, (int)cv.ow, plane,
-      (int)cv.sh, (int)cv.sw, (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw);
+  im2col_kernel<<<grid, threads, 0, cx->stream>>>(xin, col, rows, plane, im2col_geometry(cv));
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
 
 /* ---- the epilogue: residual, bias and activation ---- */
+
+/* One output's epilogue: the residual, the bias and the activation, in
+ * that order, wherever a way adds them itself (bias_act_kernel, the direct
+ * kernel, the host checks). */
+__host__ __device__ __forceinline__ float epilogue_at(float v, const float *z_at,
+                                                     const float *bias_at, UnaryArgs act) {
+  if (z_at) v += *z_at;
+  if (bias_at) v += *bias_at; /* not 0 where there is none: -0 + 0 is +0 */
+  return act_eval(act, v);
+}
 
 /* y[img, m, p] = act(y[img, m, p] + z[img, m, p] + bias[m]) over planes of
  * `plane` elements (z or bias may be NULL), on cuda_plane_grid: one pass over y
@@ -394,10 +425,7 @@ __global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__
     float b = bias ? bias[pl % m] : 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < plane;
          i += (int64_t)gridDim.x * blockDim.x) {
-      float v = yp[i];
-      if (zp) v += zp[i];
-      if (bias) v += b; /* not 0 where there is none: -0 + 0 is +0 */
-      yp[i] = act_eval(act, v);
+      yp[i] = epilogue_at(yp[i], zp ? zp + i : nullptr, bias ? &b : nullptr, act);
     }
   }
 }
@@ -496,14 +524,6 @@ __host__ __device__ __forceinline__ float direct_conv_sum(const DirectConv &g, c
   return acc;
 }
 
-/* The residual, the bias and the activation, in bias_act_kernel's order. */
-__host__ __device__ __forceinline__ float direct_epilogue(float v, const float *z_at,
-                                                          const float *bias_at, UnaryArgs act) {
-  if (z_at) v += *z_at;
-  if (bias_at) v += *bias_at;
-  return act_eval(act, v);
-}
-
 /* y = act(conv(x, w) + z + bias) on a grid of (image, output channel)
  * planes along y, a plane's pixels along x. y may be z (a residual added
  * in place): each element is read and then written by one thread. */
@@ -523,20 +543,22 @@ __global__ void conv_direct_kernel(const float *__restrict__ x, const float *__r
       int oy = p / g.ow, ox = p - oy * g.ow;
       int64_t at = (int64_t)pl * plane + p;
       float v = direct_conv_sum(g, xg, taps, oy, ox);
-      y[at] = direct_epilogue(v, z ? z + at : nullptr, bias ? &b : nullptr, act);
+      y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? &b : nullptr, act);
     }
   }
 }
 
-/* The kernel's arithmetic on the host, plane by plane and pixel by pixel
- * as its threads run it: a machine without a GPU checks the indexing of
- * direct_conv_sum and direct_epilogue against the CPU row this way
- * (tests/runtime/test_linear.c). */
-extern "C" int cuda_conv2d_direct_on_host(const Node *n, Tensor *const *in, Tensor *out,
-                                          Diag *d) {
+/* ---- the ways' arithmetic on the host ----
+ * Where a way's arithmetic is ours (the direct kernel; the padding copy,
+ * the unfolding and the epilogue around cuBLAS's product), its element
+ * functions run on the host too, in the order the threads run them: a
+ * machine without a GPU checks their indexing against the CPU row
+ * (tests/runtime/test_linear.c). cuBLAS's product is a plain loop here. */
+
+static int direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
   DirectConv g;
-  if (n->kind != OP_CONV2D || !direct_geometry(n, in[0]->shape, in[1]->shape, out->shape, &g)) {
-    diag_error(d, "the direct convolution kernel does not take this configuration");
+  if (!direct_geometry(n, in[0]->shape, in[1]->shape, out->shape, &g)) {
+    diag_error(d, "teq:direct does not take this configuration");
     return TEQ_ERR_UNSUPPORTED;
   }
   const float *x = (const float *)in[0]->data, *w = (const float *)in[1]->data;
@@ -551,10 +573,69 @@ extern "C" int cuda_conv2d_direct_on_host(const Node *n, Tensor *const *in, Tens
     for (int p = 0; p < plane; p++) {
       int64_t at = (int64_t)pl * plane + p;
       float v = direct_conv_sum(g, xg, taps, p / g.ow, p % g.ow);
-      y[at] = direct_epilogue(v, z ? z + at : nullptr, bias ? bias + oc : nullptr, act);
+      y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? bias + oc : nullptr, act);
     }
   }
   return TEQ_OK;
+}
+
+/* cublas:im2col+gemm, whole: the uneven part of the padding copied
+ * (pad_planes_at), the columns unfolded (im2col_at), the product, the
+ * epilogue (epilogue_at). */
+static int im2col_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
+  CudaTensor cin[4], cout = {out->data, out->shape, out->dtype};
+  for (int i = 0; i < n->n_in && i < 4; i++) cin[i] = {in[i]->data, in[i]->shape, in[i]->dtype};
+  Conv2dPlan pl;
+  int rc = conv2d_plan(n, cin, &cout, &pl, d);
+  if (rc) return rc;
+  if (!im2col_applies(pl)) {
+    diag_error(d, "cublas:im2col+gemm does not take this configuration");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  const CudnnConv &cv = pl.cv;
+  const float *x = (const float *)in[0]->data, *w = (const float *)in[1]->data;
+  const float *bias = n->n_in > 2 ? (const float *)in[2]->data : nullptr;
+  const float *z = n->n_in > 3 ? (const float *)in[3]->data : nullptr;
+  float *y = (float *)out->data;
+  int64_t xn = cv.n * cv.c * cv.h * cv.w, k = product_k(cv), plane = cv.oh * cv.ow;
+  int64_t rows = cv.n * k;
+  float *xp = pl.padded ? (float *)malloc((size_t)xn * sizeof(float)) : nullptr;
+  float *col = (float *)malloc((size_t)(rows * plane) * sizeof(float));
+  if ((pl.padded && !xp) || !col) {
+    free(xp), free(col);
+    diag_error(d, "out of memory for the host's columns");
+    return TEQ_ERR_NOMEM;
+  }
+  for (int64_t i = 0; pl.padded && i < xn; i++)
+    xp[i] = pad_planes_at(x, i, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
+  Im2col g = im2col_geometry(cv);
+  for (int r = 0; r < (int)rows; r++) {
+    Im2colRow row = im2col_row(g, pl.padded ? xp : x, r);
+    for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
+  }
+  UnaryArgs act = fused_act_args((int)param_int(&n->params, CONV_ACT));
+  for (int64_t img = 0; img < cv.n; img++)
+    for (int64_t m = 0; m < cv.m; m++)
+      for (int64_t p = 0; p < plane; p++) {
+        float v = 0.0f;
+        for (int64_t t = 0; t < k; t++) v += w[m * k + t] * col[(img * k + t) * plane + p];
+        int64_t at = (img * cv.m + m) * plane + p;
+        y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? bias + m : nullptr, act);
+      }
+  free(xp), free(col);
+  return TEQ_OK;
+}
+
+extern "C" int cuda_conv2d_way_on_host(const char *way, const Node *n, Tensor *const *in,
+                                       Tensor *out, Diag *d) {
+  if (n->kind != OP_CONV2D || in[0]->dtype != DT_F32) {
+    diag_error(d, "expected a float32 conv2d");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  if (strcmp(way, "teq:direct") == 0) return direct_on_host(n, in, out, d);
+  if (strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(n, in, out, d);
+  diag_error(d, "no host check of way \"%s\" (teq:direct, cublas:im2col+gemm)", way);
+  return TEQ_ERR_UNSUPPORTED;
 }
 
 /* ---- choosing a way to run a convolution ----
