@@ -553,7 +553,8 @@ __global__ void conv_direct_kernel(const float *__restrict__ x, const float *__r
  * the unfolding and the epilogue around cuBLAS's product), its element
  * functions run on the host too, in the order the threads run them: a
  * machine without a GPU checks their indexing against the CPU row
- * (tests/runtime/test_linear.c). cuBLAS's product is a plain loop here. */
+ * (cuda_kernel_on_host; tests/runtime/test_linear.c). cuBLAS's product is
+ * a plain loop here. */
 
 static int direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
   DirectConv g;
@@ -626,15 +627,12 @@ static int im2col_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d
   return TEQ_OK;
 }
 
-extern "C" int cuda_conv2d_way_on_host(const char *way, const Node *n, Tensor *const *in,
-                                       Tensor *out, Diag *d) {
-  if (n->kind != OP_CONV2D || in[0]->dtype != DT_F32) {
-    diag_error(d, "expected a float32 conv2d");
-    return TEQ_ERR_UNSUPPORTED;
-  }
-  if (strcmp(way, "teq:direct") == 0) return direct_on_host(n, in, out, d);
-  if (strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(n, in, out, d);
-  diag_error(d, "no host check of way \"%s\" (teq:direct, cublas:im2col+gemm)", way);
+int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
+                        Diag *d) {
+  if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(n, in, out, d);
+  if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(n, in, out, d);
+  diag_error(d, "conv2d: no host check of way \"%s\" (teq:direct, cublas:im2col+gemm)",
+             way ? way : "(none)");
   return TEQ_ERR_UNSUPPORTED;
 }
 

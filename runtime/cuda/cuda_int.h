@@ -123,6 +123,12 @@ const char *cuda_pinned_way(CudaCtx *cx);
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d);
 
+/* The kernels' arithmetic on the host, for cuda_kernel_on_host (device.cu):
+ * a conv2d way's own (conv.cu), a 2-D pool's (pool.cu). */
+int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
+                        Diag *d);
+int cuda_pool_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d);
+
 /* ---- products split along K (conv.cu, matmul.cu) ----
  * A product whose output is too small to fill the GPU may be split into s
  * slices of K, computed side by side and summed (cuda_sum_partials). */

@@ -723,3 +723,20 @@ extern "C" int cuda_eval_identity(CUDA_KERNEL_SIGNATURE) {
   if (bytes) CUDA_TRY(cudaMemcpyAsync(out[0].data, in[0].data, bytes, cudaMemcpyDeviceToDevice, cx->stream));
   return TEQ_OK;
 }
+
+/* ---- the kernels' arithmetic on the host ---- */
+
+extern "C" int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *in,
+                                   Tensor *out, Diag *d) {
+  const char *name = op_def(n->kind)->name;
+  if (in[0]->dtype != DT_F32 || out->dtype != DT_F32) {
+    diag_error(d, "%s: the host checks take float32", name);
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  if (n->kind == OP_CONV2D) return cuda_conv2d_on_host(way, n, in, out, d);
+  if ((n->kind == OP_MAXPOOL || n->kind == OP_AVGPOOL) && !way)
+    return cuda_pool_on_host(n, in, out, d);
+  diag_error(d, "%s: no host check of its GPU kernel%s%s", name, way ? " way " : "",
+             way ? way : "");
+  return TEQ_ERR_UNSUPPORTED;
+}

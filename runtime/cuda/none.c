@@ -66,8 +66,8 @@ int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repeats, Cuda
   memset(out, 0, sizeof *out);
   return refuse(d);
 }
-int cuda_conv2d_way_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
-                            Diag *d) {
+int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
+                        Diag *d) {
   (void)way, (void)n, (void)in, (void)out;
   return refuse(d);
 }

@@ -1,7 +1,9 @@
 /* pool.cu: GPU kernels of the pool family (rows in runtime/ops/pool.c): 2-D
  * maxpool and avgpool, global_avgpool and global_maxpool.
  *
- * Windows are small, so a 2-D pool runs one thread per output element. It
+ * Windows are small, so a 2-D pool runs one thread per output element, a
+ * plane per block row (pool_at, which cuda_kernel_on_host also runs on the
+ * host, where a test holds it to the CPU row bit for bit). It
  * visits the window's taps that fall inside the input, column by column
  * and each column top to bottom, which is the order the CPU's separable
  * kernel combines them in (its rows folded first, then the columns): the
@@ -36,54 +38,90 @@ struct PoolArgs {
 };
 
 /* Taps [lo, hi) of a window starting at `start` with k taps dl apart that
- * fall inside [0, in): family.h's tap_range. */
+ * fall inside [0, in): family.h's tap_range, without a division where the
+ * taps are adjacent (every avgpool, most maxpools). */
 template <class I>
-__device__ __forceinline__ void tap_range(I start, I k, I dl, I in, I *lo, I *hi) {
-  *lo = start >= 0 ? 0 : (-start + dl - 1) / dl;
-  *hi = in - start <= 0 ? 0 : (in - start + dl - 1) / dl;
+__host__ __device__ __forceinline__ void tap_range(I start, I k, I dl, I in, I *lo, I *hi) {
+  if (dl == 1) {
+    *lo = start >= 0 ? 0 : -start;
+    *hi = in - start <= 0 ? 0 : in - start;
+  } else {
+    *lo = start >= 0 ? 0 : (-start + dl - 1) / dl;
+    *hi = in - start <= 0 ? 0 : (in - start + dl - 1) / dl;
+  }
   if (*hi > k) *hi = k;
   if (*lo > *hi) *lo = *hi;
 }
 
-/* One thread per output, indices in I: int where the input and output fit
- * (its divisions are several times cheaper than int64_t's). An empty
- * window (only with dilation) gives the lowest float for a max, 0 for an
- * average, as the CPU. */
+/* Output (oy, ox) of one plane xp, indices in I. An empty window (only
+ * with dilation) gives the lowest float for a max, 0 for an average, as
+ * the CPU. */
 template <bool IS_MAX, class I>
-__global__ void pool2d(const float *x, float *y, PoolArgs pa) {
-  const I h = (I)pa.h, w = (I)pa.w, oh = (I)pa.oh, ow = (I)pa.ow, kh = (I)pa.kh, kw = (I)pa.kw;
+__host__ __device__ __forceinline__ float pool_at(const float *xp, const PoolArgs &pa, I oy,
+                                                  I ox) {
+  const I h = (I)pa.h, w = (I)pa.w, kh = (I)pa.kh, kw = (I)pa.kw;
   const I sh = (I)pa.sh, sw = (I)pa.sw, dh = (I)pa.dh, dw = (I)pa.dw;
   const I pt = (I)pa.pt, pl = (I)pa.pl, pb = (I)pa.pb, pr = (I)pa.pr;
-  for (I t = blockIdx.x * (I)blockDim.x + threadIdx.x; t < (I)pa.total;
-       t += (I)gridDim.x * blockDim.x) {
-    I ox = t % ow, rest = t / ow;
-    I oy = rest % oh, plane = rest / oh;
-    I y0 = oy * sh - pt, x0 = ox * sw - pl, ilo, ihi, jlo, jhi;
-    tap_range<I>(y0, kh, dh, h, &ilo, &ihi);
-    tap_range<I>(x0, kw, dw, w, &jlo, &jhi);
-    I rows = ihi - ilo;
-    float acc = IS_MAX ? -FLT_MAX : 0.0f;
-    if (rows > 0) {
-      const float *top = x + plane * h * w + (y0 + ilo * dh) * w + x0;
-      I row_step = dh * w;
-      for (I j = jlo; j < jhi; j++) {
-        const float *col = top + j * dw;
-        float r = col[0];
-        for (I i = 1; i < rows; i++) {
-          float v = col[i * row_step];
-          r = IS_MAX ? (v > r ? v : r) : r + v;
-        }
-        acc = IS_MAX ? (r > acc ? r : acc) : acc + r;
+  I y0 = oy * sh - pt, x0 = ox * sw - pl, ilo, ihi, jlo, jhi;
+  tap_range<I>(y0, kh, dh, h, &ilo, &ihi);
+  tap_range<I>(x0, kw, dw, w, &jlo, &jhi);
+  I rows = ihi - ilo;
+  float acc = IS_MAX ? -FLT_MAX : 0.0f;
+  if (rows > 0) {
+    I top = (y0 + ilo * dh) * w + x0, row_step = dh * w; /* top + jlo dw is inside */
+    for (I j = jlo; j < jhi; j++) {
+      I col = top + j * dw;
+      float r = xp[col];
+      for (I i = 1; i < rows; i++) {
+        float v = xp[col + i * row_step];
+        r = IS_MAX ? (v > r ? v : r) : r + v;
       }
-      if (!IS_MAX) {
-        I y1 = y0 + kh < h + pb ? y0 + kh : h + pb;
-        I x1 = x0 + kw < w + pr ? x0 + kw : w + pr;
-        I cnt = pa.include_pad ? (y1 - y0) * (x1 - x0) : rows * (jhi - jlo);
-        acc = cnt ? acc / (float)cnt : 0.0f;
-      }
+      acc = IS_MAX ? (r > acc ? r : acc) : acc + r;
     }
-    y[t] = acc;
+    if (!IS_MAX) {
+      I y1 = y0 + kh < h + pb ? y0 + kh : h + pb;
+      I x1 = x0 + kw < w + pr ? x0 + kw : w + pr;
+      I cnt = pa.include_pad ? (y1 - y0) * (x1 - x0) : rows * (jhi - jlo);
+      acc = cnt ? acc / (float)cnt : 0.0f;
+    }
   }
+  return acc;
+}
+
+/* On cuda_plane_grid: a plane (image, channel) per block row, its outputs
+ * along x, one thread each (one division per output where the flat index
+ * took four). */
+template <bool IS_MAX, class I>
+__global__ void pool2d(const float *x, float *y, PoolArgs pa, I planes) {
+  const I plane = (I)(pa.oh * pa.ow), in_plane = (I)(pa.h * pa.w), ow = (I)pa.ow;
+  for (I pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+    const float *xp = x + pl * in_plane;
+    float *yp = y + pl * plane;
+    for (I p = blockIdx.x * (I)blockDim.x + threadIdx.x; p < plane;
+         p += (I)gridDim.x * blockDim.x) {
+      I oy = p / ow;
+      yp[p] = pool_at<IS_MAX, I>(xp, pa, oy, p - oy * ow);
+    }
+  }
+}
+
+/* The window geometry of pool node n, as pool.c reads it. */
+static int pool_args(const Node *n, const Shape *xs, const Shape *ys, bool is_max, PoolArgs *a,
+                     Diag *d) {
+  const char *name = op_def(n->kind)->name;
+  if (xs->ndim != 4 || ys->ndim != 4)
+    return diag_error(d, "%s: expected [N, C, H, W] input and output\n", name);
+  const Params *p = &n->params;
+  a->h = xs->d[2], a->w = xs->d[3], a->oh = ys->d[2], a->ow = ys->d[3];
+  a->kh = p->v[POOL_KERNEL].i[0], a->kw = p->v[POOL_KERNEL].i[1];
+  a->sh = p->v[POOL_STRIDE].i[0], a->sw = p->v[POOL_STRIDE].i[1];
+  a->pt = p->v[POOL_PADS].i[0], a->pl = p->v[POOL_PADS].i[1];
+  a->pb = p->v[POOL_PADS].i[2], a->pr = p->v[POOL_PADS].i[3];
+  a->dh = is_max ? p->v[POOL_DILATION].i[0] : 1;
+  a->dw = is_max ? p->v[POOL_DILATION].i[1] : 1;
+  a->include_pad = !is_max && p->v[AVG_COUNT_PAD].i[0] != 0;
+  a->total = shape_numel(ys);
+  return TEQ_OK;
 }
 
 template <bool IS_MAX>
@@ -92,31 +130,22 @@ static int pool_eval(CUDA_KERNEL_SIGNATURE) {
   if (in[0].dtype != DT_F32 || out[0].dtype != DT_F32)
     return diag_error(d, "%s: GPU kernel takes float32\n", name);
   const Shape *xs = &in[0].shape, *ys = &out[0].shape;
-  if (xs->ndim != 4 || ys->ndim != 4)
-    return diag_error(d, "%s: expected [N, C, H, W] input and output\n", name);
-  const Params *p = &n->params;
   PoolArgs a;
-  a.h = xs->d[2], a.w = xs->d[3], a.oh = ys->d[2], a.ow = ys->d[3];
-  a.kh = p->v[POOL_KERNEL].i[0], a.kw = p->v[POOL_KERNEL].i[1];
-  a.sh = p->v[POOL_STRIDE].i[0], a.sw = p->v[POOL_STRIDE].i[1];
-  a.pt = p->v[POOL_PADS].i[0], a.pl = p->v[POOL_PADS].i[1];
-  a.pb = p->v[POOL_PADS].i[2], a.pr = p->v[POOL_PADS].i[3];
-  a.dh = IS_MAX ? p->v[POOL_DILATION].i[0] : 1;
-  a.dw = IS_MAX ? p->v[POOL_DILATION].i[1] : 1;
-  a.include_pad = !IS_MAX && p->v[AVG_COUNT_PAD].i[0] != 0;
-  a.total = shape_numel(ys);
+  int rc = pool_args(n, xs, ys, IS_MAX, &a, d);
+  if (rc) return rc;
   if (a.total == 0) return TEQ_OK;
-  const int threads = 256;
+  int64_t plane = a.oh * a.ow, planes = xs->d[0] * xs->d[1];
+  int threads = plane >= 256 ? 256 : (int)((plane + 31) / 32 * 32);
+  dim3 grid = cuda_plane_grid(planes, plane, threads);
   const float *x = (const float *)in[0].data;
   float *y = (float *)out[0].data;
   /* int indices when every offset, window reach and grid-stride step fits. */
   int64_t reach = shape_numel(xs) + (a.kh * a.dh + a.sh) * a.w + a.kw * a.dw + a.sw;
-  bool small = a.total + (int64_t)threads * cuda_blocks(a.total, threads) < INT32_MAX &&
-               reach < INT32_MAX / 2;
+  bool small = a.total + (int64_t)threads * grid.x < INT32_MAX && reach < INT32_MAX / 2;
   if (small)
-    pool2d<IS_MAX, int><<<cuda_blocks(a.total, threads), threads, 0, cx->stream>>>(x, y, a);
+    pool2d<IS_MAX, int><<<grid, threads, 0, cx->stream>>>(x, y, a, (int)planes);
   else
-    pool2d<IS_MAX, int64_t><<<cuda_blocks(a.total, threads), threads, 0, cx->stream>>>(x, y, a);
+    pool2d<IS_MAX, int64_t><<<grid, threads, 0, cx->stream>>>(x, y, a, planes);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -128,6 +157,24 @@ extern "C" int cuda_eval_maxpool(CUDA_KERNEL_SIGNATURE) {
 }
 extern "C" int cuda_eval_avgpool(CUDA_KERNEL_SIGNATURE) {
   return pool_eval<false>(n, cx, in, out, d);
+}
+
+/* pool_at on the host, plane by plane in the kernel's order (see
+ * cuda_kernel_on_host). */
+int cuda_pool_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
+  bool is_max = n->kind == OP_MAXPOOL;
+  PoolArgs a;
+  int rc = pool_args(n, &in[0]->shape, &out->shape, is_max, &a, d);
+  if (rc) return rc;
+  int64_t plane = a.oh * a.ow, in_plane = a.h * a.w, planes = in[0]->shape.d[0] * in[0]->shape.d[1];
+  const float *x = (const float *)in[0]->data;
+  float *y = (float *)out->data;
+  for (int64_t pl = 0; pl < planes; pl++)
+    for (int64_t p = 0; p < plane; p++)
+      y[pl * plane + p] = is_max ? pool_at<true, int64_t>(x + pl * in_plane, a, p / a.ow, p % a.ow)
+                                 : pool_at<false, int64_t>(x + pl * in_plane, a, p / a.ow,
+                                                           p % a.ow);
+  return TEQ_OK;
 }
 
 namespace {

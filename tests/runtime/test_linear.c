@@ -209,7 +209,7 @@ static void test_conv_float_vs_reference(void) {
 }
 
 /* The GPU ways' own arithmetic, run on the host by
- * cuda_conv2d_way_on_host, against the naive definition on every case the
+ * cuda_kernel_on_host, against the naive definition on every case the
  * way takes: the direct kernel ("teq:direct": grouped convs, and dense ones
  * of at most 64 taps per output; a dense conv of more is refused), and
  * the padding copy, unfolding and epilogue around cuBLAS's product
@@ -236,7 +236,7 @@ static void test_conv_gpu_ways_on_host(void) {
       Op o;
       conv_setup(&o, k);
       Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, conv_out_h(k), conv_out_w(k)}});
-      int rc = cuda_conv2d_way_on_host(ways[wi], &o.node, in, y, &d);
+      int rc = cuda_kernel_on_host(ways[wi], &o.node, in, y, &d);
       CHECK_MSG(rc == (takes ? TEQ_OK : TEQ_ERR_UNSUPPORTED), "conv case %zu: %s %s: %s", ci,
                 ways[wi], takes ? "refused" : "took it", diag_last(&d));
       if (rc == TEQ_OK) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
@@ -124,6 +125,34 @@ static void test_pool_vs_reference(void) {
     ref_pool(k, xm, true, rm);
     CHECK_MSG(tensors_identical(ym, rm), "pool case %zu in Z_p", ci);
     unref_all((Tensor *[]){x, y, r, xs, xm, ym, rm}, 7);
+  }
+  diag_fini(&d);
+}
+
+/* The GPU's 2-D pool kernel, its arithmetic run on the host by
+ * cuda_kernel_on_host, equals the CPU row to the bit on every case (it
+ * combines the taps in the CPU's order and divides as it does). In a build
+ * without CUDA there is no kernel to check. */
+static void test_gpu_kernel_on_host(void) {
+  CudaInfo info;
+  cuda_probe(&info);
+  if (!info.built) {
+    printf("  (no CUDA in this build: the pool kernel's host check skipped)\n");
+    return;
+  }
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof pool_cases / sizeof *pool_cases; ci++) {
+    const PoolCase *k = &pool_cases[ci];
+    Op o;
+    pool_setup(&o, k);
+    Tensor *x = random_f32(shape_of(4, k->n, k->c, k->h, k->w), 30 + ci);
+    Tensor *y = op_run(&o, &x, false, &d);
+    Tensor *g = y ? tensor_new(DT_F32, &y->shape) : NULL;
+    int rc = g ? cuda_kernel_on_host(NULL, &o.node, &x, g, &d) : TEQ_ERR_INTERNAL;
+    CHECK_MSG(rc == TEQ_OK && tensors_identical(g, y), "pool case %zu: the GPU kernel on the "
+              "host differs from the CPU row %s", ci, diag_last(&d));
+    unref_all((Tensor *[]){x, y, g}, 3);
   }
   diag_fini(&d);
 }
@@ -358,6 +387,7 @@ int main(void) {
   test_rows();
   test_by_hand();
   test_pool_vs_reference();
+  test_gpu_kernel_on_host();
   test_modp_max_is_residue_order();
   test_const_pool_identity();
   test_global();
