@@ -7,7 +7,10 @@
  * cuBLAS, which computes an ungrouped convolution as a matrix product (a
  * 1x1 one directly, any other after unfolding its input, im2col), whole or
  * split along its inner dimension where its output is too small to fill
- * the GPU.
+ * the GPU, and against our own direct kernel for grouped and shallow
+ * convolutions, where cuDNN is slowest. The arithmetic that is ours is
+ * written once for device and host, and cuda_kernel_on_host runs it on the
+ * host for the tests of a machine without a GPU.
  *
  * Float32 stays float32: every convolution descriptor asks for
  * CUDNN_FMA_MATH, so cuDNN never rounds operands to TF32 and the results
