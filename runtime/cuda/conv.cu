@@ -385,7 +385,7 @@ static int conv_product(CudaCtx *cx, const CudnnConv &cv, const float *cols, con
 }
 
 static Im2col im2col_geometry(const CudnnConv &cv) {
-  return {(int)cv.h, (int)cv.w,  (int)cv.kh, (int)cv.kw, (int)cv.ow, (int)cv.sh,
+  return {(int)cv.h, (int)cv.w, (int)cv.kh, (int)cv.kw, (int)cv.ow, (int)cv.sh,
           (int)cv.sw, (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw};
 }
 
