@@ -36,6 +36,16 @@ typedef struct CudaCase {
   double tol;                       /* 0: 1e-4 */
 } CudaCase;
 
+/* Whether this build has CUDA, so that the kernels' arithmetic can be run
+ * on the host (cuda_kernel_on_host), which needs no GPU; says so where it
+ * has not and `what` is skipped. */
+static inline bool cuda_kernels_built(const char *what) {
+  CudaInfo info;
+  cuda_probe(&info);
+  if (!info.built) printf("  (no CUDA in this build: %s skipped)\n", what);
+  return info.built;
+}
+
 /* Opens the GPU or skips the test. */
 static inline CudaDevice *cuda_check_open(void) {
   CudaInfo info;

@@ -395,7 +395,7 @@ static Im2col im2col_geometry(const CudnnConv &cv) {
 static int im2col(CudaCtx *cx, const CudnnConv &cv, const float *xin, float *col, Diag *d) {
   int rows = (int)(cv.n * cv.c * cv.kh * cv.kw), plane = (int)(cv.oh * cv.ow);
   if (rows == 0 || plane == 0) return TEQ_OK;
-  int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
+  int threads = cuda_row_threads(plane, THREADS);
   dim3 grid((plane + threads - 1) / threads, rows < 65535 ? rows : 65535);
   im2col_kernel<<<grid, threads, 0, cx->stream>>>(xin, col, rows, plane, im2col_geometry(cv));
   CUDA_LAUNCHED();
@@ -470,32 +470,22 @@ struct DirectConv {
   int n, c, h, w, m, cg, mg, kh, kw, oh, ow, sh, sw, top, left, dh, dw;
 };
 
-/* n's geometry for the direct kernel, or false where it does not apply:
- * a filter over DIRECT_MAX_TAPS, a dense conv over DIRECT_DENSE_TAPS (cuDNN
- * and cuBLAS own those), or a tensor past int's range. */
-static bool direct_geometry(const Node *n, const Shape &xs, const Shape &ws, const Shape &ys,
-                            DirectConv *g) {
-  if (xs.ndim != 4 || ws.ndim != 4 || ys.ndim != 4) return false;
-  const Params *p = &n->params;
-  int64_t groups = param_int(p, CONV_GROUPS), taps = ws.d[1] * ws.d[2] * ws.d[3];
-  if (groups < 1 || ys.d[1] % groups || taps > DIRECT_MAX_TAPS ||
-      (groups == 1 && taps > DIRECT_DENSE_TAPS))
+/* The plan's convolution as the direct kernel takes it, or false where it
+ * does not: a filter over DIRECT_MAX_TAPS, a dense conv over
+ * DIRECT_DENSE_TAPS (cuDNN and cuBLAS own those), or a tensor past int's
+ * range. Its pads are ONNX's top and left, the plan's symmetric part and
+ * its extra together: the kernel reads the unpadded input. */
+static bool direct_geometry(const Conv2dPlan &pl, DirectConv *g) {
+  const CudnnConv &cv = pl.cv;
+  int64_t taps = cv.cg * cv.kh * cv.kw, top = cv.ph + pl.extra_top, left = cv.pw + pl.extra_left;
+  if (taps > DIRECT_MAX_TAPS || (cv.groups == 1 && taps > DIRECT_DENSE_TAPS) ||
+      !fits_int(cv.n * cv.c * pl.h * pl.w) || !fits_int(cv.n * cv.m * cv.oh * cv.ow) ||
+      !fits_int(top) || !fits_int(left) || !fits_int(cv.sh) || !fits_int(cv.sw) ||
+      !fits_int(cv.dh) || !fits_int(cv.dw))
     return false;
-  const int64_t all[] = {xs.d[0] * xs.d[1] * xs.d[2] * xs.d[3],
-                         ys.d[0] * ys.d[1] * ys.d[2] * ys.d[3],
-                         p->v[CONV_PADS].i[0],
-                         p->v[CONV_PADS].i[1],
-                         p->v[CONV_STRIDE].i[0],
-                         p->v[CONV_STRIDE].i[1],
-                         p->v[CONV_DILATION].i[0],
-                         p->v[CONV_DILATION].i[1]};
-  for (int64_t v : all)
-    if (!fits_int(v)) return false;
-  *g = {(int)xs.d[0], (int)xs.d[1], (int)xs.d[2], (int)xs.d[3], (int)ys.d[1], (int)ws.d[1],
-        (int)(ys.d[1] / groups), (int)ws.d[2], (int)ws.d[3], (int)ys.d[2], (int)ys.d[3],
-        (int)p->v[CONV_STRIDE].i[0], (int)p->v[CONV_STRIDE].i[1], (int)p->v[CONV_PADS].i[0],
-        (int)p->v[CONV_PADS].i[1], (int)p->v[CONV_DILATION].i[0],
-        (int)p->v[CONV_DILATION].i[1]};
+  *g = {(int)cv.n, (int)cv.c, (int)pl.h, (int)pl.w, (int)cv.m, (int)cv.cg,
+        (int)(cv.m / cv.groups), (int)cv.kh, (int)cv.kw, (int)cv.oh, (int)cv.ow,
+        (int)cv.sh, (int)cv.sw, (int)top, (int)left, (int)cv.dh, (int)cv.dw};
   return true;
 }
 
@@ -559,25 +549,39 @@ __global__ void conv_direct_kernel(const float *__restrict__ x, const float *__r
  * (cuda_kernel_on_host; tests/runtime/test_linear.c). cuBLAS's product is
  * a plain loop here. */
 
-static int direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
+/* A conv2d node's host tensors as the kernels take them, and its plan. */
+struct HostConv {
+  Conv2dPlan pl;
+  const float *x, *w, *bias, *z; /* bias, z: NULL where the node has none */
+  float *y;
+  UnaryArgs act;
+};
+
+static int host_conv(const Node *n, Tensor *const *in, Tensor *out, HostConv *h, Diag *d) {
+  CudaTensor cin[4], cout = {out->data, out->shape, out->dtype};
+  for (int i = 0; i < n->n_in && i < 4; i++) cin[i] = {in[i]->data, in[i]->shape, in[i]->dtype};
+  h->x = (const float *)in[0]->data, h->w = (const float *)in[1]->data;
+  h->bias = n->n_in > 2 ? (const float *)in[2]->data : nullptr;
+  h->z = n->n_in > 3 ? (const float *)in[3]->data : nullptr;
+  h->y = (float *)out->data;
+  h->act = fused_act_args((int)param_int(&n->params, CONV_ACT));
+  return conv2d_plan(n, cin, &cout, &h->pl, d);
+}
+
+static int direct_on_host(const HostConv &h, Diag *d) {
   DirectConv g;
-  if (!direct_geometry(n, in[0]->shape, in[1]->shape, out->shape, &g)) {
+  if (!direct_geometry(h.pl, &g)) {
     diag_error(d, "teq:direct does not take this configuration");
     return TEQ_ERR_UNSUPPORTED;
   }
-  const float *x = (const float *)in[0]->data, *w = (const float *)in[1]->data;
-  const float *bias = n->n_in > 2 ? (const float *)in[2]->data : nullptr;
-  const float *z = n->n_in > 3 ? (const float *)in[3]->data : nullptr;
-  float *y = (float *)out->data;
-  UnaryArgs act = fused_act_args((int)param_int(&n->params, CONV_ACT));
   int ntaps = g.cg * g.kh * g.kw, plane = g.oh * g.ow;
   for (int pl = 0; pl < g.n * g.m; pl++) {
     int img = pl / g.m, oc = pl - img * g.m;
-    const float *taps = w + (int64_t)oc * ntaps, *xg = direct_group_input(g, x, img, oc);
+    const float *taps = h.w + (int64_t)oc * ntaps, *xg = direct_group_input(g, h.x, img, oc);
     for (int p = 0; p < plane; p++) {
       int64_t at = (int64_t)pl * plane + p;
       float v = direct_conv_sum(g, xg, taps, p / g.ow, p % g.ow);
-      y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? bias + oc : nullptr, act);
+      h.y[at] = epilogue_at(v, h.z ? h.z + at : nullptr, h.bias ? h.bias + oc : nullptr, h.act);
     }
   }
   return TEQ_OK;
@@ -586,21 +590,13 @@ static int direct_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d
 /* cublas:im2col+gemm, whole: the uneven part of the padding copied
  * (pad_planes_at), the columns unfolded (im2col_at), the product, the
  * epilogue (epilogue_at). */
-static int im2col_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
-  CudaTensor cin[4], cout = {out->data, out->shape, out->dtype};
-  for (int i = 0; i < n->n_in && i < 4; i++) cin[i] = {in[i]->data, in[i]->shape, in[i]->dtype};
-  Conv2dPlan pl;
-  int rc = conv2d_plan(n, cin, &cout, &pl, d);
-  if (rc) return rc;
+static int im2col_on_host(const HostConv &h, Diag *d) {
+  const Conv2dPlan &pl = h.pl;
   if (!im2col_applies(pl)) {
     diag_error(d, "cublas:im2col+gemm does not take this configuration");
     return TEQ_ERR_UNSUPPORTED;
   }
   const CudnnConv &cv = pl.cv;
-  const float *x = (const float *)in[0]->data, *w = (const float *)in[1]->data;
-  const float *bias = n->n_in > 2 ? (const float *)in[2]->data : nullptr;
-  const float *z = n->n_in > 3 ? (const float *)in[3]->data : nullptr;
-  float *y = (float *)out->data;
   int64_t xn = cv.n * cv.c * cv.h * cv.w, k = product_k(cv), plane = cv.oh * cv.ow;
   int64_t rows = cv.n * k;
   float *xp = pl.padded ? (float *)malloc((size_t)xn * sizeof(float)) : nullptr;
@@ -611,20 +607,19 @@ static int im2col_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d
     return TEQ_ERR_NOMEM;
   }
   for (int64_t i = 0; pl.padded && i < xn; i++)
-    xp[i] = pad_planes_at(x, i, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
+    xp[i] = pad_planes_at(h.x, i, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
   Im2col g = im2col_geometry(cv);
   for (int r = 0; r < (int)rows; r++) {
-    Im2colRow row = im2col_row(g, pl.padded ? xp : x, r);
+    Im2colRow row = im2col_row(g, pl.padded ? xp : h.x, r);
     for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
   }
-  UnaryArgs act = fused_act_args((int)param_int(&n->params, CONV_ACT));
   for (int64_t img = 0; img < cv.n; img++)
     for (int64_t m = 0; m < cv.m; m++)
       for (int64_t p = 0; p < plane; p++) {
         float v = 0.0f;
-        for (int64_t t = 0; t < k; t++) v += w[m * k + t] * col[(img * k + t) * plane + p];
+        for (int64_t t = 0; t < k; t++) v += h.w[m * k + t] * col[(img * k + t) * plane + p];
         int64_t at = (img * cv.m + m) * plane + p;
-        y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? bias + m : nullptr, act);
+        h.y[at] = epilogue_at(v, h.z ? h.z + at : nullptr, h.bias ? h.bias + m : nullptr, h.act);
       }
   free(xp), free(col);
   return TEQ_OK;
@@ -632,8 +627,11 @@ static int im2col_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d
 
 int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
                         Diag *d) {
-  if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(n, in, out, d);
-  if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(n, in, out, d);
+  HostConv h;
+  int rc = host_conv(n, in, out, &h, d);
+  if (rc) return rc;
+  if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(h, d);
+  if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(h, d);
   diag_error(d, "conv2d: no host check of way \"%s\" (teq:direct, cublas:im2col+gemm)",
              way ? way : "(none)");
   return TEQ_ERR_UNSUPPORTED;
@@ -648,7 +646,7 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
  * 123 us fused, 29 us plain), so the choice times whole ways, epilogue
  * included. */
 enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17 };
-static bool is_fused(int64_t way) { return way >= 0 && way != WAY_DIRECT && (way & ALGO_FUSED); }
+static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 
 /* What a way is called in step notes and by cuda_device_pin_way. */
 static void way_name(int64_t way, char *buf, size_t size) {
@@ -673,13 +671,12 @@ struct Conv2dArgs {
   const DirectConv *direct; /* the direct kernel's geometry, NULL where it does not apply */
 };
 
-/* Blocks of as many threads as a plane has pixels, up to THREADS, as
- * im2col sizes them; planes along the grid's y. */
+/* Blocks sized to a plane (cuda_row_threads), planes along the grid's y. */
 static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   const DirectConv &g = *a.direct;
   int plane = g.oh * g.ow, planes = g.n * g.m;
   if (plane == 0 || planes == 0) return TEQ_OK;
-  int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
+  int threads = cuda_row_threads(plane, THREADS);
   dim3 grid((plane + threads - 1) / threads, planes < 65535 ? planes : 65535);
   conv_direct_kernel<<<grid, threads, 0, cx->stream>>>(a.x, a.w, a.bias, a.z, a.y, g,
                                                        fused_act_args(a.act));
@@ -870,7 +867,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
     }
   }
   DirectConv direct;
-  bool has_direct = direct_geometry(n, in[0].shape, in[1].shape, out[0].shape, &direct);
+  bool has_direct = direct_geometry(pl, &direct);
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data, has_direct ? &direct : nullptr};
   int64_t memo[2];

@@ -205,6 +205,12 @@ static inline unsigned cuda_blocks(int64_t n, int threads) {
   return (unsigned)b;
 }
 
+/* Threads of a block that walks one row of n elements: n rounded up to
+ * whole warps, at most `most` (a 7x7 plane takes 64, not 256). */
+static inline int cuda_row_threads(int64_t n, int most) {
+  return n >= most ? most : (int)((n + 31) / 32 * 32);
+}
+
 /* A grid over `planes` planes of `inner` elements, blocks of `threads`:
  * planes (image, channel) along y (striding past 65535), a plane's elements
  * along x, about 2048 blocks in all, enough to fill the GPU whether the

@@ -135,7 +135,7 @@ static int pool_eval(CUDA_KERNEL_SIGNATURE) {
   if (rc) return rc;
   if (a.total == 0) return TEQ_OK;
   int64_t plane = a.oh * a.ow, planes = xs->d[0] * xs->d[1];
-  int threads = plane >= 256 ? 256 : (int)((plane + 31) / 32 * 32);
+  int threads = cuda_row_threads(plane, 256);
   dim3 grid = cuda_plane_grid(planes, plane, threads);
   const float *x = (const float *)in[0].data;
   float *y = (float *)out[0].data;

@@ -522,8 +522,10 @@ static float along(const Tensor *t, int64_t i) {
 /* The float32 constant among node n's two inputs, its index in *k (the
  * other is 1 - *k); NULL if none. */
 static const Tensor *const_operand(const Graph *g, const Node *n, int *k) {
-  for (*k = 0; *k < 2; (*k)++)
-    if (const_input(g, n, *k, -1)) return const_input(g, n, *k, -1);
+  for (*k = 0; *k < 2; (*k)++) {
+    const Tensor *t = const_input(g, n, *k, -1);
+    if (t) return t;
+  }
   return NULL;
 }
 

@@ -256,32 +256,24 @@ static void test_conv2d_ways(CudaDevice *dev) {
                     "cublas:im2col+gemm split 3", "cublas:im2col+gemm");
   /* The direct kernel: grouped and shallow dense convs, uneven pads read
    * in place, every epilogue in its one store. */
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct 1x1024x7x7 g32 bias relu (ResNeXt)",
-                              S(4, 1, 1024, 7, 7), S(4, 1024, 32, 3, 3), true,
-                              .pads = {1, 1, 1, 1}, .groups = 32, .act = ACT_RELU});
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct 2x256x15x13 g32 s2 pads(0 1 2 1) residual",
-                              S(4, 2, 256, 15, 13), S(4, 256, 8, 3, 3), true,
-                              .stride = {2, 2}, .pads = {0, 1, 2, 1}, .groups = 32,
-                              .residual = true});
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct depthwise 1x32x112x112 bias relu6",
-                              S(4, 1, 32, 112, 112), S(4, 32, 1, 3, 3), true,
-                              .pads = {1, 1, 1, 1}, .groups = 32, .act = ACT_RELU6});
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct depthwise 7x7 s2 dilated bias hard swish",
-                              S(4, 1, 96, 19, 23), S(4, 96, 1, 7, 7), true,
-                              .stride = {2, 2}, .pads = {3, 2, 3, 4}, .dilation = {2, 1},
-                              .groups = 96, .act = ACT_HARD_SWISH});
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct depth multiplier 2, 3 images, silu",
-                              S(4, 3, 24, 9, 9), S(4, 48, 1, 5, 5), true,
-                              .pads = {2, 2, 2, 2}, .groups = 24, .act = ACT_SILU});
-  pinned_conv_case(dev, "teq:direct",
-                   (ConvSpec){.label = "direct dense 1x3x224x224 k3 bias relu (VGG's first)",
-                              S(4, 1, 3, 224, 224), S(4, 64, 3, 3, 3), true,
-                              .pads = {1, 1, 1, 1}, .act = ACT_RELU});
+  const ConvSpec direct[] = {
+    {.label = "direct 1x1024x7x7 g32 bias relu (ResNeXt)", S(4, 1, 1024, 7, 7),
+     S(4, 1024, 32, 3, 3), true, .pads = {1, 1, 1, 1}, .groups = 32, .act = ACT_RELU},
+    {.label = "direct 2x256x15x13 g32 s2 pads(0 1 2 1) residual", S(4, 2, 256, 15, 13),
+     S(4, 256, 8, 3, 3), true, .stride = {2, 2}, .pads = {0, 1, 2, 1}, .groups = 32,
+     .residual = true},
+    {.label = "direct depthwise 1x32x112x112 bias relu6", S(4, 1, 32, 112, 112),
+     S(4, 32, 1, 3, 3), true, .pads = {1, 1, 1, 1}, .groups = 32, .act = ACT_RELU6},
+    {.label = "direct depthwise 7x7 s2 dilated bias hard swish", S(4, 1, 96, 19, 23),
+     S(4, 96, 1, 7, 7), true, .stride = {2, 2}, .pads = {3, 2, 3, 4}, .dilation = {2, 1},
+     .groups = 96, .act = ACT_HARD_SWISH},
+    {.label = "direct depth multiplier 2, 3 images, silu", S(4, 3, 24, 9, 9),
+     S(4, 48, 1, 5, 5), true, .pads = {2, 2, 2, 2}, .groups = 24, .act = ACT_SILU},
+    {.label = "direct dense 1x3x224x224 k3 bias relu (VGG's first)", S(4, 1, 3, 224, 224),
+     S(4, 64, 3, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU},
+  };
+  for (size_t i = 0; i < sizeof direct / sizeof *direct; i++)
+    pinned_conv_case(dev, "teq:direct", direct[i]);
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 3, 3), "teq:direct",
                     "cublas:im2col+gemm");
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call

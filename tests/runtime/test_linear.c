@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
 #include "runtime/onnx.h"
 #include "runtime/ops.h"
+#include "tests/cuda_check.h"
 #include "tests/tensor_check.h"
 
 static double act_ref(int act, double v) {
@@ -216,12 +216,7 @@ static void test_conv_float_vs_reference(void) {
  * ("cublas:im2col+gemm": ungrouped convs but 1x1 ones). In a build without
  * CUDA there are no kernels to check. */
 static void test_conv_gpu_ways_on_host(void) {
-  CudaInfo info;
-  cuda_probe(&info);
-  if (!info.built) {
-    printf("  (no CUDA in this build: the GPU ways' host checks skipped)\n");
-    return;
-  }
+  if (!cuda_kernels_built("the GPU ways' host checks")) return;
   static const char *const ways[] = {"teq:direct", "cublas:im2col+gemm"};
   Diag d;
   diag_init(&d);

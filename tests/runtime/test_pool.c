@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/graph.h"
 #include "runtime/modp.h"
 #include "runtime/onnx.h"
 #include "runtime/ops.h"
+#include "tests/cuda_check.h"
 #include "tests/tensor_check.h"
 
 /* ---- the reference ---- */
@@ -134,12 +134,7 @@ static void test_pool_vs_reference(void) {
  * combines the taps in the CPU's order and divides as it does). In a build
  * without CUDA there is no kernel to check. */
 static void test_gpu_kernel_on_host(void) {
-  CudaInfo info;
-  cuda_probe(&info);
-  if (!info.built) {
-    printf("  (no CUDA in this build: the pool kernel's host check skipped)\n");
-    return;
-  }
+  if (!cuda_kernels_built("the pool kernel's host check")) return;
   Diag d;
   diag_init(&d);
   for (size_t ci = 0; ci < sizeof pool_cases / sizeof *pool_cases; ci++) {
