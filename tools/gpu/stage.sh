@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage="${1:-.gpu}"
 build=build-gpu
-[ -d "$build" ] || tools/build/meson-setup.sh "$build" --buildtype=release -Dcuda=enabled >/dev/null
+[ -f "$build/build.ninja" ] || tools/build/meson-setup.sh "$build" --buildtype=release -Dcuda=enabled >/dev/null
 # One made by a plain meson setup gives ninja no headers of its .cu objects:
 # they may be older than their source, and the GPU would test stale kernels.
 if [ ! -f "$build/cuda-native.ini" ]; then
