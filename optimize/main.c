@@ -43,7 +43,7 @@
 #include "runtime/onnx.h"
 
 #ifndef TEQ_COST_TABLE
-#define TEQ_COST_TABLE "tools/profiles/h200.tsv"
+#define TEQ_COST_TABLE "tools/profiles/h100.tsv"
 #endif
 
 static const char usage[] =

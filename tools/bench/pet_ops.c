@@ -31,7 +31,7 @@
 #include "runtime/exec.h"
 
 #ifndef TEQ_COST_TABLE
-#define TEQ_COST_TABLE "tools/profiles/h200.tsv"
+#define TEQ_COST_TABLE "tools/profiles/h100.tsv"
 #endif
 
 enum { MAX_WEIGHTS = 4 };

@@ -7,7 +7,7 @@
 # returns what it finished. With TEQ_GPU_SECONDS set, the long steps (the
 # table's measurements, the suite) stop in time for the last pack: the
 # table keeps the rows measured so far, the suite reports the models done.
-# optimize prices with tools/profiles/h200.tsv (its rows of this GPU's model
+# optimize prices with tools/profiles/h100.tsv (its rows of this GPU's model
 # reused, the rest measured), or, after a profile step, with the table that
 # step measured and calibrated (OUT_DIR/table.tsv): a fresh table and the
 # suite it prices fit one call.
@@ -44,7 +44,7 @@ export LD_LIBRARY_PATH="$stage/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:
 models=/tmp/teq-models
 # Named relative to the checkout: the staged binaries' default names the
 # development machine's.
-table=tools/profiles/h200.tsv
+table=tools/profiles/h100.tsv
 # A table an earlier call on this machine measured (profile) prices this call too.
 [ -f "$out/table.tsv" ] && table=$out/table.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
