@@ -7,8 +7,9 @@
  * cuBLAS, which computes an ungrouped convolution as a matrix product (a
  * 1x1 one directly, any other after unfolding its input, im2col), whole or
  * split along its inner dimension where its output is too small to fill
- * the GPU, and against our own direct kernel for grouped and shallow
- * convolutions, where cuDNN is slowest. The arithmetic that is ours is
+ * the GPU, against our own direct kernel for grouped and shallow
+ * convolutions, where cuDNN is slowest, and against Winograd's F(2x2, 3x3)
+ * for ungrouped 3x3 ones of stride 1. The arithmetic that is ours is
  * written once for device and host, and cuda_kernel_on_host runs it on the
  * host for the tests of a machine without a GPU.
  *
@@ -541,6 +542,170 @@ __global__ void conv_direct_kernel(const float *__restrict__ x, const float *__r
   }
 }
 
+/* ---- the Winograd way: 3x3 convolutions in fewer products ----
+ * cuDNN and im2col + cuBLAS run VGG-19's dense 3x3 convolutions at 22 to
+ * 30 of the H100's 67 float32 TFLOPS (2026-11-28), and they are nine
+ * tenths of its time. Winograd's F(2x2, 3x3) computes each 2x2 tile of
+ * output from a 4x4 tile of input in 16 products per channel pair where a
+ * direct sum takes 36: the filter and the input tile are each transformed
+ * into 16 values (U = G g G^T, V = B^T d B), the 16 products of a tile are
+ * summed over the input channels as 16 matrix products (one strided
+ * batched cuBLAS call: M(xi) = U(xi) V(xi), [M x C] by [C x tiles]), and
+ * each tile of M is transformed back (Y = A^T M A) with the epilogue.
+ *
+ * Rounding: the transforms of F(2x2, 3x3) only add, subtract and halve,
+ * so each output is a direct sum's products regrouped, and its error stays
+ * close to a direct sum's. The larger tiles (cuDNN's WINOGRAD_NONFUSED)
+ * multiply by 4 and 8 and are left out (exact_enough_fwd).
+ *
+ * The filter is transformed on every call, like every way, because the
+ * runtime does not know which inputs are weights; that pass (16 M C
+ * floats written) is part of what the way's timing weighs. */
+
+/* The geometry: the input as cuDNN would take it (the uneven part of the
+ * padding already copied in), 2x2 output tiles th x tw per image. */
+struct Winograd {
+  int n, c, m, h, w, oh, ow, ph, pw, th, tw;
+  int tiles; /* n th tw: the products' inner extent */
+};
+
+static bool winograd_geometry(const Conv2dPlan &pl, Winograd *g) {
+  const CudnnConv &cv = pl.cv;
+  if (cv.groups != 1 || cv.kh != 3 || cv.kw != 3 || cv.sh != 1 || cv.sw != 1 || cv.dh != 1 ||
+      cv.dw != 1)
+    return false;
+  int64_t th = (cv.oh + 1) / 2, tw = (cv.ow + 1) / 2, tiles = cv.n * th * tw;
+  int64_t biggest = 16 * (tiles > cv.m ? tiles : cv.m) * (cv.c > cv.m ? cv.c : cv.m);
+  if (!fits_int(biggest) || !fits_int(cv.n * cv.c * cv.h * cv.w) ||
+      !fits_int(cv.n * cv.m * cv.oh * cv.ow))
+    return false;
+  *g = {(int)cv.n, (int)cv.c, (int)cv.m, (int)cv.h, (int)cv.w, (int)cv.oh, (int)cv.ow,
+        (int)cv.ph, (int)cv.pw, (int)th, (int)tw, (int)tiles};
+  return true;
+}
+
+/* Scratch: U [16][M][C], V [16][C][tiles] and the products [16][M][tiles]. */
+static const size_t WINOGRAD_CAP = (size_t)256 << 20;
+static size_t winograd_u_bytes(const Winograd &g) {
+  return align_up((size_t)16 * g.m * g.c * sizeof(float));
+}
+static size_t winograd_v_bytes(const Winograd &g) {
+  return align_up((size_t)16 * g.c * g.tiles * sizeof(float));
+}
+static size_t winograd_bytes(const Winograd &g) {
+  return winograd_u_bytes(g) + winograd_v_bytes(g) +
+         align_up((size_t)16 * g.m * g.tiles * sizeof(float));
+}
+
+/* U = G g G^T for one 3x3 filter g (row-major), G = [1 0 0; .5 .5 .5;
+ * .5 -.5 .5; 0 0 1]. */
+__host__ __device__ __forceinline__ void winograd_filter(const float *g, float u[16]) {
+  float t[4][3];
+  for (int j = 0; j < 3; j++) {
+    float a = g[j], b = g[3 + j], c = g[6 + j];
+    t[0][j] = a, t[1][j] = 0.5f * (a + b + c), t[2][j] = 0.5f * (a - b + c), t[3][j] = c;
+  }
+  for (int i = 0; i < 4; i++) {
+    float a = t[i][0], b = t[i][1], c = t[i][2];
+    u[i * 4 + 0] = a, u[i * 4 + 1] = 0.5f * (a + b + c), u[i * 4 + 2] = 0.5f * (a - b + c),
+              u[i * 4 + 3] = c;
+  }
+}
+
+/* V = B^T d B for the 4x4 input tile of output tile (ty, tx) in one
+ * channel's plane, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; taps
+ * outside the plane are the padding's zeros. */
+__host__ __device__ __forceinline__ void winograd_input(const Winograd &g, const float *plane,
+                                                        int ty, int tx, float v[16]) {
+  float d[4][4];
+  int y0 = 2 * ty - g.ph, x0 = 2 * tx - g.pw;
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      int y = y0 + i, x = x0 + j;
+      d[i][j] = (unsigned)y < (unsigned)g.h && (unsigned)x < (unsigned)g.w
+                    ? plane[(int64_t)y * g.w + x]
+                    : 0.0f;
+    }
+  float t[4][4];
+  for (int j = 0; j < 4; j++) {
+    t[0][j] = d[0][j] - d[2][j], t[1][j] = d[1][j] + d[2][j];
+    t[2][j] = d[2][j] - d[1][j], t[3][j] = d[1][j] - d[3][j];
+  }
+  for (int i = 0; i < 4; i++) {
+    v[i * 4 + 0] = t[i][0] - t[i][2], v[i * 4 + 1] = t[i][1] + t[i][2];
+    v[i * 4 + 2] = t[i][2] - t[i][1], v[i * 4 + 3] = t[i][1] - t[i][3];
+  }
+}
+
+/* Y = A^T M A for one tile's 16 summed products, A^T = [1 1 1 0;
+ * 0 1 -1 -1]: the 2x2 outputs, row-major. */
+__host__ __device__ __forceinline__ void winograd_output(const float mt[16], float y[4]) {
+  float s[2][4];
+  for (int j = 0; j < 4; j++) {
+    s[0][j] = mt[j] + mt[4 + j] + mt[8 + j];
+    s[1][j] = mt[4 + j] - mt[8 + j] - mt[12 + j];
+  }
+  for (int i = 0; i < 2; i++) {
+    y[i * 2 + 0] = s[i][0] + s[i][1] + s[i][2];
+    y[i * 2 + 1] = s[i][1] - s[i][2] - s[i][3];
+  }
+}
+
+/* Tile p of the products' inner extent is image p / (th tw), tile row
+ * (p / tw) % th, column p % tw. */
+
+__global__ void winograd_filter_kernel(const float *__restrict__ w, float *__restrict__ u,
+                                       int pairs) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gridDim.x * blockDim.x) {
+    float t[16];
+    winograd_filter(w + (int64_t)i * 9, t);
+    for (int k = 0; k < 16; k++) u[(int64_t)k * pairs + i] = t[k];
+  }
+}
+
+/* One (image, channel) plane per block row, its tiles along x. */
+__global__ void winograd_input_kernel(const float *__restrict__ x, float *__restrict__ v,
+                                      Winograd g) {
+  int per_image = g.th * g.tw;
+  for (int pl = blockIdx.y; pl < g.n * g.c; pl += gridDim.y) {
+    int img = pl / g.c, ci = pl - img * g.c;
+    const float *plane = x + (int64_t)pl * g.h * g.w;
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < per_image;
+         t += gridDim.x * blockDim.x) {
+      float d[16];
+      winograd_input(g, plane, t / g.tw, t % g.tw, d);
+      int64_t at = (int64_t)ci * g.tiles + (int64_t)img * per_image + t;
+      for (int k = 0; k < 16; k++) v[(int64_t)k * g.c * g.tiles + at] = d[k];
+    }
+  }
+}
+
+/* One (image, output channel) plane per block row, its tiles along x; y
+ * may be z (a residual added in place): each element is read, then
+ * written, by one thread. */
+__global__ void winograd_output_kernel(const float *__restrict__ mt, const float *z,
+                                       const float *__restrict__ bias, float *y, Winograd g,
+                                       UnaryArgs act) {
+  int per_image = g.th * g.tw;
+  for (int pl = blockIdx.y; pl < g.n * g.m; pl += gridDim.y) {
+    int img = pl / g.m, oc = pl - img * g.m;
+    float b = bias ? bias[oc] : 0.0f;
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < per_image;
+         t += gridDim.x * blockDim.x) {
+      float f[16], o[4];
+      int64_t at = (int64_t)oc * g.tiles + (int64_t)img * per_image + t;
+      for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
+      winograd_output(f, o);
+      int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
+      for (int i = 0; i < 2 && oy + i < g.oh; i++)
+        for (int j = 0; j < 2 && ox + j < g.ow; j++) {
+          int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
+          y[yi] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias ? &b : nullptr, act);
+        }
+    }
+  }
+}
+
 /* ---- the ways' arithmetic on the host ----
  * Where a way's arithmetic is ours (the direct kernel; the padding copy,
  * the unfolding and the epilogue around cuBLAS's product), its element
@@ -590,6 +755,22 @@ static int direct_on_host(const HostConv &h, Diag *d) {
 /* cublas:im2col+gemm, whole: the uneven part of the padding copied
  * (pad_planes_at), the columns unfolded (im2col_at), the product, the
  * epilogue (epilogue_at). */
+/* The input as cuDNN and the cuBLAS ways read it: x, or x with the uneven
+ * part of its padding copied in (pad_planes_at) into *owned, which the
+ * caller frees. */
+static const float *host_conv_input(const HostConv &h, float **owned) {
+  const Conv2dPlan &pl = h.pl;
+  const CudnnConv &cv = pl.cv;
+  *owned = nullptr;
+  if (!pl.padded) return h.x;
+  int64_t xn = cv.n * cv.c * cv.h * cv.w;
+  float *xp = (float *)malloc((size_t)xn * sizeof(float));
+  if (!xp) return nullptr;
+  for (int64_t i = 0; i < xn; i++)
+    xp[i] = pad_planes_at(h.x, i, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
+  return *owned = xp;
+}
+
 static int im2col_on_host(const HostConv &h, Diag *d) {
   const Conv2dPlan &pl = h.pl;
   if (!im2col_applies(pl)) {
@@ -597,20 +778,19 @@ static int im2col_on_host(const HostConv &h, Diag *d) {
     return TEQ_ERR_UNSUPPORTED;
   }
   const CudnnConv &cv = pl.cv;
-  int64_t xn = cv.n * cv.c * cv.h * cv.w, k = product_k(cv), plane = cv.oh * cv.ow;
+  int64_t k = product_k(cv), plane = cv.oh * cv.ow;
   int64_t rows = cv.n * k;
-  float *xp = pl.padded ? (float *)malloc((size_t)xn * sizeof(float)) : nullptr;
+  float *xp;
+  const float *xin = host_conv_input(h, &xp);
   float *col = (float *)malloc((size_t)(rows * plane) * sizeof(float));
-  if ((pl.padded && !xp) || !col) {
+  if (!xin || !col) {
     free(xp), free(col);
     diag_error(d, "out of memory for the host's columns");
     return TEQ_ERR_NOMEM;
   }
-  for (int64_t i = 0; pl.padded && i < xn; i++)
-    xp[i] = pad_planes_at(h.x, i, pl.h, pl.w, cv.h, cv.w, pl.extra_top, pl.extra_left);
   Im2col g = im2col_geometry(cv);
   for (int r = 0; r < (int)rows; r++) {
-    Im2colRow row = im2col_row(g, pl.padded ? xp : h.x, r);
+    Im2colRow row = im2col_row(g, xin, r);
     for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
   }
   for (int64_t img = 0; img < cv.n; img++)
@@ -625,6 +805,68 @@ static int im2col_on_host(const HostConv &h, Diag *d) {
   return TEQ_OK;
 }
 
+/* teq:winograd: the padding copy, the filters', the tiles' and the
+ * products' transforms as the kernels run them, the 16 products as plain
+ * loops, the epilogue. */
+static int winograd_on_host(const HostConv &h, Diag *d) {
+  Winograd g;
+  if (!winograd_geometry(h.pl, &g)) {
+    diag_error(d, "teq:winograd does not take this configuration");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  float *xp;
+  const float *xin = host_conv_input(h, &xp);
+  float *u = (float *)malloc(winograd_bytes(g));
+  if (!xin || !u) {
+    free(xp), free(u);
+    diag_error(d, "out of memory for the host's transforms");
+    return TEQ_ERR_NOMEM;
+  }
+  float *v = (float *)((char *)u + winograd_u_bytes(g));
+  float *mt = (float *)((char *)v + winograd_v_bytes(g));
+  int pairs = g.m * g.c, per_image = g.th * g.tw;
+  for (int i = 0; i < pairs; i++) {
+    float t[16];
+    winograd_filter(h.w + (int64_t)i * 9, t);
+    for (int k = 0; k < 16; k++) u[(int64_t)k * pairs + i] = t[k];
+  }
+  for (int pl = 0; pl < g.n * g.c; pl++) {
+    int img = pl / g.c, ci = pl % g.c;
+    for (int t = 0; t < per_image; t++) {
+      float dt[16];
+      winograd_input(g, xin + (int64_t)pl * g.h * g.w, t / g.tw, t % g.tw, dt);
+      for (int k = 0; k < 16; k++)
+        v[((int64_t)k * g.c + ci) * g.tiles + (int64_t)img * per_image + t] = dt[k];
+    }
+  }
+  for (int64_t k = 0; k < 16; k++)
+    for (int64_t m = 0; m < g.m; m++)
+      for (int64_t p = 0; p < g.tiles; p++) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < g.c; c++)
+          acc += u[(k * g.m + m) * g.c + c] * v[(k * g.c + c) * g.tiles + p];
+        mt[(k * g.m + m) * g.tiles + p] = acc;
+      }
+  for (int pl = 0; pl < g.n * g.m; pl++) {
+    int img = pl / g.m, oc = pl % g.m;
+    for (int t = 0; t < per_image; t++) {
+      float f[16], o[4];
+      int64_t at = (int64_t)oc * g.tiles + (int64_t)img * per_image + t;
+      for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
+      winograd_output(f, o);
+      int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
+      for (int i = 0; i < 2 && oy + i < g.oh; i++)
+        for (int j = 0; j < 2 && ox + j < g.ow; j++) {
+          int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
+          h.y[yi] = epilogue_at(o[i * 2 + j], h.z ? h.z + yi : nullptr,
+                                h.bias ? h.bias + oc : nullptr, h.act);
+        }
+    }
+  }
+  free(xp), free(u);
+  return TEQ_OK;
+}
+
 int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
                         Diag *d) {
   HostConv h;
@@ -632,7 +874,10 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
   if (rc) return rc;
   if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(h, d);
   if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(h, d);
-  diag_error(d, "conv2d: no host check of way \"%s\" (teq:direct, cublas:im2col+gemm)",
+  if (way && strcmp(way, "teq:winograd") == 0) return winograd_on_host(h, d);
+  diag_error(d,
+             "conv2d: no host check of way \"%s\" (teq:direct, cublas:im2col+gemm, "
+             "teq:winograd)",
              way ? way : "(none)");
   return TEQ_ERR_UNSUPPORTED;
 }
@@ -645,13 +890,15 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
  * algorithms ran it at a third of their plain speed (a grouped 1x1 conv:
  * 123 us fused, 29 us plain), so the choice times whole ways, epilogue
  * included. */
-enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17 };
+enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17, WAY_WINOGRAD = 1 << 18 };
 static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 
 /* What a way is called in step notes and by cuda_device_pin_way. */
 static void way_name(int64_t way, char *buf, size_t size) {
   if (way == WAY_DIRECT) {
     snprintf(buf, size, "teq:direct");
+  } else if (way == WAY_WINOGRAD) {
+    snprintf(buf, size, "teq:winograd");
   } else if (way < 0) {
     cuda_product_way_name(product_of(way) != ALGO_GEMM, splits_of(way), buf, size);
   } else if (is_fused(way)) {
@@ -669,6 +916,7 @@ struct Conv2dArgs {
   int act;
   float *y;
   const DirectConv *direct; /* the direct kernel's geometry, NULL where it does not apply */
+  const Winograd *winograd; /* the Winograd way's, NULL where it does not apply */
 };
 
 /* Blocks sized to a plane (cuda_row_threads), planes along the grid's y. */
@@ -680,6 +928,41 @@ static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   dim3 grid((plane + threads - 1) / threads, planes < 65535 ? planes : 65535);
   conv_direct_kernel<<<grid, threads, 0, cx->stream>>>(a.x, a.w, a.bias, a.z, a.y, g,
                                                        fused_act_args(a.act));
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* Scratch holds the padded input, then U, V and the products: the
+ * filters' and the tiles' transforms, the 16 products (one strided batched
+ * call, as conv_product makes y^T = cols^T w^T: M(xi)^T = V(xi)^T U(xi)^T
+ * column-major), the transform back with the epilogue. */
+static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
+  const Conv2dPlan &pl = *a.pl;
+  const Winograd &g = *a.winograd;
+  char *scratch;
+  const float *xin;
+  int rc;
+  if ((rc = scratch_of(cx, pl.pad_bytes + winograd_bytes(g), &scratch, d))) return rc;
+  if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
+  float *u = (float *)(scratch + pl.pad_bytes);
+  float *v = (float *)((char *)u + winograd_u_bytes(g));
+  float *mt = (float *)((char *)v + winograd_v_bytes(g));
+  int pairs = g.m * g.c, per_image = g.th * g.tw;
+  if (pairs == 0 || g.tiles == 0) return TEQ_OK;
+  winograd_filter_kernel<<<cuda_blocks(pairs, THREADS), THREADS, 0, cx->stream>>>(a.w, u, pairs);
+  CUDA_LAUNCHED();
+  int threads = cuda_row_threads(per_image, THREADS), bx = (per_image + threads - 1) / threads;
+  int in_planes = g.n * g.c, out_planes = g.n * g.m;
+  winograd_input_kernel<<<dim3(bx, in_planes < 65535 ? in_planes : 65535), threads, 0,
+                          cx->stream>>>(xin, v, g);
+  CUDA_LAUNCHED();
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, g.tiles, g.m, g.c,
+                                       &one, v, g.tiles, (long long)g.c * g.tiles, u, g.c,
+                                       (long long)g.m * g.c, &zero, mt, g.tiles,
+                                       (long long)g.m * g.tiles, 16));
+  winograd_output_kernel<<<dim3(bx, out_planes < 65535 ? out_planes : 65535), threads, 0,
+                           cx->stream>>>(mt, a.z, a.bias, a.y, g, fused_act_args(a.act));
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -723,6 +1006,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
     cuda_note(cx, "%s", name);
   }
   if (way == WAY_DIRECT) return conv2d_run_direct(cx, a, d);
+  if (way == WAY_WINOGRAD) return conv2d_run_winograd(cx, a, d);
   if (way < 0) return conv2d_run_product(cx, a, way, ws_bytes, d);
   const Conv2dPlan &pl = *a.pl;
   const CudnnDescs &ds = *a.ds;
@@ -759,9 +1043,9 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
  * IMPLICIT_GEMM at 22 us without. */
 enum { CUDNN_CANDIDATES = 2 };
 /* Every way one search may time: the cuDNN candidates, each fused too, one
- * cuBLAS product whole and in splits of 2, 4, 8 and 16, and the direct
- * kernel. */
-enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 + 1 }; /* 1 + the splits 2, 4, 8, 16; direct */
+ * cuBLAS product whole and in splits of 2, 4, 8 and 16, the direct kernel
+ * and Winograd's. */
+enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 + 2 }; /* 1 + the splits 2, 4, 8, 16; direct, winograd */
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
@@ -796,7 +1080,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
       ways[n_ways] = (int64_t)perf[i].algo, bytes[n_ways++] = perf[i].memory;
       n_cudnn++;
     }
-  if (n_cudnn == 0 && !a.direct)
+  if (n_cudnn == 0 && !a.direct && !a.winograd)
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                       "cuDNN has no forward algorithm for this configuration within %zu MB "
                       "of workspace", CONV_WORKSPACE_CAP >> 20);
@@ -814,6 +1098,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
         ways[n_ways] = split_way(product, s), bytes[n_ways++] = col + split_bytes(pl.cv, s);
   }
   if (a.direct) ways[n_ways] = WAY_DIRECT, bytes[n_ways++] = 0;
+  if (a.winograd) ways[n_ways] = WAY_WINOGRAD, bytes[n_ways++] = winograd_bytes(*a.winograd);
   if (const char *pin = cuda_pinned_way(cx)) {
     char names[MAX_WAYS][CUDA_WAY_NAME_MAX];
     for (int i = 0; i < n_ways; i++) way_name(ways[i], names[i], sizeof names[i]);
@@ -868,8 +1153,11 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   }
   DirectConv direct;
   bool has_direct = direct_geometry(pl, &direct);
+  Winograd winograd;
+  bool has_winograd = winograd_geometry(pl, &winograd) && winograd_bytes(winograd) <= WINOGRAD_CAP;
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
-                  (float *)out[0].data, has_direct ? &direct : nullptr};
+                  (float *)out[0].data, has_direct ? &direct : nullptr,
+                  has_winograd ? &winograd : nullptr};
   int64_t memo[2];
   uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr), a.x, a.y, z);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;

@@ -276,6 +276,21 @@ static void test_conv2d_ways(CudaDevice *dev) {
     pinned_conv_case(dev, "teq:direct", direct[i]);
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 3, 3), "teq:direct",
                     "cublas:im2col+gemm");
+  /* Winograd's F(2x2, 3x3): ungrouped 3x3 convs of stride 1, odd outputs
+   * in partial tiles, uneven pads copied first, the epilogue in the
+   * transform back. */
+  const ConvSpec winograd[] = {
+    {.label = "winograd 1x512x14x14 residual bias relu (VGG-19's last)", S(4, 1, 512, 14, 14),
+     S(4, 512, 512, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU, .residual = true},
+    {.label = "winograd 2x64x15x17 pads(0 2 1 0) bias tanh", S(4, 2, 64, 15, 17),
+     S(4, 48, 64, 3, 3), true, .pads = {0, 2, 1, 0}, .act = ACT_TANH},
+    {.label = "winograd 1x256x56x56 no pads, no bias", S(4, 1, 256, 56, 56),
+     S(4, 256, 256, 3, 3)},
+  };
+  for (size_t i = 0; i < sizeof winograd / sizeof *winograd; i++)
+    pinned_conv_case(dev, "teq:winograd", winograd[i]);
+  check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 1, 1), "teq:winograd",
+                    "cublas:gemm");
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
    * adds it as z, the other ways in their epilogue or the partials' sum. */
   conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 residual bias relu", S(4, 1, 64, 56, 56),
