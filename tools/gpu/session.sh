@@ -15,18 +15,17 @@
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
 #   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels ways
 #
-# What the steps took on an H100 (2026-11-27): tests 40 s, models 60 s, petops 10 s,
-# suite 170 s for its nine smaller models and 220 s for ResNet-50, ResNeXt-50,
-# Inception-v3 and VGG-19, profile 156 s for 6,300 configurations; on an H200 (the
-# same day, the suite then timing each model as given too): suite 191 s and 245 s,
-# profile 171 s for 6,350, kernels 25 s. A 15-minute lease
-# holds two calls of this script back to back (the machine stays warm 30 s between
-# them; /tmp, the models and a table measured by the first call included,
-# survives). profile and kernels need the models step (or a suite) first. The
-# profile's list has grown to 11,508 configurations (the zoo's searches too):
-# some 310 s at the H200's 27 ms each.
-#   TEQ_GPU_SECONDS=440 ... tests models profile
-#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=resnet50,...,vgg19 kernels ways
+# What the steps took on an H100 (2026-11-28, 12.9 minutes of device time in
+# three calls on one warm machine): tests and models 75 s, profile 292 s for
+# 12,458 configurations (23 ms each), suite 70 s for VGG-19, SqueezeNet,
+# NasRNN and BERT, 146 s for ResNeXt-50, NasNet-A, Inception-v3 and ResNet-50,
+# 91 s for the five others, kernels 25 s. A machine stays warm 30 s between
+# calls (/tmp, the models and a table measured by an earlier call survive), so
+# a 15-minute lease holds one long call and shorter ones right after it:
+#   TEQ_GPU_SECONDS=425 ... tests models profile
+#   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=vgg19,... kernels ways
+# profile and kernels need the models step (or a suite) first. Each new way a
+# convolution may take (teq:winograd, 2026-11-28) adds to the profile's time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
