@@ -654,30 +654,58 @@ __host__ __device__ __forceinline__ void winograd_output(const float mt[16], flo
 /* Tile p of the products' inner extent is image p / (th tw), tile row
  * (p / tw) % th, column p % tw. */
 
+/* Tile t of input plane pl (image, channel) into V [16][C][tiles]. */
+__host__ __device__ __forceinline__ void winograd_input_tile(const Winograd &g, const float *x,
+                                                             float *v, int pl, int t) {
+  int img = pl / g.c, ci = pl - img * g.c;
+  float d[16];
+  winograd_input(g, x + (int64_t)pl * g.h * g.w, t / g.tw, t % g.tw, d);
+  int64_t at = (int64_t)ci * g.tiles + (int64_t)img * g.th * g.tw + t;
+  for (int k = 0; k < 16; k++) v[(int64_t)k * g.c * g.tiles + at] = d[k];
+}
+
+/* Tile t of output plane pl (image, output channel) from the products
+ * [16][M][tiles], its epilogue applied (bias_at: the channel's bias, or
+ * NULL), stored where it falls inside the output. */
+__host__ __device__ __forceinline__ void winograd_output_tile(const Winograd &g,
+                                                              const float *mt, const float *z,
+                                                              const float *bias_at, float *y,
+                                                              UnaryArgs act, int pl, int t) {
+  int img = pl / g.m, oc = pl - img * g.m;
+  float f[16], o[4];
+  int64_t at = (int64_t)oc * g.tiles + (int64_t)img * g.th * g.tw + t;
+  for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
+  winograd_output(f, o);
+  int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
+  for (int i = 0; i < 2 && oy + i < g.oh; i++)
+    for (int j = 0; j < 2 && ox + j < g.ow; j++) {
+      int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
+      y[yi] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias_at, act);
+    }
+}
+
+/* Filter i (output channel i / C, input channel i % C) into U [16][M][C]. */
+__host__ __device__ __forceinline__ void winograd_filter_pair(const float *w, float *u,
+                                                              int pairs, int i) {
+  float t[16];
+  winograd_filter(w + (int64_t)i * 9, t);
+  for (int k = 0; k < 16; k++) u[(int64_t)k * pairs + i] = t[k];
+}
+
 __global__ void winograd_filter_kernel(const float *__restrict__ w, float *__restrict__ u,
                                        int pairs) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gridDim.x * blockDim.x) {
-    float t[16];
-    winograd_filter(w + (int64_t)i * 9, t);
-    for (int k = 0; k < 16; k++) u[(int64_t)k * pairs + i] = t[k];
-  }
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gridDim.x * blockDim.x)
+    winograd_filter_pair(w, u, pairs, i);
 }
 
 /* One (image, channel) plane per block row, its tiles along x. */
 __global__ void winograd_input_kernel(const float *__restrict__ x, float *__restrict__ v,
                                       Winograd g) {
   int per_image = g.th * g.tw;
-  for (int pl = blockIdx.y; pl < g.n * g.c; pl += gridDim.y) {
-    int img = pl / g.c, ci = pl - img * g.c;
-    const float *plane = x + (int64_t)pl * g.h * g.w;
+  for (int pl = blockIdx.y; pl < g.n * g.c; pl += gridDim.y)
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < per_image;
-         t += gridDim.x * blockDim.x) {
-      float d[16];
-      winograd_input(g, plane, t / g.tw, t % g.tw, d);
-      int64_t at = (int64_t)ci * g.tiles + (int64_t)img * per_image + t;
-      for (int k = 0; k < 16; k++) v[(int64_t)k * g.c * g.tiles + at] = d[k];
-    }
-  }
+         t += gridDim.x * blockDim.x)
+      winograd_input_tile(g, x, v, pl, t);
 }
 
 /* One (image, output channel) plane per block row, its tiles along x; y
@@ -688,21 +716,10 @@ __global__ void winograd_output_kernel(const float *__restrict__ mt, const float
                                        UnaryArgs act) {
   int per_image = g.th * g.tw;
   for (int pl = blockIdx.y; pl < g.n * g.m; pl += gridDim.y) {
-    int img = pl / g.m, oc = pl - img * g.m;
-    float b = bias ? bias[oc] : 0.0f;
+    float b = bias ? bias[pl % g.m] : 0.0f;
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < per_image;
-         t += gridDim.x * blockDim.x) {
-      float f[16], o[4];
-      int64_t at = (int64_t)oc * g.tiles + (int64_t)img * per_image + t;
-      for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
-      winograd_output(f, o);
-      int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
-      for (int i = 0; i < 2 && oy + i < g.oh; i++)
-        for (int j = 0; j < 2 && ox + j < g.ow; j++) {
-          int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
-          y[yi] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias ? &b : nullptr, act);
-        }
-    }
+         t += gridDim.x * blockDim.x)
+      winograd_output_tile(g, mt, z, bias ? &b : nullptr, y, act, pl, t);
   }
 }
 
@@ -825,20 +842,9 @@ static int winograd_on_host(const HostConv &h, Diag *d) {
   float *v = (float *)((char *)u + winograd_u_bytes(g));
   float *mt = (float *)((char *)v + winograd_v_bytes(g));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
-  for (int i = 0; i < pairs; i++) {
-    float t[16];
-    winograd_filter(h.w + (int64_t)i * 9, t);
-    for (int k = 0; k < 16; k++) u[(int64_t)k * pairs + i] = t[k];
-  }
-  for (int pl = 0; pl < g.n * g.c; pl++) {
-    int img = pl / g.c, ci = pl % g.c;
-    for (int t = 0; t < per_image; t++) {
-      float dt[16];
-      winograd_input(g, xin + (int64_t)pl * g.h * g.w, t / g.tw, t % g.tw, dt);
-      for (int k = 0; k < 16; k++)
-        v[((int64_t)k * g.c + ci) * g.tiles + (int64_t)img * per_image + t] = dt[k];
-    }
-  }
+  for (int i = 0; i < pairs; i++) winograd_filter_pair(h.w, u, pairs, i);
+  for (int pl = 0; pl < g.n * g.c; pl++)
+    for (int t = 0; t < per_image; t++) winograd_input_tile(g, xin, v, pl, t);
   for (int64_t k = 0; k < 16; k++)
     for (int64_t m = 0; m < g.m; m++)
       for (int64_t p = 0; p < g.tiles; p++) {
@@ -847,22 +853,9 @@ static int winograd_on_host(const HostConv &h, Diag *d) {
           acc += u[(k * g.m + m) * g.c + c] * v[(k * g.c + c) * g.tiles + p];
         mt[(k * g.m + m) * g.tiles + p] = acc;
       }
-  for (int pl = 0; pl < g.n * g.m; pl++) {
-    int img = pl / g.m, oc = pl % g.m;
-    for (int t = 0; t < per_image; t++) {
-      float f[16], o[4];
-      int64_t at = (int64_t)oc * g.tiles + (int64_t)img * per_image + t;
-      for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
-      winograd_output(f, o);
-      int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
-      for (int i = 0; i < 2 && oy + i < g.oh; i++)
-        for (int j = 0; j < 2 && ox + j < g.ow; j++) {
-          int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
-          h.y[yi] = epilogue_at(o[i * 2 + j], h.z ? h.z + yi : nullptr,
-                                h.bias ? h.bias + oc : nullptr, h.act);
-        }
-    }
-  }
+  for (int pl = 0; pl < g.n * g.m; pl++)
+    for (int t = 0; t < per_image; t++)
+      winograd_output_tile(g, mt, h.z, h.bias ? h.bias + pl % g.m : nullptr, h.y, h.act, pl, t);
   free(xp), free(u);
   return TEQ_OK;
 }
