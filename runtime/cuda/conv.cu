@@ -572,7 +572,7 @@ struct Winograd {
 static bool winograd_geometry(const Conv2dPlan &pl, Winograd *g) {
   const CudnnConv &cv = pl.cv;
   if (cv.groups != 1 || cv.kh != 3 || cv.kw != 3 || cv.sh != 1 || cv.sw != 1 || cv.dh != 1 ||
-      cv.dw != 1)
+      cv.dw != 1 || cv.c < 1 || cv.m < 1)
     return false;
   int64_t th = (cv.oh + 1) / 2, tw = (cv.ow + 1) / 2, tiles = cv.n * th * tw;
   int64_t biggest = 16 * (tiles > cv.m ? tiles : cv.m) * (cv.c > cv.m ? cv.c : cv.m);
@@ -941,7 +941,7 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   float *v = (float *)((char *)u + winograd_u_bytes(g));
   float *mt = (float *)((char *)v + winograd_v_bytes(g));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
-  if (pairs == 0 || g.tiles == 0) return TEQ_OK;
+  if (g.tiles == 0) return TEQ_OK; /* no output; geometry has C and M at least 1 */
   winograd_filter_kernel<<<cuda_blocks(pairs, THREADS), THREADS, 0, cx->stream>>>(a.w, u, pairs);
   CUDA_LAUNCHED();
   int threads = cuda_row_threads(per_image, THREADS), bx = (per_image + threads - 1) / threads;
