@@ -20,7 +20,8 @@
  *       machine's GPU: the way its search chose and its time, beside the
  *       cuBLAS product's time whole and split along K in 2 to 16 slices
  *       and our own kernels' (teq:direct, grouped and shallow convs;
- *       teq:winograd, ungrouped 3x3 convs of stride 1), each pinned
+ *       teq:tiled, grouped ones; teq:winograd, ungrouped 3x3 convs of
+ *       stride 1), each pinned
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
 #include <errno.h>
 #include <limits.h>
@@ -594,9 +595,9 @@ static int do_ways(int argc, char **argv, Diag *d) {
   if (rc == TEQ_OK)
     printf("%s on %s: each convolution and product once, us (median of %lld); '-': not "
            "offered\n"
-           "%9s  %-34s %9s %9s %9s %9s %9s %9s %9s  %s\n",
+           "%9s  %-34s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n",
            model, cuda_device_name(dev), repeats, "chosen", "way", "whole", "split 2",
-           "split 4", "split 8", "split 16", "direct", "winograd", "node");
+           "split 4", "split 8", "split 16", "direct", "tiled", "winograd", "node");
   double chosen_sum = 0;
   int n_kernels = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
@@ -618,9 +619,9 @@ static int do_ways(int argc, char **argv, Diag *d) {
         us[s] = p.median_us;
         offered = offered || us[s] >= 0;
       }
-    static const char *const own[] = {"teq:direct", "teq:winograd"};
-    double own_us[2] = {-1, -1};
-    for (int k = 0; k < 2 && rc == TEQ_OK && g->nodes[id].kind == OP_CONV2D; k++)
+    static const char *const own[] = {"teq:direct", "teq:tiled", "teq:winograd"};
+    double own_us[3] = {-1, -1, -1};
+    for (int k = 0; k < 3 && rc == TEQ_OK && g->nodes[id].kind == OP_CONV2D; k++)
       if ((rc = time_pinned(dev, g, id, own[k], (int)repeats, &p, d)) == TEQ_OK)
         own_us[k] = p.median_us;
     if (rc != TEQ_OK) break;
@@ -628,7 +629,7 @@ static int do_ways(int argc, char **argv, Diag *d) {
     for (int s = 0; s < N_WAY_SPLITS; s++)
       if (offered && us[s] >= 0) printf(" %9.2f", us[s]);
       else printf(" %9s", "-");
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
       if (own_us[k] >= 0) printf(" %9.2f", own_us[k]);
       else printf(" %9s", "-");
     printf("  %s\n", graph_node_label(g, id, label, sizeof label));

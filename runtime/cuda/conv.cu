@@ -7,8 +7,8 @@
  * cuBLAS, which computes an ungrouped convolution as a matrix product (a
  * 1x1 one directly, any other after unfolding its input, im2col), whole or
  * split along its inner dimension where its output is too small to fill
- * the GPU, against our own direct kernel for grouped and shallow
- * convolutions, where cuDNN is slowest, and against Winograd's F(2x2, 3x3)
+ * the GPU, against our own kernels for grouped and shallow convolutions,
+ * where cuDNN is slowest (direct, and tiled in shared memory), and against Winograd's F(2x2, 3x3)
  * for ungrouped 3x3 ones of stride 1. The arithmetic that is ours is
  * written once for device and host, and cuda_kernel_on_host runs it on the
  * host for the tests of a machine without a GPU.
@@ -471,16 +471,14 @@ struct DirectConv {
   int n, c, h, w, m, cg, mg, kh, kw, oh, ow, sh, sw, top, left, dh, dw;
 };
 
-/* The plan's convolution as the direct kernel takes it, or false where it
- * does not: a filter over DIRECT_MAX_TAPS, a dense conv over
- * DIRECT_DENSE_TAPS (cuDNN and cuBLAS own those), or a tensor past int's
- * range. Its pads are ONNX's top and left, the plan's symmetric part and
- * its extra together: the kernel reads the unpadded input. */
-static bool direct_geometry(const Conv2dPlan &pl, DirectConv *g) {
+/* The plan's convolution as our own kernels take it (the direct and the
+ * tiled one), or false where a tensor is past int's range. Its pads are
+ * ONNX's top and left, the plan's symmetric part and its extra together:
+ * the kernels read the unpadded input. */
+static bool own_geometry(const Conv2dPlan &pl, DirectConv *g) {
   const CudnnConv &cv = pl.cv;
-  int64_t taps = cv.cg * cv.kh * cv.kw, top = cv.ph + pl.extra_top, left = cv.pw + pl.extra_left;
-  if (taps > DIRECT_MAX_TAPS || (cv.groups == 1 && taps > DIRECT_DENSE_TAPS) ||
-      !fits_int(cv.n * cv.c * pl.h * pl.w) || !fits_int(cv.n * cv.m * cv.oh * cv.ow) ||
+  int64_t top = cv.ph + pl.extra_top, left = cv.pw + pl.extra_left;
+  if (!fits_int(cv.n * cv.c * pl.h * pl.w) || !fits_int(cv.n * cv.m * cv.oh * cv.ow) ||
       !fits_int(top) || !fits_int(left) || !fits_int(cv.sh) || !fits_int(cv.sw) ||
       !fits_int(cv.dh) || !fits_int(cv.dw))
     return false;
@@ -488,6 +486,16 @@ static bool direct_geometry(const Conv2dPlan &pl, DirectConv *g) {
         (int)(cv.m / cv.groups), (int)cv.kh, (int)cv.kw, (int)cv.oh, (int)cv.ow,
         (int)cv.sh, (int)cv.sw, (int)top, (int)left, (int)cv.dh, (int)cv.dw};
   return true;
+}
+
+/* The direct kernel's geometry, or false where it does not take the
+ * convolution: a filter over DIRECT_MAX_TAPS (what a block stages), or a
+ * dense conv over DIRECT_DENSE_TAPS (cuDNN and cuBLAS own those). */
+static bool direct_geometry(const Conv2dPlan &pl, DirectConv *g) {
+  const CudnnConv &cv = pl.cv;
+  int64_t taps = cv.cg * cv.kh * cv.kw;
+  return taps <= DIRECT_MAX_TAPS && (cv.groups > 1 || taps <= DIRECT_DENSE_TAPS) &&
+         own_geometry(pl, g);
 }
 
 /* The input channels output channel oc of image img reads: its group's. */
@@ -538,6 +546,173 @@ __global__ void conv_direct_kernel(const float *__restrict__ x, const float *__r
       int64_t at = (int64_t)pl * plane + p;
       float v = direct_conv_sum(g, xg, taps, oy, ox);
       y[at] = epilogue_at(v, z ? z + at : nullptr, bias ? &b : nullptr, act);
+    }
+  }
+}
+
+/* ---- the tiled way: grouped convolutions from shared memory ----
+ * The direct kernel reads every tap from global memory, one output pixel
+ * per thread, and on the H100 (2026-11-28) it stayed far from the
+ * hardware where it won: ResNeXt-50's [1,1024,7,7] 3x3 conv of 32 groups
+ * took 36.8 us for 29 MFLOP (each thread's 288 taps are as many dependent
+ * loads), a depthwise [1,144,56,56] one 9.5 us for 3.6 MB. The tiled way
+ * stages a block's input tile (its halo too) and its filters in shared
+ * memory, a chunk of the group's input channels at a time, and sums from
+ * there: a block is a tile of output pixels (a whole small plane, or 32
+ * columns by up to 8 rows) times a few output channels of one group, a
+ * thread one output. Uneven pads are bounds tests while staging, as in
+ * the direct kernel. It is offered for grouped convolutions and timed
+ * like every way. */
+
+/* Shared memory a block stages per chunk: 32 KB. */
+enum { TILED_SMEM_FLOATS = 8192, TILED_THREADS = 256 };
+
+struct TiledConv {
+  DirectConv g;
+  int th, tw;    /* output tile, rows by columns */
+  int ocb;       /* output channels of one group per block */
+  int ci;        /* input channels staged per chunk */
+  int ih, iw;    /* the input tile a chunk's channel stages, halo included */
+  int tiles_x, tiles, oc_chunks;
+};
+
+/* The tiling of a grouped convolution (any number of channels per group:
+ * they are staged in chunks), or false where it is not grouped, a tensor
+ * is past int's range, or one channel's input tile and filters exceed the
+ * shared memory. */
+static bool tiled_geometry(const Conv2dPlan &pl, TiledConv *t) {
+  DirectConv g;
+  if (pl.cv.groups < 2 || !own_geometry(pl, &g)) return false;
+  int plane = g.oh * g.ow;
+  if (plane <= TILED_THREADS) {
+    t->th = g.oh, t->tw = g.ow;
+    t->ocb = TILED_THREADS / plane < g.mg ? TILED_THREADS / plane : g.mg;
+  } else {
+    t->tw = g.ow < 32 ? g.ow : 32;
+    t->th = TILED_THREADS / t->tw < g.oh ? TILED_THREADS / t->tw : g.oh;
+    t->ocb = 1;
+  }
+  int64_t ih = (int64_t)(t->th - 1) * g.sh + (int64_t)(g.kh - 1) * g.dh + 1;
+  int64_t iw = (int64_t)(t->tw - 1) * g.sw + (int64_t)(g.kw - 1) * g.dw + 1;
+  int64_t per_channel = ih * iw + (int64_t)t->ocb * g.kh * g.kw;
+  if (per_channel > TILED_SMEM_FLOATS) return false;
+  int64_t ci = TILED_SMEM_FLOATS / per_channel;
+  t->g = g;
+  t->ih = (int)ih, t->iw = (int)iw;
+  t->ci = ci < g.cg ? (int)ci : g.cg;
+  t->tiles_x = (g.ow + t->tw - 1) / t->tw;
+  t->tiles = t->tiles_x * ((g.oh + t->th - 1) / t->th);
+  t->oc_chunks = (g.mg + t->ocb - 1) / t->ocb;
+  return true;
+}
+
+/* Floats of shared memory one chunk stages. */
+static size_t tiled_smem_floats(const TiledConv &t) {
+  return (size_t)t.ci * t.ih * t.iw + (size_t)t.ocb * t.ci * t.g.kh * t.g.kw;
+}
+
+/* Block b's place: its image, group and first output channel (of all),
+ * and tile's first output row and column. */
+struct TiledBlock {
+  int img, oc0, oc_end, y0, x0;
+  const float *xg; /* the group's first input channel of the image */
+};
+__host__ __device__ __forceinline__ TiledBlock tiled_block(const TiledConv &t, const float *x,
+                                                           int b, int tile) {
+  const DirectConv &g = t.g;
+  int chunk = b % t.oc_chunks, rest = b / t.oc_chunks;
+  int grp = rest % (g.m / g.mg), img = rest / (g.m / g.mg);
+  TiledBlock k;
+  k.img = img;
+  k.oc0 = grp * g.mg + chunk * t.ocb;
+  k.oc_end = grp * g.mg + g.mg < k.oc0 + t.ocb ? grp * g.mg + g.mg : k.oc0 + t.ocb;
+  k.y0 = tile / t.tiles_x * t.th, k.x0 = tile % t.tiles_x * t.tw;
+  k.xg = direct_group_input(g, x, img, k.oc0);
+  return k;
+}
+
+/* Stages input channels [c0, c0 + nci) of the block's tile (zeros outside
+ * the input: the padding) into s_in [nci][ih][iw], and their filter taps of
+ * the block's output channels into s_w [ocb][nci][kh][kw] (zeros past the
+ * group's last channel), element tid of every nthreads. */
+__host__ __device__ __forceinline__ void tiled_stage(const TiledConv &t, const TiledBlock &k,
+                                                     const float *w, float *s_in, float *s_w,
+                                                     int c0, int nci, int tid, int nthreads) {
+  const DirectConv &g = t.g;
+  int tile_in = t.ih * t.iw, iy0 = k.y0 * g.sh - g.top, ix0 = k.x0 * g.sw - g.left;
+  for (int e = tid; e < nci * tile_in; e += nthreads) {
+    int ci = e / tile_in, r = e - ci * tile_in, iy = iy0 + r / t.iw, ix = ix0 + r % t.iw;
+    s_in[e] = (unsigned)iy < (unsigned)g.h && (unsigned)ix < (unsigned)g.w
+                  ? k.xg[((int64_t)(c0 + ci) * g.h + iy) * g.w + ix]
+                  : 0.0f;
+  }
+  int taps = g.kh * g.kw, per_oc = nci * taps;
+  for (int e = tid; e < t.ocb * per_oc; e += nthreads) {
+    int ocl = e / per_oc, r = e - ocl * per_oc, oc = k.oc0 + ocl;
+    s_w[e] = oc < k.oc_end ? w[((int64_t)oc * g.cg + c0) * taps + r] : 0.0f;
+  }
+}
+
+/* One output's sum over the staged channels: output channel ocl of the
+ * block, pixel (py, px) of its tile. */
+__host__ __device__ __forceinline__ float tiled_sum(const TiledConv &t, const float *s_in,
+                                                    const float *s_w, int nci, int ocl, int py,
+                                                    int px) {
+  const DirectConv &g = t.g;
+  int taps = g.kh * g.kw;
+  const float *wk = s_w + ocl * nci * taps;
+  float acc = 0.0f;
+  for (int ci = 0; ci < nci; ci++) {
+    const float *in = s_in + (ci * t.ih + py * g.sh) * t.iw + px * g.sw;
+    for (int i = 0; i < g.kh; i++)
+      for (int j = 0; j < g.kw; j++)
+        acc = fmaf(in[i * g.dh * t.iw + j * g.dw], wk[(ci * g.kh + i) * g.kw + j], acc);
+  }
+  return acc;
+}
+
+/* Thread tid's output of the block: its channel and pixel, or false where
+ * it has none (past the tile's edge, the group's channels or the block's
+ * outputs). */
+__host__ __device__ __forceinline__ bool tiled_output(const TiledConv &t, const TiledBlock &k,
+                                                      int tid, int *ocl, int *py, int *px) {
+  int pixels = t.th * t.tw;
+  *ocl = tid / pixels, *py = tid % pixels / t.tw, *px = tid % t.tw;
+  return *ocl < t.ocb && k.oc0 + *ocl < k.oc_end && k.y0 + *py < t.g.oh &&
+         k.x0 + *px < t.g.ow;
+}
+
+/* Where output (ocl, py, px) of block k lies in y. */
+__host__ __device__ __forceinline__ int64_t tiled_at(const TiledConv &t, const TiledBlock &k,
+                                                     int ocl, int py, int px) {
+  return (((int64_t)k.img * t.g.m + k.oc0 + ocl) * t.g.oh + k.y0 + py) * t.g.ow + k.x0 + px;
+}
+
+/* Tiles along the grid's x, (image, group, channel chunk) along its y;
+ * dynamic shared memory: tiled_smem_floats. */
+__global__ void conv_tiled_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                                  const float *__restrict__ bias, const float *z, float *y,
+                                  TiledConv t, UnaryArgs act) {
+  extern __shared__ float smem[];
+  float *s_in = smem, *s_w = smem + t.ci * t.ih * t.iw;
+  const DirectConv &g = t.g;
+  int blocks = g.n * (g.m / g.mg) * t.oc_chunks;
+  for (int b = blockIdx.y; b < blocks; b += gridDim.y) { /* uniform across the block */
+    TiledBlock k = tiled_block(t, x, b, blockIdx.x);
+    int ocl, py, px;
+    bool mine = tiled_output(t, k, threadIdx.x, &ocl, &py, &px);
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < g.cg; c0 += t.ci) {
+      int nci = g.cg - c0 < t.ci ? g.cg - c0 : t.ci;
+      __syncthreads(); /* the last chunk (or block) is no longer read */
+      tiled_stage(t, k, w, s_in, s_w, c0, nci, threadIdx.x, blockDim.x);
+      __syncthreads();
+      if (mine) acc += tiled_sum(t, s_in, s_w, nci, ocl, py, px);
+    }
+    if (mine) {
+      int64_t at = tiled_at(t, k, ocl, py, px);
+      float bv = bias ? bias[k.oc0 + ocl] : 0.0f;
+      y[at] = epilogue_at(acc, z ? z + at : nullptr, bias ? &bv : nullptr, act);
     }
   }
 }
@@ -769,6 +944,46 @@ static int direct_on_host(const HostConv &h, Diag *d) {
   return TEQ_OK;
 }
 
+/* teq:tiled: each block's chunks staged and summed as the threads of the
+ * kernel do, one thread after another. */
+static int tiled_on_host(const HostConv &h, Diag *d) {
+  TiledConv t;
+  if (!tiled_geometry(h.pl, &t)) {
+    diag_error(d, "teq:tiled does not take this configuration");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  int threads = t.ocb * t.th * t.tw, blocks = t.g.n * (t.g.m / t.g.mg) * t.oc_chunks;
+  float *smem = (float *)malloc(tiled_smem_floats(t) * sizeof(float));
+  float *acc = (float *)malloc((size_t)threads * sizeof(float));
+  if (!smem || !acc) {
+    free(smem), free(acc);
+    diag_error(d, "out of memory for the host's tiles");
+    return TEQ_ERR_NOMEM;
+  }
+  float *s_in = smem, *s_w = smem + t.ci * t.ih * t.iw;
+  int ocl, py, px;
+  for (int b = 0; b < blocks; b++)
+    for (int tile = 0; tile < t.tiles; tile++) {
+      TiledBlock k = tiled_block(t, h.x, b, tile);
+      for (int i = 0; i < threads; i++) acc[i] = 0.0f;
+      for (int c0 = 0; c0 < t.g.cg; c0 += t.ci) {
+        int nci = t.g.cg - c0 < t.ci ? t.g.cg - c0 : t.ci;
+        tiled_stage(t, k, h.w, s_in, s_w, c0, nci, 0, 1);
+        for (int i = 0; i < threads; i++)
+          if (tiled_output(t, k, i, &ocl, &py, &px))
+            acc[i] += tiled_sum(t, s_in, s_w, nci, ocl, py, px);
+      }
+      for (int i = 0; i < threads; i++)
+        if (tiled_output(t, k, i, &ocl, &py, &px)) {
+          int64_t at = tiled_at(t, k, ocl, py, px);
+          h.y[at] = epilogue_at(acc[i], h.z ? h.z + at : nullptr,
+                                h.bias ? h.bias + k.oc0 + ocl : nullptr, h.act);
+        }
+    }
+  free(smem), free(acc);
+  return TEQ_OK;
+}
+
 /* cublas:im2col+gemm, whole: the uneven part of the padding copied
  * (pad_planes_at), the columns unfolded (im2col_at), the product, the
  * epilogue (epilogue_at). */
@@ -868,8 +1083,9 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
   if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(h, d);
   if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(h, d);
   if (way && strcmp(way, "teq:winograd") == 0) return winograd_on_host(h, d);
+  if (way && strcmp(way, "teq:tiled") == 0) return tiled_on_host(h, d);
   diag_error(d,
-             "conv2d: no host check of way \"%s\" (teq:direct, cublas:im2col+gemm, "
+             "conv2d: no host check of way \"%s\" (teq:direct, teq:tiled, cublas:im2col+gemm, "
              "teq:winograd)",
              way ? way : "(none)");
   return TEQ_ERR_UNSUPPORTED;
@@ -883,7 +1099,7 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
  * algorithms ran it at a third of their plain speed (a grouped 1x1 conv:
  * 123 us fused, 29 us plain), so the choice times whole ways, epilogue
  * included. */
-enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17, WAY_WINOGRAD = 1 << 18 };
+enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17, WAY_WINOGRAD = 1 << 18, WAY_TILED = 1 << 19 };
 static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
 
 /* What a way is called in step notes and by cuda_device_pin_way. */
@@ -892,6 +1108,8 @@ static void way_name(int64_t way, char *buf, size_t size) {
     snprintf(buf, size, "teq:direct");
   } else if (way == WAY_WINOGRAD) {
     snprintf(buf, size, "teq:winograd");
+  } else if (way == WAY_TILED) {
+    snprintf(buf, size, "teq:tiled");
   } else if (way < 0) {
     cuda_product_way_name(product_of(way) != ALGO_GEMM, splits_of(way), buf, size);
   } else if (is_fused(way)) {
@@ -910,6 +1128,7 @@ struct Conv2dArgs {
   float *y;
   const DirectConv *direct; /* the direct kernel's geometry, NULL where it does not apply */
   const Winograd *winograd; /* the Winograd way's, NULL where it does not apply */
+  const TiledConv *tiled;   /* the tiled way's, NULL where it does not apply */
 };
 
 /* Blocks sized to a plane (cuda_row_threads), planes along the grid's y. */
@@ -921,6 +1140,20 @@ static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   dim3 grid((plane + threads - 1) / threads, planes < 65535 ? planes : 65535);
   conv_direct_kernel<<<grid, threads, 0, cx->stream>>>(a.x, a.w, a.bias, a.z, a.y, g,
                                                        fused_act_args(a.act));
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* Tiles along the grid's x, (image, group, channel chunk) along y, a
+ * thread per output of a block. */
+static int conv2d_run_tiled(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
+  const TiledConv &t = *a.tiled;
+  int blocks = t.g.n * (t.g.m / t.g.mg) * t.oc_chunks;
+  if (blocks == 0 || t.tiles == 0) return TEQ_OK;
+  int threads = cuda_row_threads(t.ocb * t.th * t.tw, TILED_THREADS);
+  dim3 grid(t.tiles, blocks < 65535 ? blocks : 65535);
+  conv_tiled_kernel<<<grid, threads, tiled_smem_floats(t) * sizeof(float), cx->stream>>>(
+      a.x, a.w, a.bias, a.z, a.y, t, fused_act_args(a.act));
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -1000,6 +1233,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   }
   if (way == WAY_DIRECT) return conv2d_run_direct(cx, a, d);
   if (way == WAY_WINOGRAD) return conv2d_run_winograd(cx, a, d);
+  if (way == WAY_TILED) return conv2d_run_tiled(cx, a, d);
   if (way < 0) return conv2d_run_product(cx, a, way, ws_bytes, d);
   const Conv2dPlan &pl = *a.pl;
   const CudnnDescs &ds = *a.ds;
@@ -1036,9 +1270,9 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
  * IMPLICIT_GEMM at 22 us without. */
 enum { CUDNN_CANDIDATES = 2 };
 /* Every way one search may time: the cuDNN candidates, each fused too, one
- * cuBLAS product whole and in splits of 2, 4, 8 and 16, the direct kernel
- * and Winograd's. */
-enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 + 2 }; /* 1 + the splits 2, 4, 8, 16; direct, winograd */
+ * cuBLAS product whole and in splits of 2, 4, 8 and 16, the direct kernel,
+ * the tiled one and Winograd's. */
+enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 + 3 }; /* 1 + the splits 2, 4, 8, 16; our three */
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
@@ -1073,7 +1307,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
       ways[n_ways] = (int64_t)perf[i].algo, bytes[n_ways++] = perf[i].memory;
       n_cudnn++;
     }
-  if (n_cudnn == 0 && !a.direct && !a.winograd)
+  if (n_cudnn == 0 && !a.direct && !a.tiled && !a.winograd)
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                       "cuDNN has no forward algorithm for this configuration within %zu MB "
                       "of workspace", CONV_WORKSPACE_CAP >> 20);
@@ -1091,6 +1325,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
         ways[n_ways] = split_way(product, s), bytes[n_ways++] = col + split_bytes(pl.cv, s);
   }
   if (a.direct) ways[n_ways] = WAY_DIRECT, bytes[n_ways++] = 0;
+  if (a.tiled) ways[n_ways] = WAY_TILED, bytes[n_ways++] = 0;
   if (a.winograd) ways[n_ways] = WAY_WINOGRAD, bytes[n_ways++] = winograd_bytes(*a.winograd);
   if (const char *pin = cuda_pinned_way(cx)) {
     char names[MAX_WAYS][CUDA_WAY_NAME_MAX];
@@ -1148,9 +1383,11 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   bool has_direct = direct_geometry(pl, &direct);
   Winograd winograd;
   bool has_winograd = winograd_geometry(pl, &winograd) && winograd_bytes(winograd) <= WINOGRAD_CAP;
+  TiledConv tiled;
+  bool has_tiled = tiled_geometry(pl, &tiled);
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data, has_direct ? &direct : nullptr,
-                  has_winograd ? &winograd : nullptr};
+                  has_winograd ? &winograd : nullptr, has_tiled ? &tiled : nullptr};
   int64_t memo[2];
   uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr), a.x, a.y, z);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;

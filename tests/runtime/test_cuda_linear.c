@@ -276,6 +276,20 @@ static void test_conv2d_ways(CudaDevice *dev) {
     pinned_conv_case(dev, "teq:direct", direct[i]);
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 3, 3), "teq:direct",
                     "cublas:im2col+gemm");
+  /* The tiled kernel on the same grouped cases, and on planes past one
+   * block's tile and groups past one chunk of channels. */
+  for (size_t i = 0; i < sizeof direct / sizeof *direct; i++)
+    if (direct[i].groups > 1) pinned_conv_case(dev, "teq:tiled", direct[i]);
+  const ConvSpec tiled[] = {
+    {.label = "tiled depthwise 2x96x57x61 bias relu (tiles with edges)", S(4, 2, 96, 57, 61),
+     S(4, 96, 1, 3, 3), true, .pads = {1, 1, 1, 1}, .groups = 96, .act = ACT_RELU},
+    {.label = "tiled 1x512x14x14 g2 residual (2304 taps, in chunks)", S(4, 1, 512, 14, 14),
+     S(4, 64, 256, 3, 3), true, .pads = {1, 1, 1, 1}, .groups = 2, .residual = true},
+  };
+  for (size_t i = 0; i < sizeof tiled / sizeof *tiled; i++)
+    pinned_conv_case(dev, "teq:tiled", tiled[i]);
+  check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 3, 3), "teq:tiled",
+                    "cublas:im2col+gemm");
   /* Winograd's F(2x2, 3x3): ungrouped 3x3 convs of stride 1, odd outputs
    * in partial tiles, uneven pads copied first, the epilogue in the
    * transform back. */

@@ -123,6 +123,11 @@ static const ConvCase conv_cases[] = {
   {1, 8, 6, 5, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, ACT_NONE, 0},     /* no pads: 4x3 out */
   {1, 8, 5, 6, 8, 3, 3, 1, 1, 2, 0, 2, 0, 1, 1, 1, 1, ACT_RELU, 0},      /* pads 2 rows, 0 cols */
   {1, 256, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE, 0}, /* a long sum (K 2304) */
+  /* grouped, past one block's tile or one chunk of channels (the tiled way) */
+  {1, 4, 40, 37, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_RELU, 0},    /* 32x8 tiles, edges */
+  {1, 256, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},   /* 2 chunks, 5+3 oc */
+  {2, 3, 45, 50, 6, 5, 3, 2, 1, 2, 1, 3, 2, 2, 1, 3, 1, ACT_TANH, 0},    /* s2 dilated, tiles */
+  {1, 512, 5, 5, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_RELU, 0},    /* 2304 taps a group */
 };
 
 static int conv_n_in(const ConvCase *k) { return k->res ? 4 : k->bias ? 3 : 2; }
@@ -216,26 +221,30 @@ static void test_conv_float_vs_reference(void) {
 
 /* The GPU ways' own arithmetic, run on the host by
  * cuda_kernel_on_host, against the naive definition on every case the
- * way takes: the direct kernel ("teq:direct": grouped convs, and dense ones
- * of at most 64 taps per output; a dense conv of more is refused), and
- * the padding copy, unfolding and epilogue around cuBLAS's product
- * ("cublas:im2col+gemm": ungrouped convs but 1x1 ones), and Winograd's
- * transforms ("teq:winograd": ungrouped 3x3 convs of stride 1). In a build
+ * way takes: the direct kernel ("teq:direct": grouped convs of at most 2048
+ * taps per output, dense ones of at most 64; others are refused), the
+ * padding copy, unfolding and epilogue around cuBLAS's product
+ * ("cublas:im2col+gemm": ungrouped convs but 1x1 ones), Winograd's
+ * transforms ("teq:winograd": ungrouped 3x3 convs of stride 1), and the
+ * tiled kernel's staging and sums ("teq:tiled": grouped convs). In a build
  * without CUDA there are no kernels to check. */
 static void test_conv_gpu_ways_on_host(void) {
   if (!cuda_kernels_built("the GPU ways' host checks")) return;
-  static const char *const ways[] = {"teq:direct", "cublas:im2col+gemm", "teq:winograd"};
+  static const char *const ways[] = {"teq:direct", "cublas:im2col+gemm", "teq:winograd",
+                                     "teq:tiled"};
   Diag d;
   diag_init(&d);
-  for (int wi = 0; wi < 3; wi++) {
+  for (int wi = 0; wi < 4; wi++) {
     int taken = 0;
     for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
       const ConvCase *k = &conv_cases[ci];
       bool dense = k->groups == 1;
-      bool takes = wi == 0   ? !dense || k->c * k->kh * k->kw <= 64
+      int taps = k->c / k->groups * k->kh * k->kw;
+      bool takes = wi == 0   ? taps <= (dense ? 64 : 2048)
                    : wi == 1 ? dense && (k->kh != 1 || k->kw != 1)
-                             : dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 &&
-                                   k->dh == 1 && k->dw == 1;
+                   : wi == 2 ? dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 &&
+                                   k->dh == 1 && k->dw == 1
+                             : !dense;
       Tensor *in[4];
       conv_inputs(k, in, false, 700 + ci);
       Op o;
@@ -251,7 +260,7 @@ static void test_conv_gpu_ways_on_host(void) {
          * of the reference by itself (im2col's plain loop as much as
          * Winograd's products): those cases are held to the 1e-4 that GPU
          * and CPU results are. */
-        double tol = k->c / k->groups * k->kh * k->kw > 1024 ? 1e-4 : 1e-5;
+        double tol = taps > 1024 ? 1e-4 : 1e-5;
         CHECK_MSG(e < tol, "conv case %zu: %s on the host, error %g", ci, ways[wi], e);
         tensor_unref(r);
         taken++;
