@@ -126,10 +126,11 @@ kernels() {
 
 # Every distinct convolution and matrix product of the models whose
 # products have small outputs and long sums (VGG-19's late layers, BERT's
-# and NasRNN's x W): the way chosen beside the cuBLAS product whole and
-# split along K (teq-profile ways).
+# and NasRNN's x W) or whose convs are grouped (ResNeXt-50, MobileNetV2):
+# the way chosen beside the cuBLAS product whole and split along K and
+# Teq's own kernels, each pinned (teq-profile ways).
 ways() {
-  for m in vgg19 resnet50 squeezenet1_1 bert nasrnn; do
+  for m in vgg19 resnext50_32x4d mobilenet_v2 resnet50 squeezenet1_1 bert nasrnn; do
     [ -f "$models/$m/model.onnx" ] || continue
     timeout "$(left)" "$stage/tools/teq-profile" ways "$models/$m/model.onnx" > "$out/ways_$m.txt" 2>&1
     tail -1 "$out/ways_$m.txt"
