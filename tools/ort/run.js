@@ -193,6 +193,11 @@ function toFloat32(data) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
+  // ONNX Runtime leaves an empty mat-debug-PID.log in $TMPDIR (else /tmp) from every
+  // process: it gets a directory of its own, removed when this one exits.
+  const own = fs.mkdtempSync(path.join(require('os').tmpdir(), 'teq-ort-'));
+  process.env.TMPDIR = own;
+  process.on('exit', () => fs.rmSync(own, { recursive: true, force: true }));
   let ort;
   try {
     ort = require('onnxruntime-node');
