@@ -128,10 +128,12 @@ TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repea
  * run on the host in the order the kernel's threads run it, into out (the
  * node's output shape): lets a machine with no GPU check the kernels'
  * indexing against the CPU row. For conv2d, way names which (as
- * cuda_device_pin_way takes it): "teq:direct", the direct kernel, or
- * "cublas:im2col+gemm", whose padding copy, unfolding and epilogue are
- * ours and whose product is then a plain loop; for maxpool and avgpool,
- * way is NULL (their results agree with the CPU row to the bit).
+ * cuda_device_pin_way takes it): "teq:direct" or "teq:tiled", our own
+ * kernels for grouped convs, "teq:winograd", whose transforms are ours,
+ * or "cublas:im2col+gemm", whose padding copy, unfolding and epilogue are
+ * ours (the products of those two are then plain loops); for maxpool
+ * and avgpool, way is NULL (their results agree with the CPU row to the
+ * bit).
  * TEQ_ERR_UNSUPPORTED for any other node or way, a way that does not take
  * the configuration, or a build without CUDA. */
 TEQ_API int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,

@@ -8,8 +8,9 @@
  * 1x1 one directly, any other after unfolding its input, im2col), whole or
  * split along its inner dimension where its output is too small to fill
  * the GPU, against our own kernels for grouped and shallow convolutions,
- * where cuDNN is slowest (direct, and tiled in shared memory), and against Winograd's F(2x2, 3x3)
- * for ungrouped 3x3 ones of stride 1. The arithmetic that is ours is
+ * where cuDNN is slowest (direct, and tiled in shared memory), and
+ * against Winograd's F(2x2, 3x3) for ungrouped 3x3 ones of stride 1. The
+ * arithmetic that is ours is
  * written once for device and host, and cuda_kernel_on_host runs it on the
  * host for the tests of a machine without a GPU.
  *
@@ -574,6 +575,7 @@ struct TiledConv {
   int ci;        /* input channels staged per chunk */
   int ih, iw;    /* the input tile a chunk's channel stages, halo included */
   int tiles_x, tiles, oc_chunks;
+  int blocks; /* (image, group, chunk of output channels): the grid's y */
 };
 
 /* The tiling of a grouped convolution (any number of channels per group:
@@ -603,6 +605,9 @@ static bool tiled_geometry(const Conv2dPlan &pl, TiledConv *t) {
   t->tiles_x = (g.ow + t->tw - 1) / t->tw;
   t->tiles = t->tiles_x * ((g.oh + t->th - 1) / t->th);
   t->oc_chunks = (g.mg + t->ocb - 1) / t->ocb;
+  int64_t blocks = (int64_t)g.n * (g.m / g.mg) * t->oc_chunks;
+  if (!fits_int(blocks)) return false;
+  t->blocks = (int)blocks;
   return true;
 }
 
@@ -696,8 +701,7 @@ __global__ void conv_tiled_kernel(const float *__restrict__ x, const float *__re
   extern __shared__ float smem[];
   float *s_in = smem, *s_w = smem + t.ci * t.ih * t.iw;
   const DirectConv &g = t.g;
-  int blocks = g.n * (g.m / g.mg) * t.oc_chunks;
-  for (int b = blockIdx.y; b < blocks; b += gridDim.y) { /* uniform across the block */
+  for (int b = blockIdx.y; b < t.blocks; b += gridDim.y) { /* uniform across the block */
     TiledBlock k = tiled_block(t, x, b, blockIdx.x);
     int ocl, py, px;
     bool mine = tiled_output(t, k, threadIdx.x, &ocl, &py, &px);
@@ -899,12 +903,19 @@ __global__ void winograd_output_kernel(const float *__restrict__ mt, const float
 }
 
 /* ---- the ways' arithmetic on the host ----
- * Where a way's arithmetic is ours (the direct kernel; the padding copy,
- * the unfolding and the epilogue around cuBLAS's product), its element
- * functions run on the host too, in the order the threads run them: a
- * machine without a GPU checks their indexing against the CPU row
- * (cuda_kernel_on_host; tests/runtime/test_linear.c). cuBLAS's product is
+ * Where a way's arithmetic is ours (the direct and tiled kernels,
+ * Winograd's transforms; the padding copy, the unfolding and the epilogue
+ * around cuBLAS's product), its element functions run on the host too, in
+ * the order the threads run them: a machine without a GPU checks their
+ * indexing against the CPU row (cuda_kernel_on_host;
+ * tests/runtime/test_linear.c). cuBLAS's product is
  * a plain loop here. */
+
+/* A way asked of a configuration it does not take. */
+static int not_taken(const char *way, Diag *d) {
+  diag_error(d, "%s does not take this configuration", way);
+  return TEQ_ERR_UNSUPPORTED;
+}
 
 /* A conv2d node's host tensors as the kernels take them, and its plan. */
 struct HostConv {
@@ -927,10 +938,7 @@ static int host_conv(const Node *n, Tensor *const *in, Tensor *out, HostConv *h,
 
 static int direct_on_host(const HostConv &h, Diag *d) {
   DirectConv g;
-  if (!direct_geometry(h.pl, &g)) {
-    diag_error(d, "teq:direct does not take this configuration");
-    return TEQ_ERR_UNSUPPORTED;
-  }
+  if (!direct_geometry(h.pl, &g)) return not_taken("teq:direct", d);
   int ntaps = g.cg * g.kh * g.kw, plane = g.oh * g.ow;
   for (int pl = 0; pl < g.n * g.m; pl++) {
     int img = pl / g.m, oc = pl - img * g.m;
@@ -948,11 +956,8 @@ static int direct_on_host(const HostConv &h, Diag *d) {
  * kernel do, one thread after another. */
 static int tiled_on_host(const HostConv &h, Diag *d) {
   TiledConv t;
-  if (!tiled_geometry(h.pl, &t)) {
-    diag_error(d, "teq:tiled does not take this configuration");
-    return TEQ_ERR_UNSUPPORTED;
-  }
-  int threads = t.ocb * t.th * t.tw, blocks = t.g.n * (t.g.m / t.g.mg) * t.oc_chunks;
+  if (!tiled_geometry(h.pl, &t)) return not_taken("teq:tiled", d);
+  int threads = t.ocb * t.th * t.tw;
   float *smem = (float *)malloc(tiled_smem_floats(t) * sizeof(float));
   float *acc = (float *)malloc((size_t)threads * sizeof(float));
   if (!smem || !acc) {
@@ -962,7 +967,7 @@ static int tiled_on_host(const HostConv &h, Diag *d) {
   }
   float *s_in = smem, *s_w = smem + t.ci * t.ih * t.iw;
   int ocl, py, px;
-  for (int b = 0; b < blocks; b++)
+  for (int b = 0; b < t.blocks; b++)
     for (int tile = 0; tile < t.tiles; tile++) {
       TiledBlock k = tiled_block(t, h.x, b, tile);
       for (int i = 0; i < threads; i++) acc[i] = 0.0f;
@@ -984,9 +989,6 @@ static int tiled_on_host(const HostConv &h, Diag *d) {
   return TEQ_OK;
 }
 
-/* cublas:im2col+gemm, whole: the uneven part of the padding copied
- * (pad_planes_at), the columns unfolded (im2col_at), the product, the
- * epilogue (epilogue_at). */
 /* The input as cuDNN and the cuBLAS ways read it: x, or x with the uneven
  * part of its padding copied in (pad_planes_at) into *owned, which the
  * caller frees. */
@@ -1003,12 +1005,12 @@ static const float *host_conv_input(const HostConv &h, float **owned) {
   return *owned = xp;
 }
 
+/* cublas:im2col+gemm, whole: the uneven part of the padding copied
+ * (pad_planes_at), the columns unfolded (im2col_at), the product, the
+ * epilogue (epilogue_at). */
 static int im2col_on_host(const HostConv &h, Diag *d) {
   const Conv2dPlan &pl = h.pl;
-  if (!im2col_applies(pl)) {
-    diag_error(d, "cublas:im2col+gemm does not take this configuration");
-    return TEQ_ERR_UNSUPPORTED;
-  }
+  if (!im2col_applies(pl)) return not_taken("cublas:im2col+gemm", d);
   const CudnnConv &cv = pl.cv;
   int64_t k = product_k(cv), plane = cv.oh * cv.ow;
   int64_t rows = cv.n * k;
@@ -1042,10 +1044,7 @@ static int im2col_on_host(const HostConv &h, Diag *d) {
  * loops, the epilogue. */
 static int winograd_on_host(const HostConv &h, Diag *d) {
   Winograd g;
-  if (!winograd_geometry(h.pl, &g)) {
-    diag_error(d, "teq:winograd does not take this configuration");
-    return TEQ_ERR_UNSUPPORTED;
-  }
+  if (!winograd_geometry(h.pl, &g)) return not_taken("teq:winograd", d);
   float *xp;
   const float *xin = host_conv_input(h, &xp);
   float *u = (float *)malloc(winograd_bytes(g));
@@ -1148,10 +1147,9 @@ static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
  * thread per output of a block. */
 static int conv2d_run_tiled(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   const TiledConv &t = *a.tiled;
-  int blocks = t.g.n * (t.g.m / t.g.mg) * t.oc_chunks;
-  if (blocks == 0 || t.tiles == 0) return TEQ_OK;
+  if (t.blocks == 0 || t.tiles == 0) return TEQ_OK;
   int threads = cuda_row_threads(t.ocb * t.th * t.tw, TILED_THREADS);
-  dim3 grid(t.tiles, blocks < 65535 ? blocks : 65535);
+  dim3 grid(t.tiles, t.blocks < 65535 ? t.blocks : 65535);
   conv_tiled_kernel<<<grid, threads, tiled_smem_floats(t) * sizeof(float), cx->stream>>>(
       a.x, a.w, a.bias, a.z, a.y, t, fused_act_args(a.act));
   CUDA_LAUNCHED();
