@@ -95,7 +95,8 @@ typedef struct CudaTiming {
 } CudaTiming;
 TEQ_API int cuda_plan_time(CudaPlan *p, int warmup, int repeats, CudaTiming *t, Diag *d);
 
-/* Device bytes the plan holds: the value arena, constants and scratch. */
+/* Device bytes the plan holds: the value arena, constants, scratch and
+ * what kernels derived from constants and keep (Winograd's filters). */
 TEQ_API size_t cuda_plan_device_bytes(const CudaPlan *p);
 /* Number of kernel nodes the plan runs, and what node i (in run order)
  * chose, e.g. its cuDNN algorithm ("" when it chose nothing). */
@@ -113,7 +114,8 @@ TEQ_API int cuda_plan_time_steps(CudaPlan *p, int repeats, double *us, Diag *d);
 
 /* ---- profiler ----
  * Times one operator configuration: node `id` of g run alone, its inputs
- * random (never zeros) and its constants as g holds them. Warm-up, then
+ * random (never zeros) and its constants as g holds them; an input the
+ * registry calls a weight (OpDef.weight_inputs) is a random constant. Warm-up, then
  * the median of `repeats` CUDA-event timings of the captured node. */
 typedef struct CudaProfile {
   double median_us, min_us;

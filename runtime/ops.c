@@ -126,6 +126,13 @@ int op_registry_check(Diag *d) {
       diag_error(d, "registry: %s: arity bounds out of order", o->name);
       rc = TEQ_ERR_INTERNAL;
     }
+    /* A weight is an input the row has, and never the data (input 0). */
+    unsigned inputs = o->n_in_max < 0 || o->n_in_max >= 32 ? ~0u : (1u << o->n_in_max) - 1;
+    if (o->weight_inputs & (~inputs | 1u)) {
+      diag_error(d, "registry: %s: weight_inputs names input 0 or an input past %d", o->name,
+                 o->n_in_max);
+      rc = TEQ_ERR_INTERNAL;
+    }
     bool opaque = o->flags & OPF_OPAQUE;
     bool source = o->flags & OPF_SOURCE;
     if (!opaque && !o->infer_shape) {

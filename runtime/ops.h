@@ -256,6 +256,13 @@ typedef struct OpDef {
    * adds it while the output is in cache. */
   int residual_input;
 
+  /* The inputs a model holds as weights wherever it uses the operator (bit
+   * j: input j; a conv's filter and bias), 0 for none. A runtime may
+   * derive from a constant once per plan (the GPU's Winograd filters), so
+   * the profiler holds these inputs as constants, as a model's plan does,
+   * and a cost table prices what a model runs. */
+  unsigned weight_inputs;
+
   /* OPF_NONLINEAR: the fixed polynomial that stands in for the operator in
    * Z_p (TASO used x(x+1)+1 for relu); a different one for each operator. */
   uint32_t (*modp_standin)(uint32_t x);

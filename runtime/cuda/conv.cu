@@ -737,9 +737,13 @@ __global__ void conv_tiled_kernel(const float *__restrict__ x, const float *__re
  * close to a direct sum's. The larger tiles (cuDNN's WINOGRAD_NONFUSED)
  * multiply by 4 and 8 and are left out (exact_enough_fwd).
  *
- * The filter is transformed on every call, like every way, because the
- * runtime does not know which inputs are weights; that pass (16 M C
- * floats written) is part of what the way's timing weighs. */
+ * A filter that is one of the plan's constants (a model's weight) is
+ * transformed once and kept with the plan (cuda_derived): 16 M C floats,
+ * 16.8 MB for a 512x512 filter, 16/9 of the filter's own bytes. Any other
+ * filter is transformed into scratch on every call, and its timing weighs
+ * that pass. The profiler holds a conv's filter as a constant too
+ * (OpDef.weight_inputs), so that a cost table prices what a model's plan
+ * runs. */
 
 /* The geometry: the input as cuDNN would take it (the uneven part of the
  * padding already copied in), 2x2 output tiles th x tw per image. */
@@ -1128,6 +1132,7 @@ struct Conv2dArgs {
   const DirectConv *direct; /* the direct kernel's geometry, NULL where it does not apply */
   const Winograd *winograd; /* the Winograd way's, NULL where it does not apply */
   const TiledConv *tiled;   /* the tiled way's, NULL where it does not apply */
+  bool w_constant;          /* w is one of the plan's constants (cuda_is_constant) */
 };
 
 /* Blocks sized to a plane (cuda_row_threads), planes along the grid's y. */
@@ -1173,8 +1178,18 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   float *mt = (float *)((char *)v + winograd_v_bytes(g));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
   if (g.tiles == 0) return TEQ_OK; /* no output; geometry has C and M at least 1 */
-  winograd_filter_kernel<<<cuda_blocks(pairs, THREADS), THREADS, 0, cx->stream>>>(a.w, u, pairs);
-  CUDA_LAUNCHED();
+  /* A constant filter (a model's weight) is transformed once and kept with
+   * the plan; any other, into scratch on every call. */
+  bool fresh = false;
+  float *kept = a.w_constant ? (float *)cuda_derived(cx, a.w, CUDA_DERIVED_WINOGRAD,
+                                                     winograd_u_bytes(g), &fresh)
+                             : nullptr;
+  if (kept) u = kept;
+  if (!kept || fresh) {
+    winograd_filter_kernel<<<cuda_blocks(pairs, THREADS), THREADS, 0, cx->stream>>>(a.w, u,
+                                                                                    pairs);
+    CUDA_LAUNCHED();
+  }
   int threads = cuda_row_threads(per_image, THREADS), bx = (per_image + threads - 1) / threads;
   int in_planes = g.n * g.c, out_planes = g.n * g.m;
   winograd_input_kernel<<<dim3(bx, in_planes < 65535 ? in_planes : 65535), threads, 0,
@@ -1352,6 +1367,9 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
     }
     diag_fini(&wd);
   }
+  /* Winograd's filters, kept while it was timed, go if it lost. */
+  if (a.winograd && memo[0] != WAY_WINOGRAD && a.w_constant)
+    cuda_derived_drop(cx, a.w, CUDA_DERIVED_WINOGRAD, winograd_u_bytes(*a.winograd));
   cuda_memo_put(cx, key, memo);
   return TEQ_OK;
 }
@@ -1385,9 +1403,14 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   bool has_tiled = tiled_geometry(pl, &tiled);
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data, has_direct ? &direct : nullptr,
-                  has_winograd ? &winograd : nullptr, has_tiled ? &tiled : nullptr};
+                  has_winograd ? &winograd : nullptr, has_tiled ? &tiled : nullptr,
+                  cuda_is_constant(cx, in[1].data)};
   int64_t memo[2];
-  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr), a.x, a.y, z);
+  /* A constant filter is a configuration of its own: Winograd transforms it
+   * once, not on every call, and may win there alone. */
+  uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr) +
+                                     (a.w_constant ? 1 << 8 : 0),
+                          a.x, a.y, z);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);
   if (rc == TEQ_ERR_UNSUPPORTED && is_fused(memo[0])) /* timed fused, refused now */

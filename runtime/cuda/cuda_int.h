@@ -105,6 +105,22 @@ struct CudaCtx {
  * it). */
 void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d);
 
+/* ---- what a kernel derives once from a plan's constants ----
+ * A plan's constants (the model's weights) are uploaded once and never
+ * written while it lives, so a way may derive something from one once
+ * (Winograd's transformed filters) and keep it with the plan.
+ * cuda_derived answers a buffer of `bytes` for (of, tag, bytes), `of` a
+ * pointer cuda_is_constant holds; *fresh says it was just allocated and
+ * the caller fills it now. NULL, nothing kept, while capturing where none
+ * is kept yet or where the device has no memory left for it: the caller
+ * derives into scratch, as for an input that is no constant.
+ * cuda_derived_drop frees one (a way timed and not chosen); only while no
+ * captured graph of the plan exists, as during its first run. */
+bool cuda_is_constant(CudaCtx *cx, const void *ptr);
+enum { CUDA_DERIVED_WINOGRAD = 1 };
+void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
+void cuda_derived_drop(CudaCtx *cx, const void *of, int tag, size_t bytes);
+
 /* Remembered values per device, keyed by a hash of a configuration (a
  * cuDNN algorithm and its workspace size, say). */
 bool cuda_memo_get(CudaCtx *cx, uint64_t key, int64_t value[2]);

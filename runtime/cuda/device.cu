@@ -282,6 +282,14 @@ struct Step {
   char note[96];
 };
 
+/* A buffer a kernel derived from a constant (cuda_derived). */
+struct Derived {
+  const void *of;
+  int tag;
+  size_t bytes;
+  void *data;
+};
+
 struct CudaPlan {
   CudaDevice *dev;
   Graph *g;                       /* the plan's own copy (constants shared) */
@@ -293,6 +301,7 @@ struct CudaPlan {
   size_t arena_bytes = 0, const_bytes = 0, scratch_bytes = 0;
   cudaGraphExec_t exec = nullptr;
   int exec_repeat = 0;            /* how many passes the captured graph makes */
+  std::vector<Derived> derived;   /* what kernels derived from constants, kept */
   CudaCtx cx;
 };
 
@@ -317,6 +326,40 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d) {
   }
   p->scratch_bytes = want;
   return p->scratch;
+}
+
+bool cuda_is_constant(CudaCtx *cx, const void *ptr) {
+  const CudaPlan *p = cx->plan;
+  const char *c = (const char *)ptr, *base = (const char *)p->consts;
+  return base && c >= base && c < base + p->const_bytes;
+}
+
+void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh) {
+  CudaPlan *p = cx->plan;
+  *fresh = false;
+  for (const Derived &k : p->derived)
+    if (k.of == of && k.tag == tag && k.bytes == bytes) return k.data;
+  void *data = nullptr;
+  if (cx->capturing || !cuda_is_constant(cx, of)) return nullptr;
+  if (cudaMalloc(&data, std::max(bytes, (size_t)256)) != cudaSuccess) {
+    (void)cudaGetLastError(); /* not sticky: the caller derives into scratch */
+    return nullptr;
+  }
+  p->derived.push_back(Derived{of, tag, bytes, data});
+  *fresh = true;
+  return data;
+}
+
+void cuda_derived_drop(CudaCtx *cx, const void *of, int tag, size_t bytes) {
+  CudaPlan *p = cx->plan;
+  for (size_t i = 0; i < p->derived.size(); i++) {
+    Derived &k = p->derived[i];
+    if (k.of != of || k.tag != tag || k.bytes != bytes) continue;
+    (void)cudaStreamSynchronize(cx->stream); /* work queued may still read it */
+    cudaFree(k.data);
+    p->derived.erase(p->derived.begin() + (long)i);
+    return;
+  }
 }
 
 
@@ -530,6 +573,7 @@ extern "C" void cuda_plan_free(CudaPlan *p) {
   cudaFree(p->arena);
   cudaFree(p->consts);
   cudaFree(p->scratch);
+  for (const Derived &k : p->derived) cudaFree(k.data);
   graph_free(p->g);
   delete p;
 }
@@ -617,7 +661,9 @@ extern "C" int cuda_plan_time(CudaPlan *p, int warmup, int repeats, CudaTiming *
 }
 
 extern "C" size_t cuda_plan_device_bytes(const CudaPlan *p) {
-  return p->arena_bytes + p->const_bytes + p->scratch_bytes;
+  size_t derived = 0;
+  for (const Derived &k : p->derived) derived += k.bytes;
+  return p->arena_bytes + p->const_bytes + p->scratch_bytes + derived;
 }
 
 extern "C" int cuda_plan_n_steps(const CudaPlan *p) { return (int)p->steps.size(); }
@@ -690,8 +736,17 @@ extern "C" int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int re
     const Node *src = &g->nodes[n->in[j].node];
     char name[24];
     snprintf(name, sizeof name, "x%d", j);
-    if (src->kind == OP_CONST) rc = graph_add_const(one, name, tensor_ref(src->value), d);
-    else rc = graph_add_input(one, name, graph_shape(g, n->in[j]), src->dtype == DT_I64 ? DT_I64 : DT_F32, d);
+    const Shape *shape = graph_shape(g, n->in[j]);
+    if (src->kind == OP_CONST) {
+      rc = graph_add_const(one, name, tensor_ref(src->value), d);
+    } else if (op_def(n->kind)->weight_inputs >> j & 1 && src->dtype != DT_I64) {
+      /* A weight, held as a model's plan holds it. */
+      Tensor *t = tensor_new_uninit(DT_F32, shape);
+      if (t) tensor_fill_random(t, 0x5eed + (uint64_t)j);
+      rc = t ? graph_add_const(one, name, t, d) : diag_error(d, "out of memory");
+    } else {
+      rc = graph_add_input(one, name, shape, src->dtype == DT_I64 ? DT_I64 : DT_F32, d);
+    }
     refs.push_back(TensorRef{rc, 0});
   }
   int node = rc >= 0 ? graph_add_node(one, n->kind, refs.data(), n->n_in, n->n_out, &n->params, n->name, d) : rc;

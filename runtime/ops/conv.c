@@ -698,7 +698,7 @@ const OpDef op_def_conv2d = {
   .eval_cuda = CUDA_EVAL(conv2d), .flops = conv_flops,
   .onnx_read = conv_onnx_read, .onnx_write = conv_onnx_write, .half_twin = conv_half_twin,
   .take_zero_pad = conv_take_zero_pad, .one_tap_twin = conv_one_tap_twin,
-  .residual_input = 3,
+  .residual_input = 3, .weight_inputs = 1u << 1 | 1u << 2,
 };
 
 /* ---- conv_transpose: ONNX ConvTranspose, 2-D ---- */

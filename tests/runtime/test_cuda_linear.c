@@ -222,6 +222,54 @@ static void check_pin_refused(CudaDevice *dev, OpKind kind, Shape a, Shape b, co
   diag_fini(&d);
 }
 
+/* Winograd on constant filters, as a model's plan holds them: each filter
+ * is transformed once, in the plan's first run, and kept; the captured
+ * replay that cuda_plan_run launches on new values of x reads the kept
+ * transforms. Two convs whose filters are of one size keep one each, so a
+ * transform kept for the wrong filter shows in the output. */
+static void test_winograd_constant_filters(CudaDevice *dev) {
+  Diag d;
+  diag_init(&d);
+  Shape xs = S(4, 2, 32, 13, 15), ws = S(4, 32, 32, 3, 3), bs = S(1, 32);
+  Tensor *w1 = tensor_new(DT_F32, &ws), *w2 = tensor_new(DT_F32, &ws), *b = tensor_new(DT_F32, &bs);
+  tensor_fill_random(w1, 11), tensor_fill_random(w2, 12), tensor_fill_random(b, 13);
+  Graph *g = graph_new();
+  int x = graph_add_input(g, "x", &xs, DT_F32, &d);
+  int c1 = graph_add_const(g, "w1", w1, &d), c2 = graph_add_const(g, "w2", w2, &d),
+      cb = graph_add_const(g, "b", b, &d);
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (const int64_t[]){1, 1, 1, 1}, 4);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_RELU);
+  int a = graph_add_node(g, OP_CONV2D, (TensorRef[]){{x, 0}, {c1, 0}, {cb, 0}}, 3, 1, &p, "a", &d);
+  param_set_int(&p, param_index(OP_CONV2D, "act"), ACT_NONE);
+  int o = graph_add_node(g, OP_CONV2D, (TensorRef[]){{a, 0}, {c2, 0}}, 2, 1, &p, "o", &d);
+  graph_add_output(g, (TensorRef){o, 0}, NULL, &d);
+  CHECK_MSG(o >= 0, "winograd constant filters: cannot build: %s", d.text ? d.text : "");
+  cuda_device_pin_way(dev, "teq:winograd");
+  const char *label = "winograd, two constant filters kept";
+  double worst = 0;
+  for (uint64_t seed = 1; seed <= 2 && o >= 0; seed++) {
+    double e = cuda_check_graph(dev, g, seed * 1000, false, label);
+    if (e > worst) worst = e;
+  }
+  CHECK_MSG(worst <= 1e-4, "%s: error %.3g", label, worst);
+  printf("ok   %-40s error %.2g\n", label, worst);
+  CudaPlan *plan = NULL;
+  if (o >= 0 && cuda_plan_new(dev, g, &plan, &d) == TEQ_OK) {
+    CHECK_EQ_INT(cuda_plan_n_steps(plan), 2);
+    for (int i = 0; i < cuda_plan_n_steps(plan); i++)
+      CHECK_MSG(strcmp(cuda_plan_step_note(plan, i, NULL), "teq:winograd") == 0,
+                "%s: step %d ran %s", label, i, cuda_plan_step_note(plan, i, NULL));
+  } else {
+    CHECK_MSG(false, "%s: %s", label, d.text ? d.text : "no message");
+  }
+  cuda_device_pin_way(dev, NULL);
+  cuda_plan_free(plan);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 static void test_conv2d_ways(CudaDevice *dev) {
   pinned_conv_case(dev, "cublas:im2col+gemm",
                    (ConvSpec){.label = "conv2d im2col k3 s2 pads(0 1 2 1) bias tanh",
@@ -305,6 +353,7 @@ static void test_conv2d_ways(CudaDevice *dev) {
     pinned_conv_case(dev, "teq:winograd", winograd[i]);
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 1, 1), "teq:winograd",
                     "cublas:gemm");
+  test_winograd_constant_filters(dev);
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
    * adds it as z, the other ways in their epilogue or the partials' sum. */
   conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 residual bias relu", S(4, 1, 64, 56, 56),
