@@ -13,7 +13,8 @@
 # suite it prices fit one call.
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile bench1 bench16 petops suite suite=MODEL,MODEL... kernels ways
+#   steps: tests models profile profile=REGEX bench1 bench16 petops suite suite=MODEL,MODEL...
+#          kernels ways
 #
 # What the steps took on an H100 (2026-11-28, 12.9 minutes of device time in
 # three calls on one warm machine): tests and models 75 s, profile 292 s for
@@ -25,7 +26,11 @@
 #   TEQ_GPU_SECONDS=425 ... tests models profile
 #   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=vgg19,... kernels ways
 # profile and kernels need the models step (or a suite) first. Each new way a
-# convolution may take (teq:winograd, 2026-11-28) adds to the profile's time.
+# convolution may take (teq:winograd, teq:tiled, 2026-11-28) adds to the
+# profile's time; profile=REGEX measures again only what a new way may run,
+# the ungrouped 3x3 convs of stride 1 and the grouped ones being 4,356 of
+# the 12,872 configurations:
+#   profile='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).*dilation=\(1 1\) groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -82,16 +87,19 @@ check_models() {
   done
 }
 
-profile() {
+# What the models run and what earlier searches asked about, here (a suite
+# run earlier in this session) and on the development machine
+# (tools/profiles/configs.txt): $out/configs.txt.
+gather_configs() {
   "$stage/tools/teq-profile" record -o "$out/configs.txt" "$models"/*/model.onnx 2>&1 | tail -1
-  # What earlier searches asked about, here (a suite run earlier in this session) and on the
-  # development machine (tools/profiles/configs.txt).
   cat "$out"/suite*/configs_suite.txt tools/profiles/configs.txt >> "$out/configs.txt" 2>/dev/null
-  # Each row names the device; on the development machine, `teq-profile calibrate -o
-  # tools/profiles/<device>.tsv measured.tsv` adds the analytic model's fit.
-  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/measured.tsv" \
-    "$out/configs.txt" 2>&1 | tail -5
-  # The analytic model's fit (a second), so that the steps after this one price with it.
+}
+
+# The analytic model's fit to $out/measured.tsv (a second), so that the
+# steps after this one price with the table it writes. Each row names the
+# device; on the development machine, `teq-profile calibrate -o
+# tools/profiles/<device>.tsv measured.tsv` does the same.
+calibrate() {
   if "$stage/tools/teq-profile" calibrate -o "$out/table.tsv" "$out/measured.tsv" \
        > "$out/calibrate.log" 2>&1; then
     table=$out/table.tsv
@@ -100,6 +108,37 @@ profile() {
   else
     tail -3 "$out/calibrate.log"
   fi
+}
+
+profile() {
+  gather_configs
+  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 -o "$out/measured.tsv" \
+    "$out/configs.txt" 2>&1 | tail -5
+  calibrate
+}
+
+# profile=REGEX: the configurations matching REGEX (grep -E) measured again,
+# the table in use keeping its rows for the rest: a new way of running some
+# operators priced in a third of the whole profile's time. Only over a table
+# of this GPU's model; over another's, every configuration is measured.
+profile_some() {
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  if ! grep -v '^#' "$table" | head -1 | cut -f1 | grep -qxF "$gpu"; then
+    echo "$table is not of the $gpu: every configuration measured"
+    profile
+    return
+  fi
+  gather_configs
+  grep -E -- "$1" "$out/configs.txt" | sort -u > "$out/configs_some.txt"
+  echo "$(wc -l < "$out/configs_some.txt") configurations match $1"
+  timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 \
+    -o "$out/measured_some.tsv" "$out/configs_some.txt" 2>&1 | tail -5
+  # The table's rows of configurations not measured again, then the new ones.
+  awk -F'\t' 'NR == FNR { if ($0 !~ /^#/) again[$2] = 1; next }
+               $0 !~ /^#/ && !($2 in again)' "$out/measured_some.tsv" "$table" > "$out/measured.tsv"
+  grep -v '^#' "$out/measured_some.tsv" >> "$out/measured.tsv"
+  calibrate
 }
 
 # Each kernel of the original and the optimized graph timed inside a run and
@@ -143,6 +182,7 @@ for step in "$@"; do
     tests) run_tests ;;
     models) build_models; check_models ;;
     profile) profile ;;
+    profile=*) profile_some "${step#profile=}" ;;
     kernels) kernels ;;
     ways) ways ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
