@@ -361,29 +361,20 @@ __global__ void im2col_kernel(const float *__restrict__ x, float *__restrict__ c
   }
 }
 
-/* y = w x cols per image, whole (splits 1) or as `splits` partial
- * products into part, which the caller sums. */
-static int conv_product(CudaCtx *cx, const CudnnConv &cv, const float *cols, const float *w,
-                        float *y, int splits, float *part, Diag *d) {
+/* y = w x cols per image, whole (splits 1), as one product of n images
+ * (w shared: stride 0); or, for image img, the `splits` partial products
+ * into part, which the caller sums: slice j is rows [j kc, (j + 1) kc) of
+ * the image's cols (k x hw) and columns of w (m x k), partial j of image
+ * img at part + (j n + img) hw m. */
+static CudaProduct conv_product(const CudnnConv &cv, const float *cols, const float *w, float *y,
+                                int splits, float *part, int64_t img) {
   int hw = (int)(cv.oh * cv.ow), k = (int)product_k(cv), m = (int)cv.m;
-  const float one = 1.0f, zero = 0.0f;
-  if (splits == 1) {
-    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, k, &one,
-                                         cols, hw, (long long)hw * k, w, k, 0, &zero, y, hw,
-                                         (long long)hw * m, (int)cv.n));
-    return TEQ_OK;
-  }
-  /* Slice j is columns [j kc, (j + 1) kc) of cols^T (hw x k, column-major)
-   * and rows [j kc, (j + 1) kc) of w^T (k x m); partial j of image img is
-   * at part + (j n + img) hw m. */
+  if (splits == 1)
+    return {m, hw, k, (int)cv.n, w, k, 0, cols, hw, (long long)hw * k, y, hw, (long long)hw * m};
   int kc = k / splits;
   long long out = (long long)hw * m;
-  for (int64_t img = 0; img < cv.n; img++)
-    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, hw, m, kc, &one,
-                                         cols + img * (int64_t)hw * k, hw, (long long)hw * kc,
-                                         w, k, kc, &zero, part + img * out, hw, cv.n * out,
-                                         splits));
-  return TEQ_OK;
+  return {m, hw, kc, splits, w, k, kc, cols + img * (int64_t)hw * k, hw, (long long)hw * kc,
+          part + img * out, hw, cv.n * out};
 }
 
 static Im2col im2col_geometry(const CudnnConv &cv) {
@@ -834,6 +825,14 @@ __host__ __device__ __forceinline__ void winograd_output(const float mt[16], flo
   }
 }
 
+/* The 16 products M(xi) = U(xi) V(xi), [M x C] by [C x tiles], one
+ * batch. */
+static CudaProduct winograd_product(const Winograd &g, const float *u, const float *v,
+                                    float *mt) {
+  return {g.m, g.tiles, g.c, 16, u, g.c, (long long)g.m * g.c, v, g.tiles,
+          (long long)g.c * g.tiles, mt, g.tiles, (long long)g.m * g.tiles};
+}
+
 /* Tile p of the products' inner extent is image p / (th tw), tile row
  * (p / tw) % th, column p % tw. */
 
@@ -912,8 +911,9 @@ __global__ void winograd_output_kernel(const float *__restrict__ mt, const float
  * around cuBLAS's product), its element functions run on the host too, in
  * the order the threads run them: a machine without a GPU checks their
  * indexing against the CPU row (cuda_kernel_on_host;
- * tests/runtime/test_linear.c). cuBLAS's product is
- * a plain loop here. */
+ * tests/runtime/test_linear.c). cuBLAS's product runs as loops over the
+ * very description the device passes cuBLAS (CudaProduct), so its
+ * arguments are checked too. */
 
 /* A way asked of a configuration it does not take. */
 static int not_taken(const char *way, Diag *d) {
@@ -1031,13 +1031,13 @@ static int im2col_on_host(const HostConv &h, Diag *d) {
     Im2colRow row = im2col_row(g, xin, r);
     for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
   }
+  cuda_product_on_host(conv_product(cv, col, h.w, h.y, 1, nullptr, 0));
   for (int64_t img = 0; img < cv.n; img++)
     for (int64_t m = 0; m < cv.m; m++)
       for (int64_t p = 0; p < plane; p++) {
-        float v = 0.0f;
-        for (int64_t t = 0; t < k; t++) v += h.w[m * k + t] * col[(img * k + t) * plane + p];
         int64_t at = (img * cv.m + m) * plane + p;
-        h.y[at] = epilogue_at(v, h.z ? h.z + at : nullptr, h.bias ? h.bias + m : nullptr, h.act);
+        h.y[at] = epilogue_at(h.y[at], h.z ? h.z + at : nullptr, h.bias ? h.bias + m : nullptr,
+                              h.act);
       }
   free(xp), free(col);
   return TEQ_OK;
@@ -1063,14 +1063,7 @@ static int winograd_on_host(const HostConv &h, Diag *d) {
   for (int i = 0; i < pairs; i++) winograd_filter_pair(h.w, u, pairs, i);
   for (int pl = 0; pl < g.n * g.c; pl++)
     for (int t = 0; t < per_image; t++) winograd_input_tile(g, xin, v, pl, t);
-  for (int64_t k = 0; k < 16; k++)
-    for (int64_t m = 0; m < g.m; m++)
-      for (int64_t p = 0; p < g.tiles; p++) {
-        float acc = 0.0f;
-        for (int64_t c = 0; c < g.c; c++)
-          acc += u[(k * g.m + m) * g.c + c] * v[(k * g.c + c) * g.tiles + p];
-        mt[(k * g.m + m) * g.tiles + p] = acc;
-      }
+  cuda_product_on_host(winograd_product(g, u, v, mt));
   for (int pl = 0; pl < g.n * g.m; pl++)
     for (int t = 0; t < per_image; t++)
       winograd_output_tile(g, mt, h.z, h.bias ? h.bias + pl % g.m : nullptr, h.y, h.act, pl, t);
@@ -1195,11 +1188,7 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   winograd_input_kernel<<<dim3(bx, in_planes < 65535 ? in_planes : 65535), threads, 0,
                           cx->stream>>>(xin, v, g);
   CUDA_LAUNCHED();
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, g.tiles, g.m, g.c,
-                                       &one, v, g.tiles, (long long)g.c * g.tiles, u, g.c,
-                                       (long long)g.m * g.c, &zero, mt, g.tiles,
-                                       (long long)g.m * g.tiles, 16));
+  if ((rc = cuda_product(cx, winograd_product(g, u, v, mt), d))) return rc;
   winograd_output_kernel<<<dim3(bx, out_planes < 65535 ? out_planes : 65535), threads, 0,
                            cx->stream>>>(mt, a.z, a.bias, a.y, g, fused_act_args(a.act));
   CUDA_LAUNCHED();
@@ -1227,7 +1216,8 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   }
   int splits = splits_of(way);
   float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
-  if ((rc = conv_product(cx, cv, cols, a.w, a.y, splits, part, d))) return rc;
+  for (int64_t img = 0; img < (splits == 1 ? 1 : cv.n); img++)
+    if ((rc = cuda_product(cx, conv_product(cv, cols, a.w, a.y, splits, part, img), d))) return rc;
   if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.z, a.act, a.y, d);
   return cuda_sum_partials(cx, part, splits, cv.n * cv.m * cv.oh * cv.ow, a.bias, cv.m,
                            cv.oh * cv.ow, a.z, a.act, a.y, d);

@@ -198,6 +198,58 @@ int cuda_fail(Diag *d, const char *file, int line, const char *call, const char 
     if (teq_s_ != CUDNN_STATUS_SUCCESS)                                         \
       return cuda_fail(d, __FILE__, __LINE__, #call, cudnnGetErrorString(teq_s_)); \
   } while (0)
+
+/* ---- row-major products, as cuBLAS runs them ----
+ * C_i = A_i B_i for i < batch, row-major: A_i (rows x k) at a + i stride_a
+ * with lda floats from one row to the next, B_i (k x cols) at b + i
+ * stride_b with ldb, C_i (rows x cols) at c + i stride_c with ldc. cuBLAS
+ * is column-major, so it runs C^T = B^T A^T: m = cols, n = rows, its A is
+ * b and its B is a. One description serves the device (cuda_product) and
+ * the host's replay of a way (cuda_product_on_host, which reads the
+ * arguments as cuBLAS does), so the host checks of the conv ways cover
+ * the call's arguments too. */
+struct CudaProduct {
+  int rows, cols, k, batch;
+  const float *a;
+  int lda;
+  long long stride_a;
+  const float *b;
+  int ldb;
+  long long stride_b;
+  float *c;
+  int ldc;
+  long long stride_c;
+};
+
+/* One cublasSgemm where batch is 1 and no stride is set, else one
+ * cublasSgemmStridedBatched: the calls the ways were measured with. */
+static inline int cuda_product(CudaCtx *cx, const CudaProduct &p, Diag *d) {
+  const float one = 1.0f, zero = 0.0f;
+  if (p.batch == 1 && !p.stride_a && !p.stride_b && !p.stride_c)
+    CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.cols, p.rows, p.k, &one, p.b,
+                           p.ldb, p.a, p.lda, &zero, p.c, p.ldc));
+  else
+    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.cols, p.rows,
+                                         p.k, &one, p.b, p.ldb, p.stride_b, p.a, p.lda,
+                                         p.stride_a, &zero, p.c, p.ldc, p.stride_c, p.batch));
+  return TEQ_OK;
+}
+
+/* The same product on the host, the arguments read as cuBLAS reads them
+ * (column-major, m = cols, n = rows), summed in float in order of K. */
+static inline void cuda_product_on_host(const CudaProduct &p) {
+  for (long long i = 0; i < p.batch; i++) {
+    const float *ca = p.b + i * p.stride_b, *cb = p.a + i * p.stride_a; /* cuBLAS's A, B */
+    float *cc = p.c + i * p.stride_c;
+    for (long long col = 0; col < p.rows; col++)   /* cuBLAS's n */
+      for (long long row = 0; row < p.cols; row++) { /* cuBLAS's m */
+        float acc = 0.0f;
+        for (long long t = 0; t < p.k; t++) acc += ca[row + t * p.ldb] * cb[t + col * p.lda];
+        cc[row + col * p.ldc] = acc;
+      }
+  }
+}
+
 /* After every <<<launch>>>: a bad configuration shows up here. */
 #define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
 

@@ -123,15 +123,14 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
  * product at part + j rows cols. */
 static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, const float *a,
                         const float *b, float *c, int act, Diag *d) {
-  const float one = 1.0f, zero = 0.0f;
   int64_t total = (int64_t)rows * cols;
   if (splits > 1) {
     float *part = (float *)cuda_scratch(cx, (size_t)(splits * total) * sizeof(float), d);
     if (!part) return TEQ_ERR_NOMEM;
     int kc = k / splits;
-    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, kc,
-                                         &one, b, cols, (long long)kc * cols, a, k, kc, &zero,
-                                         part, cols, total, splits));
+    int rc = cuda_product(cx, {rows, cols, kc, splits, a, k, kc, b, cols, (long long)kc * cols,
+                               part, cols, total}, d);
+    if (rc) return rc;
     char way[CUDA_WAY_NAME_MAX];
     cuda_product_way_name(false, splits, way, sizeof way);
     cuda_note(cx, "%s", way);
@@ -142,8 +141,8 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
     int rc = gemm_relu_lt(cx, rows, cols, k, a, b, c, &done, d);
     if (rc || done) return rc;
   }
-  CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, k, &one, b, cols, a, k,
-                         &zero, c, cols));
+  int rc = cuda_product(cx, {rows, cols, k, 1, a, k, 0, b, cols, 0, c, cols, 0}, d);
+  if (rc) return rc;
   cuda_note(cx, "cublas:gemm");
   return cuda_act_apply(cx, act, c, total, d);
 }
@@ -210,7 +209,6 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)p.m, (long long)p.k, (long long)p.k, (long long)p.n);
-  const float one = 1.0f, zero = 0.0f;
   const int m = (int)p.m, k = (int)p.k, nn = (int)p.n;
 
   /* B shared by every batch entry and A not broadcast (the plan's flat_a):
@@ -242,13 +240,10 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
     int64_t oa, ob;
     matmul_batch_offsets(&p, outer * inner, &oa, &ob);
     float *co = c + outer * inner * p.m * p.n;
-    if (inner == 1)
-      CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, m, k, &one, b + ob, nn,
-                             a + oa, k, &zero, co, nn));
-    else
-      CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, nn, m, k, &one,
-                                           b + ob, nn, step_b, a + oa, k, step_a, &zero, co, nn,
-                                           p.m * p.n, (int)inner));
+    long long one_entry = inner == 1 ? 0 : 1; /* a single entry: the plain call */
+    if ((rc = cuda_product(cx, {m, nn, k, (int)inner, a + oa, k, one_entry * step_a, b + ob, nn,
+                                one_entry * step_b, co, nn, one_entry * p.m * p.n}, d)))
+      return rc;
   }
   return cuda_act_apply(cx, act, c, total, d);
 }

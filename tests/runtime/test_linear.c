@@ -257,7 +257,7 @@ static void test_conv_gpu_ways_on_host(void) {
         Tensor *r = conv_ref(k, in);
         double e = max_rel_err(y, r);
         /* A float sum of thousands of taps in one order rounds to some 2e-5
-         * of the reference by itself (im2col's plain loop as much as
+         * of the reference by itself (im2col's product as much as
          * Winograd's products): those cases are held to the 1e-4 that GPU
          * and CPU results are. */
         double tol = taps > 1024 ? 1e-4 : 1e-5;
