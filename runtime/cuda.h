@@ -132,9 +132,10 @@ TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repea
  * indexing against the CPU row. For conv2d, way names which (as
  * cuda_device_pin_way takes it): "teq:direct" or "teq:tiled", our own
  * kernels for grouped convs, "teq:winograd", whose transforms are ours,
- * or "cublas:im2col+gemm", whose padding copy, unfolding and epilogue are
- * ours (the products of those two are cuBLAS's call, its arguments as
- * the device passes them, run as loops); for maxpool
+ * or "cublas:gemm" and "cublas:im2col+gemm", whole or "... split S",
+ * whose padding copy, unfolding, partial sums and epilogue are ours (the
+ * products are cuBLAS's calls, their arguments as the device passes
+ * them, run as loops; a split takes any K that S divides); for maxpool
  * and avgpool, way is NULL (their results agree with the CPU row to the
  * bit).
  * TEQ_ERR_UNSUPPORTED for any other node or way, a way that does not take

@@ -1009,37 +1009,46 @@ static const float *host_conv_input(const HostConv &h, float **owned) {
   return *owned = xp;
 }
 
-/* cublas:im2col+gemm, whole: the uneven part of the padding copied
- * (pad_planes_at), the columns unfolded (im2col_at), the product, the
- * epilogue (epilogue_at). */
-static int im2col_on_host(const HostConv &h, Diag *d) {
+/* The cuBLAS ways (cublas:gemm, a 1x1 convolution's product on its
+ * input, and cublas:im2col+gemm; whole or split S): the uneven part of the
+ * padding copied (pad_planes_at), the columns unfolded (im2col_at), the
+ * products as the device describes them to cuBLAS (conv_product), then
+ * the epilogue (epilogue_at) or the partials' sum with it. A split takes
+ * here any K that S divides; the device also asks for slices of at least
+ * 64 and an output too small to fill it (cuda_split_applies). */
+static int product_on_host(const HostConv &h, int64_t product, int splits, const char *way,
+                           Diag *d) {
   const Conv2dPlan &pl = h.pl;
-  if (!im2col_applies(pl)) return not_taken("cublas:im2col+gemm", d);
   const CudnnConv &cv = pl.cv;
-  int64_t k = product_k(cv), plane = cv.oh * cv.ow;
-  int64_t rows = cv.n * k;
-  float *xp;
-  const float *xin = host_conv_input(h, &xp);
-  float *col = (float *)malloc((size_t)(rows * plane) * sizeof(float));
-  if (!xin || !col) {
-    free(xp), free(col);
-    diag_error(d, "out of memory for the host's columns");
+  int64_t k = product_k(cv), plane = cv.oh * cv.ow, total = cv.n * cv.m * plane;
+  if (!(product == ALGO_GEMM ? pointwise(pl) : im2col_applies(pl)) || k % splits)
+    return not_taken(way, d);
+  float *xp, *col = nullptr, *part = nullptr;
+  const float *xin = host_conv_input(h, &xp), *cols = xin;
+  if (product == ALGO_IM2COL)
+    cols = col = (float *)malloc((size_t)(cv.n * k * plane) * sizeof(float));
+  if (splits > 1) part = (float *)malloc((size_t)(splits * total) * sizeof(float));
+  if (!xin || !cols || (splits > 1 && !part)) {
+    free(xp), free(col), free(part);
+    diag_error(d, "out of memory for the host's columns and partial products");
     return TEQ_ERR_NOMEM;
   }
-  Im2col g = im2col_geometry(cv);
-  for (int r = 0; r < (int)rows; r++) {
-    Im2colRow row = im2col_row(g, xin, r);
-    for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
+  if (col) {
+    Im2col g = im2col_geometry(cv);
+    for (int r = 0; r < (int)(cv.n * k); r++) {
+      Im2colRow row = im2col_row(g, xin, r);
+      for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
+    }
   }
-  cuda_product_on_host(conv_product(cv, col, h.w, h.y, 1, nullptr, 0));
-  for (int64_t img = 0; img < cv.n; img++)
-    for (int64_t m = 0; m < cv.m; m++)
-      for (int64_t p = 0; p < plane; p++) {
-        int64_t at = (img * cv.m + m) * plane + p;
-        h.y[at] = epilogue_at(h.y[at], h.z ? h.z + at : nullptr, h.bias ? h.bias + m : nullptr,
-                              h.act);
-      }
-  free(xp), free(col);
+  for (int64_t img = 0; img < (splits == 1 ? 1 : cv.n); img++)
+    cuda_product_on_host(conv_product(cv, cols, h.w, h.y, splits, part, img));
+  if (splits > 1)
+    cuda_sum_partials_on_host(part, splits, total, h.bias, cv.m, plane, h.z, h.act.act, h.y);
+  else
+    for (int64_t at = 0; at < total; at++)
+      h.y[at] = epilogue_at(h.y[at], h.z ? h.z + at : nullptr,
+                            h.bias ? h.bias + at / plane % cv.m : nullptr, h.act);
+  free(xp), free(col), free(part);
   return TEQ_OK;
 }
 
@@ -1077,13 +1086,18 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
   int rc = host_conv(n, in, out, &h, d);
   if (rc) return rc;
   if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(h, d);
-  if (way && strcmp(way, "cublas:im2col+gemm") == 0) return im2col_on_host(h, d);
   if (way && strcmp(way, "teq:winograd") == 0) return winograd_on_host(h, d);
   if (way && strcmp(way, "teq:tiled") == 0) return tiled_on_host(h, d);
+  for (int64_t product : {ALGO_GEMM, ALGO_IM2COL})
+    for (int s = 1; way && s <= CUDA_SPLIT_MAX; s *= 2) {
+      char name[CUDA_WAY_NAME_MAX];
+      cuda_product_way_name(product != ALGO_GEMM, s, name, sizeof name);
+      if (strcmp(way, name) == 0) return product_on_host(h, product, s, way, d);
+    }
   diag_error(d,
-             "conv2d: no host check of way \"%s\" (teq:direct, teq:tiled, cublas:im2col+gemm, "
-             "teq:winograd)",
-             way ? way : "(none)");
+             "conv2d: no host check of way \"%s\" (teq:direct, teq:tiled, teq:winograd, "
+             "cublas:gemm or cublas:im2col+gemm, whole or split 2 to %d)",
+             way ? way : "(none)", (int)CUDA_SPLIT_MAX);
   return TEQ_ERR_UNSUPPORTED;
 }
 

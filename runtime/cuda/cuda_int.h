@@ -138,6 +138,10 @@ const char *cuda_pinned_way(CudaCtx *cx);
  * activation (a relu in the same pass). In elementwise.cu. */
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,
                       int64_t m, int64_t plane, const float *z, int act, float *y, Diag *d);
+/* The same sum on the host, element by element as the kernel's threads
+ * do it: the host replays of the split ways (cuda_kernel_on_host). */
+void cuda_sum_partials_on_host(const float *part, int splits, int64_t total, const float *bias,
+                               int64_t m, int64_t plane, const float *z, int act, float *y);
 
 /* The kernels' arithmetic on the host, for cuda_kernel_on_host (device.cu):
  * a conv2d way's own (conv.cu), a 2-D pool's (pool.cu). */

@@ -558,9 +558,20 @@ int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d) {
 
 /* ---- partial products summed (conv.cu and matmul.cu split along K) ---- */
 
-/* y = act(bias[channel] + z + the partials, in split order) on
- * cuda_plane_grid: planes of `plane` elements, channel = plane index mod m,
- * known per block row (a 64-bit division per element before). */
+/* Output i of the sum: act(b + z[i] + the partials, in split order), b
+ * its channel's bias (0 where there is none). */
+__host__ __device__ __forceinline__ float sum_partials_at(const float *part, int splits,
+                                                         int64_t total, int64_t i, float b,
+                                                         const float *z, UnaryArgs act) {
+  float v = b;
+  if (z) v += z[i];
+  for (int j = 0; j < splits; j++) v += part[j * total + i];
+  return act_eval(act, v);
+}
+
+/* The sum on cuda_plane_grid: planes of `plane` elements, channel = plane
+ * index mod m, known per block row (a 64-bit division per element
+ * before). */
 __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, int64_t total,
                                     const float *__restrict__ bias, int64_t planes, int64_t m,
                                     int64_t plane, const float *__restrict__ z, UnaryArgs act,
@@ -568,13 +579,16 @@ __global__ void sum_partials_kernel(const float *__restrict__ part, int splits, 
   for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
     float b = bias ? bias[pl % m] : 0.0f;
     for (int64_t i = pl * plane + blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-         i < (pl + 1) * plane; i += (int64_t)gridDim.x * blockDim.x) {
-      float v = b;
-      if (z) v += z[i];
-      for (int j = 0; j < splits; j++) v += part[j * total + i];
-      y[i] = act_eval(act, v);
-    }
+         i < (pl + 1) * plane; i += (int64_t)gridDim.x * blockDim.x)
+      y[i] = sum_partials_at(part, splits, total, i, b, z, act);
   }
+}
+
+void cuda_sum_partials_on_host(const float *part, int splits, int64_t total, const float *bias,
+                               int64_t m, int64_t plane, const float *z, int act, float *y) {
+  for (int64_t i = 0; i < total; i++)
+    y[i] = sum_partials_at(part, splits, total, i, bias ? bias[i / plane % m] : 0.0f, z,
+                           fused_act_args(act));
 }
 
 int cuda_sum_partials(CudaCtx *cx, const float *part, int splits, int64_t total, const float *bias,

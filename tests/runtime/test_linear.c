@@ -123,6 +123,7 @@ static const ConvCase conv_cases[] = {
   {1, 8, 6, 5, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, ACT_NONE, 0},     /* no pads: 4x3 out */
   {1, 8, 5, 6, 8, 3, 3, 1, 1, 2, 0, 2, 0, 1, 1, 1, 1, ACT_RELU, 0},      /* pads 2 rows, 0 cols */
   {1, 256, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE, 0}, /* a long sum (K 2304) */
+  {1, 256, 7, 7, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_SIGMOID, 1}, /* 1x1, K 256, res */
   /* grouped, past one block's tile or one chunk of channels (the tiled way) */
   {1, 4, 40, 37, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_RELU, 0},    /* 32x8 tiles, edges */
   {1, 256, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},   /* 2 chunks, 5+3 oc */
@@ -223,36 +224,59 @@ static void test_conv_float_vs_reference(void) {
  * cuda_kernel_on_host, against the naive definition on every case the
  * way takes: the direct kernel ("teq:direct": grouped convs of at most 2048
  * taps per output, dense ones of at most 64; others are refused), the
- * padding copy, unfolding and epilogue around cuBLAS's product
- * ("cublas:im2col+gemm": ungrouped convs but 1x1 ones), Winograd's
- * transforms ("teq:winograd": ungrouped 3x3 convs of stride 1), and the
- * tiled kernel's staging and sums ("teq:tiled": grouped convs). In a build
+ * padding copy, unfolding and epilogue around cuBLAS's products and the
+ * products' own arguments ("cublas:gemm": 1x1 convs of stride 1 without
+ * pads; "cublas:im2col+gemm": other ungrouped convs; whole, or split S
+ * where S divides K, the partials then summed), Winograd's transforms
+ * ("teq:winograd": ungrouped 3x3 convs of stride 1), and the tiled
+ * kernel's staging and sums ("teq:tiled": grouped convs). In a build
  * without CUDA there are no kernels to check. */
 static void test_conv_gpu_ways_on_host(void) {
   if (!cuda_kernels_built("the GPU ways' host checks")) return;
-  static const char *const ways[] = {"teq:direct", "cublas:im2col+gemm", "teq:winograd",
-                                     "teq:tiled"};
+  enum { DIRECT, GEMM, IM2COL, WINOGRAD, TILED };
+  static const struct {
+    const char *name;
+    int kind, splits;
+  } ways[] = {{"teq:direct", DIRECT, 1},
+              {"cublas:gemm", GEMM, 1},
+              {"cublas:gemm split 2", GEMM, 2},
+              {"cublas:gemm split 8", GEMM, 8},
+              {"cublas:im2col+gemm", IM2COL, 1},
+              {"cublas:im2col+gemm split 2", IM2COL, 2},
+              {"cublas:im2col+gemm split 4", IM2COL, 4},
+              {"cublas:im2col+gemm split 8", IM2COL, 8},
+              {"teq:winograd", WINOGRAD, 1},
+              {"teq:tiled", TILED, 1}};
   Diag d;
   diag_init(&d);
-  for (int wi = 0; wi < 4; wi++) {
+  for (size_t wi = 0; wi < sizeof ways / sizeof *ways; wi++) {
     int taken = 0;
     for (size_t ci = 0; ci < sizeof conv_cases / sizeof *conv_cases; ci++) {
       const ConvCase *k = &conv_cases[ci];
-      bool dense = k->groups == 1;
+      bool dense = k->groups == 1, one_by_one = k->kh == 1 && k->kw == 1;
       int taps = k->c / k->groups * k->kh * k->kw;
-      bool takes = wi == 0   ? taps <= (dense ? 64 : 2048)
-                   : wi == 1 ? dense && (k->kh != 1 || k->kw != 1)
-                   : wi == 2 ? dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 &&
-                                   k->dh == 1 && k->dw == 1
-                             : !dense;
+      bool pointwise = dense && one_by_one && k->sh == 1 && k->sw == 1 && k->pt == 0 &&
+                       k->pl == 0 && k->pb == 0 && k->pr == 0;
+      bool takes;
+      switch (ways[wi].kind) {
+      case DIRECT: takes = taps <= (dense ? 64 : 2048); break;
+      case GEMM: takes = pointwise && taps % ways[wi].splits == 0; break;
+      case IM2COL: takes = dense && !one_by_one && taps % ways[wi].splits == 0; break;
+      case WINOGRAD:
+        takes = dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
+                k->dw == 1;
+        break;
+      default: takes = !dense;
+      }
+      const char *way = ways[wi].name;
       Tensor *in[4];
       conv_inputs(k, in, false, 700 + ci);
       Op o;
       conv_setup(&o, k);
       Tensor *y = tensor_new(DT_F32, &(Shape){4, {k->n, k->m, conv_out_h(k), conv_out_w(k)}});
-      int rc = cuda_kernel_on_host(ways[wi], &o.node, in, y, &d);
+      int rc = cuda_kernel_on_host(way, &o.node, in, y, &d);
       CHECK_MSG(rc == (takes ? TEQ_OK : TEQ_ERR_UNSUPPORTED), "conv case %zu: %s %s: %s", ci,
-                ways[wi], takes ? "refused" : "took it", diag_last(&d));
+                way, takes ? "refused" : "took it", diag_last(&d));
       if (rc == TEQ_OK) {
         Tensor *r = conv_ref(k, in);
         double e = max_rel_err(y, r);
@@ -261,14 +285,14 @@ static void test_conv_gpu_ways_on_host(void) {
          * Winograd's products): those cases are held to the 1e-4 that GPU
          * and CPU results are. */
         double tol = taps > 1024 ? 1e-4 : 1e-5;
-        CHECK_MSG(e < tol, "conv case %zu: %s on the host, error %g", ci, ways[wi], e);
+        CHECK_MSG(e < tol, "conv case %zu: %s on the host, error %g", ci, way, e);
         tensor_unref(r);
         taken++;
       }
       tensor_unref(y);
       unref_all(in, conv_n_in(k));
     }
-    CHECK_MSG(taken >= 5, "%s took only %d cases", ways[wi], taken);
+    CHECK_MSG(taken >= 5, "%s took only %d cases", ways[wi].name, taken);
   }
   diag_fini(&d);
 }
