@@ -21,7 +21,7 @@
  *       cuBLAS product's time whole and split along K in 2 to 16 slices
  *       and our own kernels' (teq:direct, grouped and shallow convs;
  *       teq:tiled, grouped ones; teq:winograd, ungrouped 3x3 convs of
- *       stride 1), each pinned
+ *       stride 1, any dilation), each pinned
  * Progress goes to stderr, results to stdout; bad arguments exit 2. */
 #include <errno.h>
 #include <limits.h>

@@ -9,7 +9,8 @@
  * split along its inner dimension where its output is too small to fill
  * the GPU, against our own kernels for grouped and shallow convolutions,
  * where cuDNN is slowest (direct, and tiled in shared memory), and
- * against Winograd's F(2x2, 3x3) for ungrouped 3x3 ones of stride 1. The
+ * against Winograd's F(2x2, 3x3) for ungrouped 3x3 ones of stride 1 (any
+ * dilation). The
  * arithmetic that is ours is
  * written once for device and host, and cuda_kernel_on_host runs it on the
  * host for the tests of a machine without a GPU.
@@ -737,25 +738,37 @@ __global__ void conv_tiled_kernel(const float *__restrict__ x, const float *__re
  * runs. */
 
 /* The geometry: the input as cuDNN would take it (the uneven part of the
- * padding already copied in), 2x2 output tiles th x tw per image. */
+ * padding already copied in), 2x2 output tiles th x tw per image. With
+ * dilation dh, output rows r, r + dh, r + 2 dh ... are a convolution of
+ * their own (taps dh apart become neighbours), so a tile's two rows are dh
+ * apart: tile row ty is row 2 dh (ty / dh) + ty % dh and the one dh below
+ * it, and th = dh ceil(ceil(oh / dh) / 2); the same for columns. At
+ * dilation 1 a tile is rows 2 ty and 2 ty + 1. */
 struct Winograd {
-  int n, c, m, h, w, oh, ow, ph, pw, th, tw;
+  int n, c, m, h, w, oh, ow, ph, pw, dh, dw, th, tw;
   int tiles; /* n th tw: the products' inner extent */
 };
 
 static bool winograd_geometry(const Conv2dPlan &pl, Winograd *g) {
   const CudnnConv &cv = pl.cv;
-  if (cv.groups != 1 || cv.kh != 3 || cv.kw != 3 || cv.sh != 1 || cv.sw != 1 || cv.dh != 1 ||
-      cv.dw != 1 || cv.c < 1 || cv.m < 1)
+  if (cv.groups != 1 || cv.kh != 3 || cv.kw != 3 || cv.sh != 1 || cv.sw != 1 || cv.dh < 1 ||
+      cv.dw < 1 || cv.c < 1 || cv.m < 1)
     return false;
-  int64_t th = (cv.oh + 1) / 2, tw = (cv.ow + 1) / 2, tiles = cv.n * th * tw;
+  int64_t th = cv.dh * (((cv.oh + cv.dh - 1) / cv.dh + 1) / 2);
+  int64_t tw = cv.dw * (((cv.ow + cv.dw - 1) / cv.dw + 1) / 2), tiles = cv.n * th * tw;
   int64_t biggest = 16 * (tiles > cv.m ? tiles : cv.m) * (cv.c > cv.m ? cv.c : cv.m);
   if (!fits_int(biggest) || !fits_int(cv.n * cv.c * cv.h * cv.w) ||
       !fits_int(cv.n * cv.m * cv.oh * cv.ow))
     return false;
   *g = {(int)cv.n, (int)cv.c, (int)cv.m, (int)cv.h, (int)cv.w, (int)cv.oh, (int)cv.ow,
-        (int)cv.ph, (int)cv.pw, (int)th, (int)tw, (int)tiles};
+        (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw, (int)th, (int)tw, (int)tiles};
   return true;
+}
+
+/* The first output row (column) of tile row (column) t at dilation d; its
+ * second is d further. */
+__host__ __device__ __forceinline__ int winograd_origin(int t, int d) {
+  return 2 * d * (t / d) + t % d;
 }
 
 /* Scratch: U [16][M][C], V [16][C][tiles] and the products [16][M][tiles]. */
@@ -787,15 +800,16 @@ __host__ __device__ __forceinline__ void winograd_filter(const float *g, float u
 }
 
 /* V = B^T d B for the 4x4 input tile of output tile (ty, tx) in one
- * channel's plane, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; taps
- * outside the plane are the padding's zeros. */
+ * channel's plane (rows and columns a dilation apart), B^T = [1 0 -1 0;
+ * 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; taps outside the plane are the padding's
+ * zeros. */
 __host__ __device__ __forceinline__ void winograd_input(const Winograd &g, const float *plane,
                                                         int ty, int tx, float v[16]) {
   float d[4][4];
-  int y0 = 2 * ty - g.ph, x0 = 2 * tx - g.pw;
+  int y0 = winograd_origin(ty, g.dh) - g.ph, x0 = winograd_origin(tx, g.dw) - g.pw;
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) {
-      int y = y0 + i, x = x0 + j;
+      int y = y0 + i * g.dh, x = x0 + j * g.dw;
       d[i][j] = (unsigned)y < (unsigned)g.h && (unsigned)x < (unsigned)g.w
                     ? plane[(int64_t)y * g.w + x]
                     : 0.0f;
@@ -858,10 +872,10 @@ __host__ __device__ __forceinline__ void winograd_output_tile(const Winograd &g,
   int64_t at = (int64_t)oc * g.tiles + (int64_t)img * g.th * g.tw + t;
   for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
   winograd_output(f, o);
-  int oy = 2 * (t / g.tw), ox = 2 * (t % g.tw);
-  for (int i = 0; i < 2 && oy + i < g.oh; i++)
-    for (int j = 0; j < 2 && ox + j < g.ow; j++) {
-      int64_t yi = ((int64_t)pl * g.oh + oy + i) * g.ow + ox + j;
+  int oy = winograd_origin(t / g.tw, g.dh), ox = winograd_origin(t % g.tw, g.dw);
+  for (int i = 0; i < 2 && oy + i * g.dh < g.oh; i++)
+    for (int j = 0; j < 2 && ox + j * g.dw < g.ow; j++) {
+      int64_t yi = ((int64_t)pl * g.oh + oy + i * g.dh) * g.ow + ox + j * g.dw;
       y[yi] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias_at, act);
     }
 }

@@ -339,8 +339,8 @@ static void test_conv2d_ways(CudaDevice *dev) {
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 3, 3), "teq:tiled",
                     "cublas:im2col+gemm");
   /* Winograd's F(2x2, 3x3): ungrouped 3x3 convs of stride 1, odd outputs
-   * in partial tiles, uneven pads copied first, the epilogue in the
-   * transform back. */
+   * in partial tiles, uneven pads copied first, dilated tiles (rows a
+   * dilation apart), the epilogue in the transform back. */
   const ConvSpec winograd[] = {
     {.label = "winograd 1x512x14x14 residual bias relu (VGG-19's last)", S(4, 1, 512, 14, 14),
      S(4, 512, 512, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU, .residual = true},
@@ -348,6 +348,10 @@ static void test_conv2d_ways(CudaDevice *dev) {
      S(4, 48, 64, 3, 3), true, .pads = {0, 2, 1, 0}, .act = ACT_TANH},
     {.label = "winograd 1x256x56x56 no pads, no bias", S(4, 1, 256, 56, 56),
      S(4, 256, 256, 3, 3)},
+    {.label = "winograd 1x128x28x28 dilation 2 bias relu (CSRNet)", S(4, 1, 128, 28, 28),
+     S(4, 128, 128, 3, 3), true, .pads = {2, 2, 2, 2}, .dilation = {2, 2}, .act = ACT_RELU},
+    {.label = "winograd 2x16x13x11 dilation (3 2) pads(3 1 2 2)", S(4, 2, 16, 13, 11),
+     S(4, 24, 16, 3, 3), .pads = {3, 1, 2, 2}, .dilation = {3, 2}},
   };
   for (size_t i = 0; i < sizeof winograd / sizeof *winograd; i++)
     pinned_conv_case(dev, "teq:winograd", winograd[i]);

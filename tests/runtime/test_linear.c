@@ -124,6 +124,8 @@ static const ConvCase conv_cases[] = {
   {1, 8, 5, 6, 8, 3, 3, 1, 1, 2, 0, 2, 0, 1, 1, 1, 1, ACT_RELU, 0},      /* pads 2 rows, 0 cols */
   {1, 256, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, ACT_NONE, 0}, /* a long sum (K 2304) */
   {1, 256, 7, 7, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_SIGMOID, 1}, /* 1x1, K 256, res */
+  {2, 6, 13, 11, 5, 3, 3, 1, 1, 2, 1, 3, 2, 2, 3, 1, 1, ACT_RELU, 1},    /* dilated (2 3), res */
+  {1, 4, 9, 10, 3, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 0, ACT_NONE, 0},     /* CSRNet's dilation 2 */
   /* grouped, past one block's tile or one chunk of channels (the tiled way) */
   {1, 4, 40, 37, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_RELU, 0},    /* 32x8 tiles, edges */
   {1, 256, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},   /* 2 chunks, 5+3 oc */
@@ -228,7 +230,7 @@ static void test_conv_float_vs_reference(void) {
  * products' own arguments ("cublas:gemm": 1x1 convs of stride 1 without
  * pads; "cublas:im2col+gemm": other ungrouped convs; whole, or split S
  * where S divides K, the partials then summed), Winograd's transforms
- * ("teq:winograd": ungrouped 3x3 convs of stride 1), and the tiled
+ * ("teq:winograd": ungrouped 3x3 convs of stride 1, any dilation), and the tiled
  * kernel's staging and sums ("teq:tiled": grouped convs). In a build
  * without CUDA there are no kernels to check. */
 static void test_conv_gpu_ways_on_host(void) {
@@ -262,10 +264,7 @@ static void test_conv_gpu_ways_on_host(void) {
       case DIRECT: takes = taps <= (dense ? 64 : 2048); break;
       case GEMM: takes = pointwise && taps % ways[wi].splits == 0; break;
       case IM2COL: takes = dense && !one_by_one && taps % ways[wi].splits == 0; break;
-      case WINOGRAD:
-        takes = dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
-                k->dw == 1;
-        break;
+      case WINOGRAD: takes = dense && k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1; break;
       default: takes = !dense;
       }
       const char *way = ways[wi].name;

@@ -28,9 +28,9 @@
 # profile and kernels need the models step (or a suite) first. Each new way a
 # convolution may take (teq:winograd, teq:tiled, 2026-11-28) adds to the
 # profile's time; profile=REGEX measures again only what a new way may run,
-# the ungrouped 3x3 convs of stride 1 and the grouped ones being 4,356 of
+# the ungrouped 3x3 convs of stride 1 and the grouped ones being 4,386 of
 # the 12,872 configurations:
-#   profile='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).*dilation=\(1 1\) groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
+#   profile='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).* groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
