@@ -12,6 +12,10 @@
  *       fits the analytic model to the table's measurements, prints its
  *       error per operator before and after, and writes the table back
  *       with its #calib lines
+ *   teq-profile merge [-o TABLE] BASE NEW
+ *       BASE's rows of the configurations NEW does not hold, then NEW's
+ *       rows, without #calib lines (calibrate adds them): a table measured
+ *       again in part; both must be of one device
  *   teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all] MODEL.onnx
  *       what the cost model says a model costs, node by node, and where
  *       each figure came from (the table, this GPU, or the roofline)
@@ -41,6 +45,7 @@ static int usage(FILE *f, int status) {
           "usage: teq-profile record [--batch N] [--dim NAME=N]... [-o CONFIGS] MODEL.onnx...\n"
           "       teq-profile measure [--repeats N] [--db FILE] [-o TABLE] CONFIGS...\n"
           "       teq-profile calibrate [-o TABLE] TABLE\n"
+          "       teq-profile merge [-o TABLE] BASE NEW\n"
           "       teq-profile cost [--table TABLE] [--gpu] [--batch N] [--dim NAME=N]... [--all]\n"
           "                        MODEL.onnx\n"
           "       teq-profile ways [--repeats N] [--batch N] MODEL.onnx\n");
@@ -243,6 +248,90 @@ done:
   ruledb_close(db);
   cuda_device_close(dev);
   lines_free(&keys);
+  return rc;
+}
+
+/* ---- merge ---- */
+
+/* A row's device (the text before its first tab) and configuration (up to
+ * the second): false where it has no second tab, no measurement. */
+static bool row_fields(const char *row, size_t *device_len, const char **config,
+                       size_t *config_len) {
+  const char *t1 = strchr(row, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+  if (!t2) return false;
+  *device_len = (size_t)(t1 - row), *config = t1 + 1, *config_len = (size_t)(t2 - t1 - 1);
+  return true;
+}
+
+/* Every row of l a measurement of `device` (taken from the first row where
+ * *device is empty); its configurations into configs where that is not
+ * NULL. */
+static int check_rows(const Lines *l, const char *path, char *device, size_t device_size,
+                      Lines *configs, Diag *d) {
+  for (size_t i = 0; i < l->n; i++) {
+    size_t dl, cl;
+    const char *config;
+    if (!row_fields(l->v[i], &dl, &config, &cl))
+      return diag_error(d, "%s: row %zu: not a measurement (device, configuration, times)", path,
+                        i + 1);
+    if (!device[0]) snprintf(device, device_size, "%.*s", (int)dl, l->v[i]);
+    if (strlen(device) != dl || strncmp(device, l->v[i], dl) != 0)
+      return diag_error(d, "%s: row %zu is of %.*s, not %s: a table holds one device", path,
+                        i + 1, (int)dl, l->v[i], device);
+    if (configs) {
+      char *c = strndup(config, cl);
+      int rc = c ? lines_add(configs, c) : TEQ_ERR_NOMEM;
+      free(c);
+      if (rc) return rc;
+    }
+  }
+  return TEQ_OK;
+}
+
+static int do_merge(int argc, char **argv, Diag *d) {
+  const char *out = NULL, *in[2] = {NULL, NULL};
+  int n_in = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+    else if (argv[i][0] == '-') return diag_error(d, "unknown option '%s'", argv[i]);
+    else if (n_in < 2) in[n_in++] = argv[i];
+    else return diag_error(d, "merge: one BASE and one NEW table, not '%s' too", argv[i]);
+  }
+  if (n_in < 2) return diag_error(d, "merge: expected a BASE table and a NEW one");
+  Lines base = {0}, fresh = {0}, again = {0};
+  char device[256] = "";
+  int rc = lines_read(&base, in[0], false, d);
+  if (rc == TEQ_OK) rc = lines_read(&fresh, in[1], false, d);
+  if (rc == TEQ_OK) rc = check_rows(&base, in[0], device, sizeof device, NULL, d);
+  if (rc == TEQ_OK) rc = check_rows(&fresh, in[1], device, sizeof device, &again, d);
+  lines_sort_unique(&again);
+  FILE *f = NULL;
+  if (rc == TEQ_OK && !(f = out ? fopen(out, "w") : stdout))
+    rc = diag_error(d, "%s: cannot write: %s", out, strerror(errno));
+  size_t kept = 0;
+  if (f) {
+    fprintf(f, "# device\tconfiguration\tmedian_us\tmin_us\talgo\n");
+    for (size_t i = 0; i < base.n; i++) {
+      size_t dl = 0, cl = 0;
+      const char *config = base.v[i];
+      row_fields(base.v[i], &dl, &config, &cl); /* check_rows found both tabs */
+      char *c = strndup(config, cl);
+      if (!c) {
+        rc = TEQ_ERR_NOMEM;
+        break;
+      }
+      if (!bsearch(&c, again.v, again.n, sizeof *again.v, by_string))
+        fprintf(f, "%s\n", base.v[i]), kept++;
+      free(c);
+    }
+    for (size_t i = 0; i < fresh.n; i++) fprintf(f, "%s\n", fresh.v[i]);
+    if (out && fclose(f) != 0 && rc == TEQ_OK)
+      rc = diag_error(d, "%s: cannot write: %s", out, strerror(errno));
+  }
+  if (rc == TEQ_OK)
+    fprintf(out ? stdout : stderr, "%zu rows of %s kept, %zu replaced, %zu rows of %s\n", kept,
+            in[0], base.n - kept, fresh.n, in[1]);
+  lines_free(&base), lines_free(&fresh), lines_free(&again);
   return rc;
 }
 
@@ -654,6 +743,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "record") == 0) rc = do_record(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "measure") == 0) rc = do_measure(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "calibrate") == 0) rc = do_calibrate(argc - 2, argv + 2, &d);
+  else if (strcmp(argv[1], "merge") == 0) rc = do_merge(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "cost") == 0) rc = do_cost(argc - 2, argv + 2, &d);
   else if (strcmp(argv[1], "ways") == 0) rc = do_ways(argc - 2, argv + 2, &d);
   else {

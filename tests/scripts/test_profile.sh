@@ -10,8 +10,9 @@
 # bandwidth; the sigmoid must not be fitted at all (its bytes are 1/1000 of
 # a launch: any efficiency explains them), and a large sigmoid priced from
 # the table must cost what moving its bytes costs, not what a fit to launch
-# noise would say. The recorded configurations need no oracle. `ways` needs
-# a model, and says so without a GPU.
+# noise would say. A table measured again in part merges into it. The
+# recorded configurations need no oracle. `ways` needs a model, and says so
+# without a GPU.
 # Environment: TEQ_BUILD (build dir), TEQ_PYTHON (/usr/bin/python3).
 set -euo pipefail
 
@@ -65,6 +66,31 @@ if grep -q $'^#calib\tsigmoid' "$WORK/cal.tsv"; then
 else
   ok "calibrate: a sigmoid of 512 elements fits no efficiency"
 fi
+
+# --- merge: a table measured again in part. Two relus measured anew (one the
+# table has, one it lacks) replace and join its rows; the calibrated table's
+# #calib lines are dropped (calibrate makes them again); a table of another
+# device, or a row that is no measurement, is refused with exit 2.
+printf 'Test GPU\trelu [1,16,8,8] {}\t9.000\t9.000\t-\nTest GPU\trelu [1,8,8,8] {}\t1.700\t1.700\t-\n' \
+  >"$WORK/again.tsv"
+if "$PROF" merge -o "$WORK/merged.tsv" "$WORK/cal.tsv" "$WORK/again.tsv" >"$WORK/merge.log" 2>&1 &&
+   [[ $(grep -vc '^#' "$WORK/merged.tsv") == 9 ]] && ! grep -q '^#calib' "$WORK/merged.tsv" &&
+   [[ $(grep -c $'relu \[1,16,8,8\] {}\t9.000' "$WORK/merged.tsv") == 1 ]] &&
+   [[ $(grep -c 'relu \[1,16,8,8\]' "$WORK/merged.tsv") == 1 ]]; then
+  ok "merge: $(cat "$WORK/merge.log")"
+else
+  fail "merge: $(cat "$WORK/merge.log"): $(grep -c . "$WORK/merged.tsv") lines"
+fi
+sed 's/^Test GPU/Other GPU/' "$WORK/again.tsv" >"$WORK/other.tsv"
+printf 'no tabs here\n' >"$WORK/junk.tsv"
+for bad in other junk; do
+  rc=0; "$PROF" merge -o "$WORK/bad.tsv" "$WORK/cal.tsv" "$WORK/$bad.tsv" 2>"$WORK/err.log" || rc=$?
+  if ((rc == 2)) && grep -Eq "one device|not a measurement" "$WORK/err.log"; then
+    ok "merge refuses $bad.tsv: $(tail -n1 "$WORK/err.log")"
+  else
+    fail "merge of $bad.tsv: exit $rc, $(tail -n1 "$WORK/err.log")"
+  fi
+done
 
 # --- cost: a large sigmoid priced from that table, against moving its bytes at full speed.
 "$PY" - "$WORK/sigmoid.onnx" <<'PY'

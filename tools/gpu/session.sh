@@ -135,9 +135,11 @@ profile_some() {
   timeout -s INT "$(left)" "$stage/tools/teq-profile" measure --repeats 30 \
     -o "$out/measured_some.tsv" "$out/configs_some.txt" 2>&1 | tail -5
   # The table's rows of configurations not measured again, then the new ones.
-  awk -F'\t' 'NR == FNR { if ($0 !~ /^#/) again[$2] = 1; next }
-               $0 !~ /^#/ && !($2 in again)' "$out/measured_some.tsv" "$table" > "$out/measured.tsv"
-  grep -v '^#' "$out/measured_some.tsv" >> "$out/measured.tsv"
+  if ! "$stage/tools/teq-profile" merge -o "$out/measured.tsv" "$table" "$out/measured_some.tsv"; then
+    echo "the merge failed: every configuration measured"
+    profile
+    return
+  fi
   calibrate
 }
 
