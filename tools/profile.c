@@ -76,6 +76,7 @@ static int by_string(const void *a, const void *b) {
 }
 
 static void lines_sort_unique(Lines *l) {
+  if (l->n == 0) return; /* no array to sort (v is NULL) */
   qsort(l->v, l->n, sizeof *l->v, by_string);
   size_t k = 0;
   for (size_t i = 0; i < l->n; i++) {
@@ -320,7 +321,7 @@ static int do_merge(int argc, char **argv, Diag *d) {
         rc = TEQ_ERR_NOMEM;
         break;
       }
-      if (!bsearch(&c, again.v, again.n, sizeof *again.v, by_string))
+      if (!again.n || !bsearch(&c, again.v, again.n, sizeof *again.v, by_string))
         fprintf(f, "%s\n", base.v[i]), kept++;
       free(c);
     }
