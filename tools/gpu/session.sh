@@ -13,8 +13,8 @@
 # suite it prices fit one call.
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
-#   steps: tests models profile profile=REGEX bench1 bench16 petops suite suite=MODEL,MODEL...
-#          kernels ways
+#   steps: tests models profile profile=REGEX profile-new-ways bench1 bench16 petops suite
+#          suite=MODEL,MODEL... kernels ways
 #
 # What the steps took on an H100 (2026-11-28, 12.9 minutes of device time in
 # three calls on one warm machine): tests and models 75 s, profile 292 s for
@@ -27,10 +27,10 @@
 #   TEQ_GPU_SECONDS=<what is left, less 40> ... suite=vgg19,... kernels ways
 # profile and kernels need the models step (or a suite) first. Each new way a
 # convolution may take (teq:winograd, teq:tiled, 2026-11-28) adds to the
-# profile's time; profile=REGEX measures again only what a new way may run,
-# the ungrouped 3x3 convs of stride 1 and the grouped ones being 4,386 of
-# the 12,872 configurations:
-#   profile='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).* groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
+# profile's time; profile=REGEX measures again only what a new way may run.
+# profile-new-ways is that for teq:winograd's and teq:tiled's convs (the
+# ungrouped 3x3 ones of stride 1 and the grouped ones): 4,386 of the 12,872
+# configurations.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 packed=$(realpath "$1"); final=$2; shift 2
@@ -117,6 +117,10 @@ profile() {
   calibrate
 }
 
+# The configurations teq:winograd (ungrouped 3x3 convs of stride 1) and
+# teq:tiled (grouped convs) may run.
+new_ways='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).* groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
+
 # profile=REGEX: the configurations matching REGEX (grep -E) measured again,
 # the table in use keeping its rows for the rest: a new way of running some
 # operators priced in a third of the whole profile's time. Only over a table
@@ -167,11 +171,12 @@ kernels() {
 
 # Every distinct convolution and matrix product of the models whose
 # products have small outputs and long sums (VGG-19's late layers, BERT's
-# and NasRNN's x W) or whose convs are grouped (ResNeXt-50, MobileNetV2):
+# and NasRNN's x W), whose convs are grouped (ResNeXt-50, MobileNetV2) or
+# dilated (CSRNet):
 # the way chosen beside the cuBLAS product whole and split along K and
 # Teq's own kernels, each pinned (teq-profile ways).
 ways() {
-  for m in vgg19 resnext50_32x4d mobilenet_v2 resnet50 squeezenet1_1 bert nasrnn; do
+  for m in vgg19 resnext50_32x4d csrnet mobilenet_v2 resnet50 squeezenet1_1 bert nasrnn; do
     [ -f "$models/$m/model.onnx" ] || continue
     timeout "$(left)" "$stage/tools/teq-profile" ways "$models/$m/model.onnx" > "$out/ways_$m.txt" 2>&1
     tail -1 "$out/ways_$m.txt"
@@ -185,6 +190,7 @@ for step in "$@"; do
     models) build_models; check_models ;;
     profile) profile ;;
     profile=*) profile_some "${step#profile=}" ;;
+    profile-new-ways) profile_some "$new_ways" ;;
     kernels) kernels ;;
     ways) ways ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
