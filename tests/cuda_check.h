@@ -101,8 +101,27 @@ out:
   return worst;
 }
 
-/* Runs one case at two seeds; CHECKs the error against the tolerance and
- * prints a line for a failure. */
+/* Runs graph g at two seeds; CHECKs the worst error against tol (0:
+ * 1e-4) and prints a line for it. */
+static inline void cuda_check_seeds(CudaDevice *dev, const Graph *g, bool positive, double tol,
+                                    const char *label) {
+  double worst = 0;
+  if (tol <= 0) tol = 1e-4;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    double e = cuda_check_graph(dev, g, seed * 1000, positive, label);
+    if (e > worst) worst = e;
+  }
+  check_count++;
+  if (!(worst <= tol)) {
+    check_failures++;
+    printf("FAIL %s: error %.3g > %.1g\n", label, worst, tol);
+  } else {
+    printf("ok   %-40s error %.2g\n", label, worst);
+  }
+}
+
+/* Runs one case at two seeds (cuda_check_seeds); a case that does not
+ * build fails. */
 static inline void cuda_check_case(CudaDevice *dev, const CudaCase *c) {
   Diag d;
   diag_init(&d);
@@ -119,22 +138,11 @@ static inline void cuda_check_case(CudaDevice *dev, const CudaCase *c) {
   }
   int id = ok ? graph_add_node(g, c->kind, refs, c->n_in, c->n_out, &c->params, "op", &d) : -1;
   for (int j = 0; id >= 0 && j < c->n_out; j++) graph_add_output(g, (TensorRef){id, j}, NULL, &d);
-  check_count++;
   if (id < 0) {
-    check_failures++;
+    check_count++, check_failures++;
     printf("FAIL %s: cannot build: %s", c->label, d.text ? d.text : "?\n");
   } else {
-    double tol = c->tol > 0 ? c->tol : 1e-4, worst = 0;
-    for (uint64_t seed = 1; seed <= 2; seed++) {
-      double e = cuda_check_graph(dev, g, seed * 1000, c->positive, c->label);
-      if (e > worst) worst = e;
-    }
-    if (!(worst <= tol)) {
-      check_failures++;
-      printf("FAIL %s: error %.3g > %.1g\n", c->label, worst, tol);
-    } else {
-      printf("ok   %-40s error %.2g\n", c->label, worst);
-    }
+    cuda_check_seeds(dev, g, c->positive, c->tol, c->label);
   }
   graph_free(g);
   diag_fini(&d);

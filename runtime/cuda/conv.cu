@@ -378,6 +378,12 @@ static CudaProduct conv_product(const CudnnConv &cv, const float *cols, const fl
           part + img * out, hw, cv.n * out};
 }
 
+/* How many conv_product calls the whole product is: one, or one per image
+ * when split. */
+static int64_t conv_product_calls(const CudnnConv &cv, int splits) {
+  return splits == 1 ? 1 : cv.n;
+}
+
 static Im2col im2col_geometry(const CudnnConv &cv) {
   return {(int)cv.h, (int)cv.w, (int)cv.kh, (int)cv.kw, (int)cv.ow, (int)cv.sh,
           (int)cv.sw, (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw};
@@ -1054,7 +1060,7 @@ static int product_on_host(const HostConv &h, int64_t product, int splits, const
       for (int p = 0; p < (int)plane; p++) col[r * plane + p] = im2col_at(g, row, p);
     }
   }
-  for (int64_t img = 0; img < (splits == 1 ? 1 : cv.n); img++)
+  for (int64_t img = 0; img < conv_product_calls(cv, splits); img++)
     cuda_product_on_host(conv_product(cv, cols, h.w, h.y, splits, part, img));
   if (splits > 1)
     cuda_sum_partials_on_host(part, splits, total, h.bias, cv.m, plane, h.z, h.act.act, h.y);
@@ -1067,8 +1073,8 @@ static int product_on_host(const HostConv &h, int64_t product, int splits, const
 }
 
 /* teq:winograd: the padding copy, the filters', the tiles' and the
- * products' transforms as the kernels run them, the 16 products as plain
- * loops, the epilogue. */
+ * products' transforms as the kernels run them, the 16 products from the
+ * description the device passes cuBLAS, the epilogue. */
 static int winograd_on_host(const HostConv &h, Diag *d) {
   Winograd g;
   if (!winograd_geometry(h.pl, &g)) return not_taken("teq:winograd", d);
@@ -1173,7 +1179,6 @@ static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
  * thread per output of a block. */
 static int conv2d_run_tiled(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   const TiledConv &t = *a.tiled;
-  if (t.blocks == 0 || t.tiles == 0) return TEQ_OK;
   int threads = cuda_row_threads(t.ocb * t.th * t.tw, TILED_THREADS);
   dim3 grid(t.tiles, t.blocks < 65535 ? t.blocks : 65535);
   conv_tiled_kernel<<<grid, threads, tiled_smem_floats(t) * sizeof(float), cx->stream>>>(
@@ -1198,7 +1203,6 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   float *v = (float *)((char *)u + winograd_u_bytes(g));
   float *mt = (float *)((char *)v + winograd_v_bytes(g));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
-  if (g.tiles == 0) return TEQ_OK; /* no output; geometry has C and M at least 1 */
   /* A constant filter (a model's weight) is transformed once and kept with
    * the plan; any other, into scratch on every call. */
   bool fresh = false;
@@ -1244,7 +1248,7 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   }
   int splits = splits_of(way);
   float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
-  for (int64_t img = 0; img < (splits == 1 ? 1 : cv.n); img++)
+  for (int64_t img = 0; img < conv_product_calls(cv, splits); img++)
     if ((rc = cuda_product(cx, conv_product(cv, cols, a.w, a.y, splits, part, img), d))) return rc;
   if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.z, a.act, a.y, d);
   return cuda_sum_partials(cx, part, splits, cv.n * cv.m * cv.oh * cv.ow, a.bias, cv.m,

@@ -137,20 +137,30 @@ static Graph *case_graph(const CudaCase *c, Diag *d) {
   return g;
 }
 
-/* The way pinned is the one case c's plan ran, as its step note reports
- * it: a path that never looks at the pin runs as it would unpinned, and
- * the comparison with the CPU passes all the same. */
+/* The way pinned is the one every step of g's plan ran (n_steps of them),
+ * as its step notes report it: a path that never looks at the pin runs as
+ * it would unpinned, and the comparison with the CPU passes all the same. */
+static void check_graph_ran(CudaDevice *dev, const Graph *g, int n_steps, const char *way,
+                            const char *label) {
+  Diag d;
+  diag_init(&d);
+  CudaPlan *plan = NULL;
+  int rc = cuda_plan_new(dev, g, &plan, &d);
+  CHECK_MSG(rc == TEQ_OK && cuda_plan_n_steps(plan) == n_steps, "%s: %d steps, not %d %s", label,
+            rc == TEQ_OK ? cuda_plan_n_steps(plan) : -1, n_steps, d.text ? d.text : "");
+  for (int i = 0; rc == TEQ_OK && i < cuda_plan_n_steps(plan); i++) {
+    const char *ran = cuda_plan_step_note(plan, i, NULL);
+    CHECK_MSG(strcmp(ran, way) == 0, "%s: pinned %s, step %d ran \"%s\"", label, way, i, ran);
+  }
+  cuda_plan_free(plan);
+  diag_fini(&d);
+}
+
 static void check_way_ran(CudaDevice *dev, const CudaCase *c, const char *way) {
   Diag d;
   diag_init(&d);
   Graph *g = case_graph(c, &d);
-  CudaPlan *plan = NULL;
-  int rc = cuda_plan_new(dev, g, &plan, &d);
-  const char *ran =
-      rc == TEQ_OK && cuda_plan_n_steps(plan) == 1 ? cuda_plan_step_note(plan, 0, NULL) : "";
-  CHECK_MSG(strcmp(ran, way) == 0, "%s: pinned %s, ran \"%s\" %s", c->label, way, ran,
-            d.text ? d.text : "");
-  cuda_plan_free(plan);
+  check_graph_ran(dev, g, 1, way, c->label);
   graph_free(g);
   diag_fini(&d);
 }
@@ -246,26 +256,13 @@ static void test_winograd_constant_filters(CudaDevice *dev) {
   int o = graph_add_node(g, OP_CONV2D, (TensorRef[]){{a, 0}, {c2, 0}}, 2, 1, &p, "o", &d);
   graph_add_output(g, (TensorRef){o, 0}, NULL, &d);
   CHECK_MSG(o >= 0, "winograd constant filters: cannot build: %s", d.text ? d.text : "");
-  cuda_device_pin_way(dev, "teq:winograd");
   const char *label = "winograd, two constant filters kept";
-  double worst = 0;
-  for (uint64_t seed = 1; seed <= 2 && o >= 0; seed++) {
-    double e = cuda_check_graph(dev, g, seed * 1000, false, label);
-    if (e > worst) worst = e;
-  }
-  CHECK_MSG(worst <= 1e-4, "%s: error %.3g", label, worst);
-  printf("ok   %-40s error %.2g\n", label, worst);
-  CudaPlan *plan = NULL;
-  if (o >= 0 && cuda_plan_new(dev, g, &plan, &d) == TEQ_OK) {
-    CHECK_EQ_INT(cuda_plan_n_steps(plan), 2);
-    for (int i = 0; i < cuda_plan_n_steps(plan); i++)
-      CHECK_MSG(strcmp(cuda_plan_step_note(plan, i, NULL), "teq:winograd") == 0,
-                "%s: step %d ran %s", label, i, cuda_plan_step_note(plan, i, NULL));
-  } else {
-    CHECK_MSG(false, "%s: %s", label, d.text ? d.text : "no message");
+  cuda_device_pin_way(dev, "teq:winograd");
+  if (o >= 0) {
+    cuda_check_seeds(dev, g, false, 0, label);
+    check_graph_ran(dev, g, 2, "teq:winograd", label);
   }
   cuda_device_pin_way(dev, NULL);
-  cuda_plan_free(plan);
   graph_free(g);
   diag_fini(&d);
 }
