@@ -59,7 +59,7 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), n = g->n_nodes, split = 0, rc = TEQ_OK;
   for (int id = 0; id < n && rc == TEQ_OK; id++) {
     Node *c = &g->nodes[id];
-    if (c->kind != OP_CONV2D) continue;
+    if (c->kind != OP_CONV2D || op_output_pooled(c)) continue;
     int64_t act = c->params.v[act_i].i[0];
     if (c->n_in < 3 && act == ACT_NONE) continue;
     if (act < 0 || act >= ACT__COUNT) continue;
@@ -202,7 +202,7 @@ static bool concat_of_convs(const Graph *g, int id, const int32_t *user, bool ba
   for (int j = 0; j < cat->n_in; j++) {
     const Node *c = &g->nodes[cat->in[j].node];
     if (c->kind != OP_CONV2D || cat->in[j].out != 0 || user[cat->in[j].node] != id ||
-        c->params.v[act_i].i[0] != ACT_NONE || (bare && c->n_in != 2))
+        c->params.v[act_i].i[0] != ACT_NONE || op_output_pooled(c) || (bare && c->n_in != 2))
       return false;
   }
   return true;
@@ -311,7 +311,9 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
         again |= r > 0;
         continue;
       }
-      if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE || c->n_in > 3) continue;
+      if (c->kind != OP_CONV2D || c->params.v[act_i].i[0] != ACT_NONE || c->n_in > 3 ||
+          op_output_pooled(c))
+        continue;
       int u = user[id];
       if (u < 0) continue;
       const Node *un = &g->nodes[u];

@@ -462,7 +462,8 @@ int opt_base_new(OptPricer *p, const Graph *g, const OptUses *u, OptBase **out, 
   for (int v = 0; v < n; v++) {
     const Node *nd = &g->nodes[v];
     b->plain[v] = b->live[v] && !b->w[v] ? NAN : 0;
-    if (b->live[v] && nd->kind == OP_CONV2D && nd->params.v[p->act_i].i[0] == ACT_NONE)
+    if (b->live[v] && nd->kind == OP_CONV2D && nd->params.v[p->act_i].i[0] == ACT_NONE &&
+        !op_output_pooled(nd))
       b->convs[b->n_convs++] = v;
   }
   *out = b;
@@ -770,7 +771,8 @@ enum { PLACE_REFOLD, PLACE_ONCE, PLACE_IN_SITU, PLACE_BY_CONCAT };
 static bool conv_for(const OptBase *b, int v, int reader, bool bare) {
   const Node *n = vnode(b, v);
   return n->kind == OP_CONV2D && b->user2[v] == reader &&
-         n->params.v[b->pr->act_i].i[0] == ACT_NONE && (!bare || n->n_in == 2);
+         n->params.v[b->pr->act_i].i[0] == ACT_NONE && !op_output_pooled(n) &&
+         (!bare || n->n_in == 2);
 }
 
 /* The refolded convolution whose bias absorbs ewadd e, read by reader
@@ -896,7 +898,8 @@ int opt_delta_cost(OptBase *b, double *us, Diag *d) {
   }
   for (int v = n; v < nv; v++) {
     const Node *nd = vnode(b, v);
-    if (b->dead2[v] || nd->kind != OP_CONV2D || nd->params.v[b->pr->act_i].i[0] != ACT_NONE)
+    if (b->dead2[v] || nd->kind != OP_CONV2D || nd->params.v[b->pr->act_i].i[0] != ACT_NONE ||
+        op_output_pooled(nd))
       continue;
     b->fuse2[v] = refold(b, v);
     b->head[v] = b->gen, b->place2[v] = PLACE_REFOLD;

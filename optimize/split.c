@@ -167,7 +167,7 @@ static bool splits_conv(const Graph *g, int32_t s, const int32_t *reader, const 
   const Node *cn = &g->nodes[*c];
   int act_i = param_index(OP_CONV2D, "act"), axis_i = param_index(OP_SPLIT, "axis");
   return cn->kind == OP_CONV2D && cn->n_in <= 3 && cn->out[0].ndim == 4 &&
-         cn->params.v[act_i].i[0] == ACT_NONE && reader[offset[*c]] == s &&
+         cn->params.v[act_i].i[0] == ACT_NONE && !op_output_pooled(cn) && reader[offset[*c]] == s &&
          sn->params.v[axis_i].i[0] == 1;
 }
 

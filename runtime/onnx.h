@@ -45,6 +45,8 @@ typedef struct OnnxImportOptions {
                                     (hard_swish alike) */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
                                   tensor of its shape into the conv (its residual) */
+  bool keep_unfused_pools; /* do not fuse a MaxPool of k x k windows at stride k that
+                              alone reads a conv into the conv (its pool parameter) */
   /* A node of an operator Teq knows, in a form its row does not take (an
    * attribute value, a computed parameter, an extra output), is kept whole
    * as an opaque node, with a warning saying why, as an unknown operator is,
@@ -56,11 +58,12 @@ typedef struct OnnxImportOptions {
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
 /* The model as given: every import-time fusion off (zero Pads, BatchNormalization,
- * scales after products, activations, residual adds, written-out layer norms and GELUs each stay
+ * scales after products, activations, residual adds, pools, written-out layer norms and GELUs each stay
  * their own operators), as TASO's and Tensat's benchmark graphs run. What
  * a speedup measured from the default import leaves out. */
 static inline void onnx_import_as_given(OnnxImportOptions *o) {
   o->keep_batchnorm = o->keep_unfused_activations = o->keep_unfused_residuals = true;
+  o->keep_unfused_pools = true;
   o->keep_product_scales = true;
   o->keep_zero_pads = true;
   o->keep_written_layer_norms = o->keep_written_gelus = true;
@@ -79,6 +82,7 @@ typedef struct OnnxImportStats {
   int n_swishes_fused; /* x * sigmoid(x) as silu, x * hard_sigmoid(x) as hard_swish */
   int n_activations_fused;
   int n_residuals_fused; /* each with the activation after its add (not counted above) */
+  int n_pools_fused;   /* max pools taken into the convs before them */
   int opset;           /* the model's default-domain opset */
   int n_external;      /* initializers read from files beside the model (external data) */
 } OnnxImportStats;
@@ -186,5 +190,8 @@ TEQ_API void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Ten
  * no longer takes (only its last input can move: a conv's residual becomes
  * the Add after it). */
 TEQ_API void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int input);
+/* A unary window node after it: kernel_shape = strides = (k k), unpadded
+ * (conv's fused pool becomes a MaxPool). */
+TEQ_API void onnx_out_then_window(OnnxNodeOut *w, const char *op_type, int64_t k);
 
 #endif

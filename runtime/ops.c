@@ -273,7 +273,7 @@ int params_format(OpKind kind, const Params *p, bool only_changed, char *buf, si
   for (int i = 0; i < o->n_params; i++) {
     const OpParam *r = &o->params[i];
     const ParamValue *v = &p->v[i];
-    if (only_changed && memcmp(v, &def.v[i], sizeof *v) == 0) continue;
+    if ((only_changed || r->quiet_default) && memcmp(v, &def.v[i], sizeof *v) == 0) continue;
     EMIT("%s%s=", n ? " " : "", r->name);
     if (r->type == PARAM_FLOAT) {
       EMIT("%.9g", v->f);
@@ -409,6 +409,11 @@ int act_of_node(const Node *n) {
     if (memcmp(&p, &n->params, sizeof p) == 0) return act;
   }
   return ACT_NONE;
+}
+
+bool op_output_pooled(const Node *n) {
+  int i = param_index(n->kind, "pool");
+  return i >= 0 && n->params.v[i].i[0] != 0;
 }
 
 bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass,

@@ -71,6 +71,10 @@ typedef struct OpParam {
                             axis 1 (conv's groups), so one part over such a slice, with all
                             the other inputs as they are, does the same work; no estimate of
                             an instance falls below that one's */
+  bool quiet_default;    /* params_format leaves it out at its default, even when asked for
+                            every value: a parameter added later (conv's pool), so that the
+                            configuration keys of measured cost tables still name the same
+                            configurations */
 } OpParam;
 
 typedef struct ParamValue {
@@ -105,6 +109,12 @@ TEQ_API void act_op_params(int act, Params *p);
 /* The activation node n computes when fused into its producer: ACT_NONE
  * where it is none (a clip to other bounds, a node of another kind). */
 TEQ_API int act_of_node(const struct Node *n);
+/* Whether n max-pools its own output after its epilogue (conv2d's pool):
+ * its output is then no longer its product's, so no bias, activation,
+ * residual or BatchNorm after it may move into its epilogue, and a rewrite
+ * that reads its output as the product's (linear, split by channel) does
+ * not apply. */
+TEQ_API bool op_output_pooled(const struct Node *n);
 
 /* n without its epilogue, for an operator that can fuse one (a parameter
  * with adds_work): its optional inputs (a bias) dropped, *n_bare_in the

@@ -168,7 +168,7 @@ static int conv_axis(PetBoxes *o, int ko, const PetBoxes *x, int kx, int64_t len
  * channel m reads the input channels of group m / (M/groups), a map that is
  * affine only inside one group. */
 static int rule_conv2d(const Graph *g, const Node *n, const PetBoxes *const *in, PetBoxes *out) {
-  if (param(n, "act", 0) != ACT_NONE) return RULE_DECLINE;
+  if (param(n, "act", 0) != ACT_NONE || op_output_pooled(n)) return RULE_DECLINE;
   const Shape *x = in_shape(g, n, 0), *w = in_shape(g, n, 1);
   int64_t groups = param(n, "groups", 0), mg = w->d[0] / groups;
   int rc = copy(out, 0, in[0], 0, 0);

@@ -249,6 +249,7 @@ static void derive(Gen *G) {
     if (n->kind == OP_MATMUL || n->kind == OP_GEMM) G->n_compute++, G->has_matmul = true;
     if (n->kind != OP_CONV2D) continue;
     G->n_compute++, G->has_conv = true;
+    if (op_output_pooled(n)) continue; /* a mutant's conv is its product alone */
     Params p = n->params;
     add_pset(G, &p);
     derive_grouped(G, i);

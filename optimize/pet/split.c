@@ -38,7 +38,7 @@ bool pet_is_multilinear(const Graph *g, int id) {
   const OpDef *def = op_def(n->kind);
   if (!(def->flags & OPF_MULTILINEAR) || (def->flags & OPF_OPAQUE)) return false;
   int act = param_index(n->kind, "act");
-  if (act >= 0 && param_int(&n->params, act) != ACT_NONE) return false;
+  if ((act >= 0 && param_int(&n->params, act) != ACT_NONE) || op_output_pooled(n)) return false;
   if ((n->kind == OP_CONV2D || n->kind == OP_GEMM) && n->n_in > 2) return false; /* bias: affine */
   if (n->kind == OP_PAD && (param_float(&n->params, param_index(OP_PAD, "value")) != 0 ||
                             param_int(&n->params, param_index(OP_PAD, "mode")) != 0))

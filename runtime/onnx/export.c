@@ -63,6 +63,7 @@ typedef struct Then {
   const char *op_type;
   Tensor *operand; /* a constant second operand (held), or NULL */
   int input;       /* else the second operand is the row's input this (-1: none) */
+  int64_t window;  /* a window node's kernel_shape and strides (k k), 0 for none */
 } Then;
 
 struct OnnxNodeOut {
@@ -409,6 +410,10 @@ void onnx_out_then_unary(OnnxNodeOut *w, const char *op_type) {
   then_add(w, (Then){.op_type = op_type, .input = -1});
 }
 
+void onnx_out_then_window(OnnxNodeOut *w, const char *op_type, int64_t k) {
+  then_add(w, (Then){.op_type = op_type, .input = -1, .window = k});
+}
+
 void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c) {
   then_add(w, (Then){.op_type = op_type, .operand = c ? tensor_ref((Tensor *)c) : NULL,
                      .input = c ? -1 : 0});
@@ -460,6 +465,12 @@ static int write_then_chain(Exporter *x, const OnnxNodeOut *w) {
       append_string(x, &u->input, &u->n_input, name);
     }
     append_string(x, &u->output, &u->n_output, out);
+    if (t->window) {
+      const int64_t kk[2] = {t->window, t->window};
+      OnnxNodeOut uw = {.x = x, .node = w->node, .np = u};
+      onnx_out_attr_ints(&uw, "kernel_shape", kk, 2);
+      onnx_out_attr_ints(&uw, "strides", kk, 2);
+    }
     add_node(x, u);
     prev = out;
   }

@@ -991,10 +991,10 @@ static int index_infos(Importer *im) {
 char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
            "zero pads, %d BatchNorms and %d scales folded; %d layer norms, %d GELUs, %d swishes, "
-           "%d residual adds and %d activations fused", s->n_nodes, s->n_folded, s->n_opaque,
-           s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded, s->n_scales_folded,
-           s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused, s->n_residuals_fused,
-           s->n_activations_fused);
+           "%d residual adds, %d activations and %d pools fused", s->n_nodes, s->n_folded,
+           s->n_opaque, s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded,
+           s->n_scales_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
+           s->n_residuals_fused, s->n_activations_fused, s->n_pools_fused);
   return buf;
 }
 
@@ -1077,6 +1077,11 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
     im->stats.n_activations_fused = n;
+  }
+  if (!o->keep_unfused_pools) {
+    /* Last: a pool ends its conv's epilogue, which nothing after joins. */
+    if ((n = settled(im, onnx_pass_fuse_pools(im->g, im->d))) < 0) return n;
+    im->stats.n_pools_fused = n;
   }
   n = graph_remove_dead(im->g);
   if (n < 0) return n;

@@ -193,5 +193,10 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d);
  * or batchnorm (a row with an act parameter) becomes its fused act;
  * returns how many. */
 int onnx_pass_fuse_activations(Graph *g, Diag *d);
+/* A MaxPool of k x k windows at stride k (k >= 2), unpadded, undilated,
+ * whose output keeps every whole window and no partial one, that alone
+ * reads a conv2d without a pool, becomes that conv's pool; returns how
+ * many. */
+int onnx_pass_fuse_pools(Graph *g, Diag *d);
 
 #endif

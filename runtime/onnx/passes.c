@@ -18,7 +18,9 @@
  * an exporter (Teq's own among them) writes a fused activation as a second
  * node, and every runtime fuses it back, so a graph priced or timed with
  * the two apart would charge a kernel nobody runs (the residual adds fold
- * before, graph_fuse_residuals, with the activation after each). Parameters are
+ * before, graph_fuse_residuals, with the activation after each). A max
+ * pool whose windows tile the convolution's output (VGG's 2x2 at stride 2)
+ * becomes the conv's pool, last, after its activation. Parameters are
  * found by name through the registry rows, never by index. Dead nodes are
  * removed by the caller. */
 #include <math.h>
@@ -95,7 +97,9 @@ static int32_t foldable_conv(const Graph *g, const Node *bn, const int32_t *uses
   int32_t c = bn->in[0].node;
   const Node *conv = &g->nodes[c];
   int act = param_index(OP_CONV2D, "act");
-  if (conv->kind != OP_CONV2D || uses[offset[c]] != 1 || conv->n_out != 1) return -1;
+  if (conv->kind != OP_CONV2D || uses[offset[c]] != 1 || conv->n_out != 1 ||
+      op_output_pooled(conv))
+    return -1;
   if (act >= 0 && param_int(&conv->params, act) != ACT_NONE) return -1;
   const Tensor *w = const_input(g, conv, 1, -1);
   if (!w || w->shape.ndim < 1) return -1;
@@ -638,12 +642,64 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     /* The producer's only use, and its only output: fusing must not change
      * what another reader (or the graph's output) sees. */
     if (act_i < 0 || x.node >= n0 || p->n_out != 1 || uses[offset[x.node]] != 1 ||
-        p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32)
+        p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32 || op_output_pooled(p))
       continue;
     Params params = p->params;
     params.v[act_i].i[0] = act;
     TensorRef in[8];
     if (p->n_in > 8) continue;
+    memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
+    int id = take_over(g, i, x.node, p->kind, in, p->n_in, &params, d);
+    if (id < 0) {
+      rc = id;
+      break;
+    }
+    n++;
+  }
+  free(uses);
+  free(offset);
+  return rc == TEQ_OK ? n : rc;
+}
+
+/* The window k of maxpool node m when it is k x k at stride k, unpadded
+ * and undilated, else 0. */
+static int64_t tiling_window(const Node *m) {
+  const Params *p = &m->params;
+  const int64_t *k = p->v[param_index(OP_MAXPOOL, "kernel")].i;
+  const int64_t *s = p->v[param_index(OP_MAXPOOL, "stride")].i;
+  const int64_t *dl = p->v[param_index(OP_MAXPOOL, "dilation")].i;
+  const int64_t *pads = p->v[param_index(OP_MAXPOOL, "pads")].i;
+  if (k[0] < 2 || k[1] != k[0] || s[0] != k[0] || s[1] != k[0] || dl[0] != 1 || dl[1] != 1)
+    return 0;
+  for (int i = 0; i < 4; i++)
+    if (pads[i]) return 0;
+  return k[0];
+}
+
+int onnx_pass_fuse_pools(Graph *g, Diag *d) {
+  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing pools", d);
+  if (!uses) return TEQ_ERR_NOMEM;
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
+    const Node *m = &g->nodes[i];
+    if (m->kind != OP_MAXPOOL || m->n_out != 1 || m->n_in != 1) continue;
+    int64_t k = tiling_window(m);
+    TensorRef x = m->in[0];
+    const Node *p = &g->nodes[x.node];
+    int pool_i = param_index(p->kind, "pool");
+    if (!k || pool_i < 0 || x.node >= n0 || x.out != 0 || p->n_out != 1 ||
+        uses[offset[x.node]] != 1 || p->params.v[pool_i].i[0] != 0 || p->dtype != DT_F32 ||
+        p->n_in > 8)
+      continue;
+    /* ceil_mode keeps a partial last window where the extent is not a
+     * multiple of k: the pool's output must be the whole windows alone. */
+    const Shape *full = &p->out[0];
+    if (full->ndim != 4) continue;
+    Shape whole = shape_make(4, (int64_t[]){full->d[0], full->d[1], full->d[2] / k, full->d[3] / k});
+    if (!shape_equal(&m->out[0], &whole)) continue;
+    Params params = p->params;
+    params.v[pool_i].i[0] = k;
+    TensorRef in[8];
     memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
     int id = take_over(g, i, x.node, p->kind, in, p->n_in, &params, d);
     if (id < 0) {

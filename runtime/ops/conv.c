@@ -25,8 +25,16 @@
  * it is linear in X and in W separately; a node with a fused act, a bias or
  * a residual is not, and callers that rely on linearity check all three.
  *
+ * pool = k (0: none) max-pools that result over k x k windows at stride k,
+ * unpadded, rounding the extents down: ONNX's MaxPool with kernel_shape =
+ * strides = (k k), which the importer folds in after the activation (VGG's
+ * conv, relu, 2x2 pool). Winograd's F(2x2, 3x3) on the GPU computes 2x2
+ * tiles of output, so it keeps one value of four and no pool kernel reads
+ * the full output back. Z, when present, has the conv's full shape.
+ *
  * Pads are ONNX-ordered (top, left, bottom, right); ONNX auto_pad becomes
  * explicit pads at import (onnx_auto_pads, shared with pool.c). */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -88,6 +96,7 @@ typedef struct ConvGeom {
   int64_t sh, sw, dh, dw; /* stride, dilation */
   int64_t pt, pl, pb, pr; /* pads */
   int64_t groups, cg, mg; /* groups; input and output channels per group */
+  int64_t pool;           /* the fused max pool's window and stride, 0 for none */
 } ConvGeom;
 
 static int conv_params(const Node *n, ConvGeom *g, Diag *d) {
@@ -97,6 +106,8 @@ static int conv_params(const Node *n, ConvGeom *g, Diag *d) {
   g->pt = p->v[CONV_PADS].i[0], g->pl = p->v[CONV_PADS].i[1];
   g->pb = p->v[CONV_PADS].i[2], g->pr = p->v[CONV_PADS].i[3];
   g->groups = param_int(p, CONV_GROUPS);
+  g->pool = param_int(p, CONV_POOL);
+  if (g->pool == 1) return op_error(n, d, "pool=1: a pool window is 0 (none) or 2 and more");
   if (g->sh < 1 || g->sw < 1)
     return op_error(n, d, "stride=(%lld %lld): must be >= 1", (long long)g->sh, (long long)g->sw);
   if (g->dh < 1 || g->dw < 1)
@@ -166,6 +177,9 @@ static int conv_geom(const Node *n, const Shape *in, ConvGeom *g, Diag *d) {
                     shape_format(z, sz, sizeof sz), (long long)g->n, (long long)g->m,
                     (long long)g->oh, (long long)g->ow);
   }
+  if (g->pool && (g->oh < g->pool || g->ow < g->pool))
+    return op_error(n, d, "pool=%lld: larger than the output %lldx%lld", (long long)g->pool,
+                    (long long)g->oh, (long long)g->ow);
   return TEQ_OK;
 }
 
@@ -173,7 +187,8 @@ static int conv_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   ConvGeom g;
   int rc = conv_geom(n, in, &g, d);
   if (rc) return rc;
-  out[0] = shape_make(4, (int64_t[]){g.n, g.m, g.oh, g.ow});
+  int64_t k = g.pool ? g.pool : 1;
+  out[0] = shape_make(4, (int64_t[]){g.n, g.m, g.oh / k, g.ow / k});
   return TEQ_OK;
 }
 
@@ -469,15 +484,75 @@ static int conv_depthwise_f32(const Node *n, const ConvGeom *g, const float *x, 
   return TEQ_OK;
 }
 
+/* ---- conv2d's fused max pool ---- */
+
+/* The conv's full output, before its pool: y itself without one, else a
+ * buffer the caller frees (NULL, with the error in d, when out of memory). */
+static void *full_output(const Node *n, const ConvGeom *g, void *y, Diag *d) {
+  if (!g->pool) return y;
+  void *full = malloc((size_t)(g->n * g->m * g->oh * g->ow) * ELEM);
+  if (!full)
+    op_error(n, d, "out of memory for the %lldx%lld output before its pool", (long long)g->oh,
+             (long long)g->ow);
+  return full;
+}
+
+/* The largest of each k x k window of the full output's planes, as maxpool
+ * takes it (pool.c: the window's rows folded first, a later row's value
+ * kept where it is greater, then its columns from the lowest float). */
+static void pool_full_f32(const ConvGeom *g, const float *full, float *y) {
+  int64_t k = g->pool, ph = g->oh / k, pw = g->ow / k;
+  for (int64_t plane = 0; plane < g->n * g->m; plane++) {
+    const float *f = full + plane * g->oh * g->ow;
+    for (int64_t py = 0; py < ph; py++)
+      for (int64_t px = 0; px < pw; px++) {
+        float acc = -FLT_MAX;
+        for (int64_t j = 0; j < k; j++) {
+          const float *col = f + py * k * g->ow + px * k + j;
+          float v = col[0];
+          for (int64_t i = 1; i < k; i++) v = col[i * g->ow] > v ? col[i * g->ow] : v;
+          acc = v > acc ? v : acc;
+        }
+        *y++ = acc;
+      }
+  }
+}
+
+/* The same in Z_p, as maxpool's: the largest residue of the k x k window
+ * at f, whose rows are `row` apart. */
+static uint32_t pool_window_modp(const uint32_t *f, int64_t row, int64_t k) {
+  uint32_t acc = 0;
+  for (int64_t i = 0; i < k; i++)
+    for (int64_t j = 0; j < k; j++) {
+      uint32_t v = f[i * row + j];
+      acc = v > acc ? v : acc;
+    }
+  return acc;
+}
+
+static void pool_full_modp(const ConvGeom *g, const uint32_t *full, uint32_t *y) {
+  int64_t k = g->pool, ph = g->oh / k, pw = g->ow / k;
+  for (int64_t plane = 0; plane < g->n * g->m; plane++)
+    for (int64_t py = 0; py < ph; py++)
+      for (int64_t px = 0; px < pw; px++)
+        *y++ = pool_window_modp(full + (plane * g->oh + py * k) * g->ow + px * k, g->ow, k);
+}
+
 static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   ConvGeom g;
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
   const float *x = in[0]->data, *w = in[1]->data, *b = n->n_in > 2 ? in[2]->data : NULL;
   const float *z = n->n_in > 3 ? in[3]->data : NULL;
-  float *y = out[0]->data;
-  if (conv_is_depthwise(&g)) return conv_depthwise_f32(n, &g, x, w, b, z, y, d);
-  return conv_gemm_f32(n, &g, x, w, b, z, y, d);
+  float *y = full_output(n, &g, out[0]->data, d);
+  if (!y) return TEQ_ERR_NOMEM;
+  if (conv_is_depthwise(&g)) rc = conv_depthwise_f32(n, &g, x, w, b, z, y, d);
+  else rc = conv_gemm_f32(n, &g, x, w, b, z, y, d);
+  if (g.pool) {
+    if (rc == TEQ_OK) pool_full_f32(&g, y, out[0]->data);
+    free(y);
+  }
+  return rc;
 }
 
 /* ---- conv2d, Z_p ---- */
@@ -505,7 +580,12 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   }
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
-  uint32_t *y = out[0]->data;
+  uint32_t *y = full_output(n, &g, out[0]->data, d);
+  if (!y) {
+    free(col);
+    return TEQ_ERR_NOMEM;
+  }
+  int64_t total = g.n * g.m * plane;
   for (int64_t img = 0; img < g.n; img++)
     for (int64_t grp = 0; grp < g.groups; grp++) {
       const uint32_t *xg = x + (img * g.c + grp * g.cg) * g.h * g.w;
@@ -524,21 +604,24 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
     }
   if (n->n_in > 3) {
     const uint32_t *z = in[3]->data;
-    for (int64_t k = 0; k < tensor_numel(out[0]); k++) y[k] = modp_add(y[k], z[k]);
+    for (int64_t k = 0; k < total; k++) y[k] = modp_add(y[k], z[k]);
   }
   free(col);
-  act_apply_modp((int)param_int(&n->params, CONV_ACT), y, tensor_numel(out[0]));
+  act_apply_modp((int)param_int(&n->params, CONV_ACT), y, total);
+  if (g.pool) {
+    pool_full_modp(&g, y, out[0]->data);
+    free(y);
+  }
   return TEQ_OK;
 }
 
-/* The same sums at chosen output positions: each is its group's C/g x kh x
- * kw taps that fall inside the input, every product folded once (below
- * 2^32, so a uint64_t holds 2^32 of them) and the sum reduced at the end. */
-static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *pos, int64_t n_pos,
-                             uint32_t *vals, Diag *d) {
-  ConvGeom g;
-  int rc = conv_geom_of(n, in, &g, d);
-  if (rc) return rc;
+/* The same sums at chosen positions of the full output (before any pool):
+ * each is its group's C/g x kh x kw taps that fall inside the input, every
+ * product folded once (below 2^32, so a uint64_t holds 2^32 of them) and
+ * the sum reduced at the end. */
+static void conv_full_modp_at(const Node *n, const ConvGeom *gp, Tensor *const *in,
+                              const int64_t *pos, int64_t n_pos, uint32_t *vals) {
+  const ConvGeom g = *gp;
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
   for (int64_t q = 0; q < n_pos; q++) {
@@ -563,6 +646,36 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
     if (n->n_in > 3) vals[q] = modp_add(vals[q], ((const uint32_t *)in[3]->data)[f]);
   }
   act_apply_modp((int)param_int(&n->params, CONV_ACT), vals, n_pos);
+}
+
+/* With a pool, each position's k x k window of the full output is
+ * computed and its largest residue kept. */
+static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *pos, int64_t n_pos,
+                             uint32_t *vals, Diag *d) {
+  ConvGeom g;
+  int rc = conv_geom_of(n, in, &g, d);
+  if (rc) return rc;
+  if (!g.pool) {
+    conv_full_modp_at(n, &g, in, pos, n_pos, vals);
+    return TEQ_OK;
+  }
+  int64_t k = g.pool, ph = g.oh / k, pw = g.ow / k;
+  int64_t *at = malloc((size_t)(k * k) * sizeof *at);
+  uint32_t *win = malloc((size_t)(k * k) * sizeof *win);
+  if (!at || !win) {
+    free(at), free(win);
+    op_error(n, d, "out of memory for a %lldx%lld pool window", (long long)k, (long long)k);
+    return TEQ_ERR_NOMEM;
+  }
+  for (int64_t q = 0; q < n_pos; q++) {
+    int64_t f = pos[q], px = f % pw, py = f / pw % ph, plane = f / (pw * ph);
+    for (int64_t i = 0; i < k; i++)
+      for (int64_t j = 0; j < k; j++)
+        at[i * k + j] = (plane * g.oh + py * k + i) * g.ow + px * k + j;
+    conv_full_modp_at(n, &g, in, at, k * k, win);
+    vals[q] = pool_window_modp(win, k, k);
+  }
+  free(at), free(win);
   return TEQ_OK;
 }
 
@@ -626,8 +739,10 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 static int conv_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, CONV_ACT);
+  int64_t pool = param_int(&n->params, CONV_POOL);
   if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
   if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
+  if (pool) onnx_out_then_window(w, op_def(OP_MAXPOOL)->onnx_op, pool);
   return TEQ_OK;
 }
 
@@ -637,6 +752,8 @@ static const OpParam conv_params_rows[] = {
   [CONV_DILATION] = WINDOW_PARAM_DILATION,
   [CONV_GROUPS] = WINDOW_PARAM_GROUPS(true),
   [CONV_ACT] = PARAM_FUSED_ACT,
+  [CONV_POOL] = {.name = "pool", .type = PARAM_INT, .def = 0, .lo = 0, .hi = SPATIAL_MAX,
+                 .quiet_default = true},
 };
 
 /* A convolution pads with zeros: a Pad of zeros before it is more of its own. */
@@ -645,11 +762,14 @@ static bool conv_take_zero_pad(const Node *n, int rank, const int64_t *pads, Par
   return window_take_zero_pad(rank, pads, p, CONV_PADS);
 }
 
-/* Two flops per multiply-add: every output element sums C/groups x kh x kw
- * products (the weight's last three extents). */
+/* Two flops per multiply-add: every element of the full output (before
+ * a pool) sums C/groups x kh x kw products (the weight's last three
+ * extents). */
 static double conv_flops(const Node *n, const Shape *in) {
-  (void)n;
-  return 2.0 * (double)shape_numel(&n->out[0]) * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
+  ConvGeom g;
+  double full = conv_geom(n, in, &g, NULL) == TEQ_OK ? (double)(g.n * g.m * g.oh * g.ow)
+                                                      : (double)shape_numel(&n->out[0]);
+  return 2.0 * full * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
 }
 
 /* Half the work: half of the output channels, in W and the bias (one
@@ -672,7 +792,7 @@ static bool conv_half_twin(const Node *n, const Shape *in, Shape *half_in) {
 static bool conv_one_tap_twin(const Node *n, const Shape *in, Params *p, Shape *part_in,
                               int *n_part_in) {
   if (in[0].ndim != 4 || in[1].ndim != 4 || (in[1].d[2] == 1 && in[1].d[3] == 1) ||
-      n->params.v[CONV_GROUPS].i[0] != 1)
+      n->params.v[CONV_GROUPS].i[0] != 1 || n->params.v[CONV_POOL].i[0])
     return false;
   const int64_t *s = n->params.v[CONV_STRIDE].i;
   int64_t oh = (in[0].d[2] - 1) / s[0] + 1, ow = (in[0].d[3] - 1) / s[1] + 1;
@@ -691,7 +811,7 @@ static bool conv_one_tap_twin(const Node *n, const Shape *in, Params *p, Shape *
 const OpDef op_def_conv2d = {
   .kind = OP_CONV2D, .name = "conv2d", .axiom_name = "conv2d", .onnx_op = "Conv",
   .n_in_min = 2, .n_in_max = 4, .n_out_min = 1, .n_out_max = 1,
-  .params = conv_params_rows, .n_params = 5,
+  .params = conv_params_rows, .n_params = 6,
   .flags = OPF_MULTILINEAR,
   .infer_shape = conv_infer,
   .eval_f32 = conv_eval_f32, .eval_modp = conv_eval_modp, .eval_modp_at = conv_eval_modp_at,

@@ -3,7 +3,8 @@
  * message, and free every intermediate (checked by ASan's leak checker);
  * a plan of chosen positions (exec_points) gives exec_run's values at
  * them, whether it runs operators at positions, follows layouts or runs
- * them whole. */
+ * them whole; a conv with its pool fused computes what the conv and its
+ * MaxPool do. */
 #include <string.h>
 
 #include "runtime/exec.h"
@@ -314,10 +315,74 @@ static void test_points(void) {
   diag_fini(&d);
 }
 
+/* conv2d's pool: a conv with a bias, a residual and a relu, pooled 2x2
+ * (over odd extents, whose last row of outputs no window takes), and a
+ * bare one pooled 3x3; as points graphs (the pooled conv runs at
+ * positions), and beside the same convs followed by their MaxPool nodes. */
+static Graph *pooled_graph(bool fused, Diag *d) {
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 2, 3, 9, 10), sw = shape_of(4, 4, 3, 3, 3), sb = shape_of(1, 4);
+  Shape sz = shape_of(4, 2, 4, 9, 10);
+  int x = graph_add_input(g, "x", &sx, DT_F32, d), w = graph_add_input(g, "w", &sw, DT_F32, d);
+  int b = graph_add_input(g, "b", &sb, DT_F32, d), z = graph_add_input(g, "z", &sz, DT_F32, d);
+  int64_t two = 2, three = 3;
+  Params cp = pset(OP_CONV2D, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+  pset_more(&cp, OP_CONV2D, "act", (int64_t[]){ACT_RELU}, 1);
+  if (fused) pset_more(&cp, OP_CONV2D, "pool", &two, 1);
+  int c = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w, 0), out_of(b, 0), out_of(z, 0)}, 4, 1,
+              &cp, d);
+  Params bare = pset(OP_CONV2D, "pool", fused ? &three : (int64_t[]){0}, 1);
+  int c2 = add(g, OP_CONV2D, (int[]){out_of(x, 0), out_of(w, 0)}, 2, 1, &bare, d);
+  if (!fused) {
+    Params pp = pset(OP_MAXPOOL, "kernel", (int64_t[]){2, 2}, 2);
+    pset_more(&pp, OP_MAXPOOL, "stride", (int64_t[]){2, 2}, 2);
+    c = add(g, OP_MAXPOOL, (int[]){out_of(c, 0)}, 1, 1, &pp, d);
+    pp = pset(OP_MAXPOOL, "kernel", (int64_t[]){3, 3}, 2);
+    pset_more(&pp, OP_MAXPOOL, "stride", (int64_t[]){3, 3}, 2);
+    c2 = add(g, OP_MAXPOOL, (int[]){out_of(c2, 0)}, 1, 1, &pp, d);
+  }
+  graph_add_output(g, ref(c), "y", d);
+  graph_add_output(g, ref(c2), "y2", d);
+  return g;
+}
+
+/* Both executors run a pooled conv as its conv then its max pool. */
+static void test_pooled_conv(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *fused = pooled_graph(true, &d), *apart = pooled_graph(false, &d);
+  CHECK_MSG(d.n_errors == 0, "%s", d.text);
+  Shape pooled = shape_of(4, 2, 4, 4, 5); /* 9 x 10 pooled 2 x 2: 4 x 5 */
+  CHECK(shape_equal(&fused->nodes[fused->outputs[0].node].out[0], &pooled));
+  for (int mode = 0; mode < 2; mode++) {
+    Tensor *in[4], *a[2] = {0}, *b[2] = {0};
+    for (int i = 0; i < 4; i++) {
+      in[i] = tensor_new_uninit(mode ? DT_MODP : DT_F32, &fused->nodes[fused->inputs[i]].out[0]);
+      tensor_fill_random(in[i], 90 + (uint64_t)i);
+    }
+    ExecMode m = mode ? EXEC_MODP : EXEC_F32;
+    CHECK_EQ_INT(exec_run(fused, m, in, a, &d), TEQ_OK);
+    CHECK_EQ_INT(exec_run(apart, m, in, b, &d), TEQ_OK);
+    for (int o = 0; o < 2 && a[o] && b[o]; o++) {
+      CHECK(shape_equal(&a[o]->shape, &b[o]->shape));
+      CHECK_MSG(memcmp(a[o]->data, b[o]->data, (size_t)tensor_numel(a[o]) * 4) == 0,
+                "mode %d output %d: the pooled conv differs from conv then MaxPool", mode, o);
+      tensor_unref(a[o]);
+      tensor_unref(b[o]);
+    }
+    for (int i = 0; i < 4; i++) tensor_unref(in[i]);
+  }
+  check_points(fused, 7, 2, 0);
+  graph_free(fused);
+  graph_free(apart);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_modp_agrees_with_f32();
   test_errors();
   test_opaque_refused();
   test_points();
+  test_pooled_conv();
   return check_exit();
 }

@@ -1099,6 +1099,107 @@ static void test_residuals_fused(void) {
   diag_fini(&d);
 }
 
+static int count_pooled(const Graph *g) {
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += op_output_pooled(&g->nodes[i]);
+  return n;
+}
+
+/* A max pool whose k x k windows at stride k tile the output of a conv it
+ * alone reads becomes the conv's pool at import (VGG's conv, relu, 2x2
+ * pool: c1); one with ceil_mode over an odd extent (a partial window:
+ * c2), one whose windows overlap (c3), one beside another reader of the
+ * conv (c4) is not. c5's relu after its pool stays a node: nothing joins a
+ * pooled conv's epilogue, and a BatchNorm after c6's pool is not folded into
+ * its weights (a negative scale would have swapped the max for a min).
+ * Outputs are those of the graph as built; exported, each pool is a
+ * MaxPool after its Conv and Relu again, and as given nothing is fused. */
+static void test_pools_fused(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 3, 9, 10}}, sw = {4, {4, 3, 3, 3}}, sc = {1, {4}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sc), *bn[4];
+  tensor_fill_random(w, 41);
+  tensor_fill_random(b, 42);
+  int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d), bni[4];
+  for (int k = 0; k < 4; k++) {
+    bn[k] = tensor_new(DT_F32, &sc);
+    tensor_fill_random(bn[k], 43 + (uint64_t)k); /* a variance of 0.5 +- 0.5: fine */
+    if (k == 3)
+      for (int c = 0; c < 4; c++) ((float *)bn[k]->data)[c] = 0.5f + 0.25f * (float)c;
+    char name[8];
+    snprintf(name, sizeof name, "bn%d", k);
+    bni[k] = graph_add_const(g, name, bn[k], &d);
+  }
+  Params p;
+  params_default(OP_CONV2D, &p);
+  param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef xwb[3] = {{x, 0}, {wi, 0}, {bi, 0}};
+  int conv[7];
+  for (int k = 1; k <= 6; k++) {
+    char name[8];
+    snprintf(name, sizeof name, "c%d", k);
+    conv[k] = graph_add_node(g, OP_CONV2D, xwb, 3, 1, &p, name, &d);
+  }
+#define POOL(c, params, name) window_node(g, OP_MAXPOOL, (TensorRef[]){{c, 0}}, 1, params, name, &d)
+  int r1 = graph_add_node(g, OP_RELU, (TensorRef[]){{conv[1], 0}}, 1, 1, NULL, "r1", &d);
+  int p1 = POOL(r1, "kernel=(2 2) stride=(2 2)", "p1");
+  int p2 = POOL(conv[2], "kernel=(2 2) stride=(2 2) ceil_mode=1", "p2");
+  int p3 = POOL(conv[3], "kernel=(3 3) stride=(2 2)", "p3");
+  int p4 = POOL(conv[4], "kernel=(2 2) stride=(2 2)", "p4");
+  int p5 = POOL(conv[5], "kernel=(2 2) stride=(2 2)", "p5");
+  int p6 = POOL(conv[6], "kernel=(3 3) stride=(3 3)", "p6");
+#undef POOL
+  int r5 = graph_add_node(g, OP_RELU, (TensorRef[]){{p5, 0}}, 1, 1, NULL, "r5", &d);
+  params_default(OP_BATCHNORM, &p);
+  int n6 = graph_add_node(g, OP_BATCHNORM,
+                          (TensorRef[]){{p6, 0}, {bni[0], 0}, {bni[1], 0}, {bni[2], 0},
+                                        {bni[3], 0}},
+                          5, 1, &p, "n6", &d);
+  CHECK(p1 >= 0 && p2 >= 0 && p3 >= 0 && p4 >= 0 && r5 >= 0 && n6 >= 0);
+  graph_add_output(g, (TensorRef){p1, 0}, "y1", &d);
+  graph_add_output(g, (TensorRef){p2, 0}, "y2", &d);
+  graph_add_output(g, (TensorRef){p3, 0}, "y3", &d);
+  graph_add_output(g, (TensorRef){p4, 0}, "y4", &d);
+  graph_add_output(g, (TensorRef){conv[4], 0}, "c4", &d);
+  graph_add_output(g, (TensorRef){r5, 0}, "y5", &d);
+  graph_add_output(g, (TensorRef){n6, 0}, "y6", &d);
+  char q[PATH_BUF], q2[PATH_BUF];
+  int rc = export_to_tmp(g, "pools.onnx", q);
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_pools_fused, 3); /* p1 (after its relu), p5, p6 */
+    CHECK_EQ_INT(count_pooled(h), 3);
+    CHECK_EQ_INT(count_kind(h, OP_MAXPOOL), 3); /* p2, p3, p4 */
+    CHECK_EQ_INT(count_kind(h, OP_RELU), 1);    /* r5 */
+    CHECK_EQ_INT(count_kind(h, OP_BATCHNORM), 1);
+    CHECK_EQ_INT(st.n_batchnorm_folded, 0);
+    check_same_outputs(g, h, &sx, 44);
+    rc = onnx_export_file(h, tmp("pools_again.onnx", q2), NULL, &d);
+    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+    o.keep_unfused_pools = true;
+    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    if (k) {
+      CHECK_EQ_INT(count_pooled(k), 0);
+      CHECK_EQ_INT(count_kind(k, OP_MAXPOOL), 6);
+      check_same_outputs(g, k, &sx, 45);
+    }
+    graph_free(k);
+  }
+  graph_free(h);
+  OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&given);
+  h = rc == TEQ_OK ? import(q, &given, &st, &d) : NULL;
+  if (h) CHECK(st.n_pools_fused == 0 && count_pooled(h) == 0 && count_kind(h, OP_MAXPOOL) == 6);
+  graph_free(h);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* Weights of a page or more travel without copies: the exported
  * initializer points at the graph's tensor (the exporter holds a reference
  * until the file is written), and the imported one takes the
@@ -1563,6 +1664,7 @@ int main(void) {
   test_zero_pads_folded();
   test_zero_pads_random();
   test_residuals_fused();
+  test_pools_fused();
   test_large_weights();
   test_external_data();
   test_symbolic_dims();
