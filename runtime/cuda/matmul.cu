@@ -69,23 +69,46 @@ struct LtProduct {
   }
 };
 
-/* The largest power of two up to 256 dividing p's address. */
-/* Row-major c[rows, cols] = relu(a[rows, k] b[k, cols]) in one cuBLASLt
- * GEMM with a relu epilogue, in full float32 (no TF32). *done is false
- * when cuBLASLt has no algorithm for it; the caller then does it in two
- * kernels. */
-static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, const float *b,
-                        float *c, bool *done, Diag *d) {
+/* One product in cuBLASLt's terms, row-major: c[rows, cols] = act(a' b' +
+ * bias), a' = a [rows, k] or, transposed (ta), a stored [k, rows]; b' = b
+ * [k, cols] or (tb) b stored [cols, k]; bias (cols values, one per column,
+ * or NULL) and act (none or relu) in the GEMM's epilogue. */
+struct LtArgs {
+  int rows, cols, k;
+  bool ta, tb;
+  const float *a, *b, *bias;
+  int act;
+  float *c;
+};
+
+/* An LtArgs in one cuBLASLt GEMM with its epilogue, in full float32 (no
+ * TF32). *done is false when cuBLASLt has no algorithm for it; the caller
+ * then runs the product and its epilogue apart. */
+static int lt_product(CudaCtx *cx, const LtArgs &g, bool *done, Diag *d) {
   *done = false;
   LtProduct p;
   CUBLAS_TRY(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU;
+  const cublasLtEpilogue_t epilogue =
+      g.bias ? (g.act == ACT_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+             : (g.act == ACT_RELU ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                             sizeof epilogue));
-  /* Column-major, as above: C^T [cols, rows] = B^T [cols, k] A^T [k, rows]. */
-  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, cols, k, cols));
-  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, k, rows, k));
-  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, cols, rows, cols));
+  if (g.bias)
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                              sizeof g.bias));
+  /* Column-major, as above: C^T [cols, rows] = B'^T [cols, k] A'^T [k, rows],
+   * the bias one value per row of C^T. A row-major b [k, cols] is
+   * column-major [cols, k]; a transposed one, stored [cols, k], is
+   * column-major [k, cols] read transposed. a alike. */
+  const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
+  CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+  if (g.tb) CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, g.k, g.cols, g.k));
+  else CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, g.cols, g.k, g.cols));
+  if (g.ta) CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, g.rows, g.k, g.rows));
+  else CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, g.k, g.rows, g.k));
+  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, g.cols, g.rows, g.cols));
   CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&p.pref));
   const size_t ws = cx->lt_workspace_bytes;
   CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
@@ -93,8 +116,8 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
   /* The heuristic assumes 256-byte aligned operands unless told; a view
    * (a slice of a wider tensor, a merged product's output split) may be
    * aligned to 4 bytes only, and an algorithm that needs more fails on it. */
-  const uint32_t align[4] = {cuda_alignment_of(b), cuda_alignment_of(a), cuda_alignment_of(c),
-                            cuda_alignment_of(c)};
+  const uint32_t align[4] = {cuda_alignment_of(g.b), cuda_alignment_of(g.a),
+                            cuda_alignment_of(g.c), cuda_alignment_of(g.c)};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -108,9 +131,11 @@ static int gemm_relu_lt(CudaCtx *cx, int rows, int cols, int k, const float *a, 
     return TEQ_OK;
   CUBLAS_TRY(s);
   const float one = 1.0f, zero = 0.0f;
-  CUBLAS_TRY(cublasLtMatmul(cx->cublaslt, p.op, &one, b, p.a, a, p.b, &zero, c, p.c, c, p.c,
-                            &best.algo, cx->lt_workspace, ws, cx->stream));
-  cuda_note(cx, "cublasLt:relu epilogue");
+  CUBLAS_TRY(cublasLtMatmul(cx->cublaslt, p.op, &one, g.b, p.a, g.a, p.b, &zero, g.c, p.c, g.c,
+                            p.c, &best.algo, cx->lt_workspace, ws, cx->stream));
+  cuda_note(cx, "%s", g.bias ? (g.act == ACT_RELU ? "cublasLt:bias+relu epilogue"
+                                                   : "cublasLt:bias epilogue")
+                             : "cublasLt:relu epilogue");
   *done = true;
   return TEQ_OK;
 }
@@ -138,7 +163,7 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
   }
   if (act == ACT_RELU) {
     bool done;
-    int rc = gemm_relu_lt(cx, rows, cols, k, a, b, c, &done, d);
+    int rc = lt_product(cx, {rows, cols, k, false, false, a, b, nullptr, act, c}, &done, d);
     if (rc || done) return rc;
   }
   int rc = cuda_product(cx, {rows, cols, k, 1, a, k, 0, b, cols, 0, c, cols, 0}, d);
@@ -250,6 +275,19 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
 
 /* ---- gemm ---- */
 
+/* One gemm's operands and parameters, as both of its ways take them: y
+ * [m, nn] = act(alpha a' b' + beta c), c broadcast (element (i, j) at
+ * i ci + j cj) or NULL (no C, or beta 0). */
+struct GemmArgs {
+  int m, nn, k;
+  bool ta, tb;
+  float alpha, beta;
+  const float *a, *b, *c;
+  int64_t ci, cj;
+  int act;
+  float *y;
+};
+
 /* y[i, j] = s * c[i * ci + j * cj]: C broadcast to [M, N] (and scaled,
  * for an empty product). */
 __global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restrict__ y, int64_t m,
@@ -262,6 +300,96 @@ __global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restric
   }
 }
 
+/* The plain way: C broadcast into y (as matmul.c's gemm_c_strides: an
+ * extent-1 or missing dim repeats; an empty product leaves y = beta C),
+ * cublasSgemm with beta, then the activation's own pass. */
+static int gemm_plain(CudaCtx *cx, const GemmArgs &g, Diag *d) {
+  float beta = g.c ? g.beta : 0.0f;
+  int64_t m = g.m, nn = g.nn;
+  if (g.c) {
+    float s = g.k == 0 ? beta : 1.0f;
+    if (g.ci == nn && g.cj == 1 && s == 1.0f)
+      CUDA_TRY(cudaMemcpyAsync(g.y, g.c, (size_t)(m * nn) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, cx->stream));
+    else {
+      broadcast_c_kernel<<<cuda_blocks(m * nn, THREADS), THREADS, 0, cx->stream>>>(
+          g.c, g.y, m, nn, g.ci, g.cj, s);
+      CUDA_LAUNCHED();
+    }
+    beta = 1.0f;
+  } else if (g.k == 0) {
+    CUDA_TRY(cudaMemsetAsync(g.y, 0, (size_t)(m * nn) * sizeof(float), cx->stream));
+  }
+  if (g.k > 0) {
+    /* Row-major Y = alpha A' B' + beta Y as column-major Y^T = alpha B'^T
+     * A'^T + beta Y^T. Row-major B [K, N] is column-major B^T with ld N; a
+     * transposed B is stored [N, K], column-major [K, N] with ld K. */
+    CUBLAS_TRY(cublasSgemm(cx->cublas, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.nn, g.m, g.k, &g.alpha, g.b,
+                           g.tb ? g.k : g.nn, g.a, g.ta ? g.m : g.k, &beta, g.y, g.nn));
+    cuda_note(cx, "cublas:gemm");
+  }
+  return cuda_act_apply(cx, g.act, g.y, m * nn, d);
+}
+
+/* Whether the cuBLASLt way takes g: alpha 1, C (if any) one value per
+ * column at beta 1, the activation none or relu, and something to fuse. */
+static bool gemm_lt_applies(const GemmArgs &g) {
+  bool bias = g.c && g.beta == 1.0f && g.ci == 0 && g.cj == 1;
+  return g.k > 0 && g.alpha == 1.0f && (!g.c || bias) && (g.act == ACT_NONE || g.act == ACT_RELU) &&
+         (g.c || g.act == ACT_RELU);
+}
+
+/* The cuBLASLt way: C as the bias and the relu in the product's epilogue,
+ * one kernel where the plain way runs two or three. TEQ_ERR_UNSUPPORTED,
+ * with nothing in d, where cuBLASLt has no algorithm. */
+static int gemm_lt(CudaCtx *cx, const GemmArgs &g, Diag *d) {
+  bool done;
+  int rc = lt_product(cx, {g.m, g.nn, g.k, g.ta, g.tb, g.a, g.b, g.c, g.act, g.y}, &done, d);
+  return rc ? rc : done ? TEQ_OK : TEQ_ERR_UNSUPPORTED;
+}
+
+/* Which way runs g: the cuBLASLt one, where it applies, is timed against
+ * the plain one on the first run and the faster remembered (cuBLASLt's
+ * heuristic picks among kernels it does not time, and a product of one
+ * row, VGG's classifier at batch 1, is a matrix-vector product that
+ * cublasSgemm runs at the memory's speed). A pinned way is taken if
+ * offered. */
+static int gemm_way(const Node *n, CudaCtx *cx, const GemmArgs &g, bool *lt, Diag *d) {
+  *lt = false;
+  if (!gemm_lt_applies(g)) return TEQ_OK;
+  if (const char *pin = cuda_pinned_way(cx)) {
+    const char names[2][CUDA_WAY_NAME_MAX] = {"cublas:gemm", "cublasLt:epilogue"};
+    int i = 0;
+    int rc = cuda_pinned_index(n, pin, names, 2, &i, d);
+    *lt = i == 1;
+    return rc;
+  }
+  uint64_t key = hash_mix(0x67656d6d /* "gemm" */, (uint64_t)g.m);
+  key = hash_mix(hash_mix(hash_mix(key, (uint64_t)g.nn), (uint64_t)g.k), (uint64_t)g.act);
+  key = hash_mix(key, (uint64_t)(g.ta + 2 * g.tb + 4 * (g.c != nullptr)));
+  key = hash_mix(key, (uint64_t)(cuda_alignment_of(g.a) + 512 * cuda_alignment_of(g.b)));
+  int64_t memo[2];
+  if (cuda_memo_get(cx, key, memo)) return *lt = memo[0] != 0, TEQ_OK;
+  if (cx->capturing)
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
+                         "no way remembered for this gemm while capturing (the first run "
+                         "should have timed them)");
+  float plain_ms = 0, lt_ms = 0;
+  int rc = cuda_time_calls(cx, [&] { return gemm_plain(cx, g, d); }, &plain_ms, d);
+  if (rc) return rc;
+  Diag quiet; /* cuBLASLt without an algorithm is passed over, not reported */
+  diag_init(&quiet);
+  rc = cuda_time_calls(cx, [&] { return gemm_lt(cx, g, &quiet); }, &lt_ms, &quiet);
+  if (rc != TEQ_OK && rc != TEQ_ERR_UNSUPPORTED) diag_error(d, "%s", diag_last(&quiet));
+  diag_fini(&quiet);
+  if (rc != TEQ_OK && rc != TEQ_ERR_UNSUPPORTED) return rc;
+  *lt = rc == TEQ_OK && lt_ms < plain_ms;
+  memo[0] = *lt, memo[1] = 0;
+  cuda_memo_put(cx, key, memo);
+  return TEQ_OK;
+}
+
 extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   if (as->ndim != 2 || bs->ndim != 2)
@@ -270,41 +398,23 @@ extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
   bool ta = param_int(pr, GEMM_TRANS_A), tb = param_int(pr, GEMM_TRANS_B);
   int64_t m = as->d[ta ? 1 : 0], k = as->d[ta ? 0 : 1], nn = bs->d[tb ? 0 : 1];
   if (m * nn == 0) return TEQ_OK;
-  float alpha = (float)param_float(pr, GEMM_ALPHA), beta = (float)param_float(pr, GEMM_BETA);
-  float *y = (float *)out[0].data;
-  bool with_c = n->n_in > 2 && beta != 0.0f;
-  if (!with_c) beta = 0.0f;
-  if (with_c) {
-    /* C broadcast to [M, N] as matmul.c's gemm_c_strides: an extent-1 or
-     * missing dim repeats. An empty product leaves y = beta * C. */
-    const Shape *cs = &in[2].shape;
-    const float *cv = (const float *)in[2].data;
-    int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
-    int64_t cj = cols == 1 ? 0 : 1, ci = rows == 1 ? 0 : cols;
-    float s = k == 0 ? beta : 1.0f;
-    if (ci == nn && cj == 1 && s == 1.0f)
-      CUDA_TRY(cudaMemcpyAsync(y, cv, (size_t)(m * nn) * sizeof(float), cudaMemcpyDeviceToDevice,
-                               cx->stream));
-    else {
-      broadcast_c_kernel<<<cuda_blocks(m * nn, THREADS), THREADS, 0, cx->stream>>>(cv, y, m, nn,
-                                                                                    ci, cj, s);
-      CUDA_LAUNCHED();
-    }
-    if (k == 0) return TEQ_OK;
-  } else if (k == 0) {
-    CUDA_TRY(cudaMemsetAsync(y, 0, (size_t)(m * nn) * sizeof(float), cx->stream));
-    return TEQ_OK;
-  }
   if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)m, (long long)k, (long long)k, (long long)nn);
-  /* Row-major Y = alpha A' B' + beta Y as column-major Y^T = alpha B'^T A'^T
-   * + beta Y^T. Row-major B [K, N] is column-major B^T with ld N; a
-   * transposed B is stored [N, K], column-major [K, N] with ld K. */
-  CUBLAS_TRY(cublasSgemm(cx->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         (int)nn, (int)m, (int)k, &alpha, (const float *)in[1].data,
-                         (int)(tb ? k : nn), (const float *)in[0].data, (int)(ta ? m : k), &beta,
-                         y, (int)nn));
-  return TEQ_OK;
+  float beta = (float)param_float(pr, GEMM_BETA);
+  GemmArgs g = {(int)m, (int)nn, (int)k, ta, tb, (float)param_float(pr, GEMM_ALPHA), beta,
+                (const float *)in[0].data, (const float *)in[1].data,
+                n->n_in > 2 && beta != 0.0f ? (const float *)in[2].data : nullptr, 0, 0,
+                (int)param_int(pr, GEMM_ACT), (float *)out[0].data};
+  if (g.c) {
+    const Shape *cs = &in[2].shape;
+    int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
+    g.cj = cols == 1 ? 0 : 1, g.ci = rows == 1 ? 0 : cols;
+  }
+  bool lt = false;
+  int rc = gemm_way(n, cx, g, &lt, d);
+  if (rc) return rc;
+  if (lt && (rc = gemm_lt(cx, g, d)) != TEQ_ERR_UNSUPPORTED) return rc;
+  return gemm_plain(cx, g, d); /* timed with cuBLASLt, refused now: the plain way */
 }

@@ -67,6 +67,11 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 #define PARAM_FUSED_ACT                                                                  \
   {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT__COUNT - 1,     \
    .symbols = act_symbols, .adds_work = true}
+/* The same, added to a row after its cost tables were measured (gemm's):
+ * left out of a configuration's key where it is none. */
+#define PARAM_FUSED_ACT_QUIET                                                            \
+  {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT__COUNT - 1,     \
+   .symbols = act_symbols, .adds_work = true, .quiet_default = true}
 
 /* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
  * bottom, right]; x is the input shape (NULL if unknown), k the kernel, s the
@@ -118,7 +123,7 @@ enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };            /* co
 enum { ENLARGE_KH, ENLARGE_KW };                                           /* enlarge */
 enum { BATCHNORM_EPSILON, BATCHNORM_ACT };                                 /* batchnorm */
 enum { MATMUL_ACT };                                                       /* matmul */
-enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA };                /* gemm */
+enum { GEMM_TRANS_A, GEMM_TRANS_B, GEMM_ALPHA, GEMM_BETA, GEMM_ACT };      /* gemm */
 enum { PAD_PADS, PAD_VALUE, PAD_MODE };                                    /* pad */
 enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };                              /* its modes */
 enum { LN_AXIS, LN_EPSILON };                                              /* layer_norm */

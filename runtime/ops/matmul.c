@@ -344,7 +344,10 @@ const OpDef op_def_matmul = {
   .onnx_write = matmul_onnx_write, .half_twin = matmul_half_twin,
 };
 
-/* ---- gemm(transA, transB, alpha, beta): alpha * A' B' + beta * C ---- */
+/* ---- gemm(transA, transB, alpha, beta, act): act(alpha * A' B' + beta * C) ----
+ * The activation is one the importer fused (VGG's classifier: Gemm, Relu),
+ * applied last; a GPU with cuBLASLt adds C and applies a relu in the
+ * product's own epilogue. */
 
 /* M, K, N of A' B' from the operand shapes. */
 static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, int64_t *k,
@@ -412,6 +415,7 @@ static int gemm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
   }
   sgemm_rm(param_int(&n->params, GEMM_TRANS_A), param_int(&n->params, GEMM_TRANS_B), m, nn, k,
            alpha, in[0]->data, in[1]->data, beta, y);
+  act_apply_f32((int)param_int(&n->params, GEMM_ACT), y, m * nn);
   return TEQ_OK;
 }
 
@@ -448,6 +452,16 @@ static int gemm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
       uint32_t v = modp_mul(alpha, y[i * nn + j]);
       y[i * nn + j] = c ? modp_add(v, modp_mul(beta, c[i * ci + j * cj])) : v;
     }
+  act_apply_modp((int)param_int(&n->params, GEMM_ACT), y, m * nn);
+  return TEQ_OK;
+}
+
+/* The generic mapping writes the four attributes; a fused act is a node
+ * after it. */
+static int gemm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  int act = (int)param_int(&n->params, GEMM_ACT);
+  if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
   return TEQ_OK;
 }
 
@@ -458,6 +472,7 @@ static const OpParam gemm_params[] = {
                     .onnx_attr = "transB"},
   [GEMM_ALPHA] = {.name = "alpha", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "alpha"},
   [GEMM_BETA] = {.name = "beta", .type = PARAM_FLOAT, .fdef = 1.0, .onnx_attr = "beta"},
+  [GEMM_ACT] = PARAM_FUSED_ACT_QUIET,
 };
 
 /* M x N outputs of K products each; K is A's extent that transA does not
@@ -472,9 +487,9 @@ static double gemm_flops(const Node *n, const Shape *in) {
  * in the same pass. */
 static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twin_in,
                            int *n_twin_in) {
-  (void)p; /* matmul's defaults: no fused activation */
   int64_t m = 0, k = 0, nn = 0;
   if (n->n_in != 2 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK) return false;
+  param_set_int(p, MATMUL_ACT, param_int(&n->params, GEMM_ACT)); /* the same epilogue */
   twin_in[0] = shape_make(2, (int64_t[]){m, k});
   twin_in[1] = shape_make(2, (int64_t[]){k, nn});
   *n_twin_in = 2;
@@ -498,10 +513,11 @@ static bool gemm_half_twin(const Node *n, const Shape *in, Shape *half_in) {
 const OpDef op_def_gemm = {
   .kind = OP_GEMM, .name = "gemm", .axiom_name = "gemm", .onnx_op = "Gemm",
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
-  .params = gemm_params, .n_params = 4,
+  .params = gemm_params, .n_params = 5,
   .flags = OPF_MULTILINEAR,
   .infer_shape = gemm_infer,
   .eval_f32 = gemm_eval_f32, .eval_modp = gemm_eval_modp,
   .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops, .cost_family = OP_MATMUL,
+  .onnx_write = gemm_onnx_write,
   .cost_twin = gemm_cost_twin, .half_twin = gemm_half_twin,
 };

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runtime/cost.h"
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
 #include "tests/tensor_check.h"
@@ -1200,6 +1201,63 @@ static void test_pools_fused(void) {
   diag_fini(&d);
 }
 
+/* VGG's classifier: Gemm (a bias, B transposed), Relu. The relu is fused
+ * into the gemm at import; written back, it is a Relu after a Gemm again,
+ * whose configuration key (the cost tables') reads as an unfused gemm's
+ * does but for its act. */
+static void test_gemm_relu_fused(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *g = graph_new();
+  Shape sx = {2, {2, 6}}, sw = {2, {5, 6}}, sb = {1, {5}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb);
+  tensor_fill_random(w, 51);
+  tensor_fill_random(b, 52);
+  int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d);
+  Params p;
+  CHECK_EQ_INT(params_parse(OP_GEMM, "transB=1", &p, &d), TEQ_OK);
+  int gm = graph_add_node(g, OP_GEMM, (TensorRef[]){{x, 0}, {wi, 0}, {bi, 0}}, 3, 1, &p, "fc",
+                          &d);
+  int r = graph_add_node(g, OP_RELU, (TensorRef[]){{gm, 0}}, 1, 1, NULL, "r", &d);
+  CHECK(gm >= 0 && r >= 0);
+  graph_add_output(g, (TensorRef){r, 0}, "y", &d);
+  char q[PATH_BUF], q2[PATH_BUF], key[COST_KEY_MAX];
+  int rc = export_to_tmp(g, "gemm_relu.onnx", q);
+  OnnxImportStats st;
+  Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  if (h) {
+    CHECK_EQ_INT(st.n_activations_fused, 1);
+    CHECK_EQ_INT(count_fused(h, OP_GEMM, ACT_RELU), 1);
+    CHECK_EQ_INT(count_kind(h, OP_RELU), 0);
+    check_same_outputs(g, h, &sx, 53);
+    for (int32_t i = 0; i < h->n_nodes; i++)
+      if (h->nodes[i].kind == OP_GEMM) {
+        cost_config_key(h, i, key, sizeof key);
+        CHECK_MSG(strstr(key, "{transA=0 transB=1 alpha=1 beta=1 act=relu}") != NULL, "%s", key);
+      }
+    rc = onnx_export_file(h, tmp("gemm_relu_again.onnx", q2), NULL, &d);
+    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+    onnx_import_as_given(&o);
+    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    if (k) {
+      CHECK_EQ_INT(count_fused(k, OP_GEMM, ACT_NONE), 1);
+      CHECK_EQ_INT(count_kind(k, OP_RELU), 1);
+      for (int32_t i = 0; i < k->n_nodes; i++)
+        if (k->nodes[i].kind == OP_GEMM) {
+          cost_config_key(k, i, key, sizeof key);
+          CHECK_MSG(strstr(key, "{transA=0 transB=1 alpha=1 beta=1}") != NULL, "%s", key);
+        }
+      check_same_outputs(g, k, &sx, 54);
+    }
+    graph_free(k);
+  }
+  graph_free(h);
+  graph_free(g);
+  diag_fini(&d);
+}
+
 /* Weights of a page or more travel without copies: the exported
  * initializer points at the graph's tensor (the exporter holds a reference
  * until the file is written), and the imported one takes the
@@ -1665,6 +1723,7 @@ int main(void) {
   test_zero_pads_random();
   test_residuals_fused();
   test_pools_fused();
+  test_gemm_relu_fused();
   test_large_weights();
   test_external_data();
   test_symbolic_dims();

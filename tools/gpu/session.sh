@@ -117,9 +117,10 @@ profile() {
   calibrate
 }
 
-# The configurations teq:winograd (ungrouped 3x3 convs of stride 1) and
-# teq:tiled (grouped convs) may run.
-new_ways='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).* groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) '
+# The configurations teq:winograd (ungrouped 3x3 convs of stride 1, pooled
+# or not) and teq:tiled (grouped convs) may run, and gemms whose bias and
+# activation cuBLASLt's epilogue may take.
+new_ways='^conv2d (\S+ )?\[[0-9]+,[0-9]+,3,3\].*stride=\(1 1\).* groups=1 |^conv2d .* groups=([2-9]|[1-9][0-9]+) |^gemm '
 
 # profile=REGEX: the configurations matching REGEX (grep -E) measured again,
 # the table in use keeping its rows for the rest: a new way of running some
