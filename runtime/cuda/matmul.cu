@@ -11,7 +11,11 @@
  * A matmul with a fused relu over one tall product (x W, the common case)
  * runs through cuBLASLt with the relu as the GEMM's epilogue: one kernel,
  * as the cost model assumes of a fused activation. Elsewhere, and where
- * cuBLASLt offers no algorithm, the activation is a second kernel.
+ * cuBLASLt offers no algorithm, the activation is a second kernel. A gemm
+ * whose C is a bias (one value per column) or that has a fused relu may
+ * do both in cuBLASLt's epilogue too, where cublasSgemm needs C copied
+ * into the output first and the relu after; which of the two runs is
+ * timed once (gemm_way).
  *
  * A tall product too small to fill the GPU may instead be split along K
  * (tall_way): the products of a transformer or an RNN at batch 1 are short

@@ -189,8 +189,8 @@ int onnx_pass_fuse_swishes(Graph *g, Diag *d);
  * one transpose (ConvNeXt's layer scale); returns how many, or an error. */
 int onnx_pass_fold_product_scales(Graph *g, Diag *d);
 /* An activation (act_of_node: a relu, sigmoid, tanh, silu, hard swish, a
- * clip to [0, 6], PyTorch's hard sigmoid) that alone reads a conv2d, matmul
- * or batchnorm (a row with an act parameter) becomes its fused act;
+ * clip to [0, 6], PyTorch's hard sigmoid) that alone reads a conv2d, matmul,
+ * gemm or batchnorm (a row with an act parameter) becomes its fused act;
  * returns how many. */
 int onnx_pass_fuse_activations(Graph *g, Diag *d);
 /* A MaxPool of k x k windows at stride k (k >= 2), unpadded, undilated,
