@@ -40,7 +40,7 @@ typedef struct OnnxImportOptions {
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */
   bool keep_unfused_activations; /* do not fuse an activation (a relu, sigmoid, tanh,
                                     silu, hard swish, or a clip to [0, 6]) into the conv,
-                                    matmul or batchnorm it alone reads (their act
+                                    matmul, gemm or batchnorm it alone reads (their act
                                     parameter), nor x * sigmoid(x) into one silu
                                     (hard_swish alike) */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
