@@ -15,6 +15,12 @@
  * written once for device and host, and cuda_kernel_on_host runs it on the
  * host for the tests of a machine without a GPU.
  *
+ * A conv2d may end in a max pool (pool = k: k x k windows at stride k,
+ * conv.c). Winograd's output transform takes a 2x2 one at dilation 1 (its
+ * tile is the window) and stores one value of four; every other way writes
+ * the full output into the head of scratch and a small kernel pools it
+ * into y. The choice times each way with its pool.
+ *
  * Float32 stays float32: every convolution descriptor asks for
  * CUDNN_FMA_MATH, so cuDNN never rounds operands to TF32 and the results
  * match the CPU executor within accumulation-order rounding.
@@ -29,6 +35,7 @@
  * plan's first run is not being captured) and remembered in the device's
  * memo; captured runs only look it up. Descriptors are made and destroyed
  * per call: that is host work, allowed while capturing, and cheap. */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,13 +210,15 @@ __global__ void pad_planes_kernel(const float *__restrict__ x, float *__restrict
     xp[i] = pad_planes_at(x, i, h, w, hp, wp, top, left);
 }
 
-/* One conv2d node's geometry: the cuDNN problem, and the explicit extra
- * padding (top, left, and the padded extents) when its pads are uneven. */
+/* One conv2d node's geometry: the cuDNN problem (its output the full one,
+ * before any pool), the explicit extra padding (top, left, and the padded
+ * extents) when its pads are uneven, and the fused pool. */
 struct Conv2dPlan {
   CudnnConv cv;
   int64_t h, w, extra_top, extra_left; /* the unpadded input extents, extra pads */
   bool padded;
   size_t pad_bytes;
+  int64_t pool; /* the max pool's window and stride, 0 for none */
 };
 
 static int conv2d_plan(const Node *n, const CudaTensor *in, const CudaTensor *out,
@@ -229,10 +238,21 @@ static int conv2d_plan(const Node *n, const CudaTensor *in, const CudaTensor *ou
   cv.h = pl->h + (pt - cv.ph) + (pb - cv.ph);
   cv.w = pl->w + (pleft - cv.pw) + (pr - cv.pw);
   cv.m = ws.d[0], cv.cg = ws.d[1], cv.kh = ws.d[2], cv.kw = ws.d[3];
-  cv.oh = ys.d[2], cv.ow = ys.d[3];
   cv.sh = p->v[CONV_STRIDE].i[0], cv.sw = p->v[CONV_STRIDE].i[1];
   cv.dh = p->v[CONV_DILATION].i[0], cv.dw = p->v[CONV_DILATION].i[1];
   cv.groups = param_int(p, CONV_GROUPS);
+  /* The full output's extents, as conv.c derives them; the node's output
+   * is those pooled. */
+  cv.oh = (cv.h + 2 * cv.ph - (cv.kh - 1) * cv.dh - 1) / cv.sh + 1;
+  cv.ow = (cv.w + 2 * cv.pw - (cv.kw - 1) * cv.dw - 1) / cv.sw + 1;
+  pl->pool = param_int(p, CONV_POOL);
+  int64_t k = pl->pool ? pl->pool : 1;
+  if (ys.d[0] != cv.n || ys.d[1] != cv.m || ys.d[2] != cv.oh / k || ys.d[3] != cv.ow / k)
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
+                         "output [%lld, %lld, %lld, %lld] is not the conv's [%lld, %lld, %lld, "
+                         "%lld] pooled by %lld", (long long)ys.d[0], (long long)ys.d[1],
+                         (long long)ys.d[2], (long long)ys.d[3], (long long)cv.n,
+                         (long long)cv.m, (long long)cv.oh, (long long)cv.ow, (long long)k);
   pl->padded = cv.h != pl->h || cv.w != pl->w;
   pl->pad_bytes = pl->padded ? align_up((size_t)(cv.n * cv.c * cv.h * cv.w) * sizeof(float)) : 0;
   return TEQ_OK;
@@ -447,6 +467,54 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
       y, z, bias, cv.n * cv.m, cv.m, plane, fused_act_args(act));
   CUDA_LAUNCHED();
   return TEQ_OK;
+}
+
+/* ---- the fused max pool ----
+ * conv2d{pool=k} is maxpool(k x k, stride k, no pads, extents rounded
+ * down) of act(conv + z + bias). Winograd's output transform pools its
+ * own tiles (winograd_output_tile); every other way writes the full output
+ * into the head of scratch, and conv_pool_kernel reads it into y. */
+
+/* The largest of the k x k window at f (its rows `row` apart) in the CPU
+ * row's order (conv.c: pool_full_f32), so NaNs fall out as they do there:
+ * each column's rows first, a later row's value kept where it is greater,
+ * then the columns, from -FLT_MAX. */
+__host__ __device__ __forceinline__ float pool_window(const float *f, int64_t row, int k) {
+  float acc = -FLT_MAX;
+  for (int j = 0; j < k; j++) {
+    float v = f[j];
+    for (int i = 1; i < k; i++) v = f[i * row + j] > v ? f[i * row + j] : v;
+    acc = v > acc ? v : acc;
+  }
+  return acc;
+}
+
+/* Pooled element i of planes of oh x ow full outputs. */
+__host__ __device__ __forceinline__ float pool_at(const float *full, int64_t i, int64_t oh,
+                                                 int64_t ow, int k) {
+  int64_t ph = oh / k, pw = ow / k;
+  int64_t px = i % pw, py = i / pw % ph, plane = i / (pw * ph);
+  return pool_window(full + (plane * oh + py * k) * ow + px * k, ow, k);
+}
+
+__global__ void conv_pool_kernel(const float *__restrict__ full, float *__restrict__ y,
+                                 int64_t total, int64_t oh, int64_t ow, int k) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = pool_at(full, i, oh, ow, k);
+}
+
+/* The pooled output's elements. */
+static int64_t pooled_numel(const Conv2dPlan &pl) {
+  const CudnnConv &cv = pl.cv;
+  return cv.n * cv.m * (cv.oh / pl.pool) * (cv.ow / pl.pool);
+}
+
+/* The full output a way that does not pool itself writes first, at the
+ * head of scratch: its bytes, 0 without a pool. */
+static size_t pool_head_bytes(const Conv2dPlan &pl) {
+  const CudnnConv &cv = pl.cv;
+  return pl.pool ? align_up((size_t)(cv.n * cv.m * cv.oh * cv.ow) * sizeof(float)) : 0;
 }
 
 /* ---- the direct way: our own kernel for grouped and shallow convolutions ----
@@ -749,11 +817,18 @@ __global__ void conv_tiled_kernel(const float *__restrict__ x, const float *__re
  * their own (taps dh apart become neighbours), so a tile's two rows are dh
  * apart: tile row ty is row 2 dh (ty / dh) + ty % dh and the one dh below
  * it, and th = dh ceil(ceil(oh / dh) / 2); the same for columns. At
- * dilation 1 a tile is rows 2 ty and 2 ty + 1. */
+ * dilation 1 a tile is rows 2 ty and 2 ty + 1: a 2x2 pool's window, which
+ * the transform back then reduces to its max (pooled). */
 struct Winograd {
   int n, c, m, h, w, oh, ow, ph, pw, dh, dw, th, tw;
-  int tiles; /* n th tw: the products' inner extent */
+  int tiles;   /* n th tw: the products' inner extent */
+  bool pooled; /* each whole tile stored as its max, at (ty, tx) of the pooled output */
 };
+
+/* Whether Winograd's tiles are the plan's pool windows: 2x2 at dilation 1. */
+static bool winograd_pools(const Conv2dPlan &pl) {
+  return pl.pool == 2 && pl.cv.dh == 1 && pl.cv.dw == 1;
+}
 
 static bool winograd_geometry(const Conv2dPlan &pl, Winograd *g) {
   const CudnnConv &cv = pl.cv;
@@ -767,7 +842,8 @@ static bool winograd_geometry(const Conv2dPlan &pl, Winograd *g) {
       !fits_int(cv.n * cv.m * cv.oh * cv.ow))
     return false;
   *g = {(int)cv.n, (int)cv.c, (int)cv.m, (int)cv.h, (int)cv.w, (int)cv.oh, (int)cv.ow,
-        (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw, (int)th, (int)tw, (int)tiles};
+        (int)cv.ph, (int)cv.pw, (int)cv.dh, (int)cv.dw, (int)th, (int)tw, (int)tiles,
+        winograd_pools(pl)};
   return true;
 }
 
@@ -868,22 +944,29 @@ __host__ __device__ __forceinline__ void winograd_input_tile(const Winograd &g, 
 
 /* Tile t of output plane pl (image, output channel) from the products
  * [16][M][tiles], its epilogue applied (bias_at: the channel's bias, or
- * NULL), stored where it falls inside the output. */
+ * NULL; z: the residual, of the full output's shape), stored where it
+ * falls inside the output; or, pooled, the tile's max (pool_window) stored
+ * at its place in the pooled output, and nothing for a partial tile (an
+ * odd last row or column: the pool rounds its extents down). */
 __host__ __device__ __forceinline__ void winograd_output_tile(const Winograd &g,
                                                               const float *mt, const float *z,
                                                               const float *bias_at, float *y,
                                                               UnaryArgs act, int pl, int t) {
+  int ty = t / g.tw, tx = t % g.tw;
+  int oy = winograd_origin(ty, g.dh), ox = winograd_origin(tx, g.dw);
+  if (g.pooled && (oy + 1 >= g.oh || ox + 1 >= g.ow)) return;
   int img = pl / g.m, oc = pl - img * g.m;
   float f[16], o[4];
   int64_t at = (int64_t)oc * g.tiles + (int64_t)img * g.th * g.tw + t;
   for (int k = 0; k < 16; k++) f[k] = mt[(int64_t)k * g.m * g.tiles + at];
   winograd_output(f, o);
-  int oy = winograd_origin(t / g.tw, g.dh), ox = winograd_origin(t % g.tw, g.dw);
   for (int i = 0; i < 2 && oy + i * g.dh < g.oh; i++)
     for (int j = 0; j < 2 && ox + j * g.dw < g.ow; j++) {
       int64_t yi = ((int64_t)pl * g.oh + oy + i * g.dh) * g.ow + ox + j * g.dw;
-      y[yi] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias_at, act);
+      o[i * 2 + j] = epilogue_at(o[i * 2 + j], z ? z + yi : nullptr, bias_at, act);
+      if (!g.pooled) y[yi] = o[i * 2 + j];
     }
+  if (g.pooled) y[((int64_t)pl * (g.oh / 2) + ty) * (g.ow / 2) + tx] = pool_window(o, 2, 2);
 }
 
 /* Filter i (output channel i / C, input channel i % C) into U [16][M][C]. */
@@ -912,7 +995,7 @@ __global__ void winograd_input_kernel(const float *__restrict__ x, float *__rest
 
 /* One (image, output channel) plane per block row, its tiles along x; y
  * may be z (a residual added in place): each element is read, then
- * written, by one thread. */
+ * written, by one thread. Pooled, y is smaller than z and never it. */
 __global__ void winograd_output_kernel(const float *__restrict__ mt, const float *z,
                                        const float *__restrict__ bias, float *y, Winograd g,
                                        UnaryArgs act) {
@@ -928,12 +1011,12 @@ __global__ void winograd_output_kernel(const float *__restrict__ mt, const float
 /* ---- the ways' arithmetic on the host ----
  * Where a way's arithmetic is ours (the direct and tiled kernels,
  * Winograd's transforms; the padding copy, the unfolding and the epilogue
- * around cuBLAS's product), its element functions run on the host too, in
- * the order the threads run them: a machine without a GPU checks their
- * indexing against the CPU row (cuda_kernel_on_host;
- * tests/runtime/test_linear.c). cuBLAS's product runs as loops over the
- * very description the device passes cuBLAS (CudaProduct), so its
- * arguments are checked too. */
+ * around cuBLAS's product; the pool after any way), its element functions
+ * run on the host too, in the order the threads run them: a machine
+ * without a GPU checks their indexing against the CPU row
+ * (cuda_kernel_on_host; tests/runtime/test_linear.c). cuBLAS's product
+ * runs as loops over the very description the device passes cuBLAS
+ * (CudaProduct), so its arguments are checked too. */
 
 /* A way asked of a configuration it does not take. */
 static int not_taken(const char *way, Diag *d) {
@@ -1074,7 +1157,8 @@ static int product_on_host(const HostConv &h, int64_t product, int splits, const
 
 /* teq:winograd: the padding copy, the filters', the tiles' and the
  * products' transforms as the kernels run them, the 16 products from the
- * description the device passes cuBLAS, the epilogue. */
+ * description the device passes cuBLAS, the epilogue (and, pooled, each
+ * tile's max). */
 static int winograd_on_host(const HostConv &h, Diag *d) {
   Winograd g;
   if (!winograd_geometry(h.pl, &g)) return not_taken("teq:winograd", d);
@@ -1100,11 +1184,9 @@ static int winograd_on_host(const HostConv &h, Diag *d) {
   return TEQ_OK;
 }
 
-int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
-                        Diag *d) {
-  HostConv h;
-  int rc = host_conv(n, in, out, &h, d);
-  if (rc) return rc;
+/* The way named, into h.y: the whole of Winograd's when pooled, the full
+ * output of any other. */
+static int way_on_host(const char *way, const HostConv &h, Diag *d) {
   if (way && strcmp(way, "teq:direct") == 0) return direct_on_host(h, d);
   if (way && strcmp(way, "teq:winograd") == 0) return winograd_on_host(h, d);
   if (way && strcmp(way, "teq:tiled") == 0) return tiled_on_host(h, d);
@@ -1119,6 +1201,35 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
              "cublas:gemm or cublas:im2col+gemm, whole or split 2 to %d)",
              way ? way : "(none)", (int)CUDA_SPLIT_MAX);
   return TEQ_ERR_UNSUPPORTED;
+}
+
+/* A way that does not pool itself, then the pool, as conv2d_run_then_pool
+ * runs them: the way into a full output of its own (the device's head of
+ * scratch), then pool_at of each pooled element into y. */
+static int way_then_pool_on_host(const char *way, HostConv h, Diag *d) {
+  const CudnnConv &cv = h.pl.cv;
+  float *y = h.y;
+  h.y = (float *)malloc((size_t)(cv.n * cv.m * cv.oh * cv.ow) * sizeof(float));
+  if (!h.y) {
+    diag_error(d, "out of memory for the host's output before its pool");
+    return TEQ_ERR_NOMEM;
+  }
+  int rc = way_on_host(way, h, d);
+  if (rc == TEQ_OK)
+    for (int64_t i = 0; i < pooled_numel(h.pl); i++)
+      y[i] = pool_at(h.y, i, cv.oh, cv.ow, (int)h.pl.pool);
+  free(h.y);
+  return rc;
+}
+
+int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
+                        Diag *d) {
+  HostConv h;
+  int rc = host_conv(n, in, out, &h, d);
+  if (rc) return rc;
+  bool pools_itself = way && strcmp(way, "teq:winograd") == 0 && winograd_pools(h.pl);
+  if (!h.pl.pool || pools_itself) return way_on_host(way, h, d);
+  return way_then_pool_on_host(way, h, d);
 }
 
 /* ---- choosing a way to run a convolution ----
@@ -1160,7 +1271,17 @@ struct Conv2dArgs {
   const Winograd *winograd; /* the Winograd way's, NULL where it does not apply */
   const TiledConv *tiled;   /* the tiled way's, NULL where it does not apply */
   bool w_constant;          /* w is one of the plan's constants (cuda_is_constant) */
+  size_t head; /* scratch bytes before the way's own: the full output a pool reads, or 0 */
 };
+
+/* A way's scratch of `bytes`, after the head its caller keeps there (the
+ * full output that a pool reads next), or NULL without asking when the way
+ * needs none. */
+static int way_scratch(CudaCtx *cx, const Conv2dArgs &a, size_t bytes, char **out, Diag *d) {
+  int rc = scratch_of(cx, bytes ? a.head + bytes : 0, out, d);
+  if (*out) *out += a.head;
+  return rc;
+}
 
 /* Blocks sized to a plane (cuda_row_threads), planes along the grid's y. */
 static int conv2d_run_direct(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
@@ -1197,7 +1318,7 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   char *scratch;
   const float *xin;
   int rc;
-  if ((rc = scratch_of(cx, pl.pad_bytes + winograd_bytes(g), &scratch, d))) return rc;
+  if ((rc = way_scratch(cx, a, pl.pad_bytes + winograd_bytes(g), &scratch, d))) return rc;
   if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
   float *u = (float *)(scratch + pl.pad_bytes);
   float *v = (float *)((char *)u + winograd_u_bytes(g));
@@ -1236,7 +1357,7 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   char *scratch;
   const float *xin;
   int rc;
-  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
+  if ((rc = way_scratch(cx, a, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
   if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
   const float *cols = xin;
   size_t col_bytes = 0;
@@ -1255,17 +1376,12 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
                            cv.oh * cv.ow, a.z, a.act, a.y, d);
 }
 
-/* Runs the convolution one way (workspace ws_bytes), epilogue included:
- * how the choice times each way and how a run runs the chosen one.
- * TEQ_ERR_UNSUPPORTED, with nothing in d, where cuDNN does not fuse for
- * this algorithm. */
-static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
-                          bool note, Diag *d) {
-  if (note) {
-    char name[64];
-    way_name(way, name, sizeof name);
-    cuda_note(cx, "%s", name);
-  }
+/* The convolution one way (workspace ws_bytes), epilogue included, into
+ * a.y: the whole of a way that pools itself (Winograd's, pooled), the
+ * full output of any other. TEQ_ERR_UNSUPPORTED, with nothing in d, where
+ * cuDNN does not fuse for this algorithm. */
+static int conv2d_run_conv(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
+                           Diag *d) {
   if (way == WAY_DIRECT) return conv2d_run_direct(cx, a, d);
   if (way == WAY_WINOGRAD) return conv2d_run_winograd(cx, a, d);
   if (way == WAY_TILED) return conv2d_run_tiled(cx, a, d);
@@ -1275,7 +1391,7 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   int rc;
   char *scratch;
   const float *xin;
-  if ((rc = scratch_of(cx, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
+  if ((rc = way_scratch(cx, a, pl.pad_bytes + ws_bytes, &scratch, d))) return rc;
   if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
   void *ws = ws_bytes ? scratch + pl.pad_bytes : nullptr;
   const float one = 1.0f, zero = 0.0f;
@@ -1298,6 +1414,45 @@ static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t 
   return conv2d_epilogue(cx, pl.cv, a.bias, a.z, a.act, a.y, d);
 }
 
+/* A way that does not pool itself, then the pool: the way writes the full
+ * output into the head of scratch, and conv_pool_kernel reduces it into
+ * y. Scratch is asked for whole first (the head and what the way asks
+ * after it: the padded input and its workspace, none for our direct and
+ * tiled kernels), so the way's own ask moves nothing. */
+static int conv2d_run_then_pool(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
+                                Diag *d) {
+  const Conv2dPlan &pl = *a.pl;
+  Conv2dArgs full = a;
+  full.head = pool_head_bytes(pl);
+  size_t own = way == WAY_DIRECT || way == WAY_TILED ? 0 : pl.pad_bytes + ws_bytes;
+  char *scratch;
+  int rc = scratch_of(cx, full.head + own, &scratch, d);
+  if (rc) return rc;
+  full.y = (float *)scratch;
+  if ((rc = conv2d_run_conv(cx, full, way, ws_bytes, d))) return rc;
+  int64_t total = pooled_numel(pl);
+  conv_pool_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
+      full.y, a.y, total, pl.cv.oh, pl.cv.ow, (int)pl.pool);
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* Runs the convolution one way (workspace ws_bytes), epilogue and pool
+ * included: how the choice times each way and how a run runs the chosen
+ * one. TEQ_ERR_UNSUPPORTED, with nothing in d, where cuDNN does not fuse
+ * for this algorithm. */
+static int conv2d_run_way(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
+                          bool note, Diag *d) {
+  if (note) {
+    char name[64];
+    way_name(way, name, sizeof name);
+    cuda_note(cx, "%s", name);
+  }
+  if (!a.pl->pool || (way == WAY_WINOGRAD && a.winograd->pooled))
+    return conv2d_run_conv(cx, a, way, ws_bytes, d);
+  return conv2d_run_then_pool(cx, a, way, ws_bytes, d);
+}
+
 /* cuDNN's algorithms that a search times again, fastest first by its own
  * report, which times each once. The choice used to set that report
  * against cuBLAS timed warm, and two twins of one conv could part ways:
@@ -1311,7 +1466,8 @@ enum { MAX_WAYS = 2 * CUDNN_CANDIDATES + 5 + 3 }; /* 1 + the splits 2, 4, 8, 16;
 
 /* The remembered {way, workspace bytes} of a forward configuration,
  * searched now if this is the first time and we are not capturing: every
- * candidate way timed whole (cuda_time_calls, warm), the fastest kept. */
+ * candidate way timed whole, its pool included (cuda_time_calls, warm),
+ * the fastest kept. */
 static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t key,
                        int64_t memo[2], Diag *d) {
   if (cuda_memo_get(cx, key, memo)) return TEQ_OK;
@@ -1321,18 +1477,21 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
                       "capturing (the first run should have searched)");
   const Conv2dPlan &pl = *a.pl;
   size_t ws_cap = fwd_search_workspace(cx, *a.ds);
+  /* cuDNN writes the full output: y, or before a pool the head of
+   * scratch, as conv2d_run_then_pool lays it out. */
+  size_t head = pool_head_bytes(pl);
   char *scratch;
-  int rc = scratch_of(cx, pl.pad_bytes + ws_cap, &scratch, d);
+  int rc = scratch_of(cx, head + pl.pad_bytes + ws_cap, &scratch, d);
   if (rc) return rc;
   const float *xin;
-  if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
+  if ((rc = conv2d_input(pl, cx, a.x, scratch + head, &xin, d))) return rc;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int got = 0;
   /* It may write y: the chosen way writes it again. */
   CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
-      cx->cudnn, a.ds->x, xin, a.ds->w, a.w, a.ds->conv, a.ds->y, a.y,
-      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, ws_cap ? scratch + pl.pad_bytes : nullptr,
-      ws_cap));
+      cx->cudnn, a.ds->x, xin, a.ds->w, a.w, a.ds->conv, a.ds->y, head ? (float *)scratch : a.y,
+      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf,
+      ws_cap ? scratch + head + pl.pad_bytes : nullptr, ws_cap));
   int64_t ways[MAX_WAYS];
   size_t bytes[MAX_WAYS];
   int n_ways = 0, n_cudnn = 0;
@@ -1426,12 +1585,14 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data, has_direct ? &direct : nullptr,
                   has_winograd ? &winograd : nullptr, has_tiled ? &tiled : nullptr,
-                  cuda_is_constant(cx, in[1].data)};
+                  cuda_is_constant(cx, in[1].data), 0};
   int64_t memo[2];
   /* A constant filter is a configuration of its own: Winograd transforms it
-   * once, not on every call, and may win there alone. */
+   * once, not on every call, and may win there alone. So is a pool, which
+   * Winograd's tiles take in their transform back and other ways in a pass
+   * of their own. */
   uint64_t key = conv_key(1, cv, act * 4 + (bias != nullptr) + 2 * (z != nullptr) +
-                                     (a.w_constant ? 1 << 8 : 0),
+                                     (a.w_constant ? 1 << 8 : 0) + (pl.pool << 9),
                           a.x, a.y, z);
   if ((rc = conv2d_algo(n, cx, a, key, memo, d))) return rc;
   rc = conv2d_run_way(cx, a, memo[0], (size_t)memo[1], true, d);

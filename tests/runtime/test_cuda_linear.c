@@ -6,16 +6,17 @@
  * fused act (relu takes cuDNN's fused bias-activation call), 1x1, and a
  * ResNet layer; each cuBLAS way pinned, whole or split along K, the
  * direct kernel pinned on grouped, depthwise and shallow dense convs, and
- * pins the configuration does not offer; conv_transpose with stride,
- * output_padding, even pads (cuDNN computes the window) and uneven ones or
- * output_padding past the stride (the full scatter is cropped), groups,
- * dilation, bias; enlarge to square and non-square kernels; batchnorm on 2-D
- * to 4-D inputs and a non-default epsilon; matmul with 2-D, 1-D and
- * broadcast batch operands (one tall GEMM, strided-batched, and loops of
- * either) and fused acts (a relu over one tall GEMM is cuBLASLt's epilogue),
- * the tall product's ways pinned, whole or split along K;
- * gemm with transposes, alpha and beta, and C as a scalar, [1], [N], [M, 1],
- * [1, N] and [M, N]. */
+ * pins the configuration does not offer, and a fused 2x2 or 3x3 max pool
+ * (Winograd's tiles keep their max; the other ways pool apart);
+ * conv_transpose with stride, output_padding, even pads (cuDNN computes
+ * the window) and uneven ones or output_padding past the stride (the full
+ * scatter is cropped), groups, dilation, bias; enlarge to square and
+ * non-square kernels; batchnorm on 2-D to 4-D inputs and a non-default
+ * epsilon; matmul with 2-D, 1-D and broadcast batch operands (one tall
+ * GEMM, strided-batched, and loops of either) and fused acts (a relu over
+ * one tall GEMM is cuBLASLt's epilogue), the tall product's ways pinned,
+ * whole or split along K; gemm with transposes, alpha and beta, and C as a
+ * scalar, [1], [N], [M, 1], [1, N] and [M, N]. */
 #include "tests/cuda_check.h"
 
 #define SHAPES(...) ((const Shape[]){__VA_ARGS__})
@@ -31,7 +32,8 @@ typedef struct ConvSpec {
   bool bias;
   int64_t stride[2], pads[4], dilation[2], groups;
   int act;
-  bool residual; /* a fourth input of the output's shape (with the bias) */
+  bool residual; /* a fourth input of the full output's shape (with the bias) */
+  int64_t pool;  /* the fused max pool's window and stride, 0 for none */
 } ConvSpec;
 
 static CudaCase conv_spec_case(ConvSpec s) {
@@ -50,6 +52,7 @@ static CudaCase conv_spec_case(ConvSpec s) {
                  2);
   param_set_int(&c.params, param_index(OP_CONV2D, "groups"), s.groups ? s.groups : 1);
   param_set_int(&c.params, param_index(OP_CONV2D, "act"), s.act);
+  param_set_int(&c.params, param_index(OP_CONV2D, "pool"), s.pool);
   return c;
 }
 
@@ -355,6 +358,39 @@ static void test_conv2d_ways(CudaDevice *dev) {
   check_pin_refused(dev, OP_CONV2D, S(4, 1, 16, 5, 5), S(4, 4, 16, 1, 1), "teq:winograd",
                     "cublas:gemm");
   test_winograd_constant_filters(dev);
+  /* A fused 2x2 max pool (VGG's conv, relu, pool): Winograd's transform back
+   * keeps each tile's max, partial tiles of an odd output dropped; other
+   * ways, and Winograd at pool 3, pool the full output in scratch apart. */
+  const ConvSpec pooled[] = {
+    {.label = "winograd 1x64x28x28 bias relu pool 2 (VGG)", S(4, 1, 64, 28, 28),
+     S(4, 64, 64, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU, .pool = 2},
+    {.label = "winograd 2x32x15x13 residual bias pool 2 (odd: partial tiles)",
+     S(4, 2, 32, 15, 13), S(4, 24, 32, 3, 3), true, .pads = {1, 1, 1, 1}, .residual = true,
+     .pool = 2},
+    {.label = "winograd 1x16x17x16 bias relu pool 3 (pooled apart)", S(4, 1, 16, 17, 16),
+     S(4, 8, 16, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU, .pool = 3},
+  };
+  for (size_t i = 0; i < sizeof pooled / sizeof *pooled; i++)
+    pinned_conv_case(dev, "teq:winograd", pooled[i]);
+  ConvSpec vgg = {.label = "im2col 1x64x28x28 bias relu pool 2 (VGG)", S(4, 1, 64, 28, 28),
+                  S(4, 64, 64, 3, 3), true, .pads = {1, 1, 1, 1}, .act = ACT_RELU, .pool = 2};
+  pinned_conv_case(dev, "cublas:im2col+gemm", vgg);
+  CudaCase vc = conv_spec_case(vgg);
+  char pooled_way[CUDA_CASE_WAY_MAX];
+  offered_way(dev, &vc, "+bias+relu", pooled_way, sizeof pooled_way);
+  vgg.label = "cuDNN's fused call 1x64x28x28 bias relu pool 2 (VGG)";
+  if (pooled_way[0]) pinned_conv_case(dev, pooled_way, vgg);
+  pinned_conv_case(dev, "cublas:im2col+gemm",
+                   (ConvSpec){.label = "im2col 1x8x9x11 k3 s2 pads(0 1 2 1) residual pool 2",
+                              S(4, 1, 8, 9, 11), S(4, 6, 8, 3, 3), true, .stride = {2, 2},
+                              .pads = {0, 1, 2, 1}, .residual = true, .pool = 2});
+  pinned_conv_case(dev, "teq:direct",
+                   (ConvSpec){.label = "direct 1x3x224x224 k3 bias relu pool 2 (VGG's first)",
+                              S(4, 1, 3, 224, 224), S(4, 64, 3, 3, 3), true,
+                              .pads = {1, 1, 1, 1}, .act = ACT_RELU, .pool = 2});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x128x56x56 bias relu pool 2 (each way timed pooled)",
+                            S(4, 1, 128, 56, 56), S(4, 128, 128, 3, 3), true,
+                            .pads = {1, 1, 1, 1}, .act = ACT_RELU, .pool = 2});
   /* A residual (ResNet's shortcut, folded in at import): cuDNN's fused call
    * adds it as z, the other ways in their epilogue or the partials' sum. */
   conv_case(dev, (ConvSpec){.label = "conv2d 1x64x56x56 residual bias relu", S(4, 1, 64, 56, 56),

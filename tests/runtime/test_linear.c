@@ -296,6 +296,67 @@ static void test_conv_gpu_ways_on_host(void) {
   diag_fini(&d);
 }
 
+/* conv2d's fused max pool (pool = k) in the GPU ways' host replays,
+ * against the CPU row: Winograd's transform back keeping each 2x2 tile's
+ * max (the partial tiles of odd outputs dropped), and every other way
+ * (Winograd's too at pool 3 or dilation 2) writing the full output, then
+ * pooled apart. Twice per case: on random floats, within the rounding of
+ * the sums' order; and on small integers (every sum exact) with NaNs
+ * strewn in the residual, where every element must match, NaN for NaN:
+ * the order of a window's comparisons decides which NaNs it keeps. */
+static void test_conv_pool_ways_on_host(void) {
+  if (!cuda_kernels_built("the GPU ways' pooled host checks")) return;
+  static const struct {
+    const char *way;
+    int pool;
+    ConvCase k;
+  } cases[] = {
+    /* n c  h  w  m kh kw sh sw pt pl pb pr dh dw  g  b  act       res */
+    {"teq:winograd", 2, {1, 8, 9, 11, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_RELU, 1}},
+    {"teq:winograd", 2, {2, 5, 8, 7, 4, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_NONE, 1}},
+    {"teq:winograd", 2, {1, 6, 10, 9, 5, 3, 3, 1, 1, 0, 2, 1, 0, 1, 1, 1, 1, ACT_TANH, 0}},
+    {"teq:winograd", 2, {1, 32, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_RELU, 0}},
+    {"teq:winograd", 3, {1, 4, 11, 10, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_NONE, 1}},
+    {"teq:winograd", 2, {1, 4, 9, 10, 3, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, ACT_NONE, 1}},
+    {"cublas:im2col+gemm", 2, {2, 6, 9, 8, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_NONE, 1}},
+    {"cublas:im2col+gemm", 2, {1, 4, 13, 12, 5, 3, 3, 2, 2, 0, 1, 2, 1, 1, 1, 1, 1, ACT_RELU, 0}},
+    {"cublas:im2col+gemm split 2", 2,
+     {1, 4, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_NONE, 1}},
+    {"cublas:gemm", 2, {1, 8, 6, 7, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, ACT_NONE, 1}},
+    {"teq:direct", 2, {1, 3, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ACT_RELU, 1}},
+    {"teq:direct", 3, {1, 4, 10, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, ACT_NONE, 1}},
+    {"teq:tiled", 2, {2, 8, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1}},
+  };
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+    for (int exact = 0; exact < 2; exact++) {
+      const ConvCase *k = &cases[ci].k;
+      const char *way = cases[ci].way;
+      int pool = cases[ci].pool;
+      Tensor *in[4];
+      conv_inputs(k, in, exact, 900 + ci);
+      if (exact && k->res)
+        for (int64_t i = 0; i < tensor_numel(in[3]); i++)
+          if ((uint32_t)(i * 2654435761u) >> 30 == 0) ((float *)in[3]->data)[i] = NAN;
+      Op o;
+      conv_setup(&o, k);
+      op_int(&o, "pool", pool);
+      Tensor *want = op_run(&o, in, false, &d);
+      Tensor *y = tensor_new(
+          DT_F32, &(Shape){4, {k->n, k->m, conv_out_h(k) / pool, conv_out_w(k) / pool}});
+      int rc = cuda_kernel_on_host(way, &o.node, in, y, &d);
+      double e = max_rel_err(y, want);
+      CHECK_MSG(want && rc == TEQ_OK && (exact ? e == 0 : e < 1e-5),
+                "pooled conv case %zu (pool %d, %s): %s on the host, error %g: %s", ci, pool,
+                exact ? "integers, NaNs in z" : "floats", way, e, diag_last(&d));
+      tensor_unref(want);
+      tensor_unref(y);
+      unref_all(in, conv_n_in(k));
+    }
+  diag_fini(&d);
+}
+
 /* Z_p equals float32 on small integers; with a fused act, Z_p applies the
  * act's stand-in to the plain Z_p conv. */
 static void test_conv_modp_vs_float(void) {
@@ -1225,6 +1286,7 @@ int main(void) {
   test_conv_float_vs_reference();
   test_conv_modp_vs_float();
   test_conv_gpu_ways_on_host();
+  test_conv_pool_ways_on_host();
   test_iconv_identity();
   test_enlarge_identity();
   test_matmul();
