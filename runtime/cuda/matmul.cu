@@ -85,6 +85,12 @@ struct LtArgs {
   float *c;
 };
 
+/* What the step notes of an LtArgs' GEMM say, and what pins it. */
+static const char *lt_way_name(const LtArgs &g) {
+  return g.bias ? (g.act == ACT_RELU ? "cublasLt:bias+relu epilogue" : "cublasLt:bias epilogue")
+                : "cublasLt:relu epilogue";
+}
+
 /* An LtArgs in one cuBLASLt GEMM with its epilogue, in full float32 (no
  * TF32). *done is false when cuBLASLt has no algorithm for it; the caller
  * then runs the product and its epilogue apart. */
@@ -137,9 +143,7 @@ static int lt_product(CudaCtx *cx, const LtArgs &g, bool *done, Diag *d) {
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_TRY(cublasLtMatmul(cx->cublaslt, p.op, &one, g.b, p.a, g.a, p.b, &zero, g.c, p.c, g.c,
                             p.c, &best.algo, cx->lt_workspace, ws, cx->stream));
-  cuda_note(cx, "%s", g.bias ? (g.act == ACT_RELU ? "cublasLt:bias+relu epilogue"
-                                                   : "cublasLt:bias epilogue")
-                             : "cublasLt:relu epilogue");
+  cuda_note(cx, "%s", lt_way_name(g));
   *done = true;
   return TEQ_OK;
 }
@@ -344,12 +348,17 @@ static bool gemm_lt_applies(const GemmArgs &g) {
          (g.c || g.act == ACT_RELU);
 }
 
+/* g as cuBLASLt takes it: C the bias. */
+static LtArgs gemm_lt_args(const GemmArgs &g) {
+  return {g.m, g.nn, g.k, g.ta, g.tb, g.a, g.b, g.c, g.act, g.y};
+}
+
 /* The cuBLASLt way: C as the bias and the relu in the product's epilogue,
  * one kernel where the plain way runs two or three. TEQ_ERR_UNSUPPORTED,
  * with nothing in d, where cuBLASLt has no algorithm. */
 static int gemm_lt(CudaCtx *cx, const GemmArgs &g, Diag *d) {
   bool done;
-  int rc = lt_product(cx, {g.m, g.nn, g.k, g.ta, g.tb, g.a, g.b, g.c, g.act, g.y}, &done, d);
+  int rc = lt_product(cx, gemm_lt_args(g), &done, d);
   return rc ? rc : done ? TEQ_OK : TEQ_ERR_UNSUPPORTED;
 }
 
@@ -363,7 +372,8 @@ static int gemm_way(const Node *n, CudaCtx *cx, const GemmArgs &g, bool *lt, Dia
   *lt = false;
   if (!gemm_lt_applies(g)) return TEQ_OK;
   if (const char *pin = cuda_pinned_way(cx)) {
-    const char names[2][CUDA_WAY_NAME_MAX] = {"cublas:gemm", "cublasLt:epilogue"};
+    char names[2][CUDA_WAY_NAME_MAX] = {"cublas:gemm", ""};
+    snprintf(names[1], sizeof names[1], "%s", lt_way_name(gemm_lt_args(g)));
     int i = 0;
     int rc = cuda_pinned_index(n, pin, names, 2, &i, d);
     *lt = i == 1;

@@ -15,7 +15,8 @@
  * epsilon; matmul with 2-D, 1-D and broadcast batch operands (one tall
  * GEMM, strided-batched, and loops of either) and fused acts (a relu over
  * one tall GEMM is cuBLASLt's epilogue), the tall product's ways pinned,
- * whole or split along K; gemm with transposes, alpha and beta, and C as a
+ * whole or split along K; gemm (its bias and relu in cuBLASLt's epilogue
+ * or not, each pinned) with transposes, alpha and beta, and C as a
  * scalar, [1], [N], [M, 1], [1, N] and [M, N]. */
 #include "tests/cuda_check.h"
 
@@ -588,14 +589,33 @@ static void test_matmul_ways(CudaDevice *dev) {
 
 /* ---- gemm ---- */
 
-static void gemm_case(CudaDevice *dev, const char *label, Shape a, Shape b, const Shape *c,
-                      int ta, int tb, double alpha, double beta) {
+static CudaCase gemm_spec_case(const char *label, Shape a, Shape b, const Shape *c, int ta,
+                               int tb, double alpha, double beta, int act) {
   CudaCase k = cuda_case(label, OP_GEMM, c ? 3 : 2, SHAPES(a, b, c ? *c : a));
   param_set_int(&k.params, param_index(OP_GEMM, "transA"), ta);
   param_set_int(&k.params, param_index(OP_GEMM, "transB"), tb);
   param_set_float(&k.params, param_index(OP_GEMM, "alpha"), alpha);
   param_set_float(&k.params, param_index(OP_GEMM, "beta"), beta);
+  param_set_int(&k.params, param_index(OP_GEMM, "act"), act);
+  return k;
+}
+
+static void gemm_case(CudaDevice *dev, const char *label, Shape a, Shape b, const Shape *c,
+                      int ta, int tb, double alpha, double beta) {
+  CudaCase k = gemm_spec_case(label, a, b, c, ta, tb, alpha, beta, ACT_NONE);
   cuda_check_case(dev, &k);
+}
+
+/* A gemm with a bias C (one value per column) or a fused relu runs either
+ * way, each pinned here: cuBLASLt with both in its epilogue, or C copied
+ * into the output, cublasSgemm and the relu's pass. */
+static void pinned_gemm_case(CudaDevice *dev, const char *way, const char *label, Shape a,
+                             Shape b, const Shape *c, int ta, int tb, int act) {
+  CudaCase k = gemm_spec_case(label, a, b, c, ta, tb, 1, 1, act);
+  cuda_device_pin_way(dev, way);
+  cuda_check_case(dev, &k);
+  check_way_ran(dev, &k, way);
+  cuda_device_pin_way(dev, NULL);
 }
 
 static void test_gemm(CudaDevice *dev) {
@@ -617,6 +637,27 @@ static void test_gemm(CudaDevice *dev) {
   Shape big_c = S(1, 1024);
   gemm_case(dev, "gemm [1000,512]x[1024,512]^T C [N] (large)", S(2, 1000, 512), S(2, 1024, 512),
             &big_c, 0, 1, 1, 1);
+  /* Fused activations, each way as the device chooses. */
+  CudaCase k = gemm_spec_case("gemm C [N] transB relu", a, bt, &c_n, 0, 1, 1, 1, ACT_RELU);
+  cuda_check_case(dev, &k);
+  k = gemm_spec_case("gemm C [M,N] relu (not a bias)", a, b, &c_mn, 0, 0, 1, 1, ACT_RELU);
+  cuda_check_case(dev, &k);
+  k = gemm_spec_case("gemm C [N] alpha 2 relu", a, b, &c_n, 0, 0, 2, 1, ACT_RELU);
+  cuda_check_case(dev, &k);
+  k = gemm_spec_case("gemm transA sigmoid", at, b, NULL, 1, 0, 1, 1, ACT_SIGMOID);
+  cuda_check_case(dev, &k);
+  /* Pinned: VGG's classifier at batch 1 (a row times B^T, its bias and
+   * relu), the transposed layouts, a bias alone and a relu alone. */
+  Shape vgg_c = S(1, 1024), row = S(2, 1, 4096), w = S(2, 1024, 4096);
+  pinned_gemm_case(dev, "cublasLt:bias+relu epilogue", "gemm [1,4096]x[1024,4096]^T C relu",
+                   row, w, &vgg_c, 0, 1, ACT_RELU);
+  pinned_gemm_case(dev, "cublas:gemm", "gemm [1,4096]x[1024,4096]^T C relu (plain)", row, w,
+                   &vgg_c, 0, 1, ACT_RELU);
+  pinned_gemm_case(dev, "cublasLt:bias+relu epilogue", "gemm transA transB C [1,N] relu", at, bt,
+                   &c_1n, 1, 1, ACT_RELU);
+  pinned_gemm_case(dev, "cublasLt:bias epilogue", "gemm transA C [N]", at, b, &c_n, 1, 0,
+                   ACT_NONE);
+  pinned_gemm_case(dev, "cublasLt:relu epilogue", "gemm no C relu", a, b, NULL, 0, 0, ACT_RELU);
 }
 
 int main(void) {
