@@ -115,8 +115,10 @@ import json, re, sys
 r, name = json.load(open(sys.argv[1]))["import"], sys.argv[3]
 line = [l for l in open(sys.argv[2]) if l.startswith("  import ")]
 assert len(line) == 1 and r["nodes"] > 0 and min(r.values()) >= 0, (line, r)
-assert re.search(r" %d swishes, %d residual adds and %d activations fused" % (
-    r["swishes_fused"], r["residuals_fused"], r["activations_fused"]), line[0]), (line, r)
+assert re.search(r" %d swishes, %d residual adds, %d activations and %d pools fused" % (
+    r["swishes_fused"], r["residuals_fused"], r["activations_fused"], r["pools_fused"]),
+    line[0]), (line, r)
+assert (r["pools_fused"] > 0) == (name in ("tiny-cnn", "vgg19", "csrnet")), r
 assert re.search(r" %d BatchNorms and %d scales folded" % (
     r["batchnorms_folded"], r["scales_folded"]), line[0]), (line, r)
 assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
@@ -351,23 +353,23 @@ else fail "external data: $(tail -n1 "$WORK/err.log")"
 fi
 [[ -f $WORK/ext/out/m.onnx ]] && ort_same_outputs external "$WORK/ext/in/model.onnx" "$WORK/ext/out/m.onnx" "$WORK/ext" || true
 
-# --- --as-given: the model imported again with no fusion (tiny-cnn's seven relus and two
-# residual adds their own operators) and priced beside the fused import; run-model imports it
-# so too.
+# --- --as-given: the model imported again with no fusion (tiny-cnn's seven relus, two
+# residual adds and a max pool their own operators) and priced beside the fused import;
+# run-model imports it so too.
 if "$OPT" --rules "$db" --quiet --no-pet --no-check --budget 5 --as-given --json "$WORK/given.json" \
      -o "$WORK/given.onnx" "$WORK/tiny.onnx" >"$WORK/given.txt" 2>"$WORK/err.log" &&
    "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 g = r["as_given"]
-assert g["operators"] == r["operators_before"] + 9 and g["cost_us"] > 0, g
+assert g["operators"] == r["operators_before"] + 10 and g["cost_us"] > 0, g
 ' "$WORK/given.json" && grep -q '^  model as given (no fusion) *[0-9]* operators' "$WORK/given.txt" &&
    "$PY" -c 'import json, sys; assert json.load(open(sys.argv[1]))["as_given"] is None' \
      "$WORK/tiny-cnn/report.json" &&
    "$BUILD/tools/run-model" --repeat 0 --as-given "$WORK/tiny.onnx" >"$WORK/given.run" 2>&1 &&
-   grep -q ' 0 residual adds and 0 activations fused' "$WORK/given.run" &&
+   grep -q ' 0 residual adds, 0 activations and 0 pools fused' "$WORK/given.run" &&
    "$BUILD/tools/run-model" --repeat 0 "$WORK/tiny.onnx" >"$WORK/given.run" 2>&1 &&
-   grep -q ' 2 residual adds and 5 activations fused' "$WORK/given.run"
+   grep -q ' 2 residual adds, 5 activations and 1 pools fused' "$WORK/given.run"
 then ok "--as-given: $(grep 'model as given' "$WORK/given.txt" | tr -s ' ')"
 else fail "--as-given: $(tail -n1 "$WORK/err.log")"
 fi
