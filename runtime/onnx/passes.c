@@ -53,6 +53,18 @@ static int take_over(Graph *g, int32_t at, int32_t named_like, OpKind kind, cons
   return id;
 }
 
+/* Producer node p again with parameter param_i set to value, taking over
+ * the readers of node at (the activation or pool it absorbs), named as p
+ * is. Its id, or an error (in d). p has at most 8 inputs. */
+static int retake_with(Graph *g, int32_t at, int32_t p, int param_i, int64_t value, Diag *d) {
+  const Node *pn = &g->nodes[p];
+  Params params = pn->params;
+  params.v[param_i].i[0] = value;
+  TensorRef in[8];
+  memcpy(in, pn->in, (size_t)pn->n_in * sizeof *in);
+  return take_over(g, at, p, pn->kind, in, pn->n_in, &params, d);
+}
+
 /* Follows a chain of no-ops back to the value it passes through. */
 static TensorRef through_noops(const Graph *g, TensorRef r) {
   while (op_def(g->nodes[r.node].kind)->flags & OPF_NOOP && g->nodes[r.node].n_in > 0)
@@ -642,14 +654,10 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     /* The producer's only use, and its only output: fusing must not change
      * what another reader (or the graph's output) sees. */
     if (act_i < 0 || x.node >= n0 || p->n_out != 1 || uses[offset[x.node]] != 1 ||
-        p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32 || op_output_pooled(p))
+        p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32 || op_output_pooled(p) ||
+        p->n_in > 8)
       continue;
-    Params params = p->params;
-    params.v[act_i].i[0] = act;
-    TensorRef in[8];
-    if (p->n_in > 8) continue;
-    memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
-    int id = take_over(g, i, x.node, p->kind, in, p->n_in, &params, d);
+    int id = retake_with(g, i, x.node, act_i, act, d);
     if (id < 0) {
       rc = id;
       break;
@@ -697,11 +705,7 @@ int onnx_pass_fuse_pools(Graph *g, Diag *d) {
     if (full->ndim != 4) continue;
     Shape whole = shape_make(4, (int64_t[]){full->d[0], full->d[1], full->d[2] / k, full->d[3] / k});
     if (!shape_equal(&m->out[0], &whole)) continue;
-    Params params = p->params;
-    params.v[pool_i].i[0] = k;
-    TensorRef in[8];
-    memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
-    int id = take_over(g, i, x.node, p->kind, in, p->n_in, &params, d);
+    int id = retake_with(g, i, x.node, pool_i, k, d);
     if (id < 0) {
       rc = id;
       break;

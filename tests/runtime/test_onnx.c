@@ -83,6 +83,27 @@ static int export_to_tmp(const Graph *g, const char *file, char *q) {
   return rc;
 }
 
+/* g written as file in the temporary directory and imported again with
+ * options o (NULL: the defaults; given: as given, every fusion off), or
+ * NULL, the failure checked. */
+static Graph *written_and_read(const Graph *g, const char *file, const OnnxImportOptions *o,
+                               bool given, OnnxImportStats *st, Diag *d) {
+  char q[PATH_BUF];
+  OnnxImportOptions as_given = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&as_given);
+  return export_to_tmp(g, file, q) == TEQ_OK ? import(q, given ? &as_given : o, st, d) : NULL;
+}
+
+/* The gemm's configuration key (the cost tables') in g holds want. */
+static void check_gemm_key(const Graph *g, const char *want) {
+  char key[COST_KEY_MAX];
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].kind == OP_GEMM) {
+      cost_config_key(g, i, key, sizeof key);
+      CHECK_MSG(strstr(key, want) != NULL, "%s", key);
+    }
+}
+
 /* Output 0 of g on input x (NULL: x must be absent, no inputs); the
  * others are dropped. */
 static Tensor *run(const Graph *g, Tensor *x) {
@@ -1066,7 +1087,7 @@ static void test_residuals_fused(void) {
   graph_add_output(g, (TensorRef){a4, 0}, "y4", &d);
   graph_add_output(g, (TensorRef){conv[4], 0}, "c4", &d);
   graph_add_output(g, (TensorRef){a5, 0}, "y5", &d);
-  char q[PATH_BUF], q2[PATH_BUF];
+  char q[PATH_BUF];
   int rc = export_to_tmp(g, "residuals.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -1078,11 +1099,9 @@ static void test_residuals_fused(void) {
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU), 1);
     check_same_outputs(g, h, &sx, 21);
     /* Written back: each residual an Add after its Conv again. */
-    rc = onnx_export_file(h, tmp("residuals_again.onnx", q2), NULL, &d);
-    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
     OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
     o.keep_unfused_residuals = true;
-    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    Graph *k = written_and_read(h, "residuals_again.onnx", &o, false, &st, &d);
     if (k) {
       CHECK_EQ_INT(count_residual(k), 0);
       CHECK_EQ_INT(count_kind(k, OP_EWADD), 5);
@@ -1091,9 +1110,7 @@ static void test_residuals_fused(void) {
     graph_free(k);
   }
   graph_free(h);
-  OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
-  onnx_import_as_given(&given);
-  h = rc == TEQ_OK ? import(q, &given, &st, &d) : NULL;
+  h = rc == TEQ_OK ? written_and_read(g, "residuals.onnx", NULL, true, &st, &d) : NULL;
   if (h) CHECK(st.n_residuals_fused == 0 && count_residual(h) == 0 && count_kind(h, OP_EWADD) == 5);
   graph_free(h);
   graph_free(g);
@@ -1167,7 +1184,7 @@ static void test_pools_fused(void) {
   graph_add_output(g, (TensorRef){conv[4], 0}, "c4", &d);
   graph_add_output(g, (TensorRef){r5, 0}, "y5", &d);
   graph_add_output(g, (TensorRef){n6, 0}, "y6", &d);
-  char q[PATH_BUF], q2[PATH_BUF];
+  char q[PATH_BUF];
   int rc = export_to_tmp(g, "pools.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -1179,11 +1196,9 @@ static void test_pools_fused(void) {
     CHECK_EQ_INT(count_kind(h, OP_BATCHNORM), 1);
     CHECK_EQ_INT(st.n_batchnorm_folded, 0);
     check_same_outputs(g, h, &sx, 44);
-    rc = onnx_export_file(h, tmp("pools_again.onnx", q2), NULL, &d);
-    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
     OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
     o.keep_unfused_pools = true;
-    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    Graph *k = written_and_read(h, "pools_again.onnx", &o, false, &st, &d);
     if (k) {
       CHECK_EQ_INT(count_pooled(k), 0);
       CHECK_EQ_INT(count_kind(k, OP_MAXPOOL), 6);
@@ -1192,9 +1207,7 @@ static void test_pools_fused(void) {
     graph_free(k);
   }
   graph_free(h);
-  OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
-  onnx_import_as_given(&given);
-  h = rc == TEQ_OK ? import(q, &given, &st, &d) : NULL;
+  h = rc == TEQ_OK ? written_and_read(g, "pools.onnx", NULL, true, &st, &d) : NULL;
   if (h) CHECK(st.n_pools_fused == 0 && count_pooled(h) == 0 && count_kind(h, OP_MAXPOOL) == 6);
   graph_free(h);
   graph_free(g);
@@ -1222,7 +1235,7 @@ static void test_gemm_relu_fused(void) {
   int r = graph_add_node(g, OP_RELU, (TensorRef[]){{gm, 0}}, 1, 1, NULL, "r", &d);
   CHECK(gm >= 0 && r >= 0);
   graph_add_output(g, (TensorRef){r, 0}, "y", &d);
-  char q[PATH_BUF], q2[PATH_BUF], key[COST_KEY_MAX];
+  char q[PATH_BUF];
   int rc = export_to_tmp(g, "gemm_relu.onnx", q);
   OnnxImportStats st;
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -1231,24 +1244,12 @@ static void test_gemm_relu_fused(void) {
     CHECK_EQ_INT(count_fused(h, OP_GEMM, ACT_RELU), 1);
     CHECK_EQ_INT(count_kind(h, OP_RELU), 0);
     check_same_outputs(g, h, &sx, 53);
-    for (int32_t i = 0; i < h->n_nodes; i++)
-      if (h->nodes[i].kind == OP_GEMM) {
-        cost_config_key(h, i, key, sizeof key);
-        CHECK_MSG(strstr(key, "{transA=0 transB=1 alpha=1 beta=1 act=relu}") != NULL, "%s", key);
-      }
-    rc = onnx_export_file(h, tmp("gemm_relu_again.onnx", q2), NULL, &d);
-    CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
-    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
-    onnx_import_as_given(&o);
-    Graph *k = rc == TEQ_OK ? import(q2, &o, &st, &d) : NULL;
+    check_gemm_key(h, "{transA=0 transB=1 alpha=1 beta=1 act=relu}");
+    Graph *k = written_and_read(h, "gemm_relu_again.onnx", NULL, true, &st, &d);
     if (k) {
       CHECK_EQ_INT(count_fused(k, OP_GEMM, ACT_NONE), 1);
       CHECK_EQ_INT(count_kind(k, OP_RELU), 1);
-      for (int32_t i = 0; i < k->n_nodes; i++)
-        if (k->nodes[i].kind == OP_GEMM) {
-          cost_config_key(k, i, key, sizeof key);
-          CHECK_MSG(strstr(key, "{transA=0 transB=1 alpha=1 beta=1}") != NULL, "%s", key);
-        }
+      check_gemm_key(k, "{transA=0 transB=1 alpha=1 beta=1}");
       check_same_outputs(g, k, &sx, 54);
     }
     graph_free(k);
