@@ -473,36 +473,67 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
  * conv2d{pool=k} is maxpool(k x k, stride k, no pads, extents rounded
  * down) of act(conv + z + bias). Winograd's output transform pools its
  * own tiles (winograd_output_tile); every other way writes the full output
- * into the head of scratch, and conv_pool_kernel reads it into y. */
+ * into the head of scratch, and conv_pool_kernel reads it into y. Where
+ * the way's epilogue is a pass of its own (the whole cuBLAS products,
+ * cuDNN's plain call), that pass is left out and the pool applies the
+ * epilogue to each value it reads: one pass over the full output where
+ * there were two, and three quarters of its writes gone. */
 
-/* The largest of the k x k window at f (its rows `row` apart) in the CPU
- * row's order (conv.c: pool_full_f32), so NaNs fall out as they do there:
- * each column's rows first, a later row's value kept where it is greater,
- * then the columns, from -FLT_MAX. */
-__host__ __device__ __forceinline__ float pool_window(const float *f, int64_t row, int k) {
+/* The largest of the k x k window whose element at offset o (rows `row`
+ * apart) is at(o), in the CPU row's order (conv.c: pool_full_f32), so NaNs
+ * fall out as they do there: each column's rows first, a later row's value
+ * kept where it is greater, then the columns, from -FLT_MAX. */
+template <typename At>
+__host__ __device__ __forceinline__ float pool_window_of(const At &at, int64_t row, int k) {
   float acc = -FLT_MAX;
   for (int j = 0; j < k; j++) {
-    float v = f[j];
-    for (int i = 1; i < k; i++) v = f[i * row + j] > v ? f[i * row + j] : v;
+    float v = at(j);
+    for (int i = 1; i < k; i++) {
+      float x = at(i * row + j);
+      v = x > v ? x : v;
+    }
     acc = v > acc ? v : acc;
   }
   return acc;
 }
 
-/* Pooled element i of planes of oh x ow full outputs. */
+/* The same of the window at f itself. */
+__host__ __device__ __forceinline__ float pool_window(const float *f, int64_t row, int k) {
+  return pool_window_of([f](int64_t o) { return f[o]; }, row, k);
+}
+
+/* The epilogue a pool applies to the values it reads (on: the way left it
+ * out): z of the full output's shape, a bias per channel of m, act. */
+struct PoolEpilogue {
+  bool on;
+  const float *z, *bias;
+  int64_t m;
+  UnaryArgs act;
+};
+
+/* Pooled element i of planes of oh x ow full outputs, each value read
+ * through e's epilogue where it is on. */
 __host__ __device__ __forceinline__ float pool_at(const float *full, int64_t i, int64_t oh,
-                                                 int64_t ow, int k) {
+                                                 int64_t ow, int k, const PoolEpilogue &e) {
   int64_t ph = oh / k, pw = ow / k;
   int64_t px = i % pw, py = i / pw % ph, plane = i / (pw * ph);
-  return pool_window(full + (plane * oh + py * k) * ow + px * k, ow, k);
+  int64_t base = (plane * oh + py * k) * ow + px * k;
+  if (!e.on) return pool_window(full + base, ow, k);
+  const float *bias_at = e.bias ? e.bias + plane % e.m : nullptr;
+  return pool_window_of(
+      [&](int64_t o) {
+        return epilogue_at(full[base + o], e.z ? e.z + base + o : nullptr, bias_at, e.act);
+      },
+      ow, k);
 }
 
 __global__ void conv_pool_kernel(const float *__restrict__ full, float *__restrict__ y,
-                                 int64_t total, int64_t oh, int64_t ow, int k) {
+                                 int64_t total, int64_t oh, int64_t ow, int k, PoolEpilogue e) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x)
-    y[i] = pool_at(full, i, oh, ow, k);
+    y[i] = pool_at(full, i, oh, ow, k, e);
 }
+
 
 /* The pooled output's elements. */
 static int64_t pooled_numel(const Conv2dPlan &pl) {
@@ -1030,6 +1061,7 @@ struct HostConv {
   const float *x, *w, *bias, *z; /* bias, z: NULL where the node has none */
   float *y;
   UnaryArgs act;
+  bool epilogue_later; /* a whole product leaves its epilogue to the pool after it */
 };
 
 static int host_conv(const Node *n, Tensor *const *in, Tensor *out, HostConv *h, Diag *d) {
@@ -1040,6 +1072,7 @@ static int host_conv(const Node *n, Tensor *const *in, Tensor *out, HostConv *h,
   h->z = n->n_in > 3 ? (const float *)in[3]->data : nullptr;
   h->y = (float *)out->data;
   h->act = fused_act_args((int)param_int(&n->params, CONV_ACT));
+  h->epilogue_later = false;
   return conv2d_plan(n, cin, &cout, &h->pl, d);
 }
 
@@ -1116,7 +1149,8 @@ static const float *host_conv_input(const HostConv &h, float **owned) {
  * input, and cublas:im2col+gemm; whole or split S): the uneven part of the
  * padding copied (pad_planes_at), the columns unfolded (im2col_at), the
  * products as the device describes them to cuBLAS (conv_product), then
- * the epilogue (epilogue_at) or the partials' sum with it. A split takes
+ * the epilogue (epilogue_at; pooled, the pool applies it) or the
+ * partials' sum with it. A split takes
  * here any K that S divides; the device also asks for slices of at least
  * 64 and an output too small to fill it (cuda_split_applies). */
 static int product_on_host(const HostConv &h, int64_t product, int splits, const char *way,
@@ -1147,7 +1181,7 @@ static int product_on_host(const HostConv &h, int64_t product, int splits, const
     cuda_product_on_host(conv_product(cv, cols, h.w, h.y, splits, part, img));
   if (splits > 1)
     cuda_sum_partials_on_host(part, splits, total, h.bias, cv.m, plane, h.z, h.act.act, h.y);
-  else
+  else if (!h.epilogue_later)
     for (int64_t at = 0; at < total; at++)
       h.y[at] = epilogue_at(h.y[at], h.z ? h.z + at : nullptr,
                             h.bias ? h.bias + at / plane % cv.m : nullptr, h.act);
@@ -1205,7 +1239,8 @@ static int way_on_host(const char *way, const HostConv &h, Diag *d) {
 
 /* A way that does not pool itself, then the pool, as conv2d_run_then_pool
  * runs them: the way into a full output of its own (the device's head of
- * scratch), then pool_at of each pooled element into y. */
+ * scratch), then pool_at of each pooled element into y, with the epilogue
+ * where a whole product left it to the pool. */
 static int way_then_pool_on_host(const char *way, HostConv h, Diag *d) {
   const CudnnConv &cv = h.pl.cv;
   float *y = h.y;
@@ -1214,10 +1249,15 @@ static int way_then_pool_on_host(const char *way, HostConv h, Diag *d) {
     diag_error(d, "out of memory for the host's output before its pool");
     return TEQ_ERR_NOMEM;
   }
+  char gemm[CUDA_WAY_NAME_MAX], im2col[CUDA_WAY_NAME_MAX];
+  cuda_product_way_name(false, 1, gemm, sizeof gemm);
+  cuda_product_way_name(true, 1, im2col, sizeof im2col);
+  h.epilogue_later = way && (strcmp(way, gemm) == 0 || strcmp(way, im2col) == 0);
+  PoolEpilogue e = {h.epilogue_later, h.z, h.bias, cv.m, h.act};
   int rc = way_on_host(way, h, d);
   if (rc == TEQ_OK)
     for (int64_t i = 0; i < pooled_numel(h.pl); i++)
-      y[i] = pool_at(h.y, i, cv.oh, cv.ow, (int)h.pl.pool);
+      y[i] = pool_at(h.y, i, cv.oh, cv.ow, (int)h.pl.pool, e);
   free(h.y);
   return rc;
 }
@@ -1242,6 +1282,14 @@ int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tenso
  * included. */
 enum { ALGO_FUSED = 1 << 16, WAY_DIRECT = 1 << 17, WAY_WINOGRAD = 1 << 18, WAY_TILED = 1 << 19 };
 static bool is_fused(int64_t way) { return way >= 0 && (way & ALGO_FUSED); }
+
+/* Whether a way runs its epilogue as a pass of its own, after the product:
+ * the whole cuBLAS products (a split's sum takes it) and cuDNN's plain
+ * call. Ours apply it in their stores, cuDNN's fused call in its own. */
+static bool epilogue_apart(int64_t way) {
+  if (way < 0) return splits_of(way) == 1;
+  return way != WAY_DIRECT && way != WAY_WINOGRAD && way != WAY_TILED && !is_fused(way);
+}
 
 /* What a way is called in step notes and by cuda_device_pin_way. */
 static void way_name(int64_t way, char *buf, size_t size) {
@@ -1272,6 +1320,7 @@ struct Conv2dArgs {
   const TiledConv *tiled;   /* the tiled way's, NULL where it does not apply */
   bool w_constant;          /* w is one of the plan's constants (cuda_is_constant) */
   size_t head; /* scratch bytes before the way's own: the full output a pool reads, or 0 */
+  bool epilogue_later; /* a way whose epilogue is a pass of its own leaves it to the pool */
 };
 
 /* A way's scratch of `bytes`, after the head its caller keeps there (the
@@ -1371,7 +1420,8 @@ static int conv2d_run_product(CudaCtx *cx, const Conv2dArgs &a, int64_t way, siz
   float *part = splits > 1 ? (float *)(scratch + pl.pad_bytes + col_bytes) : nullptr;
   for (int64_t img = 0; img < conv_product_calls(cv, splits); img++)
     if ((rc = cuda_product(cx, conv_product(cv, cols, a.w, a.y, splits, part, img), d))) return rc;
-  if (splits == 1) return conv2d_epilogue(cx, cv, a.bias, a.z, a.act, a.y, d);
+  if (splits == 1)
+    return a.epilogue_later ? TEQ_OK : conv2d_epilogue(cx, cv, a.bias, a.z, a.act, a.y, d);
   return cuda_sum_partials(cx, part, splits, cv.n * cv.m * cv.oh * cv.ow, a.bias, cv.m,
                            cv.oh * cv.ow, a.z, a.act, a.y, d);
 }
@@ -1411,14 +1461,15 @@ static int conv2d_run_conv(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t
   cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)way;
   CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, xin, ds.w, a.w, ds.conv, algo, ws,
                                     ws_bytes, &zero, ds.y, a.y));
-  return conv2d_epilogue(cx, pl.cv, a.bias, a.z, a.act, a.y, d);
+  return a.epilogue_later ? TEQ_OK : conv2d_epilogue(cx, pl.cv, a.bias, a.z, a.act, a.y, d);
 }
 
 /* A way that does not pool itself, then the pool: the way writes the full
  * output into the head of scratch, and conv_pool_kernel reduces it into
- * y. Scratch is asked for whole first (the head and what the way asks
- * after it: the padded input and its workspace, none for our direct and
- * tiled kernels), so the way's own ask moves nothing. */
+ * y, applying the epilogue where the way's own would have been a pass of
+ * its own (epilogue_apart). Scratch is asked for whole first (the head and
+ * what the way asks after it: the padded input and its workspace, none for
+ * our direct and tiled kernels), so the way's own ask moves nothing. */
 static int conv2d_run_then_pool(CudaCtx *cx, const Conv2dArgs &a, int64_t way, size_t ws_bytes,
                                 Diag *d) {
   const Conv2dPlan &pl = *a.pl;
@@ -1429,10 +1480,12 @@ static int conv2d_run_then_pool(CudaCtx *cx, const Conv2dArgs &a, int64_t way, s
   int rc = scratch_of(cx, full.head + own, &scratch, d);
   if (rc) return rc;
   full.y = (float *)scratch;
+  full.epilogue_later = epilogue_apart(way);
   if ((rc = conv2d_run_conv(cx, full, way, ws_bytes, d))) return rc;
   int64_t total = pooled_numel(pl);
+  PoolEpilogue e = {full.epilogue_later, a.z, a.bias, pl.cv.m, fused_act_args(a.act)};
   conv_pool_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
-      full.y, a.y, total, pl.cv.oh, pl.cv.ow, (int)pl.pool);
+      full.y, a.y, total, pl.cv.oh, pl.cv.ow, (int)pl.pool, e);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
@@ -1585,7 +1638,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,
                   (float *)out[0].data, has_direct ? &direct : nullptr,
                   has_winograd ? &winograd : nullptr, has_tiled ? &tiled : nullptr,
-                  cuda_is_constant(cx, in[1].data), 0};
+                  cuda_is_constant(cx, in[1].data), 0, false};
   int64_t memo[2];
   /* A constant filter is a configuration of its own: Winograd transforms it
    * once, not on every call, and may win there alone. So is a pool, which
