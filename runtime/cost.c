@@ -675,7 +675,7 @@ static double residual_us(CostModel *m, const Graph *g, int id) {
   return us > 0 && gbps > 0 ? us + bytes / (gbps * 1e3) : 0;
 }
 
-/* What node id costs as its twin without its fused pool (op_output_pooled:
+/* What node id costs as its twin without its fused pool (op_unpooled_twin:
  * conv2d's pool) followed by that max pool on its own, or 0 where it has
  * none: how the runtime runs it wherever the pool does not fuse into the
  * way (all but Winograd's), so a bound the table prices from what it
@@ -683,9 +683,10 @@ static double residual_us(CostModel *m, const Graph *g, int id) {
  * the output, the same work) fell near convs of other shapes. */
 static double pooled_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
-  if (!op_output_pooled(n) || n->n_in > TWIN_MAX_IN || n->n_out != 1) return 0;
-  int pool_i = param_index(n->kind, "pool");
-  int64_t k = n->params.v[pool_i].i[0];
+  Params bare, pool;
+  OpKind pool_kind;
+  if (!op_unpooled_twin(n, &bare, &pool_kind, &pool) || n->n_in > TWIN_MAX_IN || n->n_out != 1)
+    return 0;
   Graph *t = graph_new();
   int tid = t ? 0 : TEQ_ERR_NOMEM;
   TensorRef refs[TWIN_MAX_IN];
@@ -694,13 +695,8 @@ static double pooled_us(CostModel *m, const Graph *g, int id) {
     tid = graph_add_input(t, NULL, graph_shape(g, n->in[j]), src->dtype, NULL);
     refs[j] = (TensorRef){tid, 0};
   }
-  Params bare = n->params, pool;
-  bare.v[pool_i].i[0] = 0;
-  params_default(OP_MAXPOOL, &pool);
-  param_set_ints(&pool, param_index(OP_MAXPOOL, "kernel"), (const int64_t[]){k, k}, 2);
-  param_set_ints(&pool, param_index(OP_MAXPOOL, "stride"), (const int64_t[]){k, k}, 2);
   int conv = tid >= 0 ? graph_add_node(t, n->kind, refs, n->n_in, 1, &bare, NULL, NULL) : -1;
-  int pooled = conv >= 0 ? graph_add_node(t, OP_MAXPOOL, &(TensorRef){conv, 0}, 1, 1, &pool,
+  int pooled = conv >= 0 ? graph_add_node(t, pool_kind, &(TensorRef){conv, 0}, 1, 1, &pool,
                                           NULL, NULL)
                          : -1;
   double us = 0;

@@ -416,6 +416,19 @@ bool op_output_pooled(const Node *n) {
   return i >= 0 && n->params.v[i].i[0] != 0;
 }
 
+bool op_unpooled_twin(const Node *n, Params *unpooled, OpKind *pool, Params *pool_params) {
+  int i = param_index(n->kind, "pool");
+  if (i < 0 || n->params.v[i].i[0] == 0) return false;
+  int64_t k = n->params.v[i].i[0];
+  *unpooled = n->params;
+  unpooled->v[i].i[0] = 0;
+  *pool = OP_MAXPOOL;
+  params_default(OP_MAXPOOL, pool_params);
+  param_set_ints(pool_params, param_index(OP_MAXPOOL, "kernel"), (const int64_t[]){k, k}, 2);
+  param_set_ints(pool_params, param_index(OP_MAXPOOL, "stride"), (const int64_t[]){k, k}, 2);
+  return true;
+}
+
 bool op_bare_twin(const Node *n, Params *bare, int *n_bare_in, OpKind *pass,
                   Params *pass_params) {
   const OpDef *o = op_def(n->kind);

@@ -115,6 +115,11 @@ TEQ_API int act_of_node(const struct Node *n);
  * that reads its output as the product's (linear, split by channel) does
  * not apply. */
 TEQ_API bool op_output_pooled(const struct Node *n);
+/* n without its pool, in *unpooled, and the operator (*pool, *pool_params)
+ * that pools its output as n does: how a runtime runs n wherever the pool
+ * does not fuse into the way. False when n has no pool. */
+TEQ_API bool op_unpooled_twin(const struct Node *n, Params *unpooled, OpKind *pool,
+                              Params *pool_params);
 
 /* n without its epilogue, for an operator that can fuse one (a parameter
  * with adds_work): its optional inputs (a bias) dropped, *n_bare_in the

@@ -736,6 +736,42 @@ static void test_in_place_free(void) {
   diag_fini(&d);
 }
 
+/* An unmeasured conv with its max pool fused costs what the conv without
+ * it and the pool cost, measured: how every way but Winograd's runs it.
+ * VGG-19's five pooled convs are priced so until a GPU measures them; the
+ * key of the unpooled conv is the table's own (pool is left out at 0). */
+static void test_pooled_priced_as_conv_then_pool(const char *root) {
+  CostModel *m = table_at(root, "tools/profiles/h100.tsv", "the pooled conv");
+  if (!m) return;
+  static const char *const cases[][3] = {
+    {"conv2d [1,256,56,56] [256,256,3,3] [256] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=1 act=relu pool=2}",
+     "conv2d [1,256,56,56] [256,256,3,3] [256] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=1 act=relu}",
+     "maxpool [1,256,56,56] {kernel=(2 2) stride=(2 2) pads=(0 0 0 0) dilation=(1 1) "
+     "ceil_mode=0}"},
+    {"conv2d [1,64,224,224] [64,64,3,3] [64] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=1 act=relu pool=2}",
+     "conv2d [1,64,224,224] [64,64,3,3] [64] {stride=(1 1) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=1 act=relu}",
+     "maxpool [1,64,224,224] {kernel=(2 2) stride=(2 2) pads=(0 0 0 0) dilation=(1 1) "
+     "ceil_mode=0}"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    CostEstimate e[3];
+    bool ok = price_key(m, cases[k][0], &e[0], NULL) && price_key(m, cases[k][1], &e[1], NULL) &&
+              price_key(m, cases[k][2], &e[2], NULL);
+    CHECK_MSG(ok, "%s: not priced", cases[k][0]);
+    if (!ok) continue;
+    printf("%s: %.2f us; unpooled %.2f, the pool %.2f\n", cases[k][0], e[0].us, e[1].us,
+           e[2].us);
+    CHECK(e[0].source == COST_TWIN && e[1].source == COST_TABLE && e[2].source == COST_TABLE);
+    CHECK_MSG(fabs(e[0].us - (e[1].us + e[2].us)) < 1e-9, "%s: %.3f us, not %.3f + %.3f",
+              cases[k][0], e[0].us, e[1].us, e[2].us);
+  }
+  cost_model_free(m);
+}
+
 int main(void) {
   test_keys_round_trip();
   test_views_free();
@@ -758,6 +794,7 @@ int main(void) {
     test_bounds_by_bare_twin(path);
     test_bounded_by_measured_twin(path);
     test_bounded_by_one_tap(path);
+    test_pooled_priced_as_conv_then_pool(path);
   }
   return check_exit();
 }
