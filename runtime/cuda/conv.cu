@@ -897,6 +897,40 @@ static size_t winograd_bytes(const Winograd &g) {
          align_up((size_t)16 * g.m * g.tiles * sizeof(float));
 }
 
+/* Winograd in passes over the images, where the transforms of all of them
+ * would pass WINOGRAD_CAP (VGG-19's 224x224 layer at batch 16: 1.6 GB):
+ * g for a pass of `images` of its images, the same filters. */
+static Winograd winograd_pass(const Winograd &g, int images) {
+  Winograd p = g;
+  p.n = images;
+  p.tiles = images * g.th * g.tw;
+  return p;
+}
+
+/* The images a pass takes: all of them where their transforms fit the
+ * cap, else as many as fit; 0 where one image's do not. */
+static int winograd_pass_images(const Winograd &g) {
+  int p = g.n;
+  while (p > 0 && winograd_bytes(winograd_pass(g, p)) > WINOGRAD_CAP) p--;
+  return p;
+}
+
+/* One pass's scratch: the filters', the tiles' and the products' transforms. */
+static size_t winograd_pass_bytes(const Winograd &g) {
+  return winograd_bytes(winograd_pass(g, winograd_pass_images(g)));
+}
+
+/* Where image img0 of a pass starts in the (padded) input, the residual
+ * and the output (pooled or not). */
+struct WinogradOffsets {
+  int64_t x, z, y;
+};
+static WinogradOffsets winograd_offsets(const Winograd &g, int img0) {
+  int64_t full = (int64_t)g.m * g.oh * g.ow;
+  int64_t out = g.pooled ? (int64_t)g.m * (g.oh / 2) * (g.ow / 2) : full;
+  return {img0 * (int64_t)g.c * g.h * g.w, img0 * full, img0 * out};
+}
+
 /* U = G g G^T for one 3x3 filter g (row-major), G = [1 0 0; .5 .5 .5;
  * .5 -.5 .5; 0 0 1]. */
 __host__ __device__ __forceinline__ void winograd_filter(const float *g, float u[16]) {
@@ -1196,24 +1230,33 @@ static int product_on_host(const HostConv &h, int64_t product, int splits, const
 static int winograd_on_host(const HostConv &h, Diag *d) {
   Winograd g;
   if (!winograd_geometry(h.pl, &g)) return not_taken("teq:winograd", d);
+  /* Passes of half the images, rounded up, where the device takes them all
+   * in one below its cap: both a pass of several and the offsets between
+   * passes are replayed on small tests. */
+  Winograd most = winograd_pass(g, (g.n + 1) / 2);
   float *xp;
   const float *xin = host_conv_input(h, &xp);
-  float *u = (float *)malloc(winograd_bytes(g));
+  float *u = (float *)malloc(winograd_bytes(most));
   if (!xin || !u) {
     free(xp), free(u);
     diag_error(d, "out of memory for the host's transforms");
     return TEQ_ERR_NOMEM;
   }
-  float *v = (float *)((char *)u + winograd_u_bytes(g));
-  float *mt = (float *)((char *)v + winograd_v_bytes(g));
+  float *v = (float *)((char *)u + winograd_u_bytes(most));
+  float *mt = (float *)((char *)v + winograd_v_bytes(most));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
   for (int i = 0; i < pairs; i++) winograd_filter_pair(h.w, u, pairs, i);
-  for (int pl = 0; pl < g.n * g.c; pl++)
-    for (int t = 0; t < per_image; t++) winograd_input_tile(g, xin, v, pl, t);
-  cuda_product_on_host(winograd_product(g, u, v, mt));
-  for (int pl = 0; pl < g.n * g.m; pl++)
-    for (int t = 0; t < per_image; t++)
-      winograd_output_tile(g, mt, h.z, h.bias ? h.bias + pl % g.m : nullptr, h.y, h.act, pl, t);
+  for (int img0 = 0; img0 < g.n; img0 += most.n) {
+    Winograd gp = winograd_pass(g, g.n - img0 < most.n ? g.n - img0 : most.n);
+    WinogradOffsets at = winograd_offsets(g, img0);
+    for (int pl = 0; pl < gp.n * gp.c; pl++)
+      for (int t = 0; t < per_image; t++) winograd_input_tile(gp, xin + at.x, v, pl, t);
+    cuda_product_on_host(winograd_product(gp, u, v, mt));
+    for (int pl = 0; pl < gp.n * gp.m; pl++)
+      for (int t = 0; t < per_image; t++)
+        winograd_output_tile(gp, mt, h.z ? h.z + at.z : nullptr,
+                             h.bias ? h.bias + pl % gp.m : nullptr, h.y + at.y, h.act, pl, t);
+  }
   free(xp), free(u);
   return TEQ_OK;
 }
@@ -1367,11 +1410,12 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
   char *scratch;
   const float *xin;
   int rc;
-  if ((rc = way_scratch(cx, a, pl.pad_bytes + winograd_bytes(g), &scratch, d))) return rc;
+  Winograd most = winograd_pass(g, winograd_pass_images(g));
+  if ((rc = way_scratch(cx, a, pl.pad_bytes + winograd_bytes(most), &scratch, d))) return rc;
   if ((rc = conv2d_input(pl, cx, a.x, scratch, &xin, d))) return rc;
   float *u = (float *)(scratch + pl.pad_bytes);
-  float *v = (float *)((char *)u + winograd_u_bytes(g));
-  float *mt = (float *)((char *)v + winograd_v_bytes(g));
+  float *v = (float *)((char *)u + winograd_u_bytes(most));
+  float *mt = (float *)((char *)v + winograd_v_bytes(most));
   int pairs = g.m * g.c, per_image = g.th * g.tw;
   /* A constant filter (a model's weight) is transformed once and kept with
    * the plan; any other, into scratch on every call. */
@@ -1386,14 +1430,19 @@ static int conv2d_run_winograd(CudaCtx *cx, const Conv2dArgs &a, Diag *d) {
     CUDA_LAUNCHED();
   }
   int threads = cuda_row_threads(per_image, THREADS), bx = (per_image + threads - 1) / threads;
-  int in_planes = g.n * g.c, out_planes = g.n * g.m;
-  winograd_input_kernel<<<dim3(bx, in_planes < 65535 ? in_planes : 65535), threads, 0,
-                          cx->stream>>>(xin, v, g);
-  CUDA_LAUNCHED();
-  if ((rc = cuda_product(cx, winograd_product(g, u, v, mt), d))) return rc;
-  winograd_output_kernel<<<dim3(bx, out_planes < 65535 ? out_planes : 65535), threads, 0,
-                           cx->stream>>>(mt, a.z, a.bias, a.y, g, fused_act_args(a.act));
-  CUDA_LAUNCHED();
+  for (int img0 = 0; img0 < g.n; img0 += most.n) {
+    Winograd gp = winograd_pass(g, g.n - img0 < most.n ? g.n - img0 : most.n);
+    WinogradOffsets at = winograd_offsets(g, img0);
+    int in_planes = gp.n * gp.c, out_planes = gp.n * gp.m;
+    winograd_input_kernel<<<dim3(bx, in_planes < 65535 ? in_planes : 65535), threads, 0,
+                            cx->stream>>>(xin + at.x, v, gp);
+    CUDA_LAUNCHED();
+    if ((rc = cuda_product(cx, winograd_product(gp, u, v, mt), d))) return rc;
+    winograd_output_kernel<<<dim3(bx, out_planes < 65535 ? out_planes : 65535), threads, 0,
+                             cx->stream>>>(mt, a.z ? a.z + at.z : nullptr, a.bias, a.y + at.y, gp,
+                                           fused_act_args(a.act));
+    CUDA_LAUNCHED();
+  }
   return TEQ_OK;
 }
 
@@ -1573,7 +1622,7 @@ static int conv2d_algo(const Node *n, CudaCtx *cx, const Conv2dArgs &a, uint64_t
   }
   if (a.direct) ways[n_ways] = WAY_DIRECT, bytes[n_ways++] = 0;
   if (a.tiled) ways[n_ways] = WAY_TILED, bytes[n_ways++] = 0;
-  if (a.winograd) ways[n_ways] = WAY_WINOGRAD, bytes[n_ways++] = winograd_bytes(*a.winograd);
+  if (a.winograd) ways[n_ways] = WAY_WINOGRAD, bytes[n_ways++] = winograd_pass_bytes(*a.winograd);
   if (const char *pin = cuda_pinned_way(cx)) {
     char names[MAX_WAYS][CUDA_WAY_NAME_MAX];
     for (int i = 0; i < n_ways; i++) way_name(ways[i], names[i], sizeof names[i]);
@@ -1632,7 +1681,7 @@ extern "C" int cuda_eval_conv2d(CUDA_KERNEL_SIGNATURE) {
   DirectConv direct;
   bool has_direct = direct_geometry(pl, &direct);
   Winograd winograd;
-  bool has_winograd = winograd_geometry(pl, &winograd) && winograd_bytes(winograd) <= WINOGRAD_CAP;
+  bool has_winograd = winograd_geometry(pl, &winograd) && winograd_pass_images(winograd) > 0;
   TiledConv tiled;
   bool has_tiled = tiled_geometry(pl, &tiled);
   Conv2dArgs a = {&pl, &ds, (const float *)in[0].data, (const float *)in[1].data, bias, z, act,

@@ -131,6 +131,7 @@ static const ConvCase conv_cases[] = {
   {1, 256, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_NONE, 1},   /* 2 chunks, 5+3 oc */
   {2, 3, 45, 50, 6, 5, 3, 2, 1, 2, 1, 3, 2, 2, 1, 3, 1, ACT_TANH, 0},    /* s2 dilated, tiles */
   {1, 512, 5, 5, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, ACT_RELU, 0},    /* 2304 taps a group */
+  {3, 4, 6, 7, 5, 3, 3, 1, 1, 1, 0, 1, 2, 1, 1, 1, 1, ACT_RELU, 1},  /* 3 images: passes of 2, 1 */
 };
 
 static int conv_n_in(const ConvCase *k) { return k->res ? 4 : k->bias ? 3 : 2; }
