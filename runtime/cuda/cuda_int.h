@@ -148,6 +148,9 @@ void cuda_sum_partials_on_host(const float *part, int splits, int64_t total, con
 int cuda_conv2d_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
                         Diag *d);
 int cuda_pool_on_host(const Node *n, Tensor *const *in, Tensor *out, Diag *d);
+/* gemm's plain way (matmul.cu): C broadcast into the output, the product
+ * over it, the activation. */
+int cuda_gemm_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out, Diag *d);
 
 /* ---- products split along K (conv.cu, matmul.cu) ----
  * A product whose output is too small to fill the GPU may be split into s
@@ -204,14 +207,16 @@ int cuda_fail(Diag *d, const char *file, int line, const char *call, const char 
   } while (0)
 
 /* ---- row-major products, as cuBLAS runs them ----
- * C_i = A_i B_i for i < batch, row-major: A_i (rows x k) at a + i stride_a
- * with lda floats from one row to the next, B_i (k x cols) at b + i
- * stride_b with ldb, C_i (rows x cols) at c + i stride_c with ldc. cuBLAS
- * is column-major, so it runs C^T = B^T A^T: m = cols, n = rows, its A is
- * b and its B is a. One description serves the device (cuda_product) and
- * the host's replay of a way (cuda_product_on_host, which reads the
- * arguments as cuBLAS does), so the host checks of the conv ways cover
- * the call's arguments too. */
+ * C_i = alpha A_i B_i + beta C_i for i < batch, row-major: A_i (rows x k)
+ * at a + i stride_a with lda floats from one row to the next, B_i (k x
+ * cols) at b + i stride_b with ldb, C_i (rows x cols) at c + i stride_c
+ * with ldc; ta: A_i is stored transposed (k x rows, lda from one stored
+ * row to the next), tb alike. cuBLAS is column-major, so it runs C^T =
+ * B^T A^T: m = cols, n = rows, its A is b and its B is a. One description
+ * serves the device (cuda_product) and the host's replay of a way
+ * (cuda_product_on_host, which reads the arguments as cuBLAS does), so the
+ * host checks of the conv ways and of gemm cover the call's arguments
+ * too. */
 struct CudaProduct {
   int rows, cols, k, batch;
   const float *a;
@@ -223,24 +228,29 @@ struct CudaProduct {
   float *c;
   int ldc;
   long long stride_c;
+  bool ta = false, tb = false;
+  float alpha = 1.0f, beta = 0.0f;
 };
 
 /* One cublasSgemm where batch is 1 and no stride is set, else one
  * cublasSgemmStridedBatched: the calls the ways were measured with. */
 static inline int cuda_product(CudaCtx *cx, const CudaProduct &p, Diag *d) {
-  const float one = 1.0f, zero = 0.0f;
+  const cublasOperation_t op_b = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (p.batch == 1 && !p.stride_a && !p.stride_b && !p.stride_c)
-    CUBLAS_TRY(cublasSgemm(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.cols, p.rows, p.k, &one, p.b,
-                           p.ldb, p.a, p.lda, &zero, p.c, p.ldc));
+    CUBLAS_TRY(cublasSgemm(cx->cublas, op_b, op_a, p.cols, p.rows, p.k, &p.alpha, p.b, p.ldb, p.a,
+                           p.lda, &p.beta, p.c, p.ldc));
   else
-    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.cols, p.rows,
-                                         p.k, &one, p.b, p.ldb, p.stride_b, p.a, p.lda,
-                                         p.stride_a, &zero, p.c, p.ldc, p.stride_c, p.batch));
+    CUBLAS_TRY(cublasSgemmStridedBatched(cx->cublas, op_b, op_a, p.cols, p.rows, p.k, &p.alpha,
+                                         p.b, p.ldb, p.stride_b, p.a, p.lda, p.stride_a, &p.beta,
+                                         p.c, p.ldc, p.stride_c, p.batch));
   return TEQ_OK;
 }
 
 /* The same product on the host, the arguments read as cuBLAS reads them
- * (column-major, m = cols, n = rows), summed in float in order of K. */
+ * (column-major, m = cols, n = rows; op(A) transposed where tb says, op(B)
+ * where ta does), summed in float in order of K. C is not read where beta
+ * is 0, as cuBLAS does not. */
 static inline void cuda_product_on_host(const CudaProduct &p) {
   for (long long i = 0; i < p.batch; i++) {
     const float *ca = p.b + i * p.stride_b, *cb = p.a + i * p.stride_a; /* cuBLAS's A, B */
@@ -248,8 +258,11 @@ static inline void cuda_product_on_host(const CudaProduct &p) {
     for (long long col = 0; col < p.rows; col++)   /* cuBLAS's n */
       for (long long row = 0; row < p.cols; row++) { /* cuBLAS's m */
         float acc = 0.0f;
-        for (long long t = 0; t < p.k; t++) acc += ca[row + t * p.ldb] * cb[t + col * p.lda];
-        cc[row + col * p.ldc] = acc;
+        for (long long t = 0; t < p.k; t++)
+          acc += (p.tb ? ca[t + row * p.ldb] : ca[row + t * p.ldb]) *
+                 (p.ta ? cb[col + t * p.lda] : cb[t + col * p.lda]);
+        float *out = &cc[row + col * p.ldc];
+        *out = p.beta != 0.0f ? p.alpha * acc + p.beta * *out : p.alpha * acc;
       }
   }
 }

@@ -789,6 +789,7 @@ extern "C" int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const
     return TEQ_ERR_UNSUPPORTED;
   }
   if (n->kind == OP_CONV2D) return cuda_conv2d_on_host(way, n, in, out, d);
+  if (n->kind == OP_GEMM) return cuda_gemm_on_host(way, n, in, out, d);
   if ((n->kind == OP_MAXPOOL || n->kind == OP_AVGPOOL) && !way)
     return cuda_pool_on_host(n, in, out, d);
   diag_error(d, "%s: no host check of its GPU kernel%s%s", name, way ? " way " : "",

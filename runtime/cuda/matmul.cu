@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_int.h"
+#include "runtime/cuda/unary.cuh"
 
 static const int THREADS = 256;
 
@@ -296,26 +297,37 @@ struct GemmArgs {
   float *y;
 };
 
-/* y[i, j] = s * c[i * ci + j * cj]: C broadcast to [M, N] (and scaled,
- * for an empty product). */
+/* Element t of C broadcast to [M, N] (and scaled, for an empty product):
+ * s * c[i * ci + j * cj] for t = i n + j, as matmul.c's gemm_c_strides
+ * places it (an extent-1 or missing dim repeats). */
+__host__ __device__ __forceinline__ float broadcast_c_at(const float *c, int64_t t, int64_t n,
+                                                        int64_t ci, int64_t cj, float s) {
+  int64_t i = t / n, j = t % n;
+  return s * c[i * ci + j * cj];
+}
+
 __global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restrict__ y, int64_t m,
                                    int64_t n, int64_t ci, int64_t cj, float s) {
   int64_t total = m * n;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    int64_t i = t / n, j = t % n;
-    y[t] = s * c[i * ci + j * cj];
-  }
+       t += (int64_t)gridDim.x * blockDim.x)
+    y[t] = broadcast_c_at(c, t, n, ci, cj, s);
 }
 
-/* The plain way: C broadcast into y (as matmul.c's gemm_c_strides: an
- * extent-1 or missing dim repeats; an empty product leaves y = beta C),
- * cublasSgemm with beta, then the activation's own pass. */
+/* The plain way's product: Y = alpha A' B' + beta Y over C broadcast into
+ * Y (beta 0 without C). Row-major B [K, N] is column-major B^T with ld N;
+ * a transposed B is stored [N, K], column-major [K, N] with ld K. */
+static CudaProduct gemm_product(const GemmArgs &g) {
+  return {g.m, g.nn, g.k, 1, g.a, g.ta ? g.m : g.k, 0, g.b, g.tb ? g.k : g.nn, 0, g.y, g.nn, 0,
+          g.ta, g.tb, g.alpha, g.c ? g.beta : 0.0f};
+}
+
+/* The plain way: C broadcast into y (an empty product leaves y = beta C),
+ * cublasSgemm with beta over it, then the activation's own pass. */
 static int gemm_plain(CudaCtx *cx, const GemmArgs &g, Diag *d) {
-  float beta = g.c ? g.beta : 0.0f;
   int64_t m = g.m, nn = g.nn;
   if (g.c) {
-    float s = g.k == 0 ? beta : 1.0f;
+    float s = g.k == 0 ? g.beta : 1.0f;
     if (g.ci == nn && g.cj == 1 && s == 1.0f)
       CUDA_TRY(cudaMemcpyAsync(g.y, g.c, (size_t)(m * nn) * sizeof(float),
                                cudaMemcpyDeviceToDevice, cx->stream));
@@ -324,17 +336,12 @@ static int gemm_plain(CudaCtx *cx, const GemmArgs &g, Diag *d) {
           g.c, g.y, m, nn, g.ci, g.cj, s);
       CUDA_LAUNCHED();
     }
-    beta = 1.0f;
   } else if (g.k == 0) {
     CUDA_TRY(cudaMemsetAsync(g.y, 0, (size_t)(m * nn) * sizeof(float), cx->stream));
   }
   if (g.k > 0) {
-    /* Row-major Y = alpha A' B' + beta Y as column-major Y^T = alpha B'^T
-     * A'^T + beta Y^T. Row-major B [K, N] is column-major B^T with ld N; a
-     * transposed B is stored [N, K], column-major [K, N] with ld K. */
-    CUBLAS_TRY(cublasSgemm(cx->cublas, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.nn, g.m, g.k, &g.alpha, g.b,
-                           g.tb ? g.k : g.nn, g.a, g.ta ? g.m : g.k, &beta, g.y, g.nn));
+    int rc = cuda_product(cx, gemm_product(g), d);
+    if (rc) return rc;
     cuda_note(cx, "cublas:gemm");
   }
   return cuda_act_apply(cx, g.act, g.y, m * nn, d);
@@ -404,31 +411,64 @@ static int gemm_way(const Node *n, CudaCtx *cx, const GemmArgs &g, bool *lt, Dia
   return TEQ_OK;
 }
 
-extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
-  const Shape *as = &in[0].shape, *bs = &in[1].shape;
+/* Node n's GemmArgs over operands a, b, c (c: NULL where n has none) of
+ * shapes as, bs, cs and output y. TEQ_ERR_UNSUPPORTED where an extent
+ * passes cuBLAS's int. */
+static int gemm_args(const Node *n, const Shape *as, const Shape *bs, const Shape *cs,
+                     const float *a, const float *b, const float *c, float *y, GemmArgs *g,
+                     Diag *d) {
   if (as->ndim != 2 || bs->ndim != 2)
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands must be matrices");
   const Params *pr = &n->params;
   bool ta = param_int(pr, GEMM_TRANS_A), tb = param_int(pr, GEMM_TRANS_B);
   int64_t m = as->d[ta ? 1 : 0], k = as->d[ta ? 0 : 1], nn = bs->d[tb ? 0 : 1];
-  if (m * nn == 0) return TEQ_OK;
   if (!fits_int(m) || !fits_int(nn) || !fits_int(k))
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)m, (long long)k, (long long)k, (long long)nn);
   float beta = (float)param_float(pr, GEMM_BETA);
-  GemmArgs g = {(int)m, (int)nn, (int)k, ta, tb, (float)param_float(pr, GEMM_ALPHA), beta,
-                (const float *)in[0].data, (const float *)in[1].data,
-                n->n_in > 2 && beta != 0.0f ? (const float *)in[2].data : nullptr, 0, 0,
-                (int)param_int(pr, GEMM_ACT), (float *)out[0].data};
-  if (g.c) {
-    const Shape *cs = &in[2].shape;
+  *g = {(int)m, (int)nn, (int)k, ta, tb, (float)param_float(pr, GEMM_ALPHA), beta, a, b,
+        c && beta != 0.0f ? c : nullptr, 0, 0, (int)param_int(pr, GEMM_ACT), y};
+  if (g->c) {
     int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
-    g.cj = cols == 1 ? 0 : 1, g.ci = rows == 1 ? 0 : cols;
+    g->cj = cols == 1 ? 0 : 1, g->ci = rows == 1 ? 0 : cols;
   }
-  bool lt = false;
-  int rc = gemm_way(n, cx, g, &lt, d);
+  return TEQ_OK;
+}
+
+/* The plain way on the host (cuda_kernel_on_host): C broadcast into the
+ * output element by element as broadcast_c_kernel's threads do, the
+ * product from the description the device passes cuBLAS, the activation. */
+int cuda_gemm_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
+  if (!way || strcmp(way, "cublas:gemm") != 0) {
+    diag_error(d, "gemm: no host check of way \"%s\" (cublas:gemm)", way ? way : "(none)");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  GemmArgs g;
+  bool has_c = n->n_in > 2;
+  int rc = gemm_args(n, &in[0]->shape, &in[1]->shape, has_c ? &in[2]->shape : nullptr,
+                     (const float *)in[0]->data, (const float *)in[1]->data,
+                     has_c ? (const float *)in[2]->data : nullptr, (float *)out->data, &g, d);
   if (rc) return rc;
+  int64_t total = (int64_t)g.m * g.nn;
+  for (int64_t t = 0; t < total; t++)
+    g.y[t] = g.c ? broadcast_c_at(g.c, t, g.nn, g.ci, g.cj, g.k == 0 ? g.beta : 1.0f) : 0.0f;
+  if (g.k > 0) cuda_product_on_host(gemm_product(g));
+  UnaryArgs act = fused_act_args(g.act);
+  for (int64_t t = 0; t < total; t++) g.y[t] = act_eval(act, g.y[t]);
+  return TEQ_OK;
+}
+
+extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
+  if (shape_numel(&out[0].shape) == 0) return TEQ_OK;
+  GemmArgs g;
+  bool has_c = n->n_in > 2;
+  int rc = gemm_args(n, &in[0].shape, &in[1].shape, has_c ? &in[2].shape : nullptr,
+                     (const float *)in[0].data, (const float *)in[1].data,
+                     has_c ? (const float *)in[2].data : nullptr, (float *)out[0].data, &g, d);
+  if (rc) return rc;
+  bool lt = false;
+  if ((rc = gemm_way(n, cx, g, &lt, d))) return rc;
   if (lt && (rc = gemm_lt(cx, g, d)) != TEQ_ERR_UNSUPPORTED) return rc;
   return gemm_plain(cx, g, d); /* timed with cuBLASLt, refused now: the plain way */
 }

@@ -780,6 +780,47 @@ static void test_gemm(void) {
   diag_fini(&d);
 }
 
+/* gemm's plain GPU way run on the host (cuda_kernel_on_host): C broadcast
+ * into the output, cuBLAS's product over it from the description the
+ * device passes (transposes, alpha, beta), the fused activation; against
+ * the CPU row, every C shape and layout of test_gemm, with and without a
+ * relu or a tanh. */
+static void test_gemm_plain_on_host(void) {
+  if (!cuda_kernels_built("gemm's host check")) return;
+  const Shape c_shapes[] = {{-2, {0}}, shape_of(0), shape_of(1, 1), shape_of(1, 5),
+                            shape_of(2, 1, 5), shape_of(2, 4, 1), shape_of(2, 4, 5)};
+  Diag d;
+  diag_init(&d);
+  int cnt = 0;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (size_t ci = 0; ci < sizeof c_shapes / sizeof *c_shapes; ci++, cnt++) {
+        bool has_c = c_shapes[ci].ndim != -2;
+        double alpha = cnt % 3 ? 2.0 : 1.0, beta = cnt % 2 ? -3.0 : 1.0;
+        int act = cnt % 3 == 0 ? ACT_NONE : cnt % 3 == 1 ? ACT_RELU : ACT_TANH;
+        Op o;
+        op_init(&o, OP_GEMM, has_c ? 3 : 2);
+        op_int(&o, "transA", ta);
+        op_int(&o, "transB", tb);
+        op_float(&o, "alpha", alpha);
+        op_float(&o, "beta", beta);
+        op_int(&o, "act", act);
+        Shape sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
+        Shape sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
+        Tensor *in[3] = {random_f32(sa, cnt + 300), random_f32(sb, cnt + 350),
+                         has_c ? random_f32(c_shapes[ci], cnt + 399) : NULL};
+        Shape sy = shape_of(2, 4, 5);
+        Tensor *want = op_run(&o, in, false, &d), *y = tensor_new(DT_F32, &sy);
+        int rc = cuda_kernel_on_host("cublas:gemm", &o.node, in, y, &d);
+        double e = want ? max_rel_err(y, want) : 1;
+        CHECK_MSG(rc == TEQ_OK && e < 1e-5, "gemm ta=%d tb=%d C#%zu act %d on the host: error %g %s",
+                  ta, tb, ci, act, e, diag_last(&d));
+        unref_all((Tensor *[]){want, y}, 2);
+        unref_all(in, has_c ? 3 : 2);
+      }
+  diag_fini(&d);
+}
+
 /* ---- batchnorm ---- */
 
 static void test_batchnorm(void) {
@@ -1293,6 +1334,7 @@ int main(void) {
   test_matmul();
   test_imm_identity();
   test_gemm();
+  test_gemm_plain_on_host();
   test_products_modp_full_range();
   test_conv_modp_full_range();
   test_batchnorm();
