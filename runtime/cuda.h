@@ -135,9 +135,11 @@ TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repea
  * or "cublas:gemm" and "cublas:im2col+gemm", whole or "... split S",
  * whose padding copy, unfolding, partial sums and epilogue are ours (the
  * products are cuBLAS's calls, their arguments as the device passes
- * them, run as loops; a split takes any K that S divides); for maxpool
- * and avgpool, way is NULL (their results agree with the CPU row to the
- * bit).
+ * them, run as loops; a split takes any K that S divides), each with
+ * its pool where the node has one; for gemm, "cublas:gemm" (C broadcast
+ * into the output, the product over it, the activation; not the
+ * cuBLASLt way, whose epilogue is cuBLASLt's); for maxpool and avgpool,
+ * way is NULL (their results agree with the CPU row to the bit).
  * TEQ_ERR_UNSUPPORTED for any other node or way, a way that does not take
  * the configuration, or a build without CUDA. */
 TEQ_API int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
