@@ -739,44 +739,57 @@ static Tensor *gemm_ref(const Tensor *a, const Tensor *b, const Tensor *c, bool 
   return y;
 }
 
+/* The gemm cases: [4, 6] by [6, 5] in all four layouts, each with no C
+ * and with C of every shape that broadcasts to [4, 5]; alpha and beta
+ * varied. Case cnt's operator into *o, its operands' shapes into sa, sb
+ * and *sc (NULL: no C). */
+enum { GEMM_C_SHAPES = 7, GEMM_CASES = 4 * GEMM_C_SHAPES };
+static void gemm_case(int cnt, Op *o, Shape *sa, Shape *sb, Shape *sc, bool *has_c) {
+  const Shape c_shapes[GEMM_C_SHAPES] = {{-2, {0}}, shape_of(0), shape_of(1, 1), shape_of(1, 5),
+                                         shape_of(2, 1, 5), shape_of(2, 4, 1), shape_of(2, 4, 5)};
+  int ta = cnt / (2 * GEMM_C_SHAPES), tb = cnt / GEMM_C_SHAPES % 2;
+  *sc = c_shapes[cnt % GEMM_C_SHAPES];
+  *has_c = sc->ndim != -2; /* -2: no C input */
+  op_init(o, OP_GEMM, *has_c ? 3 : 2);
+  op_int(o, "transA", ta);
+  op_int(o, "transB", tb);
+  op_float(o, "alpha", cnt % 3 ? 2.0 : 1.0);
+  op_float(o, "beta", cnt % 2 ? -3.0 : 1.0);
+  *sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
+  *sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
+}
+
 static void test_gemm(void) {
-  /* ndim -2 marks "no C input". */
-  const Shape c_shapes[] = {{-2, {0}}, shape_of(0), shape_of(1, 1), shape_of(1, 5),
-                            shape_of(2, 1, 5), shape_of(2, 4, 1), shape_of(2, 4, 5)};
   Diag d;
   diag_init(&d);
-  int cnt = 0;
-  for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++)
-      for (size_t ci = 0; ci < sizeof c_shapes / sizeof *c_shapes; ci++, cnt++) {
-        bool has_c = c_shapes[ci].ndim != -2;
-        double alpha = cnt % 3 ? 2.0 : 1.0, beta = cnt % 2 ? -3.0 : 1.0;
-        Op o;
-        op_init(&o, OP_GEMM, has_c ? 3 : 2);
-        op_int(&o, "transA", ta);
-        op_int(&o, "transB", tb);
-        op_float(&o, "alpha", alpha);
-        op_float(&o, "beta", beta);
-        Shape sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
-        Shape sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
-        Tensor *in[3] = {random_f32(sa, cnt), random_f32(sb, cnt + 50),
-                         has_c ? random_f32(c_shapes[ci], cnt + 99) : NULL};
-        Tensor *y = op_run(&o, in, false, &d);
-        Tensor *r = gemm_ref(in[0], in[1], in[2], ta, tb, alpha, beta);
-        CHECK_MSG(max_rel_err(y, r) < 1e-5, "gemm ta=%d tb=%d C#%zu: %s", ta, tb, ci,
-                  diag_last(&d));
-        unref_all((Tensor *[]){y, r}, 2);
-        unref_all(in, has_c ? 3 : 2);
-        Tensor *si[3] = {random_ints(sa, 3, cnt + 7), random_ints(sb, 3, cnt + 8),
-                         has_c ? random_ints(c_shapes[ci], 3, cnt + 9) : NULL};
-        Tensor *mi[3] = {f32_to_modp(si[0]), f32_to_modp(si[1]), has_c ? f32_to_modp(si[2]) : NULL};
-        Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
-        Tensor *want = yf ? f32_to_modp(yf) : NULL;
-        CHECK_MSG(tensors_identical(ym, want), "gemm ta=%d tb=%d C#%zu in Z_p", ta, tb, ci);
-        unref_all((Tensor *[]){yf, ym, want}, 3);
-        unref_all(si, has_c ? 3 : 2);
-        unref_all(mi, has_c ? 3 : 2);
-      }
+  for (int cnt = 0; cnt < GEMM_CASES; cnt++) {
+    Op o;
+    Shape sa, sb, sc;
+    bool has_c;
+    gemm_case(cnt, &o, &sa, &sb, &sc, &has_c);
+    const Params *p = &o.node.params;
+    int ta = (int)param_int(p, param_index(OP_GEMM, "transA"));
+    int tb = (int)param_int(p, param_index(OP_GEMM, "transB")), ci = cnt % GEMM_C_SHAPES;
+    double alpha = param_float(p, param_index(OP_GEMM, "alpha"));
+    double beta = param_float(p, param_index(OP_GEMM, "beta"));
+    Tensor *in[3] = {random_f32(sa, cnt), random_f32(sb, cnt + 50),
+                     has_c ? random_f32(sc, cnt + 99) : NULL};
+    Tensor *y = op_run(&o, in, false, &d);
+    Tensor *r = gemm_ref(in[0], in[1], in[2], ta, tb, alpha, beta);
+    CHECK_MSG(max_rel_err(y, r) < 1e-5, "gemm ta=%d tb=%d C#%d: %s", ta, tb, ci,
+              diag_last(&d));
+    unref_all((Tensor *[]){y, r}, 2);
+    unref_all(in, has_c ? 3 : 2);
+    Tensor *si[3] = {random_ints(sa, 3, cnt + 7), random_ints(sb, 3, cnt + 8),
+                     has_c ? random_ints(sc, 3, cnt + 9) : NULL};
+    Tensor *mi[3] = {f32_to_modp(si[0]), f32_to_modp(si[1]), has_c ? f32_to_modp(si[2]) : NULL};
+    Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
+    Tensor *want = yf ? f32_to_modp(yf) : NULL;
+    CHECK_MSG(tensors_identical(ym, want), "gemm ta=%d tb=%d C#%d in Z_p", ta, tb, ci);
+    unref_all((Tensor *[]){yf, ym, want}, 3);
+    unref_all(si, has_c ? 3 : 2);
+    unref_all(mi, has_c ? 3 : 2);
+  }
   diag_fini(&d);
 }
 
@@ -787,37 +800,25 @@ static void test_gemm(void) {
  * relu or a tanh. */
 static void test_gemm_plain_on_host(void) {
   if (!cuda_kernels_built("gemm's host check")) return;
-  const Shape c_shapes[] = {{-2, {0}}, shape_of(0), shape_of(1, 1), shape_of(1, 5),
-                            shape_of(2, 1, 5), shape_of(2, 4, 1), shape_of(2, 4, 5)};
   Diag d;
   diag_init(&d);
-  int cnt = 0;
-  for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++)
-      for (size_t ci = 0; ci < sizeof c_shapes / sizeof *c_shapes; ci++, cnt++) {
-        bool has_c = c_shapes[ci].ndim != -2;
-        double alpha = cnt % 3 ? 2.0 : 1.0, beta = cnt % 2 ? -3.0 : 1.0;
-        int act = cnt % 3 == 0 ? ACT_NONE : cnt % 3 == 1 ? ACT_RELU : ACT_TANH;
-        Op o;
-        op_init(&o, OP_GEMM, has_c ? 3 : 2);
-        op_int(&o, "transA", ta);
-        op_int(&o, "transB", tb);
-        op_float(&o, "alpha", alpha);
-        op_float(&o, "beta", beta);
-        op_int(&o, "act", act);
-        Shape sa = ta ? shape_of(2, 6, 4) : shape_of(2, 4, 6);
-        Shape sb = tb ? shape_of(2, 5, 6) : shape_of(2, 6, 5);
-        Tensor *in[3] = {random_f32(sa, cnt + 300), random_f32(sb, cnt + 350),
-                         has_c ? random_f32(c_shapes[ci], cnt + 399) : NULL};
-        Shape sy = shape_of(2, 4, 5);
-        Tensor *want = op_run(&o, in, false, &d), *y = tensor_new(DT_F32, &sy);
-        int rc = cuda_kernel_on_host("cublas:gemm", &o.node, in, y, &d);
-        double e = want ? max_rel_err(y, want) : 1;
-        CHECK_MSG(rc == TEQ_OK && e < 1e-5, "gemm ta=%d tb=%d C#%zu act %d on the host: error %g %s",
-                  ta, tb, ci, act, e, diag_last(&d));
-        unref_all((Tensor *[]){want, y}, 2);
-        unref_all(in, has_c ? 3 : 2);
-      }
+  for (int cnt = 0; cnt < GEMM_CASES; cnt++) {
+    Op o;
+    Shape sa, sb, sc, sy = shape_of(2, 4, 5);
+    bool has_c;
+    gemm_case(cnt, &o, &sa, &sb, &sc, &has_c);
+    int act = cnt % 3 == 0 ? ACT_NONE : cnt % 3 == 1 ? ACT_RELU : ACT_TANH;
+    op_int(&o, "act", act);
+    Tensor *in[3] = {random_f32(sa, cnt + 300), random_f32(sb, cnt + 350),
+                     has_c ? random_f32(sc, cnt + 399) : NULL};
+    Tensor *want = op_run(&o, in, false, &d), *y = tensor_new(DT_F32, &sy);
+    int rc = cuda_kernel_on_host("cublas:gemm", &o.node, in, y, &d);
+    double e = want ? max_rel_err(y, want) : 1;
+    CHECK_MSG(rc == TEQ_OK && e < 1e-5, "gemm case %d, act %d, on the host: error %g %s", cnt,
+              act, e, diag_last(&d));
+    unref_all((Tensor *[]){want, y}, 2);
+    unref_all(in, has_c ? 3 : 2);
+  }
   diag_fini(&d);
 }
 
