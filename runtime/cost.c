@@ -687,31 +687,15 @@ static double pooled_us(CostModel *m, const Graph *g, int id) {
   OpKind pool_kind;
   if (!op_unpooled_twin(n, &bare, &pool_kind, &pool) || n->n_in > TWIN_MAX_IN || n->n_out != 1)
     return 0;
-  Graph *t = graph_new();
-  int tid = t ? 0 : TEQ_ERR_NOMEM;
-  TensorRef refs[TWIN_MAX_IN];
-  for (int j = 0; j < n->n_in && tid >= 0; j++) {
-    const Node *src = &g->nodes[n->in[j].node];
-    tid = graph_add_input(t, NULL, graph_shape(g, n->in[j]), src->dtype, NULL);
-    refs[j] = (TensorRef){tid, 0};
-  }
-  int conv = tid >= 0 ? graph_add_node(t, n->kind, refs, n->n_in, 1, &bare, NULL, NULL) : -1;
-  int pooled = conv >= 0 ? graph_add_node(t, pool_kind, &(TensorRef){conv, 0}, 1, 1, &pool,
-                                          NULL, NULL)
-                         : -1;
-  double us = 0;
-  CostEstimate a, b;
-  Diag quiet;
-  diag_init(&quiet);
-  FILE *record = m->record;
-  m->record = NULL;
-  if (pooled >= 0 && cost_node(m, t, conv, &a, &quiet) == TEQ_OK &&
-      cost_node(m, t, pooled, &b, &quiet) == TEQ_OK)
-    us = a.us + b.us;
-  m->record = record;
-  diag_fini(&quiet);
-  graph_free(t);
-  return us;
+  Shape in[TWIN_MAX_IN], full;
+  DType dt[TWIN_MAX_IN];
+  twin_inputs(g, n, n->n_in, in, dt);
+  Node unpooled = *n; /* its full output's shape, for the pool's input */
+  unpooled.params = bare;
+  if (op_def(n->kind)->infer_shape(&unpooled, in, &full, NULL) != TEQ_OK) return 0;
+  double conv = price_unrecorded(m, n->kind, &bare, in, dt, n->n_in, 1);
+  double then = price_unrecorded(m, pool_kind, &pool, &full, &n->dtype, 1, 1);
+  return conv > 0 && then > 0 ? conv + then : 0;
 }
 
 static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *source) {

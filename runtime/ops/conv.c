@@ -34,7 +34,6 @@
  *
  * Pads are ONNX-ordered (top, left, bottom, right); ONNX auto_pad becomes
  * explicit pads at import (onnx_auto_pads, shared with pool.c). */
-#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -486,73 +485,48 @@ static int conv_depthwise_f32(const Node *n, const ConvGeom *g, const float *x, 
 
 /* ---- conv2d's fused max pool ---- */
 
-/* The conv's full output, before its pool: y itself without one, else a
- * buffer the caller frees (NULL, with the error in d, when out of memory). */
-static void *full_output(const Node *n, const ConvGeom *g, void *y, Diag *d) {
-  if (!g->pool) return y;
-  void *full = malloc((size_t)(g->n * g->m * g->oh * g->ow) * ELEM);
-  if (!full)
+/* One conv's unpooled arithmetic, into y of the full output's shape. */
+typedef int (*ConvFull)(const Node *n, const ConvGeom *g, Tensor *const *in, void *y, Diag *d);
+
+/* A pooled conv: the conv into a tensor of its full shape, then the pool
+ * its row names (op_unpooled_twin) by that pool's own kernel, so that a
+ * pooled conv and a conv followed by its MaxPool agree to the bit, NaNs
+ * included, in float32 and in Z_p alike. */
+static int conv_then_pool(const Node *n, const ConvGeom *g, Tensor *const *in, Tensor *out,
+                          bool modp, ConvFull full_conv, Diag *d) {
+  Params unpooled, pool_params;
+  OpKind pool_kind;
+  if (!op_unpooled_twin(n, &unpooled, &pool_kind, &pool_params))
+    return op_error(n, d, "pool=%lld: no pool to run", (long long)g->pool);
+  Shape fs = shape_make(4, (int64_t[]){g->n, g->m, g->oh, g->ow});
+  Tensor *full = tensor_new_uninit(out->dtype, &fs);
+  if (!full) {
     op_error(n, d, "out of memory for the %lldx%lld output before its pool", (long long)g->oh,
              (long long)g->ow);
-  return full;
-}
-
-/* The largest of each k x k window of the full output's planes, as maxpool
- * takes it (pool.c: the window's rows folded first, a later row's value
- * kept where it is greater, then its columns from the lowest float). */
-static void pool_full_f32(const ConvGeom *g, const float *full, float *y) {
-  int64_t k = g->pool, ph = g->oh / k, pw = g->ow / k;
-  for (int64_t plane = 0; plane < g->n * g->m; plane++) {
-    const float *f = full + plane * g->oh * g->ow;
-    for (int64_t py = 0; py < ph; py++)
-      for (int64_t px = 0; px < pw; px++) {
-        float acc = -FLT_MAX;
-        for (int64_t j = 0; j < k; j++) {
-          const float *col = f + py * k * g->ow + px * k + j;
-          float v = col[0];
-          for (int64_t i = 1; i < k; i++) v = col[i * g->ow] > v ? col[i * g->ow] : v;
-          acc = v > acc ? v : acc;
-        }
-        *y++ = acc;
-      }
+    return TEQ_ERR_NOMEM;
   }
+  int rc = full_conv(n, g, in, full->data, d);
+  Node pool = {.kind = pool_kind, .n_in = 1, .n_out = 1, .out = &out->shape, .dtype = out->dtype,
+               .params = pool_params, .name = n->name};
+  const OpDef *o = op_def(pool_kind);
+  if (rc == TEQ_OK) rc = (modp ? o->eval_modp : o->eval_f32)(&pool, &full, &out, d);
+  tensor_unref(full);
+  return rc;
 }
 
-/* The same in Z_p, as maxpool's: the largest residue of the k x k window
- * at f, whose rows are `row` apart. */
-static uint32_t pool_window_modp(const uint32_t *f, int64_t row, int64_t k) {
-  uint32_t acc = 0;
-  for (int64_t i = 0; i < k; i++)
-    for (int64_t j = 0; j < k; j++) {
-      uint32_t v = f[i * row + j];
-      acc = v > acc ? v : acc;
-    }
-  return acc;
-}
-
-static void pool_full_modp(const ConvGeom *g, const uint32_t *full, uint32_t *y) {
-  int64_t k = g->pool, ph = g->oh / k, pw = g->ow / k;
-  for (int64_t plane = 0; plane < g->n * g->m; plane++)
-    for (int64_t py = 0; py < ph; py++)
-      for (int64_t px = 0; px < pw; px++)
-        *y++ = pool_window_modp(full + (plane * g->oh + py * k) * g->ow + px * k, g->ow, k);
+static int conv_full_f32(const Node *n, const ConvGeom *g, Tensor *const *in, void *y, Diag *d) {
+  const float *x = in[0]->data, *w = in[1]->data, *b = n->n_in > 2 ? in[2]->data : NULL;
+  const float *z = n->n_in > 3 ? in[3]->data : NULL;
+  if (conv_is_depthwise(g)) return conv_depthwise_f32(n, g, x, w, b, z, y, d);
+  return conv_gemm_f32(n, g, x, w, b, z, y, d);
 }
 
 static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   ConvGeom g;
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
-  const float *x = in[0]->data, *w = in[1]->data, *b = n->n_in > 2 ? in[2]->data : NULL;
-  const float *z = n->n_in > 3 ? in[3]->data : NULL;
-  float *y = full_output(n, &g, out[0]->data, d);
-  if (!y) return TEQ_ERR_NOMEM;
-  if (conv_is_depthwise(&g)) rc = conv_depthwise_f32(n, &g, x, w, b, z, y, d);
-  else rc = conv_gemm_f32(n, &g, x, w, b, z, y, d);
-  if (g.pool) {
-    if (rc == TEQ_OK) pool_full_f32(&g, y, out[0]->data);
-    free(y);
-  }
-  return rc;
+  if (g.pool) return conv_then_pool(n, &g, in, out[0], false, conv_full_f32, d);
+  return conv_full_f32(n, &g, in, out[0]->data, d);
 }
 
 /* ---- conv2d, Z_p ---- */
@@ -564,10 +538,9 @@ static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
  * PET's random tests spend most of their time here; a tap-by-tap loop
  * over output rows, which this replaced, ran vectors as short as a row of
  * a 17x17 map. Blocks bound the column matrix as for float32. */
-static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
-  ConvGeom g;
-  int rc = conv_geom_of(n, in, &g, d);
-  if (rc) return rc;
+static int conv_full_modp(const Node *n, const ConvGeom *gp, Tensor *const *in, void *yv,
+                          Diag *d) {
+  const ConvGeom g = *gp;
   int64_t kdim = g.cg * g.kh * g.kw, plane = g.oh * g.ow;
   int64_t block = COL_MAX_BYTES / ((kdim > 1 ? kdim : 1) * ELEM) / 256 * 256;
   if (block < 256) block = 256;
@@ -580,11 +553,7 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   }
   const uint32_t *x = in[0]->data, *w = in[1]->data;
   const uint32_t *b = n->n_in > 2 ? in[2]->data : NULL;
-  uint32_t *y = full_output(n, &g, out[0]->data, d);
-  if (!y) {
-    free(col);
-    return TEQ_ERR_NOMEM;
-  }
+  uint32_t *y = yv;
   int64_t total = g.n * g.m * plane;
   for (int64_t img = 0; img < g.n; img++)
     for (int64_t grp = 0; grp < g.groups; grp++) {
@@ -608,11 +577,15 @@ static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
   }
   free(col);
   act_apply_modp((int)param_int(&n->params, CONV_ACT), y, total);
-  if (g.pool) {
-    pool_full_modp(&g, y, out[0]->data);
-    free(y);
-  }
   return TEQ_OK;
+}
+
+static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  ConvGeom g;
+  int rc = conv_geom_of(n, in, &g, d);
+  if (rc) return rc;
+  if (g.pool) return conv_then_pool(n, &g, in, out[0], true, conv_full_modp, d);
+  return conv_full_modp(n, &g, in, out[0]->data, d);
 }
 
 /* The same sums at chosen positions of the full output (before any pool):
@@ -646,6 +619,20 @@ static void conv_full_modp_at(const Node *n, const ConvGeom *gp, Tensor *const *
     if (n->n_in > 3) vals[q] = modp_add(vals[q], ((const uint32_t *)in[3]->data)[f]);
   }
   act_apply_modp((int)param_int(&n->params, CONV_ACT), vals, n_pos);
+}
+
+/* The largest residue of the k x k window at f (rows `row` apart): Z_p's
+ * max pool (pool.c: pool_eval_modp), for the few positions PET asks of a
+ * pooled conv, where running the pool's kernel over a window each would
+ * cost a tensor each. */
+static uint32_t pool_window_modp(const uint32_t *f, int64_t row, int64_t k) {
+  uint32_t acc = 0;
+  for (int64_t i = 0; i < k; i++)
+    for (int64_t j = 0; j < k; j++) {
+      uint32_t v = f[i * row + j];
+      acc = v > acc ? v : acc;
+    }
+  return acc;
 }
 
 /* With a pool, each position's k x k window of the full output is
