@@ -586,8 +586,9 @@ static void report_text(const Report *r, FILE *f) {
   fprintf(f, "  %-26s cycle %lld, shapes %lld, Z_p %lld\n", "rewrites rejected",
           (long long)st->rejected_cycle, (long long)st->rejected_shape,
           (long long)st->rejected_zp);
-  fprintf(f, "  %-26s %lld checked exactly, %lld too large to check (proof trusted)\n",
-          "rule instances in Z_p", (long long)st->zp_checked, (long long)st->zp_trusted);
+  fprintf(f, "  %-26s %lld checked exactly (%.2f s of the search), %lld too large to check "
+          "(proof trusted)\n", "rule instances in Z_p", (long long)st->zp_checked, st->zp_s,
+          (long long)st->zp_trusted);
   fprintf(f, "  %-26s %d nodes computed into initializers\n", "weights precomputed", r->folded);
   fprintf(f, "  %-26s %d biases and activations, %d residual adds folded into convolutions; "
           "%d split pieces' adds and activations regrouped; %d concats take another as their "
@@ -705,8 +706,8 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           st->best_s);
   fprintf(f, "  \"rejected\": {\"cycle\": %lld, \"shape\": %lld, \"zp\": %lld},\n",
           (long long)st->rejected_cycle, (long long)st->rejected_shape, (long long)st->rejected_zp);
-  fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld},\n",
-          (long long)st->zp_checked, (long long)st->zp_trusted);
+  fprintf(f, "  \"zp_instances\": {\"checked\": %lld, \"trusted\": %lld, \"seconds\": %.4f},\n",
+          (long long)st->zp_checked, (long long)st->zp_trusted, st->zp_s);
   fprintf(f, "  \"weights_folded\": %d,\n  \"bias_act_fused\": %d,\n  \"residuals_fused\": %d,\n"
           "  \"split_pieces_regrouped\": %d,\n  \"concats_sharing_pieces\": %d,\n", r->folded,
           r->fused, r->residuals, r->through_splits, r->shared);

@@ -155,7 +155,8 @@ typedef struct OptInst {
   bool built_only;    /* holds something delta.c does not derive (an opaque node) */
   /* The matched part of the graph it was made at, kept until the search
    * checks the instance against it in Z_p: only the instances of rewrites
-   * the search keeps are checked (most rewrites are priced and dropped). */
+   * the search makes the best or takes to expand are checked (most
+   * rewrites are priced and dropped, most of those queued never taken). */
   Graph *src;
   int verdict; /* the search's Z_p verdict, 0 until it decides */
 } OptInst;

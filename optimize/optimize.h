@@ -122,6 +122,7 @@ typedef struct OptStats {
   int64_t rejected_zp;     /* instances that differ in Z_p: the rule does not hold there */
   int64_t zp_checked;      /* distinct instances checked exactly in Z_p */
   int64_t zp_trusted;      /* distinct instances too large to check (the proof stands) */
+  double zp_s;             /* seconds of the search spent checking them */
   int windows;
   bool stopped_by_time;
   double search_s;

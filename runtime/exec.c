@@ -186,8 +186,76 @@ static bool elements_differ(const Tensor *x, const Tensor *y, int64_t e, double 
   return !(fabs(a - b) <= tol * scale); /* NaN on either side differs */
 }
 
+/* One kept input: what it was drawn for, and the tensor. */
+typedef struct KeptInput {
+  ExecMode mode;
+  uint64_t seed;
+  int draw, index;
+  Shape shape;
+  Tensor *t;
+} KeptInput;
+
+struct ExecInputs {
+  KeptInput *v; /* oldest first */
+  int n, cap;
+  size_t bytes, max_bytes;
+};
+
+ExecInputs *exec_inputs_new(size_t max_bytes) {
+  ExecInputs *k = calloc(1, sizeof *k);
+  if (k) k->max_bytes = max_bytes;
+  return k;
+}
+
+void exec_inputs_free(ExecInputs *k) {
+  if (!k) return;
+  for (int i = 0; i < k->n; i++) tensor_unref(k->v[i].t);
+  free(k->v);
+  free(k);
+}
+
+/* Input i of exec_compare's draw: a new reference, or NULL (out of memory). */
+static Tensor *random_input(ExecInputs *k, ExecMode mode, uint64_t seed, int draw, int i,
+                            const Shape *sh) {
+  for (int j = 0; k && j < k->n; j++) {
+    const KeptInput *e = &k->v[j];
+    if (e->mode == mode && e->seed == seed && e->draw == draw && e->index == i &&
+        shape_equal(&e->shape, sh))
+      return tensor_ref(e->t);
+  }
+  Tensor *t = tensor_new_uninit(mode == EXEC_F32 ? DT_F32 : DT_MODP, sh); /* filled below */
+  if (!t) return NULL;
+  tensor_fill_random(t, hash_mix(hash_mix(seed, (uint64_t)draw), (uint64_t)i));
+  if (mode == EXEC_F32) {
+    bool negative = (draw >> (i % 2)) & 1;
+    float *x = t->data;
+    for (int64_t e = 0; e < tensor_numel(t); e++) x[e] = negative ? -fabsf(x[e]) : fabsf(x[e]);
+  }
+  size_t bytes = tensor_bytes(t);
+  if (!k || bytes > k->max_bytes) return t;
+  while (k->n > 0 && k->bytes + bytes > k->max_bytes) { /* let the oldest go */
+    k->bytes -= tensor_bytes(k->v[0].t);
+    tensor_unref(k->v[0].t);
+    memmove(k->v, k->v + 1, (size_t)--k->n * sizeof *k->v);
+  }
+  if (k->n == k->cap) {
+    int cap = k->cap ? 2 * k->cap : 16;
+    KeptInput *v = realloc(k->v, (size_t)cap * sizeof *v);
+    if (!v) return t; /* not kept, still made */
+    k->v = v, k->cap = cap;
+  }
+  k->v[k->n++] = (KeptInput){mode, seed, draw, i, *sh, tensor_ref(t)};
+  k->bytes += bytes;
+  return t;
+}
+
 int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, int draw,
                  double tol, ExecDiff *diff, Diag *d) {
+  return exec_compare_kept(a, b, mode, seed, draw, tol, NULL, diff, d);
+}
+
+int exec_compare_kept(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, int draw,
+                      double tol, ExecInputs *kept, ExecDiff *diff, Diag *d) {
   memset(diff, 0, sizeof *diff);
   diff->output = diff->element = -1;
   int n_in = a->n_inputs, n_out = a->n_outputs;
@@ -202,15 +270,9 @@ int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, i
       rc = diag_error(d, "exec_compare: input %d has different shapes", i);
       break;
     }
-    if (!(in[i] = tensor_new_uninit(mode == EXEC_F32 ? DT_F32 : DT_MODP, sh))) { /* filled below */
+    if (!(in[i] = random_input(kept, mode, seed, draw, i, sh))) {
       rc = TEQ_ERR_NOMEM;
       break;
-    }
-    tensor_fill_random(in[i], hash_mix(hash_mix(seed, (uint64_t)draw), (uint64_t)i));
-    if (mode == EXEC_F32) {
-      bool negative = (draw >> (i % 2)) & 1;
-      float *x = in[i]->data;
-      for (int64_t e = 0; e < tensor_numel(in[i]); e++) x[e] = negative ? -fabsf(x[e]) : fabsf(x[e]);
     }
   }
   if (!rc) rc = exec_run(a, mode, in, ya, d);

@@ -80,6 +80,18 @@ typedef struct ExecDiff {
 
 TEQ_API int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed, int draw,
                          double tol, ExecDiff *diff, Diag *d);
+
+/* A caller comparing many pairs (optimize's checks of rule instances) can
+ * keep the random inputs between calls: input i of a call is the same
+ * tensor whenever mode, seed, draw, i and its shape are, so it is filled
+ * once and read again. Up to max_bytes are kept, the oldest let go first.
+ * The executors never write to their inputs. */
+typedef struct ExecInputs ExecInputs;
+TEQ_API ExecInputs *exec_inputs_new(size_t max_bytes);
+TEQ_API void exec_inputs_free(ExecInputs *kept);
+/* exec_compare, taking its inputs from kept (NULL: made for this call). */
+TEQ_API int exec_compare_kept(const Graph *a, const Graph *b, ExecMode mode, uint64_t seed,
+                              int draw, double tol, ExecInputs *kept, ExecDiff *diff, Diag *d);
 TEQ_API void exec_diff_fini(ExecDiff *diff);
 
 /* How far float32 tensor got is from want, as one figure: the largest

@@ -275,11 +275,12 @@ static Graph *rule_side(Shape s, OpKind outer, OpKind inner, bool inner_on_input
   return g;
 }
 
-/* Unsound rules: their rewrites are checked in Z_p when the search keeps
- * them, and refused; a rewrite the search never keeps is never checked.
- * relu(x) + relu(y) => relu(x + y) saves an operator and is kept (then
- * refused); relu(x + y) => relu(x) + relu(y) costs one more and, at an
- * alpha of 1, is never kept, so its instance is never checked. */
+/* Unsound rules: their rewrites are checked in Z_p when the search makes
+ * one the best, and refused; a rewrite the search never keeps is never
+ * checked. relu(x) + relu(y) => relu(x + y) saves an operator and would be
+ * the best (it is refused); relu(x + y) => relu(x) + relu(y) costs one
+ * more and, at an alpha of 1, is never kept, so its instance is never
+ * checked. */
 static void test_unsound_refused_when_kept(void) {
   Shape s = shape_of(2, 64, 64);
   OptRules *rs = opt_rules_new();
@@ -313,6 +314,45 @@ static void test_unsound_refused_when_kept(void) {
   cost_model_free(cm);
   opt_rules_free(rs);
   graph_free(g);
+  diag_fini(&d);
+}
+
+/* A rewrite the search queues is checked in Z_p only when it is taken to
+ * expand (or made the best): the unsound split above, dearer than the
+ * graph it rewrites, is queued at an alpha of 2. With a budget of one
+ * expansion it is never taken, so never checked; with more it is taken,
+ * checked, refused without spending the budget, and the result is the
+ * original. */
+static void test_unsound_refused_when_taken(void) {
+  Shape s = shape_of(2, 64, 64);
+  Diag d;
+  diag_init(&d);
+  for (int budget = 1; budget <= 5; budget += 4) {
+    OptRules *rs = opt_rules_new();
+    CHECK(opt_rules_add(rs, rule_side(s, OP_EWADD, OP_RELU, false),
+                        rule_side(s, OP_EWADD, OP_RELU, true), 2, "unsound split", &d) == TEQ_OK);
+    Graph *g = graph_new();
+    TensorRef c = input(g, "c", s), e = input(g, "d", s);
+    TensorRef both = op(g, OP_EWADD, c, e, 2, NULL);
+    graph_add_output(g, op(g, OP_RELU, both, both, 1, NULL), "relu_of_sum", NULL);
+    OptOptions o = OPT_DEFAULTS;
+    o.alpha = 2.0, o.budget = budget, o.pet = false;
+    OptStats st;
+    CostModel *cm = cost_model_new();
+    Graph *best = NULL;
+    CHECK(opt_search(g, rs, cm, &o, &best, &st, &d) == TEQ_OK);
+    diag_flush(&d, stderr);
+    CHECK(best && graph_hash(best, NULL) == graph_hash(g, NULL));
+    CHECK(st.kept >= 1); /* the split was queued */
+    CHECK_EQ_INT(st.zp_checked, budget == 1 ? 0 : 1);
+    CHECK_EQ_INT(st.rejected_zp, budget == 1 ? 0 : 1);
+    CHECK_EQ_INT(st.explored, 1); /* the original alone: the refused one spent nothing */
+    opt_stats_fini(&st);
+    graph_free(best);
+    cost_model_free(cm);
+    opt_rules_free(rs);
+    graph_free(g);
+  }
   diag_fini(&d);
 }
 
@@ -1450,6 +1490,7 @@ int main(void) {
   test_opaque_survives();
   test_no_match_unchanged();
   test_unsound_refused_when_kept();
+  test_unsound_refused_when_taken();
   test_search_equivalent();
   test_full_queue();
   test_every_site();

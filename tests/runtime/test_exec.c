@@ -4,7 +4,7 @@
  * a plan of chosen positions (exec_points) gives exec_run's values at
  * them, whether it runs operators at positions, follows layouts or runs
  * them whole; a conv with its pool fused computes what the conv and its
- * MaxPool do. */
+ * MaxPool do; comparisons on kept inputs give what fresh inputs do. */
 #include <string.h>
 
 #include "runtime/exec.h"
@@ -378,8 +378,50 @@ static void test_pooled_conv(void) {
   diag_fini(&d);
 }
 
+/* Inputs kept between comparisons (exec_compare_kept) give exactly what
+ * fresh ones do, in both modes and every draw, and again on the second
+ * round, when every input is one kept from the first: the executors must
+ * not have written to them. A budget too small to keep anything changes
+ * nothing either. */
+static void test_kept_inputs(void) {
+  Diag d;
+  diag_init(&d);
+  Graph *a = linear_graph(&d), *b = linear_graph(&d);
+  for (int id = 0; id < b->n_nodes; id++)
+    if (b->nodes[id].kind == OP_CONST) ((float *)b->nodes[id].value->data)[35] += 1; /* one weight */
+  ExecInputs *kept = exec_inputs_new((size_t)1 << 20), *tiny = exec_inputs_new(16);
+  CHECK(kept && tiny);
+  for (int round = 0; round < 2; round++)
+    for (int mode = 0; mode < 2; mode++)
+      for (int draw = 0; draw < 4; draw++) {
+        ExecMode m = mode ? EXEC_MODP : EXEC_F32;
+        ExecDiff fresh, same, small;
+        CHECK_EQ_INT(exec_compare(a, b, m, 7, draw, 1e-6, &fresh, &d), TEQ_OK);
+        CHECK_EQ_INT(exec_compare_kept(a, b, m, 7, draw, 1e-6, kept, &same, &d), TEQ_OK);
+        CHECK_EQ_INT(exec_compare_kept(a, b, m, 7, draw, 1e-6, tiny, &small, &d), TEQ_OK);
+        CHECK(fresh.differ && same.differ && small.differ);
+        CHECK_EQ_INT(same.output, fresh.output);
+        CHECK_EQ_INT(same.element, fresh.element);
+        CHECK_EQ_INT(same.count, fresh.count);
+        CHECK_EQ_INT(small.count, fresh.count);
+        CHECK(tensor_content_hash(same.a) == tensor_content_hash(fresh.a));
+        CHECK(tensor_content_hash(same.b) == tensor_content_hash(fresh.b));
+        exec_diff_fini(&fresh), exec_diff_fini(&same), exec_diff_fini(&small);
+        ExecDiff self;
+        CHECK_EQ_INT(exec_compare_kept(a, a, m, 7, draw, 0, kept, &self, &d), TEQ_OK);
+        CHECK(!self.differ);
+      }
+  exec_inputs_free(kept);
+  exec_inputs_free(tiny);
+  graph_free(a);
+  graph_free(b);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_modp_agrees_with_f32();
+  test_kept_inputs();
   test_errors();
   test_opaque_refused();
   test_points();
