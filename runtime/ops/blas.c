@@ -14,6 +14,14 @@
  * order of waking a pool thread. */
 #define SMALL_GEMM_FLOPS 1000000.0
 
+/* A GEMV reads its matrix once and is bound by memory, which a second
+ * thread barely widens; and after OpenBLAS hands one to its pool, the pool
+ * threads spin on sched_yield for a while, a core taken from the caller's
+ * next work (optimize's import folds NasRNN's products, and a fifth of the
+ * search's samples were that spin). Matrices under 16 MB stay in the
+ * calling thread. */
+#define SMALL_GEMV_ELEMENTS (4.0 * 1024 * 1024)
+
 /* C = alpha op(A) op(B) + beta C with m == 1 or n == 1, as one GEMV. */
 static void gemv(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -44,15 +52,15 @@ static void gemv(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if (m == 1 || n == 1) {
-    gemv(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  bool small = 2.0 * (double)m * (double)n * (double)k < SMALL_GEMM_FLOPS;
+  bool small = m == 1 || n == 1 ? (double)m * (double)n * (double)k < SMALL_GEMV_ELEMENTS
+                                 : 2.0 * (double)m * (double)n * (double)k < SMALL_GEMM_FLOPS;
   int threads = small ? openblas_get_num_threads() : 1;
   if (threads > 1) openblas_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (int)m, (int)n, (int)k, alpha, a, lda > 1 ? (int)lda : 1, b, ldb > 1 ? (int)ldb : 1,
-              beta, c, ldc > 1 ? (int)ldc : 1);
+  if (m == 1 || n == 1)
+    gemv(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, alpha, a, lda > 1 ? (int)lda : 1, b,
+                ldb > 1 ? (int)ldb : 1, beta, c, ldc > 1 ? (int)ldc : 1);
   if (threads > 1) openblas_set_num_threads(threads);
 }
