@@ -7,8 +7,9 @@
 # returns what it finished. With TEQ_GPU_SECONDS set, the long steps (the
 # table's measurements, the suite) stop in time for the last pack: the
 # table keeps the rows measured so far, the suite reports the models done.
-# optimize prices with tools/profiles/h100.tsv (its rows of this GPU's model
-# reused, the rest measured), or, after a profile step, with the table that
+# optimize prices with the committed table of this GPU's model
+# (tools/profiles/h100.tsv or h200.tsv; the H100's for any other GPU, its
+# rows of this GPU's model reused, the rest measured), or, after a profile step, with the table that
 # step measured and calibrated (OUT_DIR/table.tsv): a fresh table and the
 # suite it prices fit one call.
 #
@@ -47,9 +48,16 @@ python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$stage/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 models=/tmp/teq-models
-# Named relative to the checkout: the staged binaries' default names the
-# development machine's.
+# The committed table of this GPU's model (h100.tsv, h200.tsv), else the
+# H100's; named relative to the checkout: the staged binaries' default names
+# the development machine's. Over a table of this GPU's model, profile=REGEX
+# measures again only what matches; over another's, everything.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 table=tools/profiles/h100.tsv
+for t in tools/profiles/*.tsv; do
+  [ "$(grep -v '^#' "$t" | head -1 | cut -f1)" = "$gpu_name" ] && table=$t
+done
+echo "base table: $table"
 # A table an earlier call on this machine measured (profile) prices this call too.
 [ -f "$out/table.tsv" ] && table=$out/table.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
