@@ -229,7 +229,8 @@ static Tensor *random_input(ExecInputs *k, ExecMode mode, uint64_t seed, int dra
   if (mode == EXEC_F32) {
     bool negative = (draw >> (i % 2)) & 1;
     float *x = t->data;
-    for (int64_t e = 0; e < tensor_numel(t); e++) x[e] = negative ? -fabsf(x[e]) : fabsf(x[e]);
+    int64_t numel = tensor_numel(t);
+    for (int64_t e = 0; e < numel; e++) x[e] = negative ? -fabsf(x[e]) : fabsf(x[e]);
   }
   size_t bytes = tensor_bytes(t);
   if (!k || bytes > k->max_bytes) return t;
@@ -281,7 +282,8 @@ int exec_compare_kept(const Graph *a, const Graph *b, ExecMode mode, uint64_t se
     if (!shape_equal(&ya[o]->shape, &yb[o]->shape)) {
       diff->differ = true;
     } else {
-      for (int64_t e = 0; e < tensor_numel(ya[o]); e++)
+      int64_t numel = tensor_numel(ya[o]);
+      for (int64_t e = 0; e < numel; e++)
         if (elements_differ(ya[o], yb[o], e, tol)) {
           if (!diff->differ) diff->element = e;
           diff->differ = true;
@@ -435,7 +437,8 @@ static int compute_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Di
   bool moved_only = true;
   for (int k = 0; k < n->n_out && !rc && moved_only; k++) {
     const uint32_t *a = maps[k]->data, *b = again[k]->data;
-    for (int64_t f = 0; f < shape_numel(&n->out[k]) && moved_only; f++)
+    int64_t numel = shape_numel(&n->out[k]); /* once: a call the loop cannot hoist */
+    for (int64_t f = 0; f < numel && moved_only; f++)
       moved_only = a[f] == 0 ? b[f] == 0 : b[f] == a[f] + 1 && (int64_t)a[f] <= base[n->n_in];
   }
   for (int k = 0; k < n->n_out; k++) tensor_unref(again[k]);
