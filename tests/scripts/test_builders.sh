@@ -2,7 +2,8 @@
 # test_builders.sh: every model build-model makes is valid ONNX, and Teq's CPU executor
 # computes on it what ONNX Runtime computes.
 #
-#   tests/scripts/test_builders.sh [MODEL...]     (default: all of build-model --list)
+#   tests/scripts/test_builders.sh [MODEL...]     (default: all of build-model --list, and
+#                                                  nasrnn@2: NasRNN at --scale 2)
 #
 # Per model: build-model --seed 1 writes model.onnx; onnx.checker (full_check, which
 # also runs ONNX shape inference) accepts it; seeded uniform [-1, 1) float32 inputs are
@@ -44,6 +45,7 @@ if (($# > 0)); then
   MODELS=("$@")
 else
   mapfile -t MODELS < <("$BUILD_MODEL" --list | awk '{print $1}')
+  MODELS+=(nasrnn@2)
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/teq-builders.XXXXXX")
@@ -98,9 +100,10 @@ fail() { # model message
 
 # check_model MODEL: all checks of one model; returns 1 after printing why it failed.
 check_model() {
-  local m=$1 w=$WORK/$1 rc=0
+  local m=$1 w=$WORK/$1 rc=0 scale=()
+  [[ $m == *@* ]] && scale=(--scale "${m#*@}")
   mkdir -p "$w/teq" "$w/ort"
-  run "$w/build.log" "$BUILD_MODEL" --seed 1 "$m" "$w/model.onnx" || rc=$?
+  run "$w/build.log" "$BUILD_MODEL" --seed 1 "${scale[@]}" "${m%@*}" "$w/model.onnx" || rc=$?
   ((rc == 0)) || { fail "$m" "build-model $(why "$rc" "$w/build.log")"; return 1; }
   run "$w/prepare.log" "$PY" -c "$PREPARE" "$w/model.onnx" "$w" || rc=$?
   ((rc == 0)) || { fail "$m" "onnx.checker or inputs $(why "$rc" "$w/prepare.log")"; return 1; }
@@ -142,6 +145,31 @@ for model in "${MODELS[@]}"; do
   check_model "$model" || true
   [[ -n ${TEQ_KEEP_WORK:-} ]] || rm -rf "${WORK:?}/$model"   # bert is 400 MB
 done
+
+# --scale repeats the unit and nothing else: NasRNN's operators double with its steps
+# (its weights are shared); a model without a unit, or a scale out of range, is refused.
+ops_at() {
+  "$BUILD_MODEL" --scale "$1" nasrnn "$WORK/scaled.onnx" 2>&1 | sed -n 's/.*(\([0-9]*\) operators).*/\1/p'
+}
+if (($# == 0)); then
+  one=$(ops_at 1) two=$(ops_at 2) four=$(ops_at 4)
+  if [[ -z $one || $two != $((2 * one)) || $four != $((4 * one)) ]]; then
+    fail "nasrnn --scale" "operators at 1, 2, 4: '$one' '$two' '$four', not in proportion"
+  else
+    echo "ok   nasrnn --scale 1, 2, 4: $one, $two, $four operators"
+  fi
+  for bad in "--scale 2 csrnet" "--scale 2 tiny-cnn" "--scale 0 nasrnn" "--scale 65 nasrnn" \
+             "--scale x nasrnn"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$BUILD_MODEL" $bad "$WORK/bad.onnx" >"$WORK/bad.log" 2>&1 || rc=$?
+    if ((rc != 2)) || ! grep -q 'build-model: ' "$WORK/bad.log"; then
+      fail "build-model $bad" "exit $rc, expected 2 with a message: $(head -1 "$WORK/bad.log")"
+    else
+      echo "ok   build-model $bad refused: $(head -1 "$WORK/bad.log")"
+    fi
+  done
+fi
 
 echo "$((${#MODELS[@]} - failures))/${#MODELS[@]} models ok"
 ((failures == 0))

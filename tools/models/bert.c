@@ -57,6 +57,6 @@ static TensorRef feed_forward(Builder *b, TensorRef x) {
 
 int bert_build(Builder *b) {
   TensorRef x = builder_input(b, "input", shape_of(2, SEQ, HIDDEN));
-  for (int layer = 0; layer < LAYERS; layer++) x = feed_forward(b, attention(b, x));
+  for (int layer = 0; layer < LAYERS * b->scale; layer++) x = feed_forward(b, attention(b, x));
   return builder_output(b, x, "hidden");
 }

@@ -9,7 +9,7 @@
  * torchvision's models are exported by tools/models/export_torchvision.py
  * instead.
  *
- *   build-model [--seed S] [--list] NAME OUT.onnx */
+ *   build-model [--seed S] [--scale K] [--list] NAME OUT.onnx */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,38 +49,60 @@ static int build_tiny_cnn(Builder *b) {
   return builder_output(b, h, "probabilities");
 }
 
+/* BERT at scale 64 would hold 24 GB of weights. */
+enum { SCALE_MAX = 64 };
+
 typedef struct ModelRow {
   const char *name;
   int (*build)(Builder *b);
   const char *what;
+  const char *unit; /* what --scale repeats, or NULL: the model has no such unit */
 } ModelRow;
 
 static const ModelRow models[] = {
-  {"tiny-cnn", build_tiny_cnn, "residual CNN, 1x3x32x32 -> 10 classes (the tests' small model)"},
-  {"bert", bert_build, "BERT encoder as in TASO: 8 layers, seq 64, hidden 1024, 16 heads"},
+  {"tiny-cnn", build_tiny_cnn, "residual CNN, 1x3x32x32 -> 10 classes (the tests' small model)",
+   NULL},
+  {"bert", bert_build, "BERT encoder as in TASO: 8 layers, seq 64, hidden 1024, 16 heads",
+   "layers"},
   {"nasrnn", nasrnn_build,
-   "NAS-RNN cell as in TASO: 5 steps of 5x[1,512], hidden 512 (the built-in default)"},
-  {"nasneta", nasneta_build, "NasNet-A (mobile, TASO's cells), 1x3x224x224 -> 1000 logits"},
-  {"csrnet", csrnet_build, "CSRNet: VGG-16 front + dilated back end, 1x3x224x224 -> 1x1x28x28"},
+   "NAS-RNN cell as in TASO: 5 steps of 5x[1,512], hidden 512 (the built-in default)", "steps"},
+  {"nasneta", nasneta_build, "NasNet-A (mobile, TASO's cells), 1x3x224x224 -> 1000 logits",
+   "normal cells"},
+  {"csrnet", csrnet_build, "CSRNet: VGG-16 front + dilated back end, 1x3x224x224 -> 1x1x28x28",
+   NULL},
 };
 
 static int usage(void) {
-  fprintf(stderr, "usage: build-model [--seed S] [--list] NAME OUT.onnx\n");
+  fprintf(stderr, "usage: build-model [--seed S] [--scale K] [--list] NAME OUT.onnx\n"
+                  "  --scale K  K times the model's repeated unit (--list names it), 1 to %d\n",
+          SCALE_MAX);
   return 2;
 }
 
 int main(int argc, char **argv) {
   uint64_t seed = 0;
+  int scale = 1;
   const char *name = NULL, *out = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--list") == 0) {
       for (size_t m = 0; m < sizeof models / sizeof *models; m++)
-        printf("%-12s %s\n", models[m].name, models[m].what);
+        printf("%-12s %s%s%s%s\n", models[m].name, models[m].what,
+               models[m].unit ? " (--scale: " : "", models[m].unit ? models[m].unit : "",
+               models[m].unit ? ")" : "");
       return 0;
     } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
       char *end;
       seed = strtoull(argv[++i], &end, 10);
       if (*end) return usage();
+    } else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || v < 1 || v > SCALE_MAX) {
+        fprintf(stderr, "build-model: --scale '%s': expected a whole number from 1 to %d\n",
+                argv[i], SCALE_MAX);
+        return 2;
+      }
+      scale = (int)v;
     } else if (argv[i][0] == '-') {
       return usage();
     } else if (!name) {
@@ -99,9 +121,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "build-model: unknown model '%s' (--list shows them)\n", name);
     return 2;
   }
+  if (scale > 1 && !row->unit) {
+    fprintf(stderr, "build-model: %s has no repeated unit to scale (--list shows which do)\n",
+            name);
+    return 2;
+  }
   Diag d;
   diag_init(&d);
-  Builder b = {.g = graph_new(), .d = &d, .seed = seed * 1000003u + 1};
+  Builder b = {.g = graph_new(), .d = &d, .seed = seed * 1000003u + 1, .scale = scale};
   int rc = b.g ? row->build(&b) : TEQ_ERR_NOMEM;
   if (!rc) rc = onnx_export_file(b.g, out, NULL, &d);
   diag_flush(&d, stderr);

@@ -29,6 +29,11 @@ typedef struct Builder {
   Diag *d;
   uint64_t seed;
   int rc;
+  /* How many times over a model builds its repeated unit (NasRNN's steps,
+   * BERT's layers, NasNet-A's normal cells per stage): 1 is the model as
+   * published; larger ones make the long graphs on which the search's time
+   * is seen to grow with the model (tools/bench/bench_scaling.py). */
+  int scale;
 } Builder;
 
 /* A convolution: square kernel, "same" padding (dilation * (k - 1) / 2 on

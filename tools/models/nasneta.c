@@ -97,7 +97,7 @@ int nasneta_build(Builder *b) {
   cur = next;
   for (int stage = 0; stage < STAGES; stage++) {
     int64_t ch = (int64_t)FILTERS << stage;
-    for (int i = 0; i < NORMAL_CELLS; i++) {
+    for (int i = 0; i < NORMAL_CELLS * b->scale; i++) {
       next = normal_cell(b, prev, cur, ch);
       prev = cur;
       cur = next;

@@ -18,6 +18,7 @@
  * random constant, as in TASO, so the first step's h U_i are constant too
  * (Teq's importer folds them). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "tools/models/models.h"
 
@@ -57,8 +58,10 @@ static TensorRef cell(Builder *b, const CellWeights *cw, TensorRef x, TensorRef 
 }
 
 int nasrnn_build(Builder *b) {
-  TensorRef x[STEPS];
-  for (int s = 0; s < STEPS; s++) {
+  int steps = STEPS * b->scale;
+  TensorRef *x = calloc((size_t)steps, sizeof *x);
+  if (!x) return TEQ_ERR_NOMEM;
+  for (int s = 0; s < steps; s++) {
     char name[16];
     snprintf(name, sizeof name, "x%d", s);
     x[s] = builder_input(b, name, shape_of(2, 1, HIDDEN));
@@ -66,6 +69,7 @@ int nasrnn_build(Builder *b) {
   CellWeights cw;
   make_weights(b, &cw);
   TensorRef h = builder_weight(b, shape_of(2, 1, HIDDEN), 1); /* uniform in [-1, 1) */
-  for (int s = 0; s < STEPS; s++) h = cell(b, &cw, x[s], h);
+  for (int s = 0; s < steps; s++) h = cell(b, &cw, x[s], h);
+  free(x);
   return builder_output(b, h, "state");
 }
