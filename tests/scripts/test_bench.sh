@@ -8,7 +8,8 @@
 # the Markdown has the gen-rules and verify-rules rows and the PET table (tiny-cnn also
 # optimized with the rules alone), and that the plot was drawn; that SIGTERM during the
 # second of two models still writes the report of the first; and
-# that an unknown model name is refused with exit status 2. Timings are not checked.
+# that an unknown model name is refused with exit status 2; and that bench_scaling.py
+# reports NasRNN at scales 1 and 2. Timings are not checked.
 # Exit: 0 ok, 1 failure, 77 (skipped) if python3's onnx/numpy, node or onnxruntime-node
 # is missing.
 # Environment: TEQ_BUILD (build dir, default build), TEQ_PYTHON (default /usr/bin/python3).
@@ -29,8 +30,10 @@ trap 'rm -rf "$WORK"' EXIT
 rc=0
 "$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models tiny-cnn --depth 2 \
   --repeat 2 --budget 10 --time-limit 30 --gpu off --pet-models tiny-cnn --out "$WORK/out" \
-  --cache "$WORK/cache" >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
+  --cache "$WORK/cache" --keep >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
 check "harness exits 0" "$rc" "exit $rc: $(tail -n 5 "$WORK/stderr" | tr '\n' ' ')"
+kept=$(sed -n 's/^bench_suite: kept //p' "$WORK/stderr" | tail -1)
+trap 'rm -rf "$WORK" ${kept:+"$kept"}' EXIT
 
 # Every column of tiny-cnn's row is a number, and the optimized model computes what the
 # original does.
@@ -95,6 +98,19 @@ PYEOF
 [[ $rc == 1 ]] || term_ok=1
 check "SIGTERM: a report of the models done" "$term_ok" \
   "exit $rc; $(tail -n 3 "$WORK/term.log" "$WORK/term.err" 2>/dev/null | tr '\n' ' ')"
+
+# bench_scaling.py with the depth-2 rules of the first run: NasRNN at scales 1 and 2, a
+# row each, operators in proportion, and the growth line.
+rc=0
+"$PY" "$ROOT/tools/bench/bench_scaling.py" --build "$BUILD" --rules "$kept/rules_d2.sqlite" \
+  --models nasrnn:1,2 --repeat 1 --no-pet >"$WORK/scaling.md" 2>"$WORK/scaling.err" || rc=$?
+scaling_ok=0
+[[ $rc == 0 ]] && grep -Eq '^\| nasrnn \| 1 \| 222 \|' "$WORK/scaling.md" &&
+  grep -Eq '^\| nasrnn \| 2 \| 452 \|' "$WORK/scaling.md" &&
+  grep -Eq '^nasrnn: x2 over x1: operators 2\.04x, search seconds [0-9.]+x$' "$WORK/scaling.md" ||
+  scaling_ok=1
+check "bench_scaling on NasRNN x1, x2" "$scaling_ok" \
+  "exit $rc: $(cat "$WORK/scaling.md" "$WORK/scaling.err" 2>/dev/null | tail -n 6 | tr '\n' ' ')"
 
 rc=0
 "$PY" "$ROOT/tools/bench/bench_suite.py" --build "$BUILD" --models no-such-model \
