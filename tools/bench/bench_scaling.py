@@ -18,6 +18,7 @@ linear growth; the per-operator column is the same figure row by row.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,6 +67,15 @@ def main():
     models = [parse_model(m) for m in args.models]
     out = args.out or tempfile.mkdtemp(prefix="teq-scaling-")
     os.makedirs(out, exist_ok=True)
+    try:
+        report(args, tools, models, out)
+    finally:
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def report(args, tools, models, out):
+    """Builds, optimizes and prints the table (see the module's docstring)."""
 
     rows = []
     for name, scales in models:
