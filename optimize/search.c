@@ -1343,7 +1343,8 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
                         OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, PetCache *pet,
                         double deadline, OptStats *st, Cand *best_out, Diag *d) {
   Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .pet = pet,
-           .deadline = deadline, .pr = pr, .memo = memo, .inputs = inputs, .repeat = 1, .ceiling = INFINITY};
+           .deadline = deadline, .pr = pr, .memo = memo, .inputs = inputs, .repeat = 1,
+           .ceiling = INFINITY};
   double cost;
   int rc = price(cm, pr, g, &cost, d);
   if (rc) return rc;
@@ -1365,9 +1366,10 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
     bool holds = true;
     for (int k = 0; rc == TEQ_OK && holds && k < cur.n_unchecked; k++)
       rc = inst_holds(&c, cur.unchecked[k], &holds);
-    if (rc == TEQ_OK && !holds) { /* refused: taking it spent nothing of the budget */
-      st->rejected_zp++;
+    if (rc != TEQ_OK || !holds) {
       cand_free(&cur);
+      if (rc) break;
+      st->rejected_zp++; /* refused: taking it spent nothing of the budget */
       expanded--;
       continue;
     }
@@ -1461,9 +1463,9 @@ int opt_apply_rule_priced(const OptRules *rs, int i, const Graph *g, CostModel *
 /* ---- windows ---- */
 
 /* The Z_p checks' random inputs kept for the whole search: the instances
- * checked share shapes (NasRNN's are over the same [1024, 1024] weights),
- * and filling a fresh input, its pages faulted in, cost more than running
- * the check (NasRNN: 26 checks, 0.23-0.39 s -> ...). */
+ * checked share shapes (NasRNN's merges and layouts are over the same
+ * [512, 2048] and [512, 4096] weights), and filling a fresh input, its
+ * pages faulted in, could cost more than running the check. */
 #define KEPT_INPUT_BYTES ((size_t)128 << 20)
 
 enum { WINDOW_MAX_IN = 16, WINDOW_MAX_OUT = 8 };

@@ -85,7 +85,7 @@ TEQ_API int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t
  * keep the random inputs between calls: input i of a call is the same
  * tensor whenever mode, seed, draw, i and its shape are, so it is filled
  * once and read again. Up to max_bytes are kept, the oldest let go first.
- * The executors never write to their inputs. */
+ * The executors never write to their inputs. One thread at a time. */
 typedef struct ExecInputs ExecInputs;
 TEQ_API ExecInputs *exec_inputs_new(size_t max_bytes);
 TEQ_API void exec_inputs_free(ExecInputs *kept);
