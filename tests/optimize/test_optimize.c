@@ -1252,6 +1252,42 @@ static void test_one_window(void) {
   CHECK(two >= 3); /* two in the first pass, and the shifted second pass */
 }
 
+/* Two inputs each multiplied by two weights, once at each end of a chain
+ * longer than three windows: no window holds both products of an input,
+ * nor does the shifted second pass; the expansions of the whole graph
+ * after the windows (search_whole), which apply a rule at all its sites,
+ * merge each input's two into one product, and the result still computes
+ * what the original does. */
+static void test_whole_graph_after_windows(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 1, 64)), y = input(g, "y", shape_of(2, 1, 64));
+  TensorRef h = op(g, OP_EWMUL, op(g, OP_MATMUL, x, int_weight(g, shape_of(2, 64, 64), 1), 2, NULL),
+                   op(g, OP_MATMUL, y, int_weight(g, shape_of(2, 64, 64), 2), 2, NULL), 2, NULL);
+  for (int i = 0; i < 30; i++) h = op(g, i % 2 ? OP_RELU : OP_NEG, h, h, 1, NULL);
+  TensorRef late = op(g, OP_EWMUL, op(g, OP_MATMUL, x, int_weight(g, shape_of(2, 64, 64), 3), 2, NULL),
+                      op(g, OP_MATMUL, y, int_weight(g, shape_of(2, 64, 64), 4), 2, NULL), 2, NULL);
+  graph_add_output(g, op(g, OP_EWADD, h, late, 2, NULL), "y", NULL);
+  OptOptions o = OPT_DEFAULTS;
+  o.budget = 5;
+  o.window = 8;
+  o.pet = false;
+  char *text = NULL;
+  size_t len = 0;
+  o.progress = open_memstream(&text, &len);
+  OptStats st;
+  Graph *best = searched(g, &o, &st, NULL);
+  fclose(o.progress);
+  CHECK(st.windows >= 4);
+  CHECK_MSG(text && strstr(text, "optimize: the whole graph ("), "%s", text ? text : "");
+  CHECK_MSG(best && count_kind(best, OP_MATMUL) == 2, "%d products after the search",
+            best ? count_kind(best, OP_MATMUL) : -1);
+  CHECK(best && equal_outputs(g, best));
+  free(text);
+  opt_stats_fini(&st);
+  graph_free(best);
+  graph_free(g);
+}
+
 /* The halves of a split along the columns. */
 static int halves1(Graph *g, TensorRef x) {
   int64_t w = graph_shape(g, x)->d[1];
@@ -1497,6 +1533,7 @@ int main(void) {
   test_merge_rounds();
   test_merged_adds();
   test_one_window();
+  test_whole_graph_after_windows();
   test_wide_nodes();
   test_window_seams();
   test_bias_round_trip();
