@@ -275,6 +275,17 @@ static Graph *rule_side(Shape s, OpKind outer, OpKind inner, bool inner_on_input
   return g;
 }
 
+/* g searched with rules rs by the analytic model; messages flushed. */
+static Graph *searched_by(const Graph *g, const OptRules *rs, const OptOptions *o, OptStats *st,
+                          Diag *d) {
+  CostModel *cm = cost_model_new();
+  Graph *best = NULL;
+  CHECK(opt_search(g, rs, cm, o, &best, st, d) == TEQ_OK);
+  diag_flush(d, stderr);
+  cost_model_free(cm);
+  return best;
+}
+
 /* Unsound rules: their rewrites are checked in Z_p when the search makes
  * one the best, and refused; a rewrite the search never keeps is never
  * checked. relu(x) + relu(y) => relu(x + y) saves an operator and would be
@@ -301,17 +312,13 @@ static void test_unsound_refused_when_kept(void) {
   OptOptions o = OPT_DEFAULTS;
   o.alpha = 1.0, o.budget = 20, o.pet = false;
   OptStats st;
-  CostModel *cm = cost_model_new();
-  Graph *best = NULL;
-  CHECK(opt_search(g, rs, cm, &o, &best, &st, &d) == TEQ_OK);
-  diag_flush(&d, stderr);
+  Graph *best = searched_by(g, rs, &o, &st, &d);
   CHECK(best && graph_hash(best, NULL) == graph_hash(g, NULL));
   CHECK_EQ_INT(st.zp_checked, 1);  /* the merge's instance alone */
   CHECK(st.rejected_zp >= 1);
   CHECK(st.generated >= 2);        /* both rules made a rewrite */
   opt_stats_fini(&st);
   graph_free(best);
-  cost_model_free(cm);
   opt_rules_free(rs);
   graph_free(g);
   diag_fini(&d);
@@ -338,10 +345,7 @@ static void test_unsound_refused_when_taken(void) {
     OptOptions o = OPT_DEFAULTS;
     o.alpha = 2.0, o.budget = budget, o.pet = false;
     OptStats st;
-    CostModel *cm = cost_model_new();
-    Graph *best = NULL;
-    CHECK(opt_search(g, rs, cm, &o, &best, &st, &d) == TEQ_OK);
-    diag_flush(&d, stderr);
+    Graph *best = searched_by(g, rs, &o, &st, &d);
     CHECK(best && graph_hash(best, NULL) == graph_hash(g, NULL));
     CHECK(st.kept >= 1); /* the split was queued */
     CHECK_EQ_INT(st.zp_checked, budget == 1 ? 0 : 1);
@@ -349,7 +353,6 @@ static void test_unsound_refused_when_taken(void) {
     CHECK_EQ_INT(st.explored, 1); /* the original alone: the refused one spent nothing */
     opt_stats_fini(&st);
     graph_free(best);
-    cost_model_free(cm);
     opt_rules_free(rs);
     graph_free(g);
   }
@@ -548,17 +551,24 @@ static void test_wide_nodes(void) {
  * crosses, not in the third step's products, where two tensors would;
  * --plain-windows cuts at 10. The rewrites that merge a step's products
  * then all fall inside one window. */
+/* searched, with the search's progress lines in *text (free it). */
+static Graph *searched_told(const Graph *g, OptOptions o, OptStats *st, char **text) {
+  size_t len = 0;
+  *text = NULL;
+  o.progress = open_memstream(text, &len);
+  Graph *best = searched(g, &o, st, NULL);
+  fclose(o.progress);
+  return best;
+}
+
 static int first_window_size(const Graph *g, bool plain) {
   OptOptions o = OPT_DEFAULTS;
   o.budget = 5;
   o.window = 10;
   o.plain_windows = plain;
-  char *text = NULL;
-  size_t len = 0;
-  o.progress = open_memstream(&text, &len);
+  char *text;
   OptStats st;
-  Graph *best = searched(g, &o, &st, NULL);
-  fclose(o.progress);
+  Graph *best = searched_told(g, o, &st, &text);
   int size = -1;
   const char *at = text ? strstr(text, "window 1/") : NULL;
   const char *paren = at ? strchr(at, '(') : NULL;
@@ -1271,12 +1281,9 @@ static void test_whole_graph_after_windows(void) {
   o.budget = 5;
   o.window = 8;
   o.pet = false;
-  char *text = NULL;
-  size_t len = 0;
-  o.progress = open_memstream(&text, &len);
+  char *text;
   OptStats st;
-  Graph *best = searched(g, &o, &st, NULL);
-  fclose(o.progress);
+  Graph *best = searched_told(g, o, &st, &text);
   CHECK(st.windows >= 4);
   CHECK_MSG(text && strstr(text, "optimize: the whole graph ("), "%s", text ? text : "");
   CHECK_MSG(best && count_kind(best, OP_MATMUL) == 2, "%d products after the search",
