@@ -71,7 +71,8 @@ typedef struct OptOptions {
   double zp_check_flops; /* check instances in Z_p up to this many operations, flops and
                             elements moved (default 3e7); 0: never */
   uint64_t seed;
-  bool one_site;         /* each step rewrites one match, as TASO's search does; off (the
+  bool one_site;         /* each step rewrites one match, as TASO's search does, and no
+                            pass over the whole graph follows the windows; off (the
                             default): a step may also apply a rule at all its disjoint
                             matches at once, kept when cheaper than the graph it rewrites */
   bool quiet;

@@ -1755,7 +1755,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       if (rc || hi >= m) break;
     }
   }
-  if (rc == TEQ_OK && st->windows > 1 && now_s() < deadline) {
+  if (rc == TEQ_OK && st->windows > 1 && !o->one_site && now_s() < deadline) {
     /* Half as long as the windows took, at most: an expansion of the
      * whole graph derives each rewrite's hash anew downstream of it, which
      * on a long chain (NasRNN at 16 times its steps) grows faster than the
