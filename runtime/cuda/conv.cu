@@ -480,9 +480,10 @@ static int conv2d_epilogue(CudaCtx *cx, const CudnnConv &cv, const float *bias, 
  * there were two, and three quarters of its writes gone. */
 
 /* The largest of the k x k window whose element at offset o (rows `row`
- * apart) is at(o), in the CPU row's order (conv.c: pool_full_f32), so NaNs
- * fall out as they do there: each column's rows first, a later row's value
- * kept where it is greater, then the columns, from -FLT_MAX. */
+ * apart) is at(o), in the CPU's order (pool.c: pool_eval_f32, which the
+ * CPU's pooled conv runs over its full output), so NaNs fall out as they
+ * do there: each column's rows first, a later row's value kept where it
+ * is greater, then the columns, from -FLT_MAX. */
 template <typename At>
 __host__ __device__ __forceinline__ float pool_window_of(const At &at, int64_t row, int k) {
   float acc = -FLT_MAX;

@@ -488,16 +488,27 @@ static int conv_depthwise_f32(const Node *n, const ConvGeom *g, const float *x, 
 /* One conv's unpooled arithmetic, into y of the full output's shape. */
 typedef int (*ConvFull)(const Node *n, const ConvGeom *g, Tensor *const *in, void *y, Diag *d);
 
-/* A pooled conv: the conv into a tensor of its full shape, then the pool
- * its row names (op_unpooled_twin) by that pool's own kernel, so that a
- * pooled conv and a conv followed by its MaxPool agree to the bit, NaNs
- * included, in float32 and in Z_p alike. */
-static int conv_then_pool(const Node *n, const ConvGeom *g, Tensor *const *in, Tensor *out,
-                          bool modp, ConvFull full_conv, Diag *d) {
+/* The pool node n's row names (op_unpooled_twin), as a node whose output
+ * has shape *out and type dt, so that its own kernel runs it. */
+static int pool_node_of(const Node *n, Shape *out, DType dt, Node *pool, Diag *d) {
   Params unpooled, pool_params;
   OpKind pool_kind;
   if (!op_unpooled_twin(n, &unpooled, &pool_kind, &pool_params))
-    return op_error(n, d, "pool=%lld: no pool to run", (long long)g->pool);
+    return op_error(n, d, "no pool to run");
+  *pool = (Node){.kind = pool_kind, .n_in = 1, .n_out = 1, .out = out, .dtype = dt,
+                 .params = pool_params, .name = n->name};
+  return TEQ_OK;
+}
+
+/* A pooled conv: the conv into a tensor of its full shape, then the pool
+ * its row names by that pool's own kernel, so that a pooled conv and a
+ * conv followed by its MaxPool agree to the bit, NaNs included, in float32
+ * and in Z_p alike. */
+static int conv_then_pool(const Node *n, const ConvGeom *g, Tensor *const *in, Tensor *out,
+                          bool modp, ConvFull full_conv, Diag *d) {
+  Node pool;
+  int rc = pool_node_of(n, &out->shape, out->dtype, &pool, d);
+  if (rc) return rc;
   Shape fs = shape_make(4, (int64_t[]){g->n, g->m, g->oh, g->ow});
   Tensor *full = tensor_new_uninit(out->dtype, &fs);
   if (!full) {
@@ -505,10 +516,8 @@ static int conv_then_pool(const Node *n, const ConvGeom *g, Tensor *const *in, T
              (long long)g->ow);
     return TEQ_ERR_NOMEM;
   }
-  int rc = full_conv(n, g, in, full->data, d);
-  Node pool = {.kind = pool_kind, .n_in = 1, .n_out = 1, .out = &out->shape, .dtype = out->dtype,
-               .params = pool_params, .name = n->name};
-  const OpDef *o = op_def(pool_kind);
+  rc = full_conv(n, g, in, full->data, d);
+  const OpDef *o = op_def(pool.kind);
   if (rc == TEQ_OK) rc = (modp ? o->eval_modp : o->eval_f32)(&pool, &full, &out, d);
   tensor_unref(full);
   return rc;
@@ -521,13 +530,6 @@ static int conv_full_f32(const Node *n, const ConvGeom *g, Tensor *const *in, vo
   return conv_gemm_f32(n, g, x, w, b, z, y, d);
 }
 
-static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
-  ConvGeom g;
-  int rc = conv_geom_of(n, in, &g, d);
-  if (rc) return rc;
-  if (g.pool) return conv_then_pool(n, &g, in, out[0], false, conv_full_f32, d);
-  return conv_full_f32(n, &g, in, out[0]->data, d);
-}
 
 /* ---- conv2d, Z_p ---- */
 
@@ -580,12 +582,23 @@ static int conv_full_modp(const Node *n, const ConvGeom *gp, Tensor *const *in, 
   return TEQ_OK;
 }
 
-static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+/* conv2d's kernel in float32 (modp false) or Z_p: the conv, then its pool
+ * where it has one. */
+static int conv_eval(const Node *n, Tensor *const *in, Tensor *const *out, bool modp, Diag *d) {
   ConvGeom g;
   int rc = conv_geom_of(n, in, &g, d);
   if (rc) return rc;
-  if (g.pool) return conv_then_pool(n, &g, in, out[0], true, conv_full_modp, d);
-  return conv_full_modp(n, &g, in, out[0]->data, d);
+  ConvFull full = modp ? conv_full_modp : conv_full_f32;
+  if (g.pool) return conv_then_pool(n, &g, in, out[0], modp, full, d);
+  return full(n, &g, in, out[0]->data, d);
+}
+
+static int conv_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return conv_eval(n, in, out, false, d);
+}
+
+static int conv_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
+  return conv_eval(n, in, out, true, d);
 }
 
 /* The same sums at chosen positions of the full output (before any pool):
@@ -621,22 +634,10 @@ static void conv_full_modp_at(const Node *n, const ConvGeom *gp, Tensor *const *
   act_apply_modp((int)param_int(&n->params, CONV_ACT), vals, n_pos);
 }
 
-/* The largest residue of the k x k window at f (rows `row` apart): Z_p's
- * max pool (pool.c: pool_eval_modp), for the few positions PET asks of a
- * pooled conv, where running the pool's kernel over a window each would
- * cost a tensor each. */
-static uint32_t pool_window_modp(const uint32_t *f, int64_t row, int64_t k) {
-  uint32_t acc = 0;
-  for (int64_t i = 0; i < k; i++)
-    for (int64_t j = 0; j < k; j++) {
-      uint32_t v = f[i * row + j];
-      acc = v > acc ? v : acc;
-    }
-  return acc;
-}
-
 /* With a pool, each position's k x k window of the full output is
- * computed and its largest residue kept. */
+ * computed and pooled by the pool's own Z_p kernel, run on the window as a
+ * [1, 1, k, k] tensor into the position's value as a [1, 1, 1, 1] one
+ * (both over the buffers here: nothing allocated per position). */
 static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *pos, int64_t n_pos,
                              uint32_t *vals, Diag *d) {
   ConvGeom g;
@@ -647,6 +648,11 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
     return TEQ_OK;
   }
   int64_t k = g.pool, ph = g.oh / k, pw = g.ow / k;
+  Tensor window = {.refs = 1, .dtype = DT_MODP, .shape = shape_make(4, (int64_t[]){1, 1, k, k})};
+  Tensor value = {.refs = 1, .dtype = DT_MODP, .shape = shape_make(4, (int64_t[]){1, 1, 1, 1})};
+  Tensor *win_in = &window, *value_out = &value;
+  Node pool;
+  if ((rc = pool_node_of(n, &value.shape, DT_MODP, &pool, d))) return rc;
   int64_t *at = malloc((size_t)(k * k) * sizeof *at);
   uint32_t *win = malloc((size_t)(k * k) * sizeof *win);
   if (!at || !win) {
@@ -654,16 +660,18 @@ static int conv_eval_modp_at(const Node *n, Tensor *const *in, const int64_t *po
     op_error(n, d, "out of memory for a %lldx%lld pool window", (long long)k, (long long)k);
     return TEQ_ERR_NOMEM;
   }
-  for (int64_t q = 0; q < n_pos; q++) {
+  window.data = win;
+  for (int64_t q = 0; q < n_pos && rc == TEQ_OK; q++) {
     int64_t f = pos[q], px = f % pw, py = f / pw % ph, plane = f / (pw * ph);
     for (int64_t i = 0; i < k; i++)
       for (int64_t j = 0; j < k; j++)
         at[i * k + j] = (plane * g.oh + py * k + i) * g.ow + px * k + j;
     conv_full_modp_at(n, &g, in, at, k * k, win);
-    vals[q] = pool_window_modp(win, k, k);
+    value.data = &vals[q];
+    rc = op_def(pool.kind)->eval_modp(&pool, &win_in, &value_out, d);
   }
   free(at), free(win);
-  return TEQ_OK;
+  return rc;
 }
 
 /* ---- conv2d, ONNX ---- */
