@@ -75,25 +75,13 @@ static uint64_t hash_finish(uint64_t h, OpKind kind, int n_in, const uint64_t *x
 
 /* ---- costs by configuration ---- */
 
-enum { CFG_MAX_IN = 64 };
-
-/* What a configuration's cost depends on (cost.h: the key), as bytes: the
- * operator, its outputs, parameters, and each input's shape and whether it
- * holds int64. Every field is set, so keys compare as bytes. */
-typedef struct CfgIn {
-  int32_t i64, ndim;
-  int64_t d[TEQ_MAX_DIMS];
-} CfgIn;
-typedef struct CfgKey {
-  int32_t kind, n_in, n_out, unused;
-  Params params;
-  CfgIn in[CFG_MAX_IN];
-} CfgKey;
-
+/* Costs by configuration (cost.h: CostConfig): the cost model's own
+ * lookup by those bytes is one more step, and a refolded configuration
+ * (fused_cost) is in no graph to look up. */
 typedef struct CfgSlot {
   uint64_t hash;
   size_t len;
-  CfgKey *key; /* NULL: empty */
+  CostConfig *key; /* NULL: empty */
   double us;
 } CfgSlot;
 
@@ -132,20 +120,8 @@ void opt_pricer_free(OptPricer *p) {
   free(p);
 }
 
-static void cfg_input(CfgKey *k, int j, const Shape *s, DType dt) {
-  CfgIn *x = &k->in[j];
-  memset(x, 0, sizeof *x);
-  x->i64 = dt == DT_I64;
-  x->ndim = s->ndim;
-  for (int i = 0; i < s->ndim && i < TEQ_MAX_DIMS; i++) x->d[i] = s->d[i];
-}
-
-static size_t cfg_len(const CfgKey *k) {
-  return offsetof(CfgKey, in) + (size_t)k->n_in * sizeof(CfgIn);
-}
-
 /* The slot of key k: its cost, or the empty slot it would take. */
-static CfgSlot *cfg_find(OptPricer *p, const CfgKey *k, uint64_t h, size_t len) {
+static CfgSlot *cfg_find(OptPricer *p, const CostConfig *k, uint64_t h, size_t len) {
   size_t i = h & (p->cfg_cap - 1);
   while (p->cfg[i].key &&
          !(p->cfg[i].hash == h && p->cfg[i].len == len && !memcmp(p->cfg[i].key, k, len)))
@@ -170,8 +146,8 @@ static int cfg_grow(OptPricer *p) {
 
 /* The slot of configuration k, with room made for it: *known when it
  * holds k's cost already. NULL when memory runs out. */
-static CfgSlot *cfg_slot(OptPricer *p, const CfgKey *k, bool *known) {
-  size_t len = cfg_len(k);
+static CfgSlot *cfg_slot(OptPricer *p, const CostConfig *k, bool *known) {
+  size_t len = cost_config_len(k);
   if (2 * (p->cfg_n + 1) > p->cfg_cap && cfg_grow(p)) return NULL;
   CfgSlot *s = cfg_find(p, k, hash_bytes(0xc0f1, k, len), len);
   *known = s->key != NULL;
@@ -181,7 +157,7 @@ static CfgSlot *cfg_slot(OptPricer *p, const CfgKey *k, bool *known) {
 /* The cost of configuration k, which node id of g has: from the table, or
  * asked of the cost model on g (once per configuration, so a recorded or
  * measured configuration is recorded or measured as before). */
-static int cfg_cost(OptPricer *p, const CfgKey *k, const Graph *g, int id, double *us, Diag *d) {
+static int cfg_cost(OptPricer *p, const CostConfig *k, const Graph *g, int id, double *us, Diag *d) {
   bool known;
   CfgSlot *s = cfg_slot(p, k, &known);
   if (!s) return TEQ_ERR_NOMEM;
@@ -189,12 +165,12 @@ static int cfg_cost(OptPricer *p, const CfgKey *k, const Graph *g, int id, doubl
     *us = s->us;
     return TEQ_OK;
   }
-  size_t len = cfg_len(k);
+  size_t len = cost_config_len(k);
   uint64_t h = hash_bytes(0xc0f1, k, len);
   CostEstimate e;
   int rc = cost_node(p->cm, g, id, &e, d);
   if (rc) return rc;
-  CfgKey *copy = malloc(len);
+  CostConfig *copy = malloc(len);
   if (!copy) return TEQ_ERR_NOMEM;
   memcpy(copy, k, len);
   *s = (CfgSlot){.hash = h, .len = len, .key = copy, .us = e.us};
@@ -213,17 +189,13 @@ static int plain_cost(OptPricer *p, const Graph *g, int id, double *us, Diag *d)
   const Node *n = &g->nodes[id];
   *us = 0;
   if (costs_nothing(n)) return TEQ_OK;
-  if (n->n_in > CFG_MAX_IN) {
+  CostConfig k;
+  if (!cost_config_of(g, id, &k)) {
     CostEstimate e;
     int rc = cost_node(p->cm, g, id, &e, d);
     if (rc == TEQ_OK) *us = e.us;
     return rc;
   }
-  CfgKey k;
-  k.kind = (int32_t)n->kind, k.n_in = n->n_in, k.n_out = n->n_out, k.unused = 0;
-  k.params = n->params;
-  for (int j = 0; j < n->n_in; j++)
-    cfg_input(&k, j, graph_shape(g, n->in[j]), g->nodes[n->in[j].node].dtype);
   return cfg_cost(p, &k, g, id, us, d);
 }
 
@@ -232,7 +204,7 @@ static int plain_cost(OptPricer *p, const Graph *g, int id, double *us, Diag *d)
  * no graph, so on first sight it is built alone to be costed. */
 static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us, Diag *d) {
   const Node *c = &g->nodes[id];
-  CfgKey k;
+  CostConfig k;
   k.kind = OP_CONV2D, k.n_out = 1, k.unused = 0;
   k.params = c->params;
   k.params.v[p->act_i].i[0] = fuse & OPT_FUSE_ACT;
@@ -246,7 +218,7 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
     dt[2] = g->nodes[c->in[2].node].dtype;
   }
   k.n_in = in[2] ? 3 : 2;
-  for (int j = 0; j < k.n_in; j++) cfg_input(&k, j, in[j], dt[j]);
+  for (int j = 0; j < k.n_in; j++) cost_config_input(&k, j, in[j], dt[j]);
   bool known;
   CfgSlot *s = cfg_slot(p, &k, &known);
   if (!s) return TEQ_ERR_NOMEM;

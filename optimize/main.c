@@ -889,48 +889,25 @@ static int keep_original(CostModel *cm, const Graph *g, Graph **best, OptStats *
   return opt_graph_cost_run(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
 }
 
-/* The search's best as it will be exported: weights computed into
- * initializers, biases and activations folded into convolutions, and its
- * cost. The search post-optimized each candidate it built with a mutant, one
- * window at a time; layouts that meet across a window's seam, or that rule
- * rewrites left, are taken up here (pet_post_optimize), but only where that
- * is cheaper: moving a transpose past an element-wise operator pays only
- * when it meets its inverse, and a move that meets nothing costs. */
+/* The search's best as it will be exported (opt_finish): weights computed
+ * into initializers, biases and activations folded into convolutions, and
+ * its cost. The search post-optimized each candidate it built with a
+ * mutant, one window at a time; layouts that meet across a window's seam,
+ * or that rule rewrites left, are taken up here (pet_post_optimize), but
+ * only where that is cheaper: moving a transpose past an element-wise
+ * operator pays only when it meets its inverse, and a move that meets
+ * nothing costs. */
 static int finish_best(CostModel *cm, Graph **best, bool pet, Report *r, Diag *d) {
-  Graph *posted = NULL;
-  PetPostStats post = {0};
-  int folded = 0, fused = 0, residuals = 0, shared = 0, moved = 0, src[COST__SOURCES] = {0};
-  double us[COST__SOURCES] = {0};
-  double cost = 0;
-  int rc = TEQ_OK;
-  if (pet) {
-    rc = (posted = graph_copy(*best)) ? TEQ_OK : TEQ_ERR_NOMEM;
-    if (rc == TEQ_OK) rc = pet_post_optimize(&posted, &post, d);
-    if (rc == TEQ_OK) rc = opt_fold_weights(posted, &folded, d);
-    if (rc == TEQ_OK) rc = opt_fuse_bias(posted, &fused, d);
-    if (rc == TEQ_OK && (residuals = graph_fuse_residuals(posted, d)) < 0) rc = residuals;
-    if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, &posted, &moved, &fused, d);
-    if (rc == TEQ_OK) rc = opt_share_concat_prefixes(posted, &shared, d);
-    if (rc == TEQ_OK) rc = opt_graph_cost_run(cm, posted, &cost, src, us, d);
-  }
-  if (rc == TEQ_OK) rc = opt_fold_weights(*best, &r->folded, d);
-  if (rc == TEQ_OK) rc = opt_fuse_bias(*best, &r->fused, d);
-  if (rc == TEQ_OK && (r->residuals = graph_fuse_residuals(*best, d)) < 0) rc = r->residuals;
-  if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, best, &r->through_splits, &r->fused, d);
-  if (rc == TEQ_OK) rc = opt_share_concat_prefixes(*best, &r->shared, d);
-  if (rc == TEQ_OK)
-    rc = opt_graph_cost_run(cm, *best, &r->cost_after, r->src_after, r->us_after, d);
-  if (rc == TEQ_OK && posted && cost <= r->cost_after) {
-    graph_free(*best);
-    *best = posted, posted = NULL;
-    r->post = post, r->folded = folded, r->fused = fused, r->residuals = residuals;
-    r->shared = shared, r->through_splits = moved;
-    r->cost_after = cost;
-    memcpy(r->src_after, src, sizeof src);
-    memcpy(r->us_after, us, sizeof us);
-  }
-  graph_free(posted);
-  return rc;
+  OptFinish f = {0};
+  int rc = opt_finish(cm, best, pet, NULL, &f, d);
+  if (rc) return rc;
+  r->folded = f.folded, r->fused = f.fused, r->residuals = f.residuals;
+  r->shared = f.shared, r->through_splits = f.through_splits;
+  r->post = f.posted ? f.post : (PetPostStats){0};
+  r->cost_after = f.us;
+  memcpy(r->src_after, f.src, sizeof f.src);
+  memcpy(r->us_after, f.us_by_source, sizeof f.us_by_source);
+  return TEQ_OK;
 }
 
 int main(int argc, char **argv) {

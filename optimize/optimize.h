@@ -30,6 +30,7 @@
 #include "runtime/cost.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "optimize/pet/pet.h"
 
 /* ---- rules ---- */
 
@@ -125,6 +126,7 @@ typedef struct OptStats {
   int64_t zp_trusted;      /* distinct instances too large to check (the proof stands) */
   double zp_s;             /* seconds of the search spent checking them */
   int windows;
+  int first_pass_ops;      /* operators in the first pass's windows: each movable one once */
   bool stopped_by_time;
   double search_s;
   /* When the result's last improvement was found: graphs expanded by then,
@@ -209,6 +211,13 @@ TEQ_API int opt_graph_cost_run(CostModel *cm, const Graph *g, double *us,
  * it by a constant (an initializer on export); *n_folded (optional)
  * receives how many nodes were folded. */
 TEQ_API int opt_fold_weights(Graph *g, int *n_folded, Diag *d);
+/* The same, each fold taken from memo when it holds one from the same
+ * operator, parameters and input tensors, else computed and kept there:
+ * a search finishes many graphs that share their folded weights. */
+typedef struct OptFoldMemo OptFoldMemo;
+TEQ_API OptFoldMemo *opt_fold_memo_new(void);
+TEQ_API void opt_fold_memo_free(OptFoldMemo *m);
+TEQ_API int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d);
 
 /* Convolution biases and fused activations as separate nodes for the
  * search (conv2d(x, w, b, relu) -> relu(ewadd(conv2d(x, w), B))), and back;
@@ -234,5 +243,34 @@ TEQ_API int opt_share_concat_prefixes(Graph *g, int *n_shared, Diag *d);
  * what opt_fuse_bias then folded. See split.c. */
 TEQ_API int opt_fold_through_splits(CostModel *cm, Graph **g, int *n_moved, int *n_fused,
                                     Diag *d);
+
+/* ---- the result as exported (finish.c) ---- */
+
+/* What opt_finish did, and the cost of what it left. */
+typedef struct OptFinish {
+  int folded;         /* weight-only operators computed into initializers */
+  int fused;          /* biases and activations folded into convolutions */
+  int residuals;      /* residual adds folded into convolutions */
+  int through_splits; /* split pieces whose add or activation moved */
+  int shared;         /* concats that take another as their first piece */
+  bool posted;        /* PET's post-optimization taken (post its counts) */
+  PetPostStats post;
+  double us;          /* opt_graph_cost_run of the result */
+  int src[COST__SOURCES];
+  double us_by_source[COST__SOURCES];
+} OptFinish;
+
+/* Rewrites *g as optimize exports a search's result: weights folded into
+ * initializers, biases, activations and residual adds folded into
+ * convolutions, adds and activations regrouped through splits, concats
+ * laid out in place; with pet, the same after pet_post_optimize too, and
+ * whichever runs cheaper is kept. Exact. Folds come from memo (optional;
+ * opt_fold_weights_memo). *out (optional) receives the counts and the cost
+ * as run. */
+TEQ_API int opt_finish(CostModel *cm, Graph **g, bool pet, OptFoldMemo *memo, OptFinish *out,
+                       Diag *d);
+/* The cost as run of g finished as opt_finish would (g unchanged). */
+TEQ_API int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, OptFoldMemo *memo,
+                              double *us, Diag *d);
 
 #endif

@@ -312,6 +312,10 @@ typedef struct Ctx {
   KeySet *checked; /* opt_apply_rule's Z_p verdicts (the search's are its instances') */
   Heap heap;
   Cand best;
+  /* The bests before best, oldest first (at most RUNNERS_MAX; NULL: not
+   * kept): a window chooses among them by the cost as run. */
+  Cand *runners;
+  int n_runners;
   const Cand *parent;
   Shared *shared;  /* the parent's graph (g), for the rewrites queued unbuilt */
   int rule;        /* the rule being applied */
@@ -499,6 +503,10 @@ static int build(Ctx *c, const Graph *g, const Lazy *lz, Graph **out) {
   return rc;
 }
 
+/* The bests a window remembers besides its last (Ctx.runners). NasNet-A's
+ * windows make at most 14 bests. */
+enum { RUNNERS_MAX = 16 };
+
 /* A new rewrite of c->parent costing cost: made the best if it is, and
  * queued within alpha of the best. It is ng, or (ng NULL) the one lz
  * describes, built now for a new best, else queued as lz until taken. False
@@ -567,7 +575,16 @@ static bool settle(Ctx *c, Graph *ng, double cost, const Lazy *lz) {
       return false;
     }
     memcpy(copy.hist, nc.hist, (size_t)nc.n_hist * sizeof *copy.hist);
-    cand_free(&c->best);
+    if (c->runners) {
+      if (c->n_runners == RUNNERS_MAX) {
+        cand_free(&c->runners[0]);
+        memmove(c->runners, c->runners + 1, (RUNNERS_MAX - 1) * sizeof *c->runners);
+        c->n_runners--;
+      }
+      c->runners[c->n_runners++] = c->best;
+    } else {
+      cand_free(&c->best);
+    }
     c->best = copy;
     c->st->best_at = c->st->explored;
     c->st->best_s = now_s(); /* made relative to the search's start at its end */
@@ -1343,13 +1360,15 @@ static int expand(Ctx *c) {
   return rc;
 }
 
-/* Searches g alone; *best_out receives the best candidate. sites_only:
- * each expansion applies rules at all their sites only (search_whole). */
+/* Searches g alone; *best_out receives the best candidate, and runners
+ * (optional, room for RUNNERS_MAX) the bests before it, oldest first,
+ * *n_runners of them. sites_only: each expansion applies rules at all
+ * their sites only (search_whole). */
 static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptions *o,
                         OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, PetCache *pet,
                         bool sites_only, double deadline, OptStats *st, Cand *best_out,
-                        Diag *d) {
-  Ctx c = {.rs = rs, .cm = cm, .o = o, .st = st, .d = d, .pet = pet,
+                        Cand *runners, int *n_runners, Diag *d) {
+  Ctx c = {.runners = runners, .rs = rs, .cm = cm, .o = o, .st = st, .d = d, .pet = pet,
            .deadline = deadline, .pr = pr, .memo = memo, .inputs = inputs, .repeat = 1,
            .ceiling = INFINITY, .sites_only = sites_only};
   double cost;
@@ -1413,6 +1432,7 @@ static int search_graph(const Graph *g, const OptRules *rs, CostModel *cm, const
   free(c.heap.a);
   free(c.sites);
   keyset_fini(&c.seen);
+  if (n_runners) *n_runners = c.n_runners;
   if (rc) {
     cand_free(&c.best);
     return rc;
@@ -1622,6 +1642,63 @@ static int pet_applied(OptStats *st, const PetCache *pc, int k, int **idx) {
   return TEQ_OK;
 }
 
+/* Which of a window's bests to splice into cur: one whose splice runs no
+ * slower once finished as optimize exports it (opt_finished_cost) than
+ * cur as run (*cur_us, then the choice's). The search prices graphs before
+ * the passes that fold residual adds, lay concats out in place and
+ * regroup epilogues through splits, so its best need not run fastest:
+ * NasNet-A's third window, best 251.1 us searched, runs at 893.0 us in the
+ * whole graph, and its tenth best (262.1 us searched) at 886.9. Finishing
+ * the whole graph is a pass over all of it, so the bests are ranked by
+ * their window finished alone, and only the first CHOSEN_TRIES of that
+ * order are spliced and finished whole. Returns the index chosen (-1 the
+ * best, k runners[k]) with its splice in *next, or -2 and *next NULL to
+ * keep cur. */
+enum { CHOSEN_TRIES = 2 };
+
+static int choose_as_run(const Graph *cur, const Cand *best, const Cand *runners, int n_runners,
+                         double before, const TensorRef *xi, const TensorRef *xo, CostModel *cm,
+                         bool pet, OptFoldMemo *folds, double *cur_us, Graph **next,
+                         Diag *d) {
+  int n = 0, rank[RUNNERS_MAX + 1];
+  double alone[RUNNERS_MAX + 1];
+  int rc = TEQ_OK;
+  *next = NULL;
+  /* Newest first, so that ties go to the cheaper search cost. */
+  for (int k = -1; k < n_runners && rc == TEQ_OK; k++) {
+    int i = k < 0 ? -1 : n_runners - 1 - k;
+    const Cand *cd = i < 0 ? best : &runners[i];
+    if (!cd->g || cd->cost >= before) continue;
+    double us = 0;
+    rc = opt_finished_cost(cm, cd->g, pet, folds, &us, d);
+    int at = n++;
+    for (; at > 0 && alone[at - 1] > us; at--) alone[at] = alone[at - 1], rank[at] = rank[at - 1];
+    alone[at] = us, rank[at] = i;
+  }
+  int pick = -2;
+  for (int r = 0; r < n && r < CHOSEN_TRIES && rc == TEQ_OK && pick == -2; r++) {
+    const Cand *cd = rank[r] < 0 ? best : &runners[rank[r]];
+    Graph *g = NULL;
+    double us = 0;
+    Diag quiet;
+    diag_init(&quiet);
+    rc = opt_splice(cur, cd->g, xi, xo, &g, &quiet);
+    diag_fini(&quiet);
+    if (rc == TEQ_ERR_INPUT) { /* cannot happen for a window cut at a topological run */
+      rc = TEQ_OK;
+      continue;
+    }
+    if (rc == TEQ_OK) rc = opt_finished_cost(cm, g, pet, folds, &us, d);
+    if (rc == TEQ_OK && us <= *cur_us) {
+      *next = g, g = NULL;
+      *cur_us = us;
+      pick = rank[r];
+    }
+    graph_free(g);
+  }
+  return rc ? rc : pick;
+}
+
 /* After the windows, a few expansions of the whole graph, until deadline:
  * a rewrite whose sites lie in windows that never meet, such as one
  * product for the input products of every step of an RNN whose steps
@@ -1636,29 +1713,38 @@ static int pet_applied(OptStats *st, const PetCache *pc, int k, int **idx) {
 enum { WHOLE_BUDGET = 3 };
 
 static int search_whole(Graph **cur, const OptRules *rs, CostModel *cm, const OptOptions *o,
-                        OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, double deadline,
-                        OptStats *st, double t0, Diag *d) {
+                        OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, OptFoldMemo *folds,
+                        double deadline, OptStats *st, double t0, Diag *d) {
   int merged = graph_merge_duplicates(*cur);
   if (merged < 0) return merged;
   OptOptions wo = *o;
   wo.budget = WHOLE_BUDGET, wo.pet = false;
-  double before = 0;
+  double before = 0, run_before = 0, run_after = 0;
   Cand best = {0};
   int rc = price(cm, pr, *cur, &before, d);
+  if (rc == TEQ_OK) rc = opt_finished_cost(cm, *cur, o->pet, folds, &run_before, d);
+  run_after = run_before;
   if (rc == TEQ_OK)
-    rc = search_graph(*cur, rs, cm, &wo, pr, memo, inputs, NULL, true, deadline, st, &best, d);
-  if (rc == TEQ_OK && best.g && best.cost < before) {
+    rc = search_graph(*cur, rs, cm, &wo, pr, memo, inputs, NULL, true, deadline, st, &best,
+                      NULL, NULL, d);
+  bool taken = false;
+  /* Taken only if it runs no slower, as a window's result is. */
+  if (rc == TEQ_OK && best.g && best.cost < before)
+    rc = opt_finished_cost(cm, best.g, o->pet, folds, &run_after, d);
+  if (rc == TEQ_OK && best.g && best.cost < before && run_after <= run_before) {
     for (int k = 0; k < best.n_hist; k++)
       if (best.hist[k] >= 0) st->applied[best.hist[k]]++;
     graph_free(*cur);
     *cur = best.g;
     best.g = NULL;
+    taken = true;
   }
   if (rc == TEQ_OK && !o->quiet && o->progress)
-    fprintf(o->progress, "optimize: the whole graph (%d operators): cost %.1f -> %.1f us, "
-            "%lld graphs expanded, %.1f s%s\n", graph_count_ops(*cur), before,
-            best.cost > 0 && best.cost < before ? best.cost : before, (long long)st->explored,
-            now_s() - t0, now_s() >= deadline ? " (stopped at its time)" : "");
+    fprintf(o->progress, "optimize: the whole graph (%d operators): cost %.1f -> %.1f us, as run "
+            "%.1f -> %.1f us, %lld graphs expanded, %.1f s%s\n", graph_count_ops(*cur), before,
+            taken ? best.cost : before, run_before, taken ? run_after : run_before,
+            (long long)st->explored, now_s() - t0,
+            now_s() >= deadline ? " (stopped at its time)" : "");
   cand_free(&best);
   return rc;
 }
@@ -1676,7 +1762,8 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   OptPricer *pr = NULL;
   OptInstMemo *memo = opt_inst_memo_new();
   ExecInputs *inputs = exec_inputs_new(KEPT_INPUT_BYTES);
-  int rc = st->applied && cur && memo && inputs ? TEQ_OK : TEQ_ERR_NOMEM;
+  OptFoldMemo *folds = opt_fold_memo_new(); /* the windows' choices finish graphs */
+  int rc = st->applied && cur && memo && inputs && folds ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = opt_pricer_new(cm, &pr);
   int window = o->window > 8 ? o->window : 8;
   int n_mov = 0;
@@ -1686,8 +1773,15 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
    * second pass (shifted by half a window) to span. */
   int passes = n_mov >= window + window / 2 ? 2 : 1;
   int n_windows = passes == 1 ? 1 : (n_mov + window - 1) / window * 2;
+  /* The current graph's cost as run (choose_as_run), kept from window to
+   * window: the one chosen is the next one's. */
+  double cur_us = 0;
+  if (rc == TEQ_OK && passes > 1) rc = opt_finished_cost(cm, cur, o->pet, folds, &cur_us, d);
   for (int pass = 0; pass < passes && rc == TEQ_OK; pass++) {
-    for (int lo = pass ? window / 2 : 0;; lo += window) {
+    /* lo: where the next window starts, in the current graph's order. A
+     * window's rewrite changes how many operators come before the rest,
+     * so the next starts where this one now ends. */
+    for (int lo = pass ? window / 2 : 0, next_lo;; lo = next_lo) {
       if (now_s() >= deadline) {
         st->stopped_by_time = true;
         break;
@@ -1710,6 +1804,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       /* No sliver of a last window: one under half a window joins this one. */
       if (pass == 0 && m - hi < window / 2) hi = m;
       if (hi < m && !o->plain_windows) hi = narrow_cut(cur, order, m, lo + window * 3 / 4, hi);
+      next_lo = hi;
       Graph *w = NULL;
       TensorRef *xi = NULL, *xo = NULL;
       rc = cut_window(cur, order, lo, hi, &w, &xi, &xo, d);
@@ -1718,37 +1813,58 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
       /* A share of the time left, by the windows left. */
       int left = n_windows - st->windows;
       double wd = isinf(deadline) ? deadline : now_s() + (deadline - now_s()) / (left > 0 ? left : 1);
-      Cand best = {0};
-      double before = 0;
+      Cand best = {0}, runners[RUNNERS_MAX];
+      int n_runners = 0;
+      double before = 0, run_before = cur_us;
       rc = price(cm, pr, w, &before, d);
       /* A window enlarged by a last sliver gets a budget in proportion. */
       OptOptions wo = *o;
       if (hi - lo > window) wo.budget = (int)ceil((double)o->budget * (hi - lo) / window);
       if (!rc)
         rc = search_graph(w, rs, cm, &wo, pr, memo, inputs, o->pet ? &pet : NULL, false, wd,
-                          st, &best, d);
+                          st, &best, passes > 1 ? runners : NULL, &n_runners, d);
       st->windows++;
+      if (pass == 0) st->first_pass_ops += hi - lo;
+      const Cand *chosen = NULL;
       if (!rc && best.cost < before) {
         Graph *next = NULL;
-        Diag quiet;
-        diag_init(&quiet);
-        rc = opt_splice(cur, best.g, xi, xo, &next, &quiet);
-        diag_fini(&quiet);
-        if (rc == TEQ_OK) {
+        if (passes == 1) { /* one window: the result is finished once, after */
+          Diag quiet;
+          diag_init(&quiet);
+          rc = opt_splice(cur, best.g, xi, xo, &next, &quiet);
+          diag_fini(&quiet);
+          if (rc == TEQ_OK) chosen = &best;
+          else if (rc == TEQ_ERR_INPUT) rc = TEQ_OK; /* cannot happen: keep cur */
+        } else {
+          int k = choose_as_run(cur, &best, runners, n_runners, before, xi, xo, cm, o->pet,
+                                folds, &cur_us, &next, d);
+          if (k < -2) rc = k;
+          else if (k >= -1) chosen = k < 0 ? &best : &runners[k];
+        }
+        if (chosen) {
+          /* The next window starts after what this one left. */
+          int m_after = 0;
+          for (int i = 0; i < next->n_nodes; i++) m_after += movable(&next->nodes[i]);
+          next_lo = hi - (m - m_after);
           graph_free(cur);
           cur = next;
-          for (int k = 0; k < best.n_hist && rc == TEQ_OK; k++)
-            if (best.hist[k] >= 0) st->applied[best.hist[k]]++;
-            else rc = pet_applied(st, &pet, -1 - best.hist[k], &pet_idx);
-        } else if (rc == TEQ_ERR_INPUT) {
-          rc = TEQ_OK; /* cannot happen for a window cut at a topological run; keep cur */
+          for (int k = 0; k < chosen->n_hist && rc == TEQ_OK; k++)
+            if (chosen->hist[k] >= 0) st->applied[chosen->hist[k]]++;
+            else rc = pet_applied(st, &pet, -1 - chosen->hist[k], &pet_idx);
         }
       }
-      if (!rc && !o->quiet && o->progress)
-        fprintf(o->progress, "optimize: window %d/%d (%d operators): cost %.1f -> %.1f us, "
-                "%lld graphs expanded, %.1f s\n", st->windows, n_windows, hi - lo, before,
-                best.g ? best.cost : before, (long long)st->explored, now_s() - t0);
+      if (!rc && !o->quiet && o->progress) {
+        /* Windows after a rewrite start where it ended, so their count is
+         * known only as they go. */
+        fprintf(o->progress, passes > 1 ? "optimize: window %d of about %d (%d operators): "
+                "cost %.1f -> %.1f us" : "optimize: window %d/%d (%d operators): cost %.1f -> "
+                "%.1f us", st->windows, n_windows, hi - lo, before, chosen ? chosen->cost : before);
+        if (passes > 1) fprintf(o->progress, ", as run %.1f -> %.1f us", run_before, cur_us);
+        fprintf(o->progress, ", %lld graphs expanded, %.1f s\n", (long long)st->explored,
+                now_s() - t0);
+      }
       cand_free(&best);
+      for (int k = 0; k < n_runners; k++) cand_free(&runners[k]);
       graph_free(w);
       free(xi);
       free(xo);
@@ -1762,7 +1878,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
      * graph, and the search's time must not. */
     double box = now_s() + 0.5 * (now_s() - t0);
     bool stopped = st->stopped_by_time;
-    rc = search_whole(&cur, rs, cm, o, pr, memo, inputs, box < deadline ? box : deadline, st,
+    rc = search_whole(&cur, rs, cm, o, pr, memo, inputs, folds, box < deadline ? box : deadline, st,
                       t0, d);
     if (box < deadline) st->stopped_by_time = stopped; /* its own limit, not the caller's */
   }
@@ -1771,6 +1887,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   opt_pricer_free(pr);
   opt_inst_memo_free(memo);
   exec_inputs_free(inputs);
+  opt_fold_memo_free(folds);
   st->search_s = now_s() - t0;
   st->best_s = st->best_s > 0 ? st->best_s - t0 : 0;
   if (rc) {

@@ -75,15 +75,81 @@ int opt_graph_cost_run(CostModel *cm, const Graph *g, double *us, int counts[COS
   return graph_cost(cm, g, true, us, counts, us_by_source, d);
 }
 
-/* Evaluates node id of g (all inputs constants) into new constants. */
-static int fold_node(Graph *g, int id, Diag *d) {
-  const Node *n = &g->nodes[id];
-  const int n_out = n->n_out;
+/* ---- folds remembered ---- */
+
+/* A search finishes graph after graph that share their folded weights
+ * (NasRNN's concatenated [1024, 4096] matrices in every window's bests),
+ * so a fold is kept under what it computes from: the operator, its
+ * parameters and its input tensors, held by reference so that no other
+ * tensor takes their address meanwhile. */
+typedef struct FoldEntry {
+  uint64_t hash;
+  OpKind kind;
+  Params params;
+  int n_in, n_out;
+  Tensor **in, **out; /* n_in inputs, then n_out outputs, one array */
+} FoldEntry;
+
+struct OptFoldMemo {
+  FoldEntry *e;
+  int n, cap;
+};
+
+OptFoldMemo *opt_fold_memo_new(void) { return calloc(1, sizeof(OptFoldMemo)); }
+
+void opt_fold_memo_free(OptFoldMemo *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n; i++) {
+    for (int j = 0; j < m->e[i].n_in + m->e[i].n_out; j++) tensor_unref(m->e[i].in[j]);
+    free(m->e[i].in);
+  }
+  free(m->e);
+  free(m);
+}
+
+static uint64_t fold_hash(const Graph *g, const Node *n) {
+  uint64_t h = hash_mix(0xf01d, (uint64_t)n->kind);
+  h = hash_bytes(h, &n->params, sizeof n->params);
+  for (int j = 0; j < n->n_in; j++)
+    h = hash_mix(h, (uint64_t)(uintptr_t)g->nodes[n->in[j].node].value);
+  return h;
+}
+
+/* The entry for node n of g (every input a constant), or NULL. */
+static const FoldEntry *fold_find(const OptFoldMemo *m, const Graph *g, const Node *n,
+                                  uint64_t h) {
+  for (int i = 0; m && i < m->n; i++) {
+    const FoldEntry *e = &m->e[i];
+    if (e->hash != h || e->kind != n->kind || e->n_in != n->n_in || e->n_out != n->n_out ||
+        memcmp(&e->params, &n->params, sizeof n->params))
+      continue;
+    bool same = true;
+    for (int j = 0; j < n->n_in && same; j++) same = e->in[j] == g->nodes[n->in[j].node].value;
+    if (same) return e;
+  }
+  return NULL;
+}
+
+static void fold_keep(OptFoldMemo *m, const Graph *g, const Node *n, uint64_t h, Tensor **vals) {
+  if (m->n == m->cap) {
+    int cap = m->cap ? 2 * m->cap : 32;
+    FoldEntry *e = realloc(m->e, (size_t)cap * sizeof *e);
+    if (!e) return; /* not remembered: folded again next time */
+    m->e = e, m->cap = cap;
+  }
+  Tensor **t = malloc((size_t)(n->n_in + n->n_out) * sizeof *t);
+  if (!t) return;
+  for (int j = 0; j < n->n_in; j++) t[j] = tensor_ref(g->nodes[n->in[j].node].value);
+  for (int o = 0; o < n->n_out; o++) t[n->n_in + o] = tensor_ref(vals[o]);
+  m->e[m->n++] = (FoldEntry){.hash = h, .kind = n->kind, .params = n->params, .n_in = n->n_in,
+                             .n_out = n->n_out, .in = t, .out = t + n->n_in};
+}
+
+/* Runs node n of g (all inputs constants) alone: vals[o] its outputs. */
+static int run_alone(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
   Graph *one = graph_new();
-  if (!one) return TEQ_ERR_NOMEM;
   TensorRef *in = malloc(((size_t)n->n_in + 1) * sizeof *in);
-  Tensor **vals = calloc((size_t)n_out + 1, sizeof *vals);
-  int rc = in && vals ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = one && in ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int j = 0; j < n->n_in && rc == TEQ_OK; j++) {
     const Node *src = &g->nodes[n->in[j].node];
     int cid = graph_add_const(one, src->name, tensor_ref(src->value), d);
@@ -92,13 +158,32 @@ static int fold_node(Graph *g, int id, Diag *d) {
   }
   int nid = rc ? rc : graph_add_node(one, n->kind, in, n->n_in, n->n_out, &n->params, n->name, d);
   if (nid < 0) rc = nid;
-  for (int o = 0; o < n_out && rc == TEQ_OK; o++) {
+  for (int o = 0; o < n->n_out && rc == TEQ_OK; o++) {
     int r = graph_add_output(one, (TensorRef){nid, o}, NULL, d);
     if (r < 0) rc = r;
   }
   if (rc == TEQ_OK) rc = exec_run(one, EXEC_F32, NULL, vals, d);
   graph_free(one);
   free(in);
+  return rc;
+}
+
+/* Evaluates node id of g (all inputs constants) into new constants, or
+ * takes them from memo (optional). */
+static int fold_node(Graph *g, int id, OptFoldMemo *memo, Diag *d) {
+  const Node *n = &g->nodes[id];
+  const int n_out = n->n_out;
+  uint64_t h = memo ? fold_hash(g, n) : 0;
+  const FoldEntry *hit = memo ? fold_find(memo, g, n, h) : NULL;
+  Tensor **vals = calloc((size_t)n_out + 1, sizeof *vals);
+  if (!vals) return TEQ_ERR_NOMEM;
+  int rc = TEQ_OK;
+  if (hit) {
+    for (int o = 0; o < n_out; o++) vals[o] = tensor_ref(hit->out[o]);
+  } else {
+    rc = run_alone(g, n, vals, d);
+    if (rc == TEQ_OK && memo) fold_keep(memo, g, n, h, vals);
+  }
   for (int o = 0; o < n_out && rc == TEQ_OK; o++) { /* graph_add_const may move g->nodes */
     char name[64];
     snprintf(name, sizeof name, "%s_w%d", g->nodes[id].name ? g->nodes[id].name : "folded", o);
@@ -116,6 +201,10 @@ static int fold_node(Graph *g, int id, Diag *d) {
 }
 
 int opt_fold_weights(Graph *g, int *n_folded, Diag *d) {
+  return opt_fold_weights_memo(g, NULL, n_folded, d);
+}
+
+int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
   int folded = 0, rc = TEQ_OK;
   /* Folding one node makes its consumers' inputs constants: repeat in
    * topological order until nothing is left. */
@@ -130,7 +219,7 @@ int opt_fold_weights(Graph *g, int *n_folded, Diag *d) {
       bool all = true;
       for (int j = 0; j < nd->n_in && all; j++) all = g->nodes[nd->in[j].node].kind == OP_CONST;
       if (!all) continue;
-      rc = fold_node(g, id, d);
+      rc = fold_node(g, id, memo, d);
       if (rc == TEQ_OK) folded++, again = true;
     }
     if (rc == TEQ_OK && again) {

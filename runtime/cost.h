@@ -107,6 +107,29 @@ TEQ_API double cost_node_bytes(const Graph *g, int id);
  * snprintf does. */
 TEQ_API int cost_config_key(const Graph *g, int id, char *buf, size_t size);
 enum { COST_KEY_MAX = 1024 };
+/* A configuration as bytes: the fields its key is made from (the
+ * operator, its outputs, parameters, and each input's shape and whether it
+ * holds int64), every byte set, so that configurations with equal bytes
+ * have equal keys and are compared with memcmp over cost_config_len bytes.
+ * cost_node looks a node up by these before it formats the key, and the
+ * search's pricer keeps its own costs under them. */
+enum { COST_CONFIG_MAX_IN = 64 };
+typedef struct CostConfigIn {
+  int32_t i64, ndim;
+  int64_t d[TEQ_MAX_DIMS];
+} CostConfigIn;
+typedef struct CostConfig {
+  int32_t kind, n_in, n_out, unused;
+  Params params;
+  CostConfigIn in[COST_CONFIG_MAX_IN];
+} CostConfig;
+/* Sets input j of k. */
+TEQ_API void cost_config_input(CostConfig *k, int j, const Shape *s, DType dt);
+/* Node id's configuration; false when it has more inputs than a
+ * CostConfig holds. */
+TEQ_API bool cost_config_of(const Graph *g, int id, CostConfig *k);
+TEQ_API size_t cost_config_len(const CostConfig *k);
+
 /* A graph that runs the configuration a key names: every input a graph
  * input (int64 inputs constants of zeros, valid as indices), one node, its
  * outputs the graph's. */

@@ -628,6 +628,25 @@ static void test_record_and_analytic(void) {
   for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
   CHECK(lines == 2);
   CHECK(e1.source == COST_ANALYTIC && e2.us > 2 * e1.us);
+  CHECK(e3.us == e1.us && e3.source == e1.source);
+  /* Priced before a record file was set (and so found by its bytes after),
+   * a configuration is still recorded when next asked for. */
+  CostModel *later = cost_model_new();
+  char *buf2 = NULL;
+  size_t len2 = 0;
+  CostEstimate e4, e5;
+  CHECK(cost_node(later, small, a, &e4, &d) == TEQ_OK);
+  FILE *f2 = open_memstream(&buf2, &len2);
+  cost_model_record(later, f2);
+  CHECK(cost_node(later, small, a, &e5, &d) == TEQ_OK);
+  CHECK(cost_node(later, small, a, &e5, &d) == TEQ_OK);
+  fclose(f2);
+  int lines2 = 0;
+  for (size_t i = 0; i < len2; i++) lines2 += buf2[i] == '\n';
+  CHECK_MSG(lines2 == 1, "%d lines recorded", lines2);
+  CHECK(e4.us == e5.us);
+  free(buf2);
+  cost_model_free(later);
   /* The big conv is compute-bound: its flops are 2 * N*K*C*R*S*P*Q. */
   CHECK(fabs(cost_node_flops(big, b) - 2.0 * 64 * 64 * 9 * 56 * 56) < 1);
   free(buf);

@@ -1,0 +1,58 @@
+/* finish.c: a searched graph as optimize exports it, and its cost as run.
+ *
+ * The search prices graphs as it rewrites them: biases and activations
+ * folded into their convolutions (opt_fuse_bias), every other node a
+ * kernel of its own. What runs is the graph after a few exact passes the
+ * search does not price per candidate: weights computed into initializers,
+ * residual adds folded into convolutions, adds and activations regrouped
+ * through splits, concats laid out to be written in place, and (with PET)
+ * the post-optimization of layouts that meet across windows. Those passes
+ * can save more than the search's last steps (NasNet-A: 1,043 us searched,
+ * 880 us as run), so the windows choose their result by this cost, not
+ * the search's. */
+#include "optimize/opt_int.h"
+
+/* The passes in the order the runtime needs them: folded weights first
+ * (a weight-only bias is then a constant), epilogues after. */
+static int finish_passes(CostModel *cm, Graph **g, OptFoldMemo *memo, OptFinish *f, Diag *d) {
+  int rc = opt_fold_weights_memo(*g, memo, &f->folded, d);
+  if (rc == TEQ_OK) rc = opt_fuse_bias(*g, &f->fused, d);
+  if (rc == TEQ_OK && (f->residuals = graph_fuse_residuals(*g, d)) < 0) rc = f->residuals;
+  if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, g, &f->through_splits, &f->fused, d);
+  if (rc == TEQ_OK) rc = opt_share_concat_prefixes(*g, &f->shared, d);
+  if (rc == TEQ_OK)
+    rc = opt_graph_cost_run(cm, *g, &f->us, f->src, f->us_by_source, d);
+  return rc;
+}
+
+int opt_finish(CostModel *cm, Graph **g, bool pet, OptFoldMemo *memo, OptFinish *out, Diag *d) {
+  OptFinish plain = {0}, posted = {0};
+  Graph *post = NULL;
+  int rc = TEQ_OK;
+  if (pet) {
+    rc = (post = graph_copy(*g)) ? TEQ_OK : TEQ_ERR_NOMEM;
+    if (rc == TEQ_OK) rc = pet_post_optimize(&post, &posted.post, d);
+    if (rc == TEQ_OK) rc = finish_passes(cm, &post, memo, &posted, d);
+    posted.posted = true;
+  }
+  if (rc == TEQ_OK) rc = finish_passes(cm, g, memo, &plain, d);
+  if (rc == TEQ_OK && post && posted.us <= plain.us) {
+    graph_free(*g);
+    *g = post, post = NULL;
+    plain = posted;
+  }
+  graph_free(post);
+  if (rc == TEQ_OK && out) *out = plain;
+  return rc;
+}
+
+int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, OptFoldMemo *memo, double *us,
+                      Diag *d) {
+  Graph *f = graph_copy(g);
+  if (!f) return TEQ_ERR_NOMEM;
+  OptFinish fin = {0};
+  int rc = opt_finish(cm, &f, pet, memo, &fin, d);
+  graph_free(f);
+  if (rc == TEQ_OK) *us = fin.us;
+  return rc;
+}
