@@ -75,16 +75,6 @@ static uint64_t hash_finish(uint64_t h, OpKind kind, int n_in, const uint64_t *x
 
 /* ---- costs by configuration ---- */
 
-/* Costs by configuration (cost.h: CostConfig): the cost model's own
- * lookup by those bytes is one more step, and a refolded configuration
- * (fused_cost) is in no graph to look up. */
-typedef struct CfgSlot {
-  uint64_t hash;
-  size_t len;
-  CostConfig *key; /* NULL: empty */
-  double us;
-} CfgSlot;
-
 /* Whether a constant is a per-channel bias for an output shape: a bias
  * spread over a whole activation is megabytes to compare, once. The slot
  * holds a reference, so the tensor's address is not reused meanwhile. */
@@ -97,8 +87,6 @@ typedef struct BiasSlot {
 struct OptPricer {
   CostModel *cm;
   int act_i; /* conv2d's "act" parameter */
-  CfgSlot *cfg;
-  size_t cfg_cap, cfg_n;
   BiasSlot *bias;
   size_t bias_cap, bias_n;
 };
@@ -114,69 +102,9 @@ int opt_pricer_new(CostModel *cm, OptPricer **out) {
 
 void opt_pricer_free(OptPricer *p) {
   if (!p) return;
-  for (size_t i = 0; i < p->cfg_cap; i++) free(p->cfg[i].key);
   for (size_t i = 0; i < p->bias_cap; i++) tensor_unref(p->bias[i].t);
-  free(p->cfg), free(p->bias);
+  free(p->bias);
   free(p);
-}
-
-/* The slot of key k: its cost, or the empty slot it would take. */
-static CfgSlot *cfg_find(OptPricer *p, const CostConfig *k, uint64_t h, size_t len) {
-  size_t i = h & (p->cfg_cap - 1);
-  while (p->cfg[i].key &&
-         !(p->cfg[i].hash == h && p->cfg[i].len == len && !memcmp(p->cfg[i].key, k, len)))
-    i = (i + 1) & (p->cfg_cap - 1);
-  return &p->cfg[i];
-}
-
-static int cfg_grow(OptPricer *p) {
-  size_t cap = p->cfg_cap ? 2 * p->cfg_cap : 1024;
-  CfgSlot *s = calloc(cap, sizeof *s);
-  if (!s) return TEQ_ERR_NOMEM;
-  for (size_t i = 0; i < p->cfg_cap; i++) {
-    if (!p->cfg[i].key) continue;
-    size_t j = p->cfg[i].hash & (cap - 1);
-    while (s[j].key) j = (j + 1) & (cap - 1);
-    s[j] = p->cfg[i];
-  }
-  free(p->cfg);
-  p->cfg = s, p->cfg_cap = cap;
-  return TEQ_OK;
-}
-
-/* The slot of configuration k, with room made for it: *known when it
- * holds k's cost already. NULL when memory runs out. */
-static CfgSlot *cfg_slot(OptPricer *p, const CostConfig *k, bool *known) {
-  size_t len = cost_config_len(k);
-  if (2 * (p->cfg_n + 1) > p->cfg_cap && cfg_grow(p)) return NULL;
-  CfgSlot *s = cfg_find(p, k, hash_bytes(0xc0f1, k, len), len);
-  *known = s->key != NULL;
-  return s;
-}
-
-/* The cost of configuration k, which node id of g has: from the table, or
- * asked of the cost model on g (once per configuration, so a recorded or
- * measured configuration is recorded or measured as before). */
-static int cfg_cost(OptPricer *p, const CostConfig *k, const Graph *g, int id, double *us, Diag *d) {
-  bool known;
-  CfgSlot *s = cfg_slot(p, k, &known);
-  if (!s) return TEQ_ERR_NOMEM;
-  if (known) {
-    *us = s->us;
-    return TEQ_OK;
-  }
-  size_t len = cost_config_len(k);
-  uint64_t h = hash_bytes(0xc0f1, k, len);
-  CostEstimate e;
-  int rc = cost_node(p->cm, g, id, &e, d);
-  if (rc) return rc;
-  CostConfig *copy = malloc(len);
-  if (!copy) return TEQ_ERR_NOMEM;
-  memcpy(copy, k, len);
-  *s = (CfgSlot){.hash = h, .len = len, .key = copy, .us = e.us};
-  p->cfg_n++;
-  *us = e.us;
-  return TEQ_OK;
 }
 
 static bool costs_nothing(const Node *n) {
@@ -184,19 +112,15 @@ static bool costs_nothing(const Node *n) {
 }
 
 /* Node id of g's cost as opt_graph_cost counts a node that is not a
- * weight: 0 for sources, no-ops and opaque nodes. */
+ * weight: 0 for sources, no-ops and opaque nodes. The cost model finds a
+ * configuration it priced before by its bytes (cost.h: CostConfig). */
 static int plain_cost(OptPricer *p, const Graph *g, int id, double *us, Diag *d) {
-  const Node *n = &g->nodes[id];
   *us = 0;
-  if (costs_nothing(n)) return TEQ_OK;
-  CostConfig k;
-  if (!cost_config_of(g, id, &k)) {
-    CostEstimate e;
-    int rc = cost_node(p->cm, g, id, &e, d);
-    if (rc == TEQ_OK) *us = e.us;
-    return rc;
-  }
-  return cfg_cost(p, &k, g, id, us, d);
+  if (costs_nothing(&g->nodes[id])) return TEQ_OK;
+  CostEstimate e;
+  int rc = cost_node(p->cm, g, id, &e, d);
+  if (rc == TEQ_OK) *us = e.us;
+  return rc;
 }
 
 /* The cost of convolution id of g (no activation) refolded as fuse says
@@ -219,11 +143,9 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
   }
   k.n_in = in[2] ? 3 : 2;
   for (int j = 0; j < k.n_in; j++) cost_config_input(&k, j, in[j], dt[j]);
-  bool known;
-  CfgSlot *s = cfg_slot(p, &k, &known);
-  if (!s) return TEQ_ERR_NOMEM;
-  if (known) {
-    *us = s->us;
+  CostEstimate e;
+  if (cost_config_known(p->cm, &k, &e)) {
+    *us = e.us;
     return TEQ_OK;
   }
   Graph *one = graph_new();
@@ -237,7 +159,8 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
   }
   int node = rc ? rc : graph_add_node(one, OP_CONV2D, refs, k.n_in, 1, &k.params, NULL, d);
   if (node < 0) rc = node;
-  if (rc == TEQ_OK) rc = cfg_cost(p, &k, one, node, us, d);
+  if (rc == TEQ_OK) rc = cost_node(p->cm, one, node, &e, d);
+  if (rc == TEQ_OK) *us = e.us;
   graph_free(one);
   return rc;
 }

@@ -4,8 +4,8 @@
 #include "runtime/cost.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,7 +187,8 @@ bool cost_config_of(const Graph *g, int id, CostConfig *k) {
 }
 
 /* The slot of configuration k (hash h, len bytes): its entry's, or the
- * empty one it would take, with room made; NULL when memory runs out. */
+ * empty one it would take, with room made; NULL when memory runs out.
+ * Only cost_node fills a slot. */
 static ConfigSlot *config_slot(CostModel *m, const CostConfig *k, uint64_t h, size_t len) {
   if (2 * (m->n_configs + 1) > m->configs_cap) {
     size_t cap = m->configs_cap ? 2 * m->configs_cap : 1024;
@@ -207,6 +208,14 @@ static ConfigSlot *config_slot(CostModel *m, const CostConfig *k, uint64_t h, si
                                 !memcmp(m->configs[i].key, k, len)))
     i = (i + 1) & (m->configs_cap - 1);
   return &m->configs[i];
+}
+
+bool cost_config_known(CostModel *m, const CostConfig *k, CostEstimate *out) {
+  size_t len = cost_config_len(k);
+  const ConfigSlot *slot = config_slot(m, k, hash_bytes(0xc0f1, k, len), len);
+  if (!slot || !slot->key || (m->record && !slot->e->recorded)) return false;
+  *out = (CostEstimate){slot->e->us, slot->e->source};
+  return true;
 }
 
 static int format_shape(const Shape *s, DType dt, char *buf, size_t size) {
@@ -872,8 +881,7 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
     h = hash_bytes(0xc0f1, &cfg, len);
     slot = config_slot(m, &cfg, h, len);
     if (slot && slot->key && (!m->record || slot->e->recorded)) {
-      out->us = slot->e->us;
-      out->source = slot->e->source;
+      *out = (CostEstimate){slot->e->us, slot->e->source};
       return TEQ_OK;
     }
   }

@@ -111,8 +111,7 @@ enum { COST_KEY_MAX = 1024 };
  * operator, its outputs, parameters, and each input's shape and whether it
  * holds int64), every byte set, so that configurations with equal bytes
  * have equal keys and are compared with memcmp over cost_config_len bytes.
- * cost_node looks a node up by these before it formats the key, and the
- * search's pricer keeps its own costs under them. */
+ * cost_node looks a node up by these before it formats the key. */
 enum { COST_CONFIG_MAX_IN = 64 };
 typedef struct CostConfigIn {
   int32_t i64, ndim;
@@ -129,6 +128,10 @@ TEQ_API void cost_config_input(CostConfig *k, int j, const Shape *s, DType dt);
  * CostConfig holds. */
 TEQ_API bool cost_config_of(const Graph *g, int id, CostConfig *k);
 TEQ_API size_t cost_config_len(const CostConfig *k);
+/* What cost_node gave configuration k, if it priced one already (and,
+ * while recording, recorded it): a configuration in no graph (optimize's
+ * refolded convolutions) is found without building one. */
+TEQ_API bool cost_config_known(CostModel *m, const CostConfig *k, CostEstimate *out);
 
 /* A graph that runs the configuration a key names: every input a graph
  * input (int64 inputs constants of zeros, valid as indices), one node, its
