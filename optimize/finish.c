@@ -14,8 +14,9 @@
 
 /* The passes in the order the runtime needs them: folded weights first
  * (a weight-only bias is then a constant), epilogues after. */
-static int finish_passes(CostModel *cm, Graph **g, OptFoldMemo *memo, OptFinish *f, Diag *d) {
-  int rc = opt_fold_weights_memo(*g, memo, &f->folded, d);
+static int finish_passes(CostModel *cm, Graph **g, const OptFinishMemo *memo, OptFinish *f,
+                         Diag *d) {
+  int rc = opt_fold_weights_memo(*g, memo ? memo->folds : NULL, &f->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*g, &f->fused, d);
   if (rc == TEQ_OK && (f->residuals = graph_fuse_residuals(*g, d)) < 0) rc = f->residuals;
   if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, g, &f->through_splits, &f->fused, d);
@@ -25,13 +26,15 @@ static int finish_passes(CostModel *cm, Graph **g, OptFoldMemo *memo, OptFinish 
   return rc;
 }
 
-int opt_finish(CostModel *cm, Graph **g, bool pet, OptFoldMemo *memo, OptFinish *out, Diag *d) {
+int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, OptFinish *out,
+               Diag *d) {
   OptFinish plain = {0}, posted = {0};
   Graph *post = NULL;
   int rc = TEQ_OK;
   if (pet) {
     rc = (post = graph_copy(*g)) ? TEQ_OK : TEQ_ERR_NOMEM;
-    if (rc == TEQ_OK) rc = pet_post_optimize(&post, &posted.post, d);
+    if (rc == TEQ_OK)
+      rc = pet_post_optimize_cached(&post, memo ? memo->post : NULL, &posted.post, d);
     if (rc == TEQ_OK) rc = finish_passes(cm, &post, memo, &posted, d);
     posted.posted = true;
   }
@@ -46,8 +49,8 @@ int opt_finish(CostModel *cm, Graph **g, bool pet, OptFoldMemo *memo, OptFinish 
   return rc;
 }
 
-int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, OptFoldMemo *memo, double *us,
-                      Diag *d) {
+int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, const OptFinishMemo *memo,
+                      double *us, Diag *d) {
   Graph *f = graph_copy(g);
   if (!f) return TEQ_ERR_NOMEM;
   OptFinish fin = {0};

@@ -260,17 +260,27 @@ typedef struct OptFinish {
   double us_by_source[COST__SOURCES];
 } OptFinish;
 
+/* What the finishes of one search share, each member optional (NULL:
+ * computed anew): a search finishes graph after graph holding the same
+ * folded weights and the same reshape and transpose chains (BERT's
+ * whole-graph finishes evaluated every chain of its 12 MB weights again,
+ * 0.2 s each, before the verdicts were kept). The caller owns both. */
+typedef struct OptFinishMemo {
+  OptFoldMemo *folds;  /* opt_fold_weights_memo */
+  PetPostCache *post;  /* pet_post_optimize_cached */
+} OptFinishMemo;
+
 /* Rewrites *g as optimize exports a search's result: weights folded into
  * initializers, biases, activations and residual adds folded into
  * convolutions, adds and activations regrouped through splits, concats
  * laid out in place; with pet, the same after pet_post_optimize too, and
- * whichever runs cheaper is kept. Exact. Folds come from memo (optional;
- * opt_fold_weights_memo). *out (optional) receives the counts and the cost
- * as run. */
-TEQ_API int opt_finish(CostModel *cm, Graph **g, bool pet, OptFoldMemo *memo, OptFinish *out,
-                       Diag *d);
+ * whichever runs cheaper is kept. Exact. memo (optional) is what earlier
+ * finishes computed. *out (optional) receives the counts and the cost as
+ * run. */
+TEQ_API int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo,
+                       OptFinish *out, Diag *d);
 /* The cost as run of g finished as opt_finish would (g unchanged). */
-TEQ_API int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, OptFoldMemo *memo,
-                              double *us, Diag *d);
+TEQ_API int opt_finished_cost(CostModel *cm, const Graph *g, bool pet,
+                              const OptFinishMemo *memo, double *us, Diag *d);
 
 #endif

@@ -1658,7 +1658,7 @@ enum { CHOSEN_TRIES = 2 };
 
 static int choose_as_run(const Graph *cur, const Cand *best, const Cand *runners, int n_runners,
                          double before, const TensorRef *xi, const TensorRef *xo, CostModel *cm,
-                         bool pet, OptFoldMemo *folds, double *cur_us, Graph **next,
+                         bool pet, const OptFinishMemo *fm, double *cur_us, Graph **next,
                          Diag *d) {
   int n = 0, rank[RUNNERS_MAX + 1];
   double alone[RUNNERS_MAX + 1];
@@ -1670,7 +1670,7 @@ static int choose_as_run(const Graph *cur, const Cand *best, const Cand *runners
     const Cand *cd = i < 0 ? best : &runners[i];
     if (!cd->g || cd->cost >= before) continue;
     double us = 0;
-    rc = opt_finished_cost(cm, cd->g, pet, folds, &us, d);
+    rc = opt_finished_cost(cm, cd->g, pet, fm, &us, d);
     int at = n++;
     for (; at > 0 && alone[at - 1] > us; at--) alone[at] = alone[at - 1], rank[at] = rank[at - 1];
     alone[at] = us, rank[at] = i;
@@ -1688,7 +1688,7 @@ static int choose_as_run(const Graph *cur, const Cand *best, const Cand *runners
       rc = TEQ_OK;
       continue;
     }
-    if (rc == TEQ_OK) rc = opt_finished_cost(cm, g, pet, folds, &us, d);
+    if (rc == TEQ_OK) rc = opt_finished_cost(cm, g, pet, fm, &us, d);
     if (rc == TEQ_OK && us <= *cur_us) {
       *next = g, g = NULL;
       *cur_us = us;
@@ -1713,7 +1713,7 @@ static int choose_as_run(const Graph *cur, const Cand *best, const Cand *runners
 enum { WHOLE_BUDGET = 3 };
 
 static int search_whole(Graph **cur, const OptRules *rs, CostModel *cm, const OptOptions *o,
-                        OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, OptFoldMemo *folds,
+                        OptPricer *pr, OptInstMemo *memo, ExecInputs *inputs, const OptFinishMemo *fm,
                         double deadline, OptStats *st, double t0, Diag *d) {
   int merged = graph_merge_duplicates(*cur);
   if (merged < 0) return merged;
@@ -1722,7 +1722,7 @@ static int search_whole(Graph **cur, const OptRules *rs, CostModel *cm, const Op
   double before = 0, run_before = 0, run_after = 0;
   Cand best = {0};
   int rc = price(cm, pr, *cur, &before, d);
-  if (rc == TEQ_OK) rc = opt_finished_cost(cm, *cur, o->pet, folds, &run_before, d);
+  if (rc == TEQ_OK) rc = opt_finished_cost(cm, *cur, o->pet, fm, &run_before, d);
   run_after = run_before;
   if (rc == TEQ_OK)
     rc = search_graph(*cur, rs, cm, &wo, pr, memo, inputs, NULL, true, deadline, st, &best,
@@ -1730,7 +1730,7 @@ static int search_whole(Graph **cur, const OptRules *rs, CostModel *cm, const Op
   bool taken = false;
   /* Taken only if it runs no slower, as a window's result is. */
   if (rc == TEQ_OK && best.g && best.cost < before)
-    rc = opt_finished_cost(cm, best.g, o->pet, folds, &run_after, d);
+    rc = opt_finished_cost(cm, best.g, o->pet, fm, &run_after, d);
   if (rc == TEQ_OK && best.g && best.cost < before && run_after <= run_before) {
     for (int k = 0; k < best.n_hist; k++)
       if (best.hist[k] >= 0) st->applied[best.hist[k]]++;
@@ -1762,8 +1762,11 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   OptPricer *pr = NULL;
   OptInstMemo *memo = opt_inst_memo_new();
   ExecInputs *inputs = exec_inputs_new(KEPT_INPUT_BYTES);
-  OptFoldMemo *folds = opt_fold_memo_new(); /* the windows' choices finish graphs */
-  int rc = st->applied && cur && memo && inputs && folds ? TEQ_OK : TEQ_ERR_NOMEM;
+  /* The windows' choices finish graphs: their folds, and the chains and
+   * constants PET's post-optimization decided, shared with the mutants'. */
+  pet.post = pet_post_cache_new();
+  OptFinishMemo fm = {.folds = opt_fold_memo_new(), .post = pet.post};
+  int rc = st->applied && cur && memo && inputs && fm.folds && fm.post ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = opt_pricer_new(cm, &pr);
   int window = o->window > 8 ? o->window : 8;
   int n_mov = 0;
@@ -1776,7 +1779,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   /* The current graph's cost as run (choose_as_run), kept from window to
    * window: the one chosen is the next one's. */
   double cur_us = 0;
-  if (rc == TEQ_OK && passes > 1) rc = opt_finished_cost(cm, cur, o->pet, folds, &cur_us, d);
+  if (rc == TEQ_OK && passes > 1) rc = opt_finished_cost(cm, cur, o->pet, &fm, &cur_us, d);
   for (int pass = 0; pass < passes && rc == TEQ_OK; pass++) {
     /* lo: where the next window starts, in the current graph's order. A
      * window's rewrite changes how many operators come before the rest,
@@ -1837,7 +1840,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
           else if (rc == TEQ_ERR_INPUT) rc = TEQ_OK; /* cannot happen: keep cur */
         } else {
           int k = choose_as_run(cur, &best, runners, n_runners, before, xi, xo, cm, o->pet,
-                                folds, &cur_us, &next, d);
+                                &fm, &cur_us, &next, d);
           if (k < -2) rc = k;
           else if (k >= -1) chosen = k < 0 ? &best : &runners[k];
         }
@@ -1878,7 +1881,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
      * graph, and the search's time must not. */
     double box = now_s() + 0.5 * (now_s() - t0);
     bool stopped = st->stopped_by_time;
-    rc = search_whole(&cur, rs, cm, o, pr, memo, inputs, folds, box < deadline ? box : deadline, st,
+    rc = search_whole(&cur, rs, cm, o, pr, memo, inputs, &fm, box < deadline ? box : deadline, st,
                       t0, d);
     if (box < deadline) st->stopped_by_time = stopped; /* its own limit, not the caller's */
   }
@@ -1887,7 +1890,7 @@ int opt_search(const Graph *g, const OptRules *rs, CostModel *cm, const OptOptio
   opt_pricer_free(pr);
   opt_inst_memo_free(memo);
   exec_inputs_free(inputs);
-  opt_fold_memo_free(folds);
+  opt_fold_memo_free(fm.folds);
   st->search_s = now_s() - t0;
   st->best_s = st->best_s > 0 ? st->best_s - t0 : 0;
   if (rc) {

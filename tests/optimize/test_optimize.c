@@ -1309,13 +1309,19 @@ static const Tensor *folded_weight(const Graph *g) {
 
 /* Folds taken from a memo: two copies of x (w1 | w2) fold to the very same
  * tensor, holding what a fold without the memo computes; the graph
- * finished (opt_finish) costs what opt_finished_cost says, and its
- * weights are folded. */
+ * finished (opt_finish) costs what opt_finished_cost says, with a memo
+ * (twice: the second takes PET's verdict on the transposes from it) or
+ * without, its weights are folded and its transposes, which meet across
+ * a relu, are gone. */
 static void test_fold_memo_and_finish(void) {
   Graph *g = graph_new();
   TensorRef x = input(g, "x", shape_of(2, 2, 8));
   TensorRef w = concat1(g, int_weight(g, shape_of(2, 8, 4), 1), int_weight(g, shape_of(2, 8, 4), 2));
-  graph_add_output(g, op(g, OP_MATMUL, x, w, 2, NULL), "y", NULL);
+  TensorRef y = op(g, OP_MATMUL, x, w, 2, NULL);
+  graph_add_output(g, y, "y", NULL);
+  TensorRef t = op(g, OP_TRANSPOSE, op(g, OP_RELU, op(g, OP_TRANSPOSE, y, y, 1, NULL), y, 1, NULL),
+                   y, 1, NULL);
+  graph_add_output(g, t, "z", NULL);
   Graph *a = graph_copy(g), *b = graph_copy(g), *plain = graph_copy(g);
   OptFoldMemo *memo = opt_fold_memo_new();
   Diag d;
@@ -1329,16 +1335,21 @@ static void test_fold_memo_and_finish(void) {
   CHECK(ta && tp && tensor_bytes(ta) == tensor_bytes(tp) &&
         !memcmp(ta->data, tp->data, tensor_bytes(tp)));
   CostModel *cm = cost_model_new();
-  double us = -1;
+  double us = -1, again = -1;
   OptFinish f = {0};
   Graph *fin = graph_copy(g);
-  CHECK(opt_finished_cost(cm, g, true, memo, &us, &d) == TEQ_OK);
+  OptFinishMemo fm = {.folds = memo, .post = pet_post_cache_new()};
+  CHECK(fm.post && opt_finished_cost(cm, g, true, &fm, &us, &d) == TEQ_OK);
+  CHECK(fm.post && opt_finished_cost(cm, g, true, &fm, &again, &d) == TEQ_OK);
   CHECK(opt_finish(cm, &fin, true, NULL, &f, &d) == TEQ_OK);
-  CHECK_MSG(us > 0 && us == f.us, "%g against %g", us, f.us);
+  CHECK_MSG(us > 0 && us == f.us && again == us, "%g, %g against %g", us, again, f.us);
   CHECK(f.folded == 1 && count_kind(fin, OP_CONCAT) == 0 && equal_outputs(g, fin));
+  CHECK_MSG(f.posted && count_kind(fin, OP_TRANSPOSE) == 0, "%d transposes left",
+            count_kind(fin, OP_TRANSPOSE));
   diag_flush(&d, stderr);
   diag_fini(&d);
   cost_model_free(cm);
+  pet_post_cache_free(fm.post);
   opt_fold_memo_free(memo);
   graph_free(fin), graph_free(a), graph_free(b), graph_free(plain), graph_free(g);
 }
