@@ -170,8 +170,9 @@ static int run_alone(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
 }
 
 /* Evaluates node id of g (all inputs constants) into new constants, or
- * takes them from memo (optional). */
-static int fold_node(Graph *g, int id, OptFoldMemo *memo, Diag *d) {
+ * takes them from memo (optional): n_out of them, added one after another
+ * from *first on. Its readers are left to the caller. */
+static int fold_node(Graph *g, int id, OptFoldMemo *memo, int32_t *first, Diag *d) {
   const Node *n = &g->nodes[id];
   const int n_out = n->n_out;
   uint64_t h = memo ? fold_hash(g, n) : 0;
@@ -185,16 +186,13 @@ static int fold_node(Graph *g, int id, OptFoldMemo *memo, Diag *d) {
     rc = run_alone(g, n, vals, d);
     if (rc == TEQ_OK && memo) fold_keep(memo, g, n, h, vals);
   }
+  *first = g->n_nodes;
   for (int o = 0; o < n_out && rc == TEQ_OK; o++) { /* graph_add_const may move g->nodes */
     char name[64];
     snprintf(name, sizeof name, "%s_w%d", g->nodes[id].name ? g->nodes[id].name : "folded", o);
     int cid = graph_add_const(g, name, vals[o], d); /* takes the reference */
     vals[o] = NULL;
-    if (cid < 0) {
-      rc = cid;
-      break;
-    }
-    graph_replace_uses(g, (TensorRef){id, o}, (TensorRef){cid, 0});
+    if (cid < 0) rc = cid;
   }
   for (int o = 0; vals && o < n_out; o++) tensor_unref(vals[o]);
   free(vals);
@@ -207,12 +205,17 @@ int opt_fold_weights(Graph *g, int *n_folded, Diag *d) {
 
 int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
   int folded = 0, rc = TEQ_OK;
-  /* Folding one node makes its consumers' inputs constants: repeat in
-   * topological order until nothing is left. */
+  /* Folding one node makes its readers' inputs constants: sweep until
+   * nothing is left. Each sweep folds what reads constants alone, then
+   * points every reader at the new constants in one pass over the graph
+   * (a pass per fold was quadratic in a long model's weights). */
   for (bool again = true; again && rc == TEQ_OK;) {
     again = false;
     int n = g->n_nodes;
+    int32_t *first = malloc(((size_t)n + 1) * sizeof *first); /* -1: not folded */
+    if (!first) return TEQ_ERR_NOMEM;
     for (int id = 0; id < n && rc == TEQ_OK; id++) {
+      first[id] = -1;
       const Node *nd = &g->nodes[id];
       const OpDef *def = op_def(nd->kind);
       if (nd->kind == OP_INPUT || nd->kind == OP_CONST || nd->kind == OP_OPAQUE) continue;
@@ -220,9 +223,19 @@ int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
       bool all = true;
       for (int j = 0; j < nd->n_in && all; j++) all = g->nodes[nd->in[j].node].kind == OP_CONST;
       if (!all) continue;
-      rc = fold_node(g, id, memo, d);
+      rc = fold_node(g, id, memo, &first[id], d);
       if (rc == TEQ_OK) folded++, again = true;
     }
+    for (int i = 0; i < g->n_nodes && rc == TEQ_OK && again; i++)
+      for (int j = 0; j < g->nodes[i].n_in; j++) {
+        TensorRef *r = &g->nodes[i].in[j];
+        if (r->node < n && first[r->node] >= 0) *r = (TensorRef){first[r->node] + r->out, 0};
+      }
+    for (int i = 0; i < g->n_outputs && rc == TEQ_OK && again; i++) {
+      TensorRef *r = &g->outputs[i];
+      if (r->node < n && first[r->node] >= 0) *r = (TensorRef){first[r->node] + r->out, 0};
+    }
+    free(first);
     if (rc == TEQ_OK && again) {
       int r = graph_remove_dead(g);
       if (r < 0) rc = r;

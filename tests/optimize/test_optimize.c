@@ -1354,6 +1354,32 @@ static void test_fold_memo_and_finish(void) {
   graph_free(fin), graph_free(a), graph_free(b), graph_free(plain), graph_free(g);
 }
 
+/* Folds that read folds: t = transpose(concat(w1, w2)) is a graph output
+ * and feeds a product through a transpose, and a transpose of t is
+ * another output. Four nodes fold in three sweeps (each sweep points
+ * readers at its constants at once), no layout operator is left, and
+ * every output is what it was (exactly in Z_p: these only move elements). */
+static void test_fold_chains(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 3, 4));
+  TensorRef c = concat1(g, int_weight(g, shape_of(2, 4, 4), 3), int_weight(g, shape_of(2, 4, 4), 4));
+  TensorRef t = op(g, OP_TRANSPOSE, c, c, 1, NULL);
+  graph_add_output(g, t, "t", NULL);
+  graph_add_output(g, op(g, OP_TRANSPOSE, t, t, 1, NULL), "u", NULL);
+  graph_add_output(g, op(g, OP_MATMUL, x, op(g, OP_TRANSPOSE, t, t, 1, NULL), 2, NULL), "y", NULL);
+  Graph *f = graph_copy(g);
+  Diag d;
+  diag_init(&d);
+  int n = 0;
+  CHECK(f && opt_fold_weights(f, &n, &d) == TEQ_OK);
+  CHECK_MSG(n == 4, "%d folded", n);
+  CHECK(f && count_kind(f, OP_CONCAT) + count_kind(f, OP_TRANSPOSE) == 0);
+  CHECK(f && graph_check(f, &d) == TEQ_OK && equal_outputs(g, f));
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(f), graph_free(g);
+}
+
 /* Two inputs each multiplied by two weights, once at each end of a chain
  * longer than three windows: no window holds both products of an input,
  * nor does the shifted second pass; the expansions of the whole graph
@@ -1635,6 +1661,7 @@ int main(void) {
   test_whole_graph_after_windows();
   test_windows_cover_every_step();
   test_fold_memo_and_finish();
+  test_fold_chains();
   test_wide_nodes();
   test_window_seams();
   test_bias_round_trip();
