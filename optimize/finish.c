@@ -14,9 +14,11 @@
 
 /* The passes in the order the runtime needs them: folded weights first
  * (a weight-only bias is then a constant), epilogues after. */
-static int finish_passes(CostModel *cm, Graph **g, const OptFinishMemo *memo, OptFinish *f,
-                         Diag *d) {
-  int rc = opt_fold_weights_memo(*g, memo ? memo->folds : NULL, &f->folded, d);
+static int finish_passes(CostModel *cm, Graph **g, const OptFinishMemo *memo, bool for_price,
+                         OptFinish *f, Diag *d) {
+  OptFoldMemo *folds = memo ? memo->folds : NULL;
+  int rc = for_price ? opt_fold_weights_for_price(*g, folds, &f->folded, d)
+                     : opt_fold_weights_memo(*g, folds, &f->folded, d);
   if (rc == TEQ_OK) rc = opt_fuse_bias(*g, &f->fused, d);
   if (rc == TEQ_OK && (f->residuals = graph_fuse_residuals(*g, d)) < 0) rc = f->residuals;
   if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, g, &f->through_splits, &f->fused, d);
@@ -26,8 +28,9 @@ static int finish_passes(CostModel *cm, Graph **g, const OptFinishMemo *memo, Op
   return rc;
 }
 
-int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, OptFinish *out,
-               Diag *d) {
+/* opt_finish, or with for_price the graph opt_finished_cost prices. */
+static int finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, bool for_price,
+                  OptFinish *out, Diag *d) {
   OptFinish plain = {0}, posted = {0};
   Graph *post = NULL;
   int rc = TEQ_OK;
@@ -35,10 +38,10 @@ int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, Op
     rc = (post = graph_copy(*g)) ? TEQ_OK : TEQ_ERR_NOMEM;
     if (rc == TEQ_OK)
       rc = pet_post_optimize_cached(&post, memo ? memo->post : NULL, &posted.post, d);
-    if (rc == TEQ_OK) rc = finish_passes(cm, &post, memo, &posted, d);
+    if (rc == TEQ_OK) rc = finish_passes(cm, &post, memo, for_price, &posted, d);
     posted.posted = true;
   }
-  if (rc == TEQ_OK) rc = finish_passes(cm, g, memo, &plain, d);
+  if (rc == TEQ_OK) rc = finish_passes(cm, g, memo, for_price, &plain, d);
   if (rc == TEQ_OK && post && posted.us <= plain.us) {
     graph_free(*g);
     *g = post, post = NULL;
@@ -49,12 +52,20 @@ int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, Op
   return rc;
 }
 
+int opt_finish(CostModel *cm, Graph **g, bool pet, const OptFinishMemo *memo, OptFinish *out,
+               Diag *d) {
+  return finish(cm, g, pet, memo, false, out, d);
+}
+
+/* The weights no pass reads are not computed (opt_fold_weights_for_price):
+ * choosing a window's best finished each of BERT's concatenated
+ * projections, 12 MB apiece. */
 int opt_finished_cost(CostModel *cm, const Graph *g, bool pet, const OptFinishMemo *memo,
                       double *us, Diag *d) {
   Graph *f = graph_copy(g);
   if (!f) return TEQ_ERR_NOMEM;
   OptFinish fin = {0};
-  int rc = opt_finish(cm, &f, pet, memo, &fin, d);
+  int rc = finish(cm, &f, pet, memo, true, &fin, d);
   graph_free(f);
   if (rc == TEQ_OK) *us = fin.us;
   return rc;

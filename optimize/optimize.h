@@ -218,6 +218,13 @@ typedef struct OptFoldMemo OptFoldMemo;
 TEQ_API OptFoldMemo *opt_fold_memo_new(void);
 TEQ_API void opt_fold_memo_free(OptFoldMemo *m);
 TEQ_API int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d);
+/* The same for a graph that is only to be priced (opt_finished_cost): a
+ * weight whose values no pass reads and no cost depends on (an operand of
+ * a product of activations, a convolution's kernel, or what only those
+ * read, such as BERT's concatenated and transposed projections) becomes a
+ * constant of its shape that holds no values (tensor_new_unbacked). Such
+ * a graph must not run or be exported. */
+TEQ_API int opt_fold_weights_for_price(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d);
 
 /* Convolution biases and fused activations as separate nodes for the
  * search (conv2d(x, w, b, relu) -> relu(ewadd(conv2d(x, w), B))), and back;

@@ -170,17 +170,22 @@ static int run_alone(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
 }
 
 /* Evaluates node id of g (all inputs constants) into new constants, or
- * takes them from memo (optional): n_out of them, added one after another
- * from *first on. Its readers are left to the caller. */
-static int fold_node(Graph *g, int id, OptFoldMemo *memo, int32_t *first, Diag *d) {
+ * takes them from memo (optional), or with unread, makes constants of its
+ * shapes that hold no values (tensor_new_unbacked): n_out of them, added one after
+ * another from *first on. Its readers are left to the caller. */
+static int fold_node(Graph *g, int id, OptFoldMemo *memo, bool unread, int32_t *first,
+                     Diag *d) {
   const Node *n = &g->nodes[id];
   const int n_out = n->n_out;
-  uint64_t h = memo ? fold_hash(g, n) : 0;
-  const FoldEntry *hit = memo ? fold_find(memo, g, n, h) : NULL;
+  uint64_t h = memo && !unread ? fold_hash(g, n) : 0;
+  const FoldEntry *hit = memo && !unread ? fold_find(memo, g, n, h) : NULL;
   Tensor **vals = calloc((size_t)n_out + 1, sizeof *vals);
   if (!vals) return TEQ_ERR_NOMEM;
   int rc = TEQ_OK;
-  if (hit) {
+  if (unread) {
+    for (int o = 0; o < n_out && rc == TEQ_OK; o++)
+      if (!(vals[o] = tensor_new_unbacked(n->dtype, &n->out[o]))) rc = TEQ_ERR_NOMEM;
+  } else if (hit) {
     for (int o = 0; o < n_out; o++) vals[o] = tensor_ref(hit->out[o]);
   } else {
     rc = run_alone(g, n, vals, d);
@@ -199,32 +204,73 @@ static int fold_node(Graph *g, int id, OptFoldMemo *memo, int32_t *first, Diag *
   return rc;
 }
 
-int opt_fold_weights(Graph *g, int *n_folded, Diag *d) {
-  return opt_fold_weights_memo(g, NULL, n_folded, d);
+/* Per node of g: a weight-only node whose values nothing reads while a
+ * graph is finished and priced: it is no graph output, and each reader is
+ * a product of activations (either operand), a convolution of them
+ * reading it as its kernel, or such a node. The passes after the fold read the values of biases and
+ * scales (the operands of element-wise operators, a convolution's bias),
+ * of a gather's indices and of constants moved through a layout; costs
+ * depend on shapes alone. NULL when out of memory. */
+static bool *values_unread(const Graph *g) {
+  int n = g->n_nodes;
+  int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
+  bool *w = NULL, *unread = calloc((size_t)n + 1, sizeof *unread);
+  bool *read = calloc((size_t)n + 1, sizeof *read), *has_reader = calloc((size_t)n + 1, 1);
+  bool ok = order && unread && read && has_reader && graph_topo_order(g, order) == TEQ_OK &&
+            (w = opt_weight_only(g, order));
+  for (int i = 0; ok && i < g->n_outputs; i++) read[g->outputs[i].node] = true;
+  /* Readers after what they read: every reader of a node is decided
+   * before the node is. */
+  for (int k = n - 1; ok && k >= 0; k--) {
+    int id = order[k];
+    const Node *nd = &g->nodes[id];
+    unread[id] = w[id] && !(op_def(nd->kind)->flags & OPF_SOURCE) && has_reader[id] && !read[id];
+    for (int j = 0; j < nd->n_in; j++) {
+      int src = nd->in[j].node;
+      has_reader[src] = true;
+      /* A weight computed by value needs its inputs' values too. */
+      bool blind = unread[id] || (!w[id] && (nd->kind == OP_MATMUL ||
+                                             (nd->kind == OP_CONV2D && j == 1)));
+      if (!blind) read[src] = true;
+    }
+  }
+  free(order), free(w), free(read), free(has_reader);
+  if (!ok) free(unread);
+  return ok ? unread : NULL;
 }
 
-int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
+static int fold_weights(Graph *g, OptFoldMemo *memo, bool for_price, int *n_folded, Diag *d) {
   int folded = 0, rc = TEQ_OK;
+  bool *unread = for_price ? values_unread(g) : NULL;
+  if (for_price && !unread) return TEQ_ERR_NOMEM;
+  int n_first = g->n_nodes; /* unread covers the nodes g had */
   /* Folding one node makes its readers' inputs constants: sweep until
-   * nothing is left. Each sweep folds what reads constants alone, then
-   * points every reader at the new constants in one pass over the graph
-   * (a pass per fold was quadratic in a long model's weights). */
+   * nothing is left. Each sweep folds what reads constants alone (or, for
+   * a price, any weight whose values go unread), then points every reader
+   * at the new constants in one pass over the graph (a pass per fold was
+   * quadratic in a long model's weights). */
   for (bool again = true; again && rc == TEQ_OK;) {
     again = false;
     int n = g->n_nodes;
     int32_t *first = malloc(((size_t)n + 1) * sizeof *first); /* -1: not folded */
-    if (!first) return TEQ_ERR_NOMEM;
+    if (!first) {
+      rc = TEQ_ERR_NOMEM;
+      break;
+    }
     for (int id = 0; id < n && rc == TEQ_OK; id++) {
       first[id] = -1;
       const Node *nd = &g->nodes[id];
       const OpDef *def = op_def(nd->kind);
       if (nd->kind == OP_INPUT || nd->kind == OP_CONST || nd->kind == OP_OPAQUE) continue;
       if (def->flags & OPF_NOOP) continue;
+      bool skip = unread && id < n_first && unread[id];
       bool all = true;
-      for (int j = 0; j < nd->n_in && all; j++) all = g->nodes[nd->in[j].node].kind == OP_CONST;
+      for (int j = 0; j < nd->n_in && all && !skip; j++)
+        all = g->nodes[nd->in[j].node].kind == OP_CONST;
       if (!all) continue;
-      rc = fold_node(g, id, memo, &first[id], d);
+      rc = fold_node(g, id, memo, skip, &first[id], d);
       if (rc == TEQ_OK) folded++, again = true;
+      if (skip) unread[id] = false; /* folded: its readers now read a constant */
     }
     for (int i = 0; i < g->n_nodes && rc == TEQ_OK && again; i++)
       for (int j = 0; j < g->nodes[i].n_in; j++) {
@@ -239,8 +285,25 @@ int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
     if (rc == TEQ_OK && again) {
       int r = graph_remove_dead(g);
       if (r < 0) rc = r;
+      /* Node ids moved: the unread marks are spent (every one was folded
+       * in the first sweep). */
+      free(unread);
+      unread = NULL;
     }
   }
+  free(unread);
   if (n_folded) *n_folded = folded;
   return rc;
+}
+
+int opt_fold_weights(Graph *g, int *n_folded, Diag *d) {
+  return fold_weights(g, NULL, false, n_folded, d);
+}
+
+int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
+  return fold_weights(g, memo, false, n_folded, d);
+}
+
+int opt_fold_weights_for_price(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d) {
+  return fold_weights(g, memo, true, n_folded, d);
 }

@@ -276,6 +276,11 @@ Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
   return t;
 }
 
+/* An adopted tensor over no data: tensor_unref's free(NULL) is nothing. */
+Tensor *tensor_new_unbacked(DType dtype, const Shape *shape) {
+  return tensor_adopt(dtype, shape, NULL);
+}
+
 void tensor_unref(Tensor *t) {
   if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL)) return;
   if (t->data != (char *)t + TENSOR_HEADER) { /* adopted */
@@ -287,6 +292,7 @@ void tensor_unref(Tensor *t) {
 }
 
 Tensor *tensor_clone(const Tensor *t) {
+  if (!t->data) return tensor_new_unbacked(t->dtype, &t->shape);
   Tensor *c = tensor_new(t->dtype, &t->shape);
   if (c) memcpy(c->data, t->data, tensor_bytes(t));
   return c;
@@ -327,7 +333,8 @@ uint64_t tensor_content_hash(Tensor *t) {
   if (t->content_hash) return t->content_hash;
   uint64_t h = hash_mix(0x7465717465, (uint64_t)t->dtype);
   h = hash_bytes(h, &t->shape, sizeof t->shape);
-  h = hash_bytes(h, t->data, tensor_bytes(t));
+  if (t->data) h = hash_bytes(h, t->data, tensor_bytes(t));
+  else h = hash_mix(h, (uint64_t)(uintptr_t)t); /* unbacked: equal to itself alone */
   t->content_hash = h ? h : 1;
   return t->content_hash;
 }

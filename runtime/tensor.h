@@ -33,7 +33,8 @@ typedef struct Tensor {
   DType dtype;
   Shape shape;
   uint64_t content_hash; /* 0 until tensor_content_hash computes it */
-  void *data;            /* numel elements of dtype; points into this block */
+  void *data;            /* numel elements of dtype; points into this block, or
+                          * elsewhere (tensor_adopt), or NULL (tensor_new_unbacked) */
 } Tensor;
 
 /* Shapes. shape_make takes ndim extents; all return by value. */
@@ -79,6 +80,12 @@ TEQ_API Tensor *tensor_new_uninit(DType dtype, const Shape *shape);
  * this returns NULL (as it does for a shape that does not fit). Lets an
  * importer keep a weight where the decoder put it instead of copying it. */
 TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
+/* A tensor with a shape and no elements (data NULL): what optimize puts
+ * in place of a weight it prices and never computes. It equals only
+ * itself (tensor_content_hash), clones to another such tensor, and
+ * nothing may read its data. NULL if the shape does not fit or memory
+ * runs out. */
+TEQ_API Tensor *tensor_new_unbacked(DType dtype, const Shape *shape);
 /* size bytes aligned to 64 for tensor data (free() frees them); a block of
  * megabytes is backed by huge pages where the kernel allows, so filling it
  * faults once per 2 MB, not once per page. What tensors and an importer's

@@ -1380,6 +1380,42 @@ static void test_fold_chains(void) {
   graph_free(f), graph_free(g);
 }
 
+/* A graph only priced holds no values of weights nothing reads: a
+ * product's concatenated weight becomes a constant without data, while a
+ * bias (an add's operand) and what computes it (a product of two weights,
+ * one of them concatenated) are folded by value. */
+static void test_fold_for_price(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(2, 2, 8));
+  TensorRef w = concat1(g, int_weight(g, shape_of(2, 8, 4), 1), int_weight(g, shape_of(2, 8, 4), 2));
+  TensorRef y = op(g, OP_MATMUL, x, w, 2, NULL);
+  TensorRef row = op(g, OP_MATMUL, weight(g, "a", shape_of(2, 2, 1), 5),
+                     concat1(g, int_weight(g, shape_of(2, 1, 4), 3), int_weight(g, shape_of(2, 1, 4), 4)),
+                     2, NULL);
+  graph_add_output(g, op(g, OP_EWADD, y, row, 2, NULL), "z", NULL);
+  Diag d;
+  diag_init(&d);
+  int n = 0;
+  CHECK(opt_fold_weights_for_price(g, NULL, &n, &d) == TEQ_OK);
+  CHECK_MSG(n == 3, "%d folded", n);
+  int unbacked = 0, backed = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const Node *nd = &g->nodes[i];
+    if (nd->kind != OP_MATMUL && nd->kind != OP_EWADD) continue;
+    for (int j = 0; j < nd->n_in; j++) {
+      const Node *c = &g->nodes[nd->in[j].node];
+      if (c->kind != OP_CONST) continue;
+      if (nd->kind == OP_MATMUL) unbacked += !c->value->data;
+      else backed += c->value->data != NULL;
+    }
+  }
+  CHECK_MSG(unbacked == 1 && backed == 1, "%d without data, %d with", unbacked, backed);
+  CHECK(count_kind(g, OP_CONCAT) == 0 && count_kind(g, OP_MATMUL) == 1);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  graph_free(g);
+}
+
 /* Two inputs each multiplied by two weights, once at each end of a chain
  * longer than three windows: no window holds both products of an input,
  * nor does the shifted second pass; the expansions of the whole graph
@@ -1662,6 +1698,7 @@ int main(void) {
   test_windows_cover_every_step();
   test_fold_memo_and_finish();
   test_fold_chains();
+  test_fold_for_price();
   test_wide_nodes();
   test_window_seams();
   test_bias_round_trip();

@@ -132,6 +132,26 @@ static void test_block_alloc(void) {
   tensor_unref(t);
 }
 
+/* A tensor with a shape and no elements: its size is its shape's, it
+ * clones to another such tensor, and it hashes equal to itself alone, so
+ * two of one shape are never taken for the same weight. */
+static void test_unbacked(void) {
+  Shape s = shape_of(2, 1024, 3072);
+  Tensor *a = tensor_new_unbacked(DT_F32, &s), *b = tensor_new_unbacked(DT_F32, &s);
+  CHECK(a && b && !a->data && !b->data);
+  if (!a || !b) return;
+  CHECK(shape_equal(&a->shape, &s) && tensor_bytes(a) == (size_t)1024 * 3072 * 4);
+  CHECK(tensor_content_hash(a) == tensor_content_hash(a));
+  CHECK(tensor_content_hash(a) != tensor_content_hash(b));
+  Tensor *c = tensor_clone(a);
+  CHECK(c && !c->data && shape_equal(&c->shape, &s) && c->dtype == DT_F32);
+  Shape huge = shape_of(2, 1 << 30, 1 << 30);
+  CHECK(tensor_new_unbacked(DT_F32, &huge) == NULL);
+  tensor_unref(c);
+  tensor_unref(b);
+  tensor_unref(a);
+}
+
 static void test_diag(void) {
   Diag d;
   diag_init(&d);
@@ -156,6 +176,7 @@ int main(void) {
   test_tensors();
   test_kept_blocks();
   test_block_alloc();
+  test_unbacked();
   test_diag();
   return check_exit();
 }
