@@ -737,10 +737,12 @@ extern "C" int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int re
     char name[24];
     snprintf(name, sizeof name, "x%d", j);
     const Shape *shape = graph_shape(g, n->in[j]);
-    if (src->kind == OP_CONST) {
+    if (src->kind == OP_CONST && src->value->data) {
       rc = graph_add_const(one, name, tensor_ref(src->value), d);
-    } else if (op_def(n->kind)->weight_inputs >> j & 1 && src->dtype != DT_I64) {
-      /* A weight, held as a model's plan holds it. */
+    } else if ((op_def(n->kind)->weight_inputs >> j & 1 || src->kind == OP_CONST) &&
+               src->dtype != DT_I64) {
+      /* A weight, held as a model's plan holds it; also one that optimize
+       * prices without computing it (tensor_new_unbacked). */
       Tensor *t = tensor_new_uninit(DT_F32, shape);
       if (t) tensor_fill_random(t, 0x5eed + (uint64_t)j);
       rc = t ? graph_add_const(one, name, t, d) : diag_error(d, "out of memory");

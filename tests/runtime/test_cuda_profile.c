@@ -6,6 +6,7 @@
  * something else gives rates far below; a Winograd conv's direct-sum flops
  * may imply up to 36/16 of the peak). The convolution names the
  * algorithm it ran, and the cost model measures through the same profiler.
+ * A product by a constant without data (tensor_new_unbacked) is timed too.
  * Skips (exit 77) without a GPU. */
 #include <string.h>
 
@@ -59,6 +60,15 @@ int main(void) {
   int id;
   Graph *g = one_node(OP_MATMUL, 2, mm, NULL, &id);
   check_rate(dev, &info, "matmul 4096^3", g, id);
+  /* A weight optimize prices without computing it (a constant with no
+   * data) is timed as any weight is, with values of its own. */
+  Tensor *unbacked = tensor_new_unbacked(DT_F32, &mm[1]);
+  int w = unbacked ? graph_add_const(g, "w", unbacked, NULL) : -1;
+  CHECK(w >= 0);
+  if (w >= 0) {
+    g->nodes[id].in[1] = (TensorRef){w, 0};
+    check_rate(dev, &info, "matmul 4096^3 by a weight with no data", g, id);
+  }
   graph_free(g);
 
   Shape cv[2] = {shape_of(4, 8, 256, 56, 56), shape_of(4, 256, 256, 3, 3)};
