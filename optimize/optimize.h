@@ -269,9 +269,9 @@ typedef struct OptFinish {
 
 /* What the finishes of one search share, each member optional (NULL:
  * computed anew): a search finishes graph after graph holding the same
- * folded weights and the same reshape and transpose chains (BERT's
- * whole-graph finishes evaluated every chain of its 12 MB weights again,
- * 0.2 s each, before the verdicts were kept). The caller owns both. */
+ * folded weights and the same reshape and transpose chains (each of BERT
+ * x4's whole-graph finishes evaluated every chain over its weights again
+ * before the verdicts were kept: 0.07 s, now 0.03). The caller owns both. */
 typedef struct OptFinishMemo {
   OptFoldMemo *folds;  /* opt_fold_weights_memo */
   PetPostCache *post;  /* pet_post_optimize_cached */

@@ -171,8 +171,8 @@ static int run_alone(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
 
 /* Evaluates node id of g (all inputs constants) into new constants, or
  * takes them from memo (optional), or with unread, makes constants of its
- * shapes that hold no values (tensor_new_unbacked): n_out of them, added one after
- * another from *first on. Its readers are left to the caller. */
+ * shapes that hold no values (tensor_new_unbacked): n_out of them, added
+ * one after another from *first on. Its readers are left to the caller. */
 static int fold_node(Graph *g, int id, OptFoldMemo *memo, bool unread, int32_t *first,
                      Diag *d) {
   const Node *n = &g->nodes[id];
@@ -207,10 +207,11 @@ static int fold_node(Graph *g, int id, OptFoldMemo *memo, bool unread, int32_t *
 /* Per node of g: a weight-only node whose values nothing reads while a
  * graph is finished and priced: it is no graph output, and each reader is
  * a product of activations (either operand), a convolution of them
- * reading it as its kernel, or such a node. The passes after the fold read the values of biases and
- * scales (the operands of element-wise operators, a convolution's bias),
- * of a gather's indices and of constants moved through a layout; costs
- * depend on shapes alone. NULL when out of memory. */
+ * reading it as its kernel, or such a node. The passes after the fold
+ * read the values of biases and scales (the operands of element-wise
+ * operators, a convolution's bias), of a gather's indices and of
+ * constants moved through a layout; costs depend on shapes alone. NULL
+ * when out of memory. */
 static bool *values_unread(const Graph *g) {
   int n = g->n_nodes;
   int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
@@ -270,7 +271,6 @@ static int fold_weights(Graph *g, OptFoldMemo *memo, bool for_price, int *n_fold
       if (!all) continue;
       rc = fold_node(g, id, memo, skip, &first[id], d);
       if (rc == TEQ_OK) folded++, again = true;
-      if (skip) unread[id] = false; /* folded: its readers now read a constant */
     }
     for (int i = 0; i < g->n_nodes && rc == TEQ_OK && again; i++)
       for (int j = 0; j < g->nodes[i].n_in; j++) {
