@@ -220,8 +220,8 @@ TEQ_API void opt_fold_memo_free(OptFoldMemo *m);
 TEQ_API int opt_fold_weights_memo(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d);
 /* The same for a graph that is only to be priced (opt_finished_cost): a
  * weight whose values no pass reads and no cost depends on (an operand of
- * a product of activations, a convolution's kernel, or what only those
- * read, such as BERT's concatenated and transposed projections) becomes a
+ * a product or convolution of activations, or what only those read, such
+ * as BERT's concatenated and transposed projections) becomes a
  * constant of its shape that holds no values (tensor_new_unbacked). Such
  * a graph must not run or be exported. */
 TEQ_API int opt_fold_weights_for_price(Graph *g, OptFoldMemo *memo, int *n_folded, Diag *d);

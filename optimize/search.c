@@ -154,7 +154,8 @@ typedef struct PetCache {
   int n_e, cap_e;
   PetMut *m;
   int n_m, cap_m;
-  PetPostCache *post; /* constants moved through layouts, for pet_post_optimize */
+  PetPostCache *post; /* pet_post_optimize's: chains decided, constants moved; the
+                       * windows' finishes share it (opt_search makes it) */
 } PetCache;
 
 static void pet_cache_fini(PetCache *pc) {
@@ -886,19 +887,11 @@ static const PetEntry *pet_entry(Ctx *c, const PetSubprogram *sp) {
   return c->rc ? NULL : e;
 }
 
-/* The search's post-optimization cache, made on first use; NULL when
- * out of memory. */
-static PetPostCache *post_cache(Ctx *c) {
-  if (!c->pet->post) c->pet->post = pet_post_cache_new();
-  return c->pet->post;
-}
-
 /* Whether PET's post-optimization leaves c->g as it is. */
 static int post_leaves_alone(Ctx *c, bool *alone) {
   Graph *h = graph_copy(c->g);
   PetPostStats post;
-  int rc = h && post_cache(c) ? pet_post_optimize_cached(&h, c->pet->post, &post, c->d)
-                              : TEQ_ERR_NOMEM;
+  int rc = h ? pet_post_optimize_cached(&h, c->pet->post, &post, c->d) : TEQ_ERR_NOMEM;
   *alone = rc == TEQ_OK && pet_post_rewrites(&post) == 0;
   graph_free(h);
   return rc;
@@ -915,7 +908,7 @@ static int splice_mutant(Ctx *c, const PetMut *pm, const PetSubprogram *sp, Grap
   int rc = opt_splice(c->g, pm->in->g, sp->in, sp->out, &ng, &quiet);
   diag_fini(&quiet);
   if (rc) return rc;
-  rc = post_cache(c) ? pet_post_optimize_cached(&ng, c->pet->post, post, c->d) : TEQ_ERR_NOMEM;
+  rc = pet_post_optimize_cached(&ng, c->pet->post, post, c->d);
   /* Moving layouts may leave two nodes computing one value; merged, the
    * candidate's rewrites are derived (delta.c) rather than built. */
   if (rc == TEQ_OK && graph_merge_duplicates(ng) < 0) rc = TEQ_ERR_NOMEM;

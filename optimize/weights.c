@@ -204,14 +204,23 @@ static int fold_node(Graph *g, int id, OptFoldMemo *memo, bool unread, int32_t *
   return rc;
 }
 
+/* Whether input j of node n is an operand of a contraction: a
+ * multi-linear operator that computes (neither element-wise nor a layout),
+ * at one of its first two inputs, the ones it is multi-linear in (a
+ * product's two, a convolution's input and kernel; a bias or a residual
+ * after them makes it affine). */
+static bool contraction_operand(const Node *n, int j) {
+  unsigned f = op_def(n->kind)->flags;
+  return j < 2 && (f & OPF_MULTILINEAR) && !(f & (OPF_ELEMENTWISE | OPF_LAYOUT_ONLY));
+}
+
 /* Per node of g: a weight-only node whose values nothing reads while a
  * graph is finished and priced: it is no graph output, and each reader is
- * a product of activations (either operand), a convolution of them
- * reading it as its kernel, or such a node. The passes after the fold
- * read the values of biases and scales (the operands of element-wise
- * operators, a convolution's bias), of a gather's indices and of
- * constants moved through a layout; costs depend on shapes alone. NULL
- * when out of memory. */
+ * a contraction of activations (contraction_operand) or such a node. The
+ * passes after the fold read the values of biases and scales (the
+ * operands of element-wise operators, a convolution's bias), of a
+ * gather's indices and of constants moved through a layout; costs depend
+ * on shapes alone. NULL when out of memory. */
 static bool *values_unread(const Graph *g) {
   int n = g->n_nodes;
   int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
@@ -230,8 +239,7 @@ static bool *values_unread(const Graph *g) {
       int src = nd->in[j].node;
       has_reader[src] = true;
       /* A weight computed by value needs its inputs' values too. */
-      bool blind = unread[id] || (!w[id] && (nd->kind == OP_MATMUL ||
-                                             (nd->kind == OP_CONV2D && j == 1)));
+      bool blind = unread[id] || (!w[id] && contraction_operand(nd, j));
       if (!blind) read[src] = true;
     }
   }
