@@ -115,7 +115,7 @@ int opt_split_bias(Graph *g, int *n_split, Diag *d) {
   return rc;
 }
 
-bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
+static bool per_channel(const Tensor *t, const Shape *out, float *vals) {
   if (t->dtype != DT_F32 || out->ndim != 4) return false;
   const Shape *s = &t->shape;
   int64_t C = out->d[1], plane = out->d[2] * out->d[3];
@@ -132,6 +132,76 @@ bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals) {
   for (int k = 0; k < s->ndim; k++)
     if (s->d[k] != (s->ndim - k == 3 ? C : 1)) return false;
   if (vals) memcpy(vals, x, (size_t)C * sizeof *vals);
+  return true;
+}
+
+/* ---- verdicts remembered ---- */
+
+/* Whether a constant is a per-channel bias for an output shape, and its
+ * values: a bias spread over a whole activation (bias.c's split) is
+ * megabytes to compare, and the search prices, and its windows finish,
+ * graph after graph holding the same spread biases. Inception-v3's
+ * finishes spent 5% of optimize's run comparing them again. A slot holds a
+ * reference, so that no other tensor takes the address meanwhile. */
+typedef struct ChannelSlot {
+  Tensor *t; /* NULL: empty */
+  Shape out;
+  bool ok;
+  float *vals; /* out's C values when ok; NULL until asked for */
+} ChannelSlot;
+
+struct OptChannels {
+  ChannelSlot *slot;
+  size_t cap, n; /* cap a power of two, at least twice n */
+};
+
+OptChannels *opt_channels_new(void) { return calloc(1, sizeof(OptChannels)); }
+
+void opt_channels_free(OptChannels *m) {
+  if (!m) return;
+  for (size_t i = 0; i < m->cap; i++) {
+    tensor_unref(m->slot[i].t);
+    free(m->slot[i].vals);
+  }
+  free(m->slot);
+  free(m);
+}
+
+static size_t slot_of(const OptChannels *m, const Tensor *t) {
+  return hash_mix(0xb1a5, (uint64_t)(uintptr_t)t) & (m->cap - 1);
+}
+
+/* Room for one more slot; false when memory runs out. */
+static bool channels_room(OptChannels *m) {
+  if (2 * (m->n + 1) <= m->cap) return true;
+  OptChannels bigger = {.cap = m->cap ? 2 * m->cap : 64, .n = m->n};
+  if (!(bigger.slot = calloc(bigger.cap, sizeof *bigger.slot))) return false;
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->slot[i].t) continue;
+    size_t j = slot_of(&bigger, m->slot[i].t);
+    while (bigger.slot[j].t) j = (j + 1) & (bigger.cap - 1);
+    bigger.slot[j] = m->slot[i];
+  }
+  free(m->slot);
+  *m = bigger;
+  return true;
+}
+
+bool opt_bias_per_channel(OptChannels *m, Tensor *t, const Shape *out, float *vals) {
+  if (!m || !channels_room(m)) return per_channel(t, out, vals);
+  size_t i = slot_of(m, t);
+  for (; m->slot[i].t; i = (i + 1) & (m->cap - 1))
+    if (m->slot[i].t == t && shape_equal(&m->slot[i].out, out)) break;
+  ChannelSlot *s = &m->slot[i];
+  if (!s->t) {
+    *s = (ChannelSlot){.t = tensor_ref(t), .out = *out, .ok = per_channel(t, out, NULL)};
+    m->n++;
+  }
+  if (!s->ok || !vals) return s->ok;
+  size_t bytes = (size_t)out->d[1] * sizeof *vals;
+  if (!s->vals && (s->vals = malloc(bytes))) per_channel(t, out, s->vals);
+  if (!s->vals) return per_channel(t, out, vals);
+  memcpy(vals, s->vals, bytes);
   return true;
 }
 
@@ -153,10 +223,10 @@ bool opt_bias_keeps_channels(const Node *n, const Shape *in) {
 }
 
 /* opt_bias_value_per_channel below depth levels of weights. */
-static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals,
-                              int depth) {
+static bool value_per_channel(OptChannels *m, const Graph *g, TensorRef r, const Shape *out,
+                              float *vals, int depth) {
   const Node *n = &g->nodes[r.node];
-  if (n->kind == OP_CONST) return opt_bias_per_channel(n->value, out, vals);
+  if (n->kind == OP_CONST) return opt_bias_per_channel(m, n->value, out, vals);
   if (depth == 0 || n->n_in > OPT_BIAS_MAX_IN || !shape_equal(&n->out[r.out], out))
     return false;
   Shape in[OPT_BIAS_MAX_IN];
@@ -164,7 +234,7 @@ static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, flo
   if (!opt_bias_keeps_channels(n, in)) return false;
   if (n->kind == OP_CONCAT) {
     for (int j = 0, c = 0; j < n->n_in; c += (int)in[j].d[1], j++)
-      if (!value_per_channel(g, n->in[j], &in[j], vals ? vals + c : NULL, depth - 1))
+      if (!value_per_channel(m, g, n->in[j], &in[j], vals ? vals + c : NULL, depth - 1))
         return false;
     return true;
   }
@@ -175,7 +245,7 @@ static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, flo
   bool ok = !vals || (y = tensor_new(DT_F32, &per)) != NULL;
   for (int j = 0; j < n->n_in && ok; j++)
     ok = (!vals || (x[j] = tensor_new(DT_F32, &per)) != NULL) &&
-         value_per_channel(g, n->in[j], &in[j], vals ? x[j]->data : NULL, depth - 1);
+         value_per_channel(m, g, n->in[j], &in[j], vals ? x[j]->data : NULL, depth - 1);
   if (ok && vals) {
     Diag quiet;
     diag_init(&quiet);
@@ -188,8 +258,9 @@ static bool value_per_channel(const Graph *g, TensorRef r, const Shape *out, flo
   return ok;
 }
 
-bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals) {
-  return value_per_channel(g, r, out, vals, OPT_BIAS_DEPTH);
+bool opt_bias_value_per_channel(OptChannels *m, const Graph *g, TensorRef r, const Shape *out,
+                                float *vals) {
+  return value_per_channel(m, g, r, out, vals, OPT_BIAS_DEPTH);
 }
 
 /* Whether concat id of g (axis 1) reads convolutions alone, each without
@@ -222,8 +293,8 @@ static bool concat_of_convs(const Graph *g, int id, const int32_t *user, bool ba
  * costs in follows from this). n: nodes as the pass started (user's
  * extent); an input added since waits for the next pass. 1 when done, 0
  * when it does not apply, or an error. */
-static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int *fused,
-                               Diag *d) {
+static int push_through_concat(Graph *g, OptChannels *m, int id, int n, const int32_t *user,
+                               int *fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act");
   int u = user[id];
   if (u < 0) return 0;
@@ -246,7 +317,7 @@ static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int
   if (other.node == id) return 0;
   float *vals = malloc((size_t)out.d[1] * sizeof *vals);
   if (!vals) return TEQ_ERR_NOMEM;
-  if (!opt_bias_value_per_channel(g, other, &out, vals)) {
+  if (!opt_bias_value_per_channel(m, g, other, &out, vals)) {
     free(vals);
     return 0;
   }
@@ -291,7 +362,9 @@ static int push_through_concat(Graph *g, int id, int n, const int32_t *user, int
   return 1;
 }
 
-int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
+int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) { return opt_fuse_bias_with(g, NULL, n_fused, d); }
+
+int opt_fuse_bias_with(Graph *g, OptChannels *m, int *n_fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), fused = 0;
   for (bool again = true; again;) {
     again = false;
@@ -303,7 +376,7 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
     for (int id = 0; id < n; id++) {
       const Node *c = &g->nodes[id];
       if (c->kind == OP_CONCAT) {
-        int r = push_through_concat(g, id, n, user, &fused, d);
+        int r = push_through_concat(g, m, id, n, user, &fused, d);
         if (r < 0) {
           free(user);
           return r;
@@ -330,7 +403,7 @@ int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
           free(user);
           return TEQ_ERR_NOMEM;
         }
-        if (!opt_bias_value_per_channel(g, other, &c->out[0], t->data)) {
+        if (!opt_bias_value_per_channel(m, g, other, &c->out[0], t->data)) {
           tensor_unref(t);
           continue;
         }

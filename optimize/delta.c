@@ -75,20 +75,10 @@ static uint64_t hash_finish(uint64_t h, OpKind kind, int n_in, const uint64_t *x
 
 /* ---- costs by configuration ---- */
 
-/* Whether a constant is a per-channel bias for an output shape: a bias
- * spread over a whole activation is megabytes to compare, once. The slot
- * holds a reference, so the tensor's address is not reused meanwhile. */
-typedef struct BiasSlot {
-  Tensor *t; /* NULL: empty */
-  Shape out;
-  bool ok;
-} BiasSlot;
-
 struct OptPricer {
   CostModel *cm;
   int act_i; /* conv2d's "act" parameter */
-  BiasSlot *bias;
-  size_t bias_cap, bias_n;
+  OptChannels *channels; /* verdicts on biases, remembered */
 };
 
 int opt_pricer_new(CostModel *cm, OptPricer **out) {
@@ -96,14 +86,17 @@ int opt_pricer_new(CostModel *cm, OptPricer **out) {
   if (!p) return TEQ_ERR_NOMEM;
   p->cm = cm;
   p->act_i = param_index(OP_CONV2D, "act");
+  if (!(p->channels = opt_channels_new())) {
+    free(p);
+    return TEQ_ERR_NOMEM;
+  }
   *out = p;
   return TEQ_OK;
 }
 
 void opt_pricer_free(OptPricer *p) {
   if (!p) return;
-  for (size_t i = 0; i < p->bias_cap; i++) tensor_unref(p->bias[i].t);
-  free(p->bias);
+  opt_channels_free(p->channels);
   free(p);
 }
 
@@ -163,30 +156,6 @@ static int fused_cost(OptPricer *p, const Graph *g, int id, int fuse, double *us
   if (rc == TEQ_OK) *us = e.us;
   graph_free(one);
   return rc;
-}
-
-/* opt_bias_per_channel(t, out), remembered. */
-static bool bias_per_channel(OptPricer *p, Tensor *t, const Shape *out) {
-  if (2 * (p->bias_n + 1) > p->bias_cap) {
-    size_t cap = p->bias_cap ? 2 * p->bias_cap : 64;
-    BiasSlot *s = calloc(cap, sizeof *s);
-    if (!s) return opt_bias_per_channel(t, out, NULL);
-    for (size_t i = 0; i < p->bias_cap; i++) {
-      if (!p->bias[i].t) continue;
-      size_t j = hash_mix(0xb1a5, (uint64_t)(uintptr_t)p->bias[i].t) & (cap - 1);
-      while (s[j].t) j = (j + 1) & (cap - 1);
-      s[j] = p->bias[i];
-    }
-    free(p->bias);
-    p->bias = s, p->bias_cap = cap;
-  }
-  size_t i = hash_mix(0xb1a5, (uint64_t)(uintptr_t)t) & (p->bias_cap - 1);
-  for (; p->bias[i].t; i = (i + 1) & (p->bias_cap - 1))
-    if (p->bias[i].t == t && shape_equal(&p->bias[i].out, out)) return p->bias[i].ok;
-  bool ok = opt_bias_per_channel(t, out, NULL);
-  p->bias[i] = (BiasSlot){.t = tensor_ref(t), .out = *out, .ok = ok};
-  p->bias_n++;
-  return p->bias[i].ok;
 }
 
 /* ---- the base: a graph about to be expanded ---- */
@@ -588,7 +557,7 @@ static void kill(OptBase *b, int v0) {
  * verdicts remembered. */
 static bool vbias_per_channel(OptBase *b, TensorRef r, const Shape *out, int depth) {
   const Node *n = vnode(b, r.node);
-  if (n->kind == OP_CONST) return bias_per_channel(b->pr, n->value, out);
+  if (n->kind == OP_CONST) return opt_bias_per_channel(b->pr->channels, n->value, out, NULL);
   if (depth == 0 || !vweight(b, r.node) || n->n_in > OPT_BIAS_MAX_IN ||
       !shape_equal(&n->out[r.out], out))
     return false;

@@ -19,9 +19,11 @@ static int finish_passes(CostModel *cm, Graph **g, const OptFinishMemo *memo, bo
   OptFoldMemo *folds = memo ? memo->folds : NULL;
   int rc = for_price ? opt_fold_weights_for_price(*g, folds, &f->folded, d)
                      : opt_fold_weights_memo(*g, folds, &f->folded, d);
-  if (rc == TEQ_OK) rc = opt_fuse_bias(*g, &f->fused, d);
+  OptChannels *channels = opt_fold_memo_channels(folds);
+  if (rc == TEQ_OK) rc = opt_fuse_bias_with(*g, channels, &f->fused, d);
   if (rc == TEQ_OK && (f->residuals = graph_fuse_residuals(*g, d)) < 0) rc = f->residuals;
-  if (rc == TEQ_OK) rc = opt_fold_through_splits(cm, g, &f->through_splits, &f->fused, d);
+  if (rc == TEQ_OK)
+    rc = opt_fold_through_splits_with(cm, g, channels, &f->through_splits, &f->fused, d);
   if (rc == TEQ_OK) rc = opt_share_concat_prefixes(*g, &f->shared, d);
   if (rc == TEQ_OK)
     rc = opt_graph_cost_run(cm, *g, &f->us, f->src, f->us_by_source, d);

@@ -231,10 +231,17 @@ int opt_pricer_price(OptPricer *p, const Graph *g, double *us, Diag *d);
 
 /* ---- bias.c ---- */
 
+/* Verdicts of opt_bias_per_channel remembered, by tensor and shape: the
+ * pricer and the finishes of a search meet the same spread biases in graph
+ * after graph. Each function taking one also takes NULL (nothing kept). */
+typedef struct OptChannels OptChannels;
+OptChannels *opt_channels_new(void);
+void opt_channels_free(OptChannels *m);
+
 /* Whether t, added to a convolution's [N, C, H, W] result of shape out, is
  * one value per channel (so opt_fuse_bias folds it into the convolution);
  * vals (C floats, may be NULL) receives them. */
-bool opt_bias_per_channel(const Tensor *t, const Shape *out, float *vals);
+bool opt_bias_per_channel(OptChannels *m, Tensor *t, const Shape *out, float *vals);
 
 /* Whether node n, at input shapes in, gives one value per channel wherever
  * each of its inputs does, each at its own shape: a concat along the
@@ -257,9 +264,19 @@ bool opt_is_channel_concat(const Node *n);
  * concat(B1, B2), which the export computes into one constant and folds
  * into the merged convolution; the search must price it so. vals as
  * there. */
-bool opt_bias_value_per_channel(const Graph *g, TensorRef r, const Shape *out, float *vals);
+bool opt_bias_value_per_channel(OptChannels *m, const Graph *g, TensorRef r, const Shape *out,
+                                float *vals);
+
+/* opt_fuse_bias and opt_fold_through_splits with verdicts remembered in m. */
+int opt_fuse_bias_with(Graph *g, OptChannels *m, int *n_fused, Diag *d);
+int opt_fold_through_splits_with(CostModel *cm, Graph **g, OptChannels *m, int *n_moved,
+                                 int *n_fused, Diag *d);
 
 /* ---- weights.c ---- */
+
+/* The verdicts on biases a fold memo keeps for the finishes that share it
+ * (NULL for none). */
+OptChannels *opt_fold_memo_channels(OptFoldMemo *m);
 
 /* Per node of g (order: a topological order): whether every input is a
  * weight, as opt_graph_cost counts it. malloc'd; NULL when memory runs out. */

@@ -92,8 +92,8 @@ static int act_before_split(Graph *g, int32_t s, int32_t a, const int32_t *reade
  * channels): the per-channel adds that alone read pieces of s, into c's
  * bias where apply says so. Returns how many pieces, 0 for none, or an
  * error. */
-static int bias_through_split(Graph *g, int32_t c, int32_t s, const int32_t *reader,
-                              const int32_t *offset, bool apply, Diag *d) {
+static int bias_through_split(Graph *g, OptChannels *m, int32_t c, int32_t s,
+                              const int32_t *reader, const int32_t *offset, bool apply, Diag *d) {
   const Node *cn = &g->nodes[c], *sn = &g->nodes[s];
   int64_t M = cn->out[0].d[1];
   const Tensor *old = NULL;
@@ -127,7 +127,7 @@ static int bias_through_split(Graph *g, int32_t c, int32_t s, const int32_t *rea
     if (en && en->kind == OP_EWADD && en->n_in == 2) {
       TensorRef other = en->in[0].node == s && en->in[0].out == j ? en->in[1] : en->in[0];
       if (other.node != s && shape_equal(&en->out[0], piece) &&
-          opt_bias_value_per_channel(g, other, piece, vals)) {
+          opt_bias_value_per_channel(m, g, other, piece, vals)) {
         for (int64_t k = 0; k < piece->d[1]; k++) bv[at + k] += vals[k];
         add[j] = e;
         taken++;
@@ -176,8 +176,8 @@ static bool splits_conv(const Graph *g, int32_t s, const int32_t *reader, const 
  * offset are output_readers of g, or of the graph g copies (the same node
  * ids): a scan over every split shares one, where one per split made
  * NasRNN at 16 times its steps spend a third of its search here. */
-static int change_at(Graph *g, int32_t s, const int32_t *reader, const int32_t *offset,
-                     bool apply, Diag *d) {
+static int change_at(Graph *g, OptChannels *m, int32_t s, const int32_t *reader,
+                     const int32_t *offset, bool apply, Diag *d) {
   int32_t c, a = same_reader_of_each(g, s, reader, offset);
   int r = 0;
   if (a >= 0) {
@@ -187,12 +187,17 @@ static int change_at(Graph *g, int32_t s, const int32_t *reader, const int32_t *
       if (rc < 0) r = rc;
     }
   } else if (splits_conv(g, s, reader, offset, &c)) {
-    r = bias_through_split(g, c, s, reader, offset, apply, d);
+    r = bias_through_split(g, m, c, s, reader, offset, apply, d);
   }
   return r;
 }
 
 int opt_fold_through_splits(CostModel *cm, Graph **g, int *n_moved, int *n_fused, Diag *d) {
+  return opt_fold_through_splits_with(cm, g, NULL, n_moved, n_fused, d);
+}
+
+int opt_fold_through_splits_with(CostModel *cm, Graph **g, OptChannels *m, int *n_moved,
+                                 int *n_fused, Diag *d) {
   double cost = 0;
   int moved = 0, fused = 0;
   int rc = opt_graph_cost_run(cm, *g, &cost, NULL, NULL, d);
@@ -207,17 +212,18 @@ int opt_fold_through_splits(CostModel *cm, Graph **g, int *n_moved, int *n_fused
     int r = 0;
     for (; s < (*g)->n_nodes; s++) {
       if ((*g)->nodes[s].kind != OP_SPLIT || (*g)->nodes[s].opaque) continue;
-      if ((r = change_at(*g, s, reader, offset, false, d)) != 0) break;
+      if ((r = change_at(*g, m, s, reader, offset, false, d)) != 0) break;
     }
     if (r < 0) rc = r;
     Graph *t = r > 0 ? graph_copy(*g) : NULL;
-    int f = 0, made = r <= 0 ? r : t ? change_at(t, s, reader, offset, true, d) : TEQ_ERR_NOMEM;
+    int f = 0,
+        made = r <= 0 ? r : t ? change_at(t, m, s, reader, offset, true, d) : TEQ_ERR_NOMEM;
     free(reader);
     free(offset);
     if (r <= 0) break;
     double c = 0;
     rc = made < 0 ? made : graph_remove_dead(t);
-    if (rc >= 0) rc = opt_fuse_bias(t, &f, d);
+    if (rc >= 0) rc = opt_fuse_bias_with(t, m, &f, d);
     if (rc == TEQ_OK) rc = opt_graph_cost_run(cm, t, &c, NULL, NULL, d);
     if (rc == TEQ_OK && made > 0 && c <= cost) { /* kept: every split may be tried anew */
       graph_free(*g);

@@ -94,12 +94,23 @@ typedef struct FoldEntry {
 struct OptFoldMemo {
   FoldEntry *e;
   int n, cap;
+  OptChannels *channels; /* what folding biases into convolutions read */
 };
 
-OptFoldMemo *opt_fold_memo_new(void) { return calloc(1, sizeof(OptFoldMemo)); }
+OptFoldMemo *opt_fold_memo_new(void) {
+  OptFoldMemo *m = calloc(1, sizeof *m);
+  if (m && !(m->channels = opt_channels_new())) {
+    free(m);
+    m = NULL;
+  }
+  return m;
+}
+
+OptChannels *opt_fold_memo_channels(OptFoldMemo *m) { return m ? m->channels : NULL; }
 
 void opt_fold_memo_free(OptFoldMemo *m) {
   if (!m) return;
+  opt_channels_free(m->channels);
   for (int i = 0; i < m->n; i++) {
     for (int j = 0; j < m->e[i].n_in + m->e[i].n_out; j++) tensor_unref(m->e[i].in[j]);
     free(m->e[i].in);

@@ -1354,6 +1354,52 @@ static void test_fold_memo_and_finish(void) {
   graph_free(fin), graph_free(a), graph_free(b), graph_free(plain), graph_free(g);
 }
 
+/* Biases judged through a memo (the fold memo's verdicts on biases): two
+ * convolutions whose biases are spread as the search spreads them, the
+ * second's spread copy one value off at one position, are finished twice
+ * through one memo (the second time from what it remembers) and once
+ * without. Each time the first bias, with its own values, folds into its
+ * convolution as a bias, the second only as a residual, and the outputs
+ * are the original's. */
+static void test_finish_memo_biases(void) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 3, 6, 6));
+  Params p;
+  params_default(OP_CONV2D, &p);
+  for (int k = 0; k < 2; k++) {
+    TensorRef in[3] = {x, int_weight(g, shape_of(4, 4, 3, 3, 3), 1 + k),
+                       int_weight(g, shape_of(1, 4), 3 + k)};
+    int c = graph_add_node(g, OP_CONV2D, in, 3, 1, &p, NULL, NULL);
+    CHECK(c >= 0);
+    graph_add_output(g, (TensorRef){c, 0}, k ? "y1" : "y0", NULL);
+  }
+  Diag d;
+  diag_init(&d);
+  int split = 0;
+  CHECK(opt_split_bias(g, &split, &d) == TEQ_OK && split == 2);
+  Tensor *spread = NULL; /* the second spread bias */
+  for (int n = 0; n < g->n_nodes; n++)
+    if (g->nodes[n].kind == OP_CONST && g->nodes[n].out[0].ndim == 4) spread = g->nodes[n].value;
+  CHECK(spread && tensor_numel(spread) == 4 * 4 * 4);
+  if (spread) ((float *)spread->data)[21] += 1.0f;
+  CostModel *cm = cost_model_new();
+  OptFinishMemo fm = {.folds = opt_fold_memo_new()};
+  for (int k = 0; k < 3; k++) {
+    Graph *f = graph_copy(g);
+    OptFinish fin = {0};
+    CHECK(f && opt_finish(cm, &f, false, k < 2 ? &fm : NULL, &fin, &d) == TEQ_OK);
+    CHECK_MSG(fin.fused == 1 && fin.residuals == 1, "finish %d: %d fused, %d residuals", k,
+              fin.fused, fin.residuals);
+    CHECK_MSG(equal_outputs(g, f), "finish %d", k);
+    graph_free(f);
+  }
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+  opt_fold_memo_free(fm.folds);
+  cost_model_free(cm);
+  graph_free(g);
+}
+
 /* Folds that read folds: t = transpose(concat(w1, w2)) is a graph output
  * and feeds a product through a transpose, and a transpose of t is
  * another output. Four nodes fold in three sweeps (each sweep points
@@ -1697,6 +1743,7 @@ int main(void) {
   test_whole_graph_after_windows();
   test_windows_cover_every_step();
   test_fold_memo_and_finish();
+  test_finish_memo_biases();
   test_fold_chains();
   test_fold_for_price();
   test_wide_nodes();
