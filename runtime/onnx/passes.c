@@ -273,6 +273,11 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
     if (mul < 0) continue;
     int32_t add = uses[offset[mul]] == 1 ? const_reader(g, mul, OP_EWADD, n0, &in[2]) : -1;
     int n_in = add < 0 ? 2 : 3, last = add < 0 ? mul : add;
+    /* A one-element epsilon, exponent, scale or bias of a higher rank
+     * broadcasts the result to that rank; layer_norm keeps x's shape.
+     * Broadcasting never lowers a rank or an extent, so the end's shape
+     * being x's holds every step to it. */
+    if (!shape_equal(&g->nodes[last].out[0], graph_shape(g, x))) continue;
     Params p;
     params_default(OP_LAYER_NORM, &p);
     param_set_int(&p, param_index(OP_LAYER_NORM, "axis"), axis);

@@ -223,6 +223,17 @@ static void test_layer_norm_written(void) {
   diag_fini(&d);
 }
 
+/* A written-out layer normalization whose epsilon has rank 4 computes a
+ * tensor of rank 4 from x of rank 3: no layer_norm of x's shape does that,
+ * so it stays written out, and the ReduceSum after it gets the rank it
+ * reduces. */
+static void test_layer_norm_rank_raised(void) {
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  OnnxImportStats st;
+  tensor_unref(check_reference("layer_norm_rank_raised", &o, &st));
+  CHECK_EQ_INT(st.n_layer_norms_fused, 0);
+}
+
 static void test_shape_fold(void) {
   OnnxImportStats st;
   const char *models[] = {"shape_fold", "shape_fold_opset12"};
@@ -1703,6 +1714,7 @@ int main(void) {
   find_dirs();
   test_conv_bn();
   test_layer_norm_written();
+  test_layer_norm_rank_raised();
   test_shape_fold();
   test_unsorted();
   test_int_extremes();

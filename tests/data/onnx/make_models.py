@@ -678,6 +678,41 @@ def bn_relu():
     save_tensor("bn_relu.output_0.pb", np.maximum(y2, 0).astype(np.float32), "y")
 
 
+def layer_norm_rank_raised():
+    """The nine operators of layer_norm_written, but with an epsilon of shape
+    [1, 1, 1, 1]: valid ONNX, and its broadcast raises the normalization's
+    rank to 4 ([1, 2, 3, 8]), which a ReduceSum over axis 0 then takes away.
+    One layer_norm of x's rank would compute another shape, so it is not
+    fused."""
+    gamma, beta = rand(8), rand(8)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], keepdims=1),
+        helper.make_node("Sub", ["x", "mean"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1], keepdims=1),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d", "sd"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["s"]),
+        helper.make_node("Add", ["s", "beta"], ["ln"]),
+        helper.make_node("ReduceSum", ["ln", "axis0"], ["y"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "layer_norm_rank_raised",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])],
+        [init("two", np.float32(2.0)), init("eps", np.full((1, 1, 1, 1), 1e-5, np.float32)),
+         init("gamma", gamma), init("beta", beta), init("axis0", np.array([0], np.int64))])
+    save("layer_norm_rank_raised", graph)
+    x = rand(2, 3, 8)
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=-1, keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=-1, keepdims=True)
+    ln = (xd - mean) / np.sqrt(var + np.full((1, 1, 1, 1), 1e-5)) * gamma + beta
+    save_tensor("layer_norm_rank_raised.input_0.pb", x, "x")
+    save_tensor("layer_norm_rank_raised.output_0.pb", ln.sum(axis=0).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -697,3 +732,4 @@ if __name__ == "__main__":
     gelu_models()
     swish_models()
     bn_relu()
+    layer_norm_rank_raised()
