@@ -163,6 +163,10 @@ typedef struct Post {
   PetPostCache *cache; /* may be NULL */
   Graph *g;
   int32_t *uses, *off;        /* graph_use_counts, refreshed after each rewrite */
+  int32_t *rd, *rd_off;       /* the nodes reading each output, as refreshed: those
+                               * of output k of node i are rd[rd_off[off[i] + k] ..
+                               * rd_off[off[i] + k + 1]), in the order of their ids */
+  int32_t n;                  /* nodes as refreshed; a rewrite may add more */
   Verdicts *chains;           /* the cache's, or this call's own */
   PetPostStats st;
 } Post;
@@ -179,11 +183,31 @@ static void perm_of(const Node *n, int r, int64_t *perm) {
   for (int i = 0; i < r; i++) perm[i] = v->n ? v->i[i] : r - 1 - i;
 }
 
+/* The use counts and the readers of the graph as it now is. Hoisting
+ * follows chains reader by reader; found by a scan of every node each
+ * time, a post-optimization of NasRNN at 16 times its steps grew with the
+ * square of the graph. */
 static int refresh(Post *p) {
-  free(p->uses), free(p->off);
-  p->off = NULL;
-  p->uses = graph_use_counts(p->g, &p->off);
-  return p->uses ? TEQ_OK : TEQ_ERR_NOMEM;
+  const Graph *g = p->g;
+  free(p->uses), free(p->off), free(p->rd), free(p->rd_off);
+  p->off = p->rd = p->rd_off = NULL;
+  p->uses = graph_use_counts(g, &p->off);
+  if (!p->uses) return TEQ_ERR_NOMEM;
+  int32_t slots = p->off[g->n_nodes], edges = 0;
+  p->n = g->n_nodes;
+  p->rd_off = calloc((size_t)slots + 2, sizeof *p->rd_off);
+  for (int i = 0; i < g->n_nodes; i++) edges += g->nodes[i].n_in;
+  p->rd = malloc(((size_t)edges + 1) * sizeof *p->rd);
+  if (!p->rd_off || !p->rd) return TEQ_ERR_NOMEM;
+  /* counted at slot + 2, summed to starts at slot + 1, filled back to slot */
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      p->rd_off[p->off[g->nodes[i].in[j].node] + g->nodes[i].in[j].out + 2]++;
+  for (int32_t k = 2; k <= slots + 1; k++) p->rd_off[k] += p->rd_off[k - 1];
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      p->rd[p->rd_off[p->off[g->nodes[i].in[j].node] + g->nodes[i].in[j].out + 1]++] = i;
+  return TEQ_OK;
 }
 
 /* A graph node like n (kind, parameters, name) on inputs in; *id < 0
@@ -511,12 +535,10 @@ static int try_move(Post *p, int f, bool *done) {
 static int32_t uses_at(const Post *p, int id, int k) { return p->uses[p->off[id] + k]; }
 
 /* The single reader of output k of node id, or -1. */
-static int sole_reader(const Graph *g, const Post *p, int id, int k) {
-  if (uses_at(p, id, k) != 1) return -1;
-  for (int r = 0; r < g->n_nodes; r++)
-    for (int j = 0; j < g->nodes[r].n_in; j++)
-      if (g->nodes[r].in[j].node == id && g->nodes[r].in[j].out == k) return r;
-  return -1; /* read by a graph output */
+static int sole_reader(const Post *p, int id, int k) {
+  if (id >= p->n || uses_at(p, id, k) != 1) return -1;
+  int32_t at = p->off[id] + k;
+  return p->rd_off[at + 1] > p->rd_off[at] ? p->rd[p->rd_off[at]] : -1; /* -1: a graph output */
 }
 
 enum { MAX_PIECES = 8, MAX_CHAIN_NODES = 8 };
@@ -575,12 +597,16 @@ static bool gather_one(const Graph *g, const Node *n, int64_t *axis, int64_t *k)
  *     pre[0..*n_pre) are those R/T, in order.
  * Node id is the split, or the slice or gather of the first piece (so that
  * each group is seen once). 0 pieces when it is none of these. */
-static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece, int32_t *pre,
+static int pieces_of(const Post *p, int id, TensorRef *x, TensorRef *piece, int32_t *pre,
                      int *n_pre) {
+  const Graph *g = p->g;
   const Node *n = &g->nodes[id];
   *n_pre = 0;
   *x = n->n_in ? n->in[0] : (TensorRef){-1, 0};
-  if (!n->n_in) return 0;
+  if (!n->n_in || id >= p->n) return 0;
+  /* the readers of x, among them n */
+  const int32_t *rx = p->rd + p->rd_off[p->off[x->node] + x->out];
+  int32_t n_rx = p->rd_off[p->off[x->node] + x->out + 1] - p->rd_off[p->off[x->node] + x->out];
   const Shape *xs = graph_shape(g, *x);
   int r = xs->ndim, last = r - 1;
   if (r < 2 || !shape_is_known(xs)) return 0;
@@ -596,12 +622,12 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece, int
     int k = 0;
     for (; k < xs->d[axis]; k++) { /* the gather of each index */
       int found = -1;
-      for (int j = 0; j < g->n_nodes && found < 0; j++) {
-        const Node *c = &g->nodes[j];
+      for (int32_t q = 0; q < n_rx && found < 0; q++) {
+        const Node *c = &g->nodes[rx[q]];
         int64_t a2, i2;
         if (c->kind == OP_GATHER && c->in[0].node == x->node && c->in[0].out == x->out &&
             gather_one(g, c, &a2, &i2) && a2 == axis && i2 == k)
-          found = j;
+          found = rx[q];
       }
       if (found < 0) return 0;
       piece[k] = (TensorRef){found, 0};
@@ -626,11 +652,11 @@ static int pieces_of(const Graph *g, int id, TensorRef *x, TensorRef *piece, int
   int k = 0;
   while (at < xs->d[last]) {
     int found = -1;
-    for (int j = 0; j < g->n_nodes && found < 0; j++) {
-      const Node *c = &g->nodes[j];
+    for (int32_t q = 0; q < n_rx && found < 0; q++) {
+      const Node *c = &g->nodes[rx[q]];
       if (c->kind == OP_SLICE && c->in[0].node == x->node && c->in[0].out == x->out &&
           last_axis_range(c, xs, &b, &e) && b == at)
-        found = j;
+        found = rx[q];
     }
     if (found < 0 || k == MAX_PIECES || (k == 0 && found != id)) return 0;
     last_axis_range(&g->nodes[found], xs, &b, &e);
@@ -649,7 +675,7 @@ static int try_hoist(Post *p, int sp, bool *done) {
   TensorRef x, piece[MAX_PIECES];
   int32_t pre[MAX_CHAIN];
   int n_pre;
-  int n = pieces_of(g, sp, &x, piece, pre, &n_pre);
+  int n = pieces_of(p, sp, &x, piece, pre, &n_pre);
   if (n < 2) return TEQ_OK;
   const Shape xs = *graph_shape(g, x);
   int64_t lead = shape_numel(&xs) / xs.d[xs.ndim - 1];
@@ -660,8 +686,8 @@ static int try_hoist(Post *p, int sp, bool *done) {
   int64_t heads = 0, d = -1;
   for (int k = 0; k < n; k++) {
     n_old[k] = 0;
-    int r = sole_reader(g, p, piece[k].node, piece[k].out);
-    for (; r >= 0 && scalar_wise(g, &g->nodes[r]) >= 0 && uses_of(p, r); r = sole_reader(g, p, r, 0))
+    int r = sole_reader(p, piece[k].node, piece[k].out);
+    for (; r >= 0 && scalar_wise(g, &g->nodes[r]) >= 0 && uses_of(p, r); r = sole_reader(p, r, 0))
       if (n_old[k] < MAX_CHAIN_NODES - 2) old[k][n_old[k]++] = r;
       else return TEQ_OK;
     if (r < 0 || g->nodes[r].kind != OP_RESHAPE || !uses_of(p, r)) return TEQ_OK;
@@ -670,8 +696,8 @@ static int try_hoist(Post *p, int sp, bool *done) {
     d = rs->d[2];
     heads += rs->d[1];
     old[k][n_old[k]++] = r;
-    int t = sole_reader(g, p, r, 0);
-    for (; t >= 0 && scalar_wise(g, &g->nodes[t]) >= 0 && uses_of(p, t); t = sole_reader(g, p, t, 0))
+    int t = sole_reader(p, r, 0);
+    for (; t >= 0 && scalar_wise(g, &g->nodes[t]) >= 0 && uses_of(p, t); t = sole_reader(p, t, 0))
       if (n_old[k] < MAX_CHAIN_NODES - 1) old[k][n_old[k]++] = t;
       else return TEQ_OK;
     if (t < 0 || g->nodes[t].kind != OP_TRANSPOSE || !uses_of(p, t)) return TEQ_OK;
@@ -900,7 +926,7 @@ int pet_post_optimize_cached(Graph **gp, PetPostCache *cache, PetPostStats *stat
       rc = TEQ_ERR_INTERNAL;
     }
   }
-  free(p.uses), free(p.off);
+  free(p.uses), free(p.off), free(p.rd), free(p.rd_off);
   free(own);
   if (rc == TEQ_OK && stats) *stats = p.st;
   return rc;
