@@ -183,28 +183,38 @@ static void perm_of(const Node *n, int r, int64_t *perm) {
   for (int i = 0; i < r; i++) perm[i] = v->n ? v->i[i] : r - 1 - i;
 }
 
-/* The use counts and the readers of the graph as it now is. Hoisting
+/* The use counts of the graph as it now is; its readers are found when
+ * hoisting first asks (readers). */
+static int refresh(Post *p) {
+  free(p->uses), free(p->off), free(p->rd), free(p->rd_off);
+  p->off = p->rd = p->rd_off = NULL;
+  p->n = p->g->n_nodes;
+  p->uses = graph_use_counts(p->g, &p->off);
+  return p->uses ? TEQ_OK : TEQ_ERR_NOMEM;
+}
+
+/* The readers of every output as refreshed (p->rd, p->rd_off). Hoisting
  * follows chains reader by reader; found by a scan of every node each
  * time, a post-optimization of NasRNN at 16 times its steps grew with the
  * square of the graph. */
-static int refresh(Post *p) {
+static int readers(Post *p) {
+  if (p->rd) return TEQ_OK;
   const Graph *g = p->g;
-  free(p->uses), free(p->off), free(p->rd), free(p->rd_off);
-  p->off = p->rd = p->rd_off = NULL;
-  p->uses = graph_use_counts(g, &p->off);
-  if (!p->uses) return TEQ_ERR_NOMEM;
-  int32_t slots = p->off[g->n_nodes], edges = 0;
-  p->n = g->n_nodes;
+  int32_t slots = p->off[p->n], edges = 0;
   p->rd_off = calloc((size_t)slots + 2, sizeof *p->rd_off);
-  for (int i = 0; i < g->n_nodes; i++) edges += g->nodes[i].n_in;
+  for (int i = 0; i < p->n; i++) edges += g->nodes[i].n_in;
   p->rd = malloc(((size_t)edges + 1) * sizeof *p->rd);
-  if (!p->rd_off || !p->rd) return TEQ_ERR_NOMEM;
+  if (!p->rd_off || !p->rd) {
+    free(p->rd), free(p->rd_off);
+    p->rd = p->rd_off = NULL;
+    return TEQ_ERR_NOMEM;
+  }
   /* counted at slot + 2, summed to starts at slot + 1, filled back to slot */
-  for (int i = 0; i < g->n_nodes; i++)
+  for (int i = 0; i < p->n; i++)
     for (int j = 0; j < g->nodes[i].n_in; j++)
       p->rd_off[p->off[g->nodes[i].in[j].node] + g->nodes[i].in[j].out + 2]++;
   for (int32_t k = 2; k <= slots + 1; k++) p->rd_off[k] += p->rd_off[k - 1];
-  for (int i = 0; i < g->n_nodes; i++)
+  for (int i = 0; i < p->n; i++)
     for (int j = 0; j < g->nodes[i].n_in; j++)
       p->rd[p->rd_off[p->off[g->nodes[i].in[j].node] + g->nodes[i].in[j].out + 1]++] = i;
   return TEQ_OK;
@@ -534,7 +544,7 @@ static int try_move(Post *p, int f, bool *done) {
 /* Readers of output k of node id. */
 static int32_t uses_at(const Post *p, int id, int k) { return p->uses[p->off[id] + k]; }
 
-/* The single reader of output k of node id, or -1. */
+/* The single reader of output k of node id, or -1 (once readers has run). */
 static int sole_reader(const Post *p, int id, int k) {
   if (id >= p->n || uses_at(p, id, k) != 1) return -1;
   int32_t at = p->off[id] + k;
@@ -596,14 +606,18 @@ static bool gather_one(const Graph *g, const Node *n, int64_t *axis, int64_t *k)
  *     [L, B, 3, E], its 3 brought first, each of Q, K and V selected);
  *     pre[0..*n_pre) are those R/T, in order.
  * Node id is the split, or the slice or gather of the first piece (so that
- * each group is seen once). 0 pieces when it is none of these. */
-static int pieces_of(const Post *p, int id, TensorRef *x, TensorRef *piece, int32_t *pre,
+ * each group is seen once). 0 pieces when it is none of these; a negative
+ * error code when memory runs out. */
+static int pieces_of(Post *p, int id, TensorRef *x, TensorRef *piece, int32_t *pre,
                      int *n_pre) {
   const Graph *g = p->g;
   const Node *n = &g->nodes[id];
   *n_pre = 0;
   *x = n->n_in ? n->in[0] : (TensorRef){-1, 0};
-  if (!n->n_in || id >= p->n) return 0;
+  bool cuts = n->kind == OP_SPLIT || n->kind == OP_GATHER || n->kind == OP_SLICE;
+  if (!n->n_in || id >= p->n || !cuts) return 0;
+  int rc = readers(p);
+  if (rc) return rc;
   /* the readers of x, among them n */
   const int32_t *rx = p->rd + p->rd_off[p->off[x->node] + x->out];
   int32_t n_rx = p->rd_off[p->off[x->node] + x->out + 1] - p->rd_off[p->off[x->node] + x->out];
@@ -676,7 +690,7 @@ static int try_hoist(Post *p, int sp, bool *done) {
   int32_t pre[MAX_CHAIN];
   int n_pre;
   int n = pieces_of(p, sp, &x, piece, pre, &n_pre);
-  if (n < 2) return TEQ_OK;
+  if (n < 2) return n < 0 ? n : TEQ_OK;
   const Shape xs = *graph_shape(g, x);
   int64_t lead = shape_numel(&xs) / xs.d[xs.ndim - 1];
   /* old[k]: piece k's chain, in order, its transpose last */
