@@ -138,7 +138,7 @@ static bool per_channel(const Tensor *t, const Shape *out, float *vals) {
 /* ---- verdicts remembered ---- */
 
 /* Whether a constant is a per-channel bias for an output shape, and its
- * values: a bias spread over a whole activation (bias.c's split) is
+ * values: a bias spread over a whole activation (opt_split_bias) is
  * megabytes to compare, and the search prices, and its windows finish,
  * graph after graph holding the same spread biases. Inception-v3's
  * finishes spent 5% of optimize's run comparing them again. A slot holds a

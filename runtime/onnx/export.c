@@ -900,7 +900,8 @@ static int place_weights(Exporter *x, const OnnxExportOptions *o) {
  * node after it. One whose ONNX form is more than a plain unary node
  * (silu: Sigmoid and Mul; relu6: a Clip with its bounds; hard swish: an
  * opset of its own) is split off, in a copy of the graph, into a node of
- * its own kind, which that kind's row writes. */
+ * its own kind, which that kind's row writes; a pooled producer's pool is
+ * split off after it. */
 static bool act_needs_own_node(const Node *n) {
   int ai = param_index(n->kind, "act");
   if (ai < 0 || n->params.v[ai].i[0] == ACT_NONE) return false;
@@ -920,23 +921,57 @@ static int acts_split(const Graph *g, Graph **copy, Diag *d) {
     diag_error(d, "out of memory");
     return TEQ_ERR_NOMEM;
   }
-  for (; id < n0; id++) {
+  bool pooled_any = false;
+  int rc = TEQ_OK;
+  for (; id < n0 && rc == TEQ_OK; id++) {
     if (!act_needs_own_node(&c->nodes[id])) continue;
-    int ai = param_index(c->nodes[id].kind, "act"), act = (int)c->nodes[id].params.v[ai].i[0];
-    c->nodes[id].params.v[ai].i[0] = ACT_NONE;
-    Params p;
-    act_op_params(act, &p);
-    char name[300];
-    snprintf(name, sizeof name, "%s_%s", c->nodes[id].name ? c->nodes[id].name : "node",
-             act_symbols[act]);
+    const Node *n = &c->nodes[id];
+    int ai = param_index(n->kind, "act"), act = (int)n->params.v[ai].i[0];
+    char name[300], pool_name[300];
+    snprintf(name, sizeof name, "%s_%s", n->name ? n->name : "node", act_symbols[act]);
+    snprintf(pool_name, sizeof pool_name, "%s_pool", n->name ? n->name : "node");
+    /* A pooled producer pools after its activation: the activation goes
+     * between the producer, unpooled, and a pool of its own (silu and hard
+     * swish do not commute with a max). */
+    Params bare, pool_p, act_p;
+    OpKind pool_kind;
+    bool pooled = op_unpooled_twin(n, &bare, &pool_kind, &pool_p);
     TensorRef pre = {id, 0};
-    int a = graph_add_node(c, act_op_kind(act), &pre, 1, 1, &p, name, d);
-    if (a < 0) {
-      graph_free(c);
-      return a;
+    if (pooled) {
+      TensorRef in[8];
+      int n_in = n->n_in < 8 ? n->n_in : 8;
+      memcpy(in, n->in, (size_t)n_in * sizeof *in);
+      bare.v[ai].i[0] = ACT_NONE;
+      char *own = n->name ? strdup(n->name) : NULL; /* adding a node may move n */
+      int b = n->name && !own ? (diag_error(d, "out of memory"), TEQ_ERR_NOMEM)
+                              : graph_add_node(c, n->kind, in, n_in, 1, &bare, own, d);
+      free(own);
+      if (b < 0) {
+        rc = b;
+        break;
+      }
+      pre = (TensorRef){b, 0};
+      pooled_any = true;
+    } else {
+      c->nodes[id].params.v[ai].i[0] = ACT_NONE;
     }
-    graph_replace_uses(c, pre, (TensorRef){a, 0});
-    c->nodes[a].in[0] = pre;
+    act_op_params(act, &act_p);
+    int a = graph_add_node(c, act_op_kind(act), &pre, 1, 1, &act_p, name, d);
+    int last = a < 0 || !pooled ? a
+                                : graph_add_node(c, pool_kind, &(TensorRef){a, 0}, 1, 1, &pool_p,
+                                                 pool_name, d);
+    if (last < 0) {
+      rc = last;
+      break;
+    }
+    graph_replace_uses(c, (TensorRef){id, 0}, (TensorRef){last, 0});
+    c->nodes[a].in[0] = pre; /* the activation of an unpooled producer read its old self */
+  }
+  /* a pooled producer's old self, read by nothing now */
+  if (rc == TEQ_OK && pooled_any && (rc = graph_remove_dead(c)) > 0) rc = TEQ_OK;
+  if (rc) {
+    graph_free(c);
+    return rc;
   }
   *copy = c;
   return TEQ_OK;

@@ -1225,6 +1225,56 @@ static void test_pools_fused(void) {
   diag_fini(&d);
 }
 
+/* A pooled conv whose activation ONNX writes as nodes of its own (silu,
+ * hard swish, relu6, hard sigmoid), with and without a residual, and one
+ * whose activation its own row writes (relu): exported, each is Conv,
+ * the activation, then MaxPool, in that order (silu and hard swish do not
+ * commute with a max; written with the pool first, they came back other
+ * numbers), and imported as given each computes what the graph does. */
+static void test_pooled_acts_exported(void) {
+  static const int acts[] = {ACT_SILU, ACT_HARD_SWISH, ACT_RELU6, ACT_HARD_SIGMOID, ACT_RELU};
+  Diag d;
+  diag_init(&d);
+  Shape sx = {4, {1, 3, 8, 8}}, sw = {4, {4, 3, 3, 3}}, sb = {1, {4}}, sz = {4, {1, 4, 8, 8}};
+  for (size_t a = 0; a < sizeof acts / sizeof *acts; a++)
+    for (int residual = 0; residual < 2; residual++) {
+      Graph *g = graph_new();
+      int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+      Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb), *z = tensor_new(DT_F32, &sz);
+      tensor_fill_random(w, 51);
+      tensor_fill_random(b, 52);
+      tensor_fill_random(z, 53);
+      TensorRef in[4] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0},
+                         {graph_add_const(g, "b", b, &d), 0}, {graph_add_const(g, "z", z, &d), 0}};
+      Params p;
+      params_default(OP_CONV2D, &p);
+      param_set_ints(&p, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+      param_set_int(&p, param_index(OP_CONV2D, "act"), acts[a]);
+      param_set_int(&p, param_index(OP_CONV2D, "pool"), 2);
+      int c = graph_add_node(g, OP_CONV2D, in, residual ? 4 : 3, 1, &p, "c", &d);
+      CHECK(c >= 0);
+      graph_add_output(g, (TensorRef){c, 0}, "y", &d);
+      OnnxImportStats st;
+      Graph *h = written_and_read(g, "pooled_act.onnx", NULL, true, &st, &d);
+      if (h) {
+        CHECK_MSG(count_kind(h, OP_MAXPOOL) == 1 && count_pooled(h) == 0, "%s", act_symbols[acts[a]]);
+        int pool = -1;
+        for (int32_t i = 0; i < h->n_nodes; i++)
+          if (h->nodes[i].kind == OP_MAXPOOL) pool = i;
+        /* the pool reads the activation, not the convolution */
+        CHECK_MSG(pool >= 0 && h->nodes[h->nodes[pool].in[0].node].kind != OP_CONV2D &&
+                      h->nodes[h->nodes[pool].in[0].node].kind != OP_EWADD,
+                  "%s, residual %d: the pool comes before the activation", act_symbols[acts[a]],
+                  residual);
+        check_same_outputs(g, h, &sx, 54);
+      }
+      graph_free(h);
+      graph_free(g);
+    }
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+}
+
 /* VGG's classifier: Gemm (a bias, B transposed), Relu. The relu is fused
  * into the gemm at import; written back, it is a Relu after a Gemm again,
  * whose configuration key (the cost tables') reads as an unfused gemm's
@@ -1736,6 +1786,7 @@ int main(void) {
   test_zero_pads_random();
   test_residuals_fused();
   test_pools_fused();
+  test_pooled_acts_exported();
   test_gemm_relu_fused();
   test_large_weights();
   test_external_data();
