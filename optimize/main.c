@@ -951,6 +951,9 @@ int main(int argc, char **argv) {
     OnnxImportOptions io = import_options(&a);
     rc = onnx_import_file(a.model, &io, &g, &r.import, &d);
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
+    /* what could not be written is said before the search, not after */
+    int opset;
+    if (rc == TEQ_OK) rc = onnx_export_opset(g, a.model, &opset, &d);
   }
   if (rc == TEQ_OK) rc = open_cost_model(&a, &cm, &dev, what, sizeof what, &d);
   if (rc == TEQ_OK && a.record) {

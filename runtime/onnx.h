@@ -112,6 +112,12 @@ typedef struct OnnxExportOptions {
   size_t external_min_bytes; /* 0: 1024 */
 } OnnxExportOptions;
 
+/* The opset onnx_export_file writes g in (path names the model in
+ * messages), or TEQ_ERR_UNSUPPORTED with a message where g cannot be
+ * written faithfully: an operator Teq keeps as it is (opaque) from a lower
+ * opset whose definition ONNX changed by then. */
+TEQ_API int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d);
+
 /* Writes g to path as an ONNX model; opts may be NULL. A model read with
  * external data is read the same way: onnx_import_file finds the files
  * beside the model it reads. */

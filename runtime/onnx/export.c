@@ -43,8 +43,6 @@ typedef struct Exporter {
   bool *is_output;        /* same indexing: a graph output, declared in graph.output */
   int32_t *elem;          /* same indexing: ONNX element type where Teq's dtype is not it; 0 */
   Shape *decl;            /* same indexing: declared shapes of opaque outputs */
-  const char *old_opset_op; /* the opaque operator of the lowest opset, and that opset */
-  int old_opset;
   char **owned;           /* every generated string the maps borrow */
   size_t n_owned;
   OnnxNames taken;        /* tensor names in use */
@@ -359,24 +357,52 @@ int onnx_out_opset(const OnnxNodeOut *w) { return w->x->opset; }
  * added operators and attributes). */
 #define EXPORT_OPSET_MAX 20
 
-/* The opset the model is written in: the highest any node needs, a row's
+static bool default_domain_opaque(const Node *n) {
+  return n->kind == OP_OPAQUE && n->opaque &&
+         (!n->opaque->domain || !*n->opaque->domain || !strcmp(n->opaque->domain, "ai.onnx"));
+}
+
+/* The opset g is written in: the highest any node needs, a row's
  * onnx_opset or a default-domain opaque node's own. Decided before any
- * node is written, since rows write the forms of that opset. */
-static int decide_opset(Exporter *x) {
-  for (int32_t id = 0; id < x->g->n_nodes; id++) {
-    const Node *n = &x->g->nodes[id];
+ * node is written, since rows write the forms of that opset. An opaque
+ * node from a lower opset is written as it was, which is right only where
+ * ONNX did not define its operator anew in between (onnx_op_changed). */
+static int decide_opset(const Graph *g, const char *path, int *opset, Diag *d) {
+  *opset = EXPORT_OPSET;
+  for (int32_t id = 0; id < g->n_nodes; id++) {
+    const Node *n = &g->nodes[id];
     const OpDef *o = op_def(n->kind);
     int v = o->onnx_opset;
-    if (n->kind == OP_OPAQUE && n->opaque && (!n->opaque->domain || !*n->opaque->domain ||
-                                              !strcmp(n->opaque->domain, "ai.onnx")))
+    if (default_domain_opaque(n))
       v = n->opaque->opset;
     else if (v > EXPORT_OPSET_MAX)
-      return diag_error(x->d, "%s: ONNX %s needs opset %d; Teq writes opsets up to %d", x->path,
+      return diag_error(d, "%s: ONNX %s needs opset %d; Teq writes opsets up to %d", path,
                         o->onnx_op ? o->onnx_op : o->name, v, EXPORT_OPSET_MAX),
              TEQ_ERR_UNSUPPORTED;
-    if (v > x->opset) x->opset = v;
+    if (v > *opset) *opset = v;
+  }
+  for (int32_t id = 0; id < g->n_nodes; id++) {
+    const Node *n = &g->nodes[id];
+    int from = default_domain_opaque(n) ? n->opaque->opset : 0;
+    int anew = from > 0 && from < *opset ? onnx_op_changed(n->opaque->op_type, from, *opset) : 0;
+    if (anew < 0)
+      return diag_error(d, "%s: '%s' (from opset %d) is no operator of ONNX's default domain, and "
+                        "Teq does not know it", path, n->opaque->op_type, from),
+             TEQ_ERR_UNSUPPORTED;
+    if (anew > 0)
+      return diag_error(d, "%s: the %s operator, which Teq keeps as it is, comes from opset %d, "
+                        "and ONNX defined it anew at opset %d; the model is written in opset %d "
+                        "(the lowest that Teq's operators allow), where it may mean something "
+                        "else. Convert the model to opset %d first "
+                        "(onnx.version_converter.convert_version)", path, n->opaque->op_type,
+                        from, anew, *opset, *opset),
+             TEQ_ERR_UNSUPPORTED;
   }
   return TEQ_OK;
+}
+
+int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d) {
+  return decide_opset(g, path, opset, d);
 }
 
 void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type) {
@@ -621,14 +647,6 @@ static void rename_opaque_outputs(Exporter *x, int32_t id, Onnx__NodeProto *np) 
   }
 }
 
-/* The default-domain opaque node of the lowest opset, for the warning that
- * its definition may have changed by the opset the model is written in. */
-static void note_old_opset(Exporter *x, const Node *n, int version) {
-  if (x->old_opset_op && version >= x->old_opset) return;
-  x->old_opset_op = n->opaque->op_type;
-  x->old_opset = version;
-}
-
 static int export_opaque(Exporter *x, int32_t id) {
   const Node *n = &x->g->nodes[id];
   ProtobufCMessage *pm;
@@ -641,7 +659,6 @@ static int export_opaque(Exporter *x, int32_t id) {
   if (np->domain && strcmp(np->domain, "ai.onnx") == 0) np->domain[0] = '\0';
   bool custom = np->domain && *np->domain;
   note_domain(x, custom ? np->domain : "", opset);
-  if (!custom) note_old_opset(x, n, opset);
   int32_t e = rename_opaque_inputs(x, n, np);
   rename_opaque_outputs(x, id, np);
   replace_string(x, &np->name, node_name(x, id));
@@ -778,7 +795,7 @@ static int write_graph(Exporter *x) {
   int rc = order && out_names && via_identity ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = internal_error(x, "the graph has a cycle");
-  if (rc == TEQ_OK) rc = decide_opset(x);
+  if (rc == TEQ_OK) rc = decide_opset(x->g, x->path, &x->opset, x->d);
   if (rc == TEQ_OK) rc = reserve_io_names(x, out_names, via_identity);
   if (rc == TEQ_OK) write_inputs(x);
   if (rc == TEQ_OK) rc = write_nodes(x, order);
@@ -991,9 +1008,6 @@ int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *
     diag_error(d, "%s: out of memory while exporting", path);
     rc = TEQ_ERR_NOMEM;
   }
-  if (rc == TEQ_OK && x.old_opset_op && x.old_opset < x.opset)
-    diag_warn(d, "%s: the opaque operator '%s' from opset %d is written into an opset-%d model; "
-              "its definition may differ there", path, x.old_opset_op, x.old_opset, x.opset);
   if (rc == TEQ_OK) rc = place_weights(&x, &o);
   if (rc == TEQ_OK) rc = onnx_pack_to_file(&x.m->base, path, d);
   exporter_fini(&x);

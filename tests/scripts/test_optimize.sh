@@ -243,6 +243,24 @@ then ort_same_outputs op18 "$WORK/op18.onnx" "$WORK/op18.opt.onnx" "$WORK/op18" 
 else fail "op18: $(tail -n1 "$WORK/err.log")"
 fi
 
+# --- an opset-11 Softmax over several axes (its axis coerces the input to 2-D there), which
+# Teq keeps opaque: written as it is into an opset-13 model it would normalize over one axis,
+# so optimize refuses before searching (status 2) and says how to convert the model.
+"$PY" - "$WORK/softmax11.onnx" <<'PY'
+import sys
+import onnx
+from onnx import TensorProto, helper
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                       helper.make_node("Softmax", ["r"], ["y"], axis=1)], "softmax11",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+m.ir_version = 6
+onnx.save(m, sys.argv[1])
+PY
+expect_status 2 "Softmax operator, which Teq keeps as it is, comes from opset 11, and ONNX defined it anew at opset 13.*convert_version" \
+  "$OPT" --rules "$db" -o "$WORK/softmax11.opt.onnx" "$WORK/softmax11.onnx"
+
 # --- GELUs written out (erf, as PyTorch exports them below opset 20, and the tanh form with
 # Pow) become gelu operators at import; below opset 20 they are written out again (the model
 # keeps its opset), and ONNX Runtime must give the original's outputs.
