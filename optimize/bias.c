@@ -362,7 +362,9 @@ static int push_through_concat(Graph *g, OptChannels *m, int id, int n, const in
   return 1;
 }
 
-int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) { return opt_fuse_bias_with(g, NULL, n_fused, d); }
+int opt_fuse_bias(Graph *g, int *n_fused, Diag *d) {
+  return opt_fuse_bias_with(g, NULL, n_fused, d);
+}
 
 int opt_fuse_bias_with(Graph *g, OptChannels *m, int *n_fused, Diag *d) {
   int act_i = param_index(OP_CONV2D, "act"), fused = 0;

@@ -1240,7 +1240,8 @@ static void test_pooled_acts_exported(void) {
     for (int residual = 0; residual < 2; residual++) {
       Graph *g = graph_new();
       int x = graph_add_input(g, "x", &sx, DT_F32, &d);
-      Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb), *z = tensor_new(DT_F32, &sz);
+      Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb);
+      Tensor *z = tensor_new(DT_F32, &sz);
       tensor_fill_random(w, 51);
       tensor_fill_random(b, 52);
       tensor_fill_random(z, 53);
@@ -1257,7 +1258,8 @@ static void test_pooled_acts_exported(void) {
       OnnxImportStats st;
       Graph *h = written_and_read(g, "pooled_act.onnx", NULL, true, &st, &d);
       if (h) {
-        CHECK_MSG(count_kind(h, OP_MAXPOOL) == 1 && count_pooled(h) == 0, "%s", act_symbols[acts[a]]);
+        CHECK_MSG(count_kind(h, OP_MAXPOOL) == 1 && count_pooled(h) == 0, "%s",
+                  act_symbols[acts[a]]);
         int pool = -1;
         for (int32_t i = 0; i < h->n_nodes; i++)
           if (h->nodes[i].kind == OP_MAXPOOL) pool = i;
