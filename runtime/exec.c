@@ -537,8 +537,32 @@ static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Dia
   return rc;
 }
 
+/* Whether every output of node id is a run of input 0's elements in
+ * their order (a reshape, a split along the outer axis): then it is
+ * followed without maps, and *first is its n_out starts. Maps of a
+ * reshape would be two kernel runs over the whole tensor and as many
+ * megabytes of fresh memory, all to say that element f is element f. */
+static bool view_starts(const Graph *g, int id, int64_t **first) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  Shape in[8];
+  const Tensor *consts[8];
+  if (!o->view || n->n_in > 8) return false;
+  for (int j = 0; j < n->n_in; j++) {
+    in[j] = *graph_shape(g, n->in[j]);
+    consts[j] = g->nodes[n->in[j].node].kind == OP_CONST ? g->nodes[n->in[j].node].value : NULL;
+  }
+  int64_t at[8];
+  if (n->n_out > 8 || !shape_is_known(&in[0])) return false;
+  for (int k = 0; k < n->n_out; k++)
+    if (!o->view(n, in, consts, k, &at[k])) return false;
+  if ((*first = malloc(((size_t)n->n_out + 1) * sizeof **first)))
+    memcpy(*first, at, (size_t)n->n_out * sizeof at[0]);
+  return true;
+}
+
 /* Which nodes run whole, which at positions, which are followed (with
- * their maps). A node is left unrun only if nothing that runs whole reads
+ * their maps, or as views). A node is left unrun only if nothing that runs whole reads
  * it; a point node reads its inputs whole. A followed node with no point
  * node above it runs whole: following it would save nothing. */
 static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***maps, int64_t **base,
@@ -569,6 +593,11 @@ static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***map
     p->state[id] = P_WHOLE;
     if (lazy && o->eval_modp_at && n->n_out == 1 && n->dtype != DT_I64) {
       p->state[id] = P_POINT;
+    } else if (lazy && may_reach[id] && view_starts(g, id, &base[id])) {
+      p->state[id] = base[id] ? P_FOLLOW : P_WHOLE; /* base[id] NULL: out of memory */
+      rc = base[id] ? TEQ_OK : TEQ_ERR_NOMEM;
+    } else if (lazy && may_reach[id] && o->source_of && n->n_out == 1 && n->n_in <= 8) {
+      p->state[id] = P_FOLLOW; /* neither maps nor base: asked position by position */
     } else if (lazy && may_reach[id]) {
       maps[id] = calloc((size_t)n->n_out + 1, sizeof *maps[id]);
       base[id] = malloc(((size_t)n->n_in + 1) * sizeof *base[id]);
@@ -641,6 +670,24 @@ static int plan_sources(ExecPoints *p, Tensor ***maps, int64_t **base, int32_t *
           pn->pos[pn->n++] = f;
           *s = (PointSrc){-2 - point_of[r.node], f};
           break;
+        }
+        const Node *fn = &g->nodes[r.node];
+        if (!maps[r.node] && base[r.node]) { /* P_FOLLOW, a view */
+          f += base[r.node][r.out];
+          r = fn->in[0];
+          continue;
+        }
+        if (!maps[r.node]) { /* P_FOLLOW, by the operator's source_of */
+          Shape in[8];
+          int j = 0;
+          for (int k = 0; k < fn->n_in && k < 8; k++) in[k] = *graph_shape(g, fn->in[k]);
+          f = op_def(fn->kind)->source_of(fn, in, f, &j);
+          if (f < 0) {
+            *s = (PointSrc){SRC_ZERO, 0};
+            break;
+          }
+          r = fn->in[j];
+          continue;
         }
         uint32_t v = ((const uint32_t *)maps[r.node][r.out]->data)[f]; /* P_FOLLOW */
         if (v == 0) {

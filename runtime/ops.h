@@ -204,6 +204,15 @@ typedef struct OpDef {
   bool (*view)(const struct Node *n, const Shape *in, const struct Tensor *const *consts, int out,
                int64_t *first);
 
+  /* For a layout operator (OPF_LAYOUT_ONLY) that moves elements in a way
+   * a view cannot say (a transpose): which input element output 0's flat
+   * element f is, with *input set to its input, at input shapes `in`;
+   * -1 for a zero the operator writes itself (padding).
+   * A plan that follows a few positions through the layout (exec_points)
+   * asks this instead of running the kernel over the whole tensor twice
+   * to learn where every element went. NULL: the kernel is run. */
+  int64_t (*source_of)(const struct Node *n, const Shape *in, int64_t f, int *input);
+
   /* The other way round: whether n's output 0, at input shapes `in`, is
    * its inputs laid end to end, input j a run of it from element first[j]
    * on (a concat whose extents before its axis are all 1), so that each

@@ -315,6 +315,22 @@ static bool transpose_view(const Node *n, const Shape *in, const Tensor *const *
   return true;
 }
 
+/* Output element f's indices, each read back through perm into input
+ * 0's strides. */
+static int64_t transpose_source_of(const Node *n, const Shape *in, int64_t f, int *input) {
+  int r = in[0].ndim;
+  int64_t perm[TEQ_MAX_DIMS], ist[TEQ_MAX_DIMS], from = 0;
+  transpose_perm(n, r, perm);
+  shape_strides(&in[0], ist);
+  for (int i = r - 1; i >= 0; i--) {
+    int64_t extent = in[0].d[perm[i]];
+    from += f % extent * ist[perm[i]];
+    f /= extent;
+  }
+  *input = 0;
+  return from;
+}
+
 const OpDef op_def_transpose = {
   .kind = OP_TRANSPOSE, .name = "transpose", .axiom_name = "transpose", .onnx_op = "Transpose",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
@@ -322,7 +338,7 @@ const OpDef op_def_transpose = {
   .flags = OPF_LAYOUT_ONLY | OPF_MULTILINEAR,
   .infer_shape = transpose_infer, .eval_f32 = transpose_eval, .eval_modp = transpose_eval,
   .onnx_write = transpose_onnx_write, .canonical = transpose_canonical,
-  .view = transpose_view, .eval_cuda = CUDA_EVAL(transpose),
+  .view = transpose_view, .source_of = transpose_source_of, .eval_cuda = CUDA_EVAL(transpose),
 };
 
 /* ---- reshape (and ONNX Flatten, Squeeze, Unsqueeze) ---- */

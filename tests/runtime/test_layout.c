@@ -859,6 +859,42 @@ static void test_views(void) {
                     shape_of(0), false);
 }
 
+/* ---- sources ----
+ * source_of's answer checked against the kernel at every element: output
+ * element f of a transpose of an iota is input element source_of(f). */
+static void check_source_of(const char *label, const Params *p, Shape s) {
+  Diag d;
+  diag_init(&d);
+  Op o;
+  op_init(&o, OP_TRANSPOSE, 1);
+  o.node.params = *p;
+  o.node.dtype = DT_F32;
+  Tensor *x = iota_from(s, 0), *y = NULL;
+  CHECK_EQ_INT(run_layout_op(OP_TRANSPOSE, p, &x, 1, 1, false, &y, &d), TEQ_OK);
+  int64_t bad = 0, n = y ? tensor_numel(y) : 0;
+  for (int64_t f = 0; f < n; f++) {
+    int input = -1;
+    int64_t from = op_def(OP_TRANSPOSE)->source_of(&o.node, &s, f, &input);
+    bad += input != 0 || from < 0 || from >= n || ((float *)y->data)[f] != (float)from;
+  }
+  CHECK_MSG(bad == 0, "%s: %lld elements not where source_of says", label, (long long)bad);
+  tensor_unref(y);
+  tensor_unref(x);
+  diag_fini(&d);
+}
+
+static void test_source_of(void) {
+  Params p = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){1, 3, 0, 2}, 4);
+  check_source_of("perm 1,3,0,2", &p, shape_of(4, 3, 4, 5, 6));
+  p = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){0, 2, 1}, 3);
+  check_source_of("perm 0,2,1", &p, shape_of(3, 2, 7, 5));
+  p = params_with_ints(OP_TRANSPOSE, "perm", (int64_t[]){0, 2, 4, 1, 3}, 5);
+  check_source_of("space to depth's perm", &p, shape_of(5, 1, 3, 2, 4, 2));
+  params_default(OP_TRANSPOSE, &p); /* empty: reversed */
+  check_source_of("reversed", &p, shape_of(3, 2, 3, 4));
+  check_source_of("rank 1", &p, shape_of(1, 9));
+}
+
 int main(void) {
   test_transpose();
   test_reshape();
@@ -879,5 +915,6 @@ int main(void) {
   test_int64_through_exec();
   test_flags();
   test_views();
+  test_source_of();
   return check_exit();
 }
