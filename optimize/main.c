@@ -1056,8 +1056,7 @@ int main(int argc, char **argv) {
     status = 1;
   }
   if (rc && !d.n_errors) diag_error(&d, "optimize: %s", teq_strerror(rc));
-  d.echo = NULL;
-  diag_flush(&d, stderr);
+  diag_flush(&d, stderr); /* the errors, and warnings not echoed as they came (--quiet) */
   diag_fini(&d);
   if (record) fclose(record);
   opt_stats_fini(&st);

@@ -212,6 +212,15 @@ if "$OPT" --rules "$db" --quiet --no-pet --budget 20 --json "$WORK/opaque.json" 
 then ok "CumSum kept opaque, the check cut around it: $(grep -E '^  operators' "$WORK/opaque.txt" | tr -s ' ')"
 else fail "CumSum between products: $(tail -n1 "$WORK/err.log")"
 fi
+# Each warning is said once: as it happens, or (with --quiet) at the end.
+for flag in --no-check --quiet; do
+  "$OPT" --rules "$db" $flag --no-pet --budget 20 -o "$WORK/opaque.opt2.onnx" "$WORK/opaque.onnx" \
+    >/dev/null 2>"$WORK/err.log"
+  said=$(grep -c "unsupported operator 'CumSum' kept as opaque" "$WORK/err.log")
+  if [[ $said == 1 ]]; then ok "$flag: the opaque CumSum's warning said once"
+  else fail "$flag: the opaque CumSum's warning said $said times"
+  fi
+done
 mkdir -p "$WORK/opaque"
 [[ -f $WORK/opaque.opt.onnx ]] && ort_same_outputs opaque "$WORK/opaque.onnx" "$WORK/opaque.opt.onnx" "$WORK/opaque" || true
 expect_status 2 "reads output 0 of 'cumsum' \(CumSum\), which Teq keeps opaque.*infer_shapes" \
