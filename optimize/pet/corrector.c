@@ -22,6 +22,7 @@
  * cross-check Theorem 1 at every position. The rebuilding of the
  * differing boxes is in correct.c. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,15 +286,42 @@ static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Ten
   if (first) o->n_positions = count;
 }
 
+/* The original's values at one set of tested positions in one trial:
+ * mutants whose boxes refine the original's alike are tested at the same
+ * positions, and the original need not run there again for each. */
+typedef struct OrigPoints {
+  uint64_t key;    /* of the positions (tested_key); 0: none yet */
+  int64_t **pos;   /* per output, the positions themselves, compared on a match */
+  uint32_t **vals; /* per output */
+} OrigPoints;
+
 /* The inputs of each trial, and the original's whole outputs where a
- * cross-check wants them: the same for every mutant tested against the
- * original with the same seed (pet_mutate tests dozens). */
+ * cross-check wants them, and its values at the positions last tested:
+ * the same for every mutant tested against the original with the same
+ * seed (pet_mutate tests dozens, on several threads, which share one). */
 struct PetOrigRuns {
   const Graph *orig;
   uint64_t seed;
+  pthread_mutex_t lock;
   int n_trials;
   Tensor ***in, ***out; /* per trial: n_inputs, n_outputs tensors; NULL until made */
+  OrigPoints *at;       /* per trial */
 };
+
+PetOrigRuns *pet_orig_runs_new(const Graph *orig, uint64_t seed) {
+  PetOrigRuns *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->orig = orig, c->seed = seed;
+  pthread_mutex_init(&c->lock, NULL);
+  return c;
+}
+
+static void orig_points_fini(OrigPoints *op, int n_outputs) {
+  for (int j = 0; op->vals && j < n_outputs; j++) free(op->vals[j]);
+  for (int j = 0; op->pos && j < n_outputs; j++) free(op->pos[j]);
+  free(op->vals), free(op->pos);
+  *op = (OrigPoints){0};
+}
 
 void pet_orig_runs_free(PetOrigRuns *c) {
   if (!c) return;
@@ -301,13 +329,16 @@ void pet_orig_runs_free(PetOrigRuns *c) {
     for (int i = 0; c->in[k] && i < c->orig->n_inputs; i++) tensor_unref(c->in[k][i]);
     for (int j = 0; c->out[k] && j < c->orig->n_outputs; j++) tensor_unref(c->out[k][j]);
     free(c->in[k]), free(c->out[k]);
+    orig_points_fini(&c->at[k], c->orig->n_outputs);
   }
-  free(c->in), free(c->out);
+  free(c->in), free(c->out), free(c->at);
+  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
 /* Trial k's inputs, made on first use; with whole, the original's outputs
- * too, run on first use. */
+ * too, run on first use. The caller holds c->lock: a thread that waits
+ * for another's run would otherwise make the same run. */
 static int orig_trial(PetOrigRuns *c, int k, bool whole, Diag *d) {
   if (k >= c->n_trials) {
     int n = k + 4;
@@ -315,8 +346,11 @@ static int orig_trial(PetOrigRuns *c, int k, bool whole, Diag *d) {
     if (in) c->in = in;
     Tensor ***out = realloc(c->out, (size_t)n * sizeof *out);
     if (out) c->out = out;
-    if (!in || !out) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
-    for (int i = c->n_trials; i < n; i++) c->in[i] = NULL, c->out[i] = NULL;
+    OrigPoints *at = realloc(c->at, (size_t)n * sizeof *at);
+    if (at) c->at = at;
+    if (!in || !out || !at) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+    for (int i = c->n_trials; i < n; i++)
+      c->in[i] = NULL, c->out[i] = NULL, c->at[i] = (OrigPoints){0};
     c->n_trials = n;
   }
   const Graph *g = c->orig;
@@ -342,14 +376,67 @@ static int orig_trial(PetOrigRuns *c, int k, bool whole, Diag *d) {
   return TEQ_OK;
 }
 
+/* What identifies the positions t tests (never 0). */
+static uint64_t tested_key(const Tested *t) {
+  uint64_t h = hash_mix(0x74657374, (uint64_t)t->n_outputs);
+  for (int j = 0; j < t->n_outputs; j++)
+    h = hash_bytes(hash_mix(h, (uint64_t)t->n_pos[j]), t->pos[j],
+                   (size_t)t->n_pos[j] * sizeof *t->pos[j]);
+  return h ? h : 1;
+}
+
+/* The original's values at t's positions in trial k, into t->ovals: kept
+ * from a mutant tested at the same positions before, or run (its plan
+ * made on first need) and kept. */
+static int orig_points(PetOrigRuns *c, ExecPoints **orig_plan, Tested *t, uint64_t key, int k,
+                       Tensor *const *in, Diag *d) {
+  int m = t->n_outputs;
+  pthread_mutex_lock(&c->lock);
+  OrigPoints *op = &c->at[k];
+  bool kept = op->key == key; /* the key covers the counts */
+  for (int j = 0; kept && j < m; j++)
+    kept = !memcmp(op->pos[j], t->pos[j], (size_t)t->n_pos[j] * sizeof *t->pos[j]);
+  for (int j = 0; kept && j < m; j++)
+    memcpy(t->ovals[j], op->vals[j], (size_t)t->n_pos[j] * sizeof *t->ovals[j]);
+  pthread_mutex_unlock(&c->lock);
+  if (kept) return TEQ_OK;
+  int rc = TEQ_OK;
+  if (!*orig_plan)
+    rc = exec_points_new(c->orig, (const int64_t *const *)t->pos, t->n_pos, orig_plan, d);
+  if (!rc) rc = exec_points_run(*orig_plan, in, t->ovals, d);
+  if (rc) return diag_error(d, "pet: the original does not run in Z_p"), rc;
+  OrigPoints made = {.key = key, .pos = calloc((size_t)m + 1, sizeof *made.pos),
+                     .vals = calloc((size_t)m + 1, sizeof *made.vals)};
+  bool whole = made.pos && made.vals;
+  for (int j = 0; whole && j < m; j++) {
+    size_t n = (size_t)t->n_pos[j];
+    made.pos[j] = malloc((n + 1) * sizeof *made.pos[j]);
+    made.vals[j] = malloc((n + 1) * sizeof *made.vals[j]);
+    if (!(whole = made.pos[j] && made.vals[j])) break;
+    memcpy(made.pos[j], t->pos[j], n * sizeof *made.pos[j]);
+    memcpy(made.vals[j], t->ovals[j], n * sizeof *made.vals[j]);
+  }
+  if (whole) { /* else out of memory: not kept, the next mutant runs it again */
+    pthread_mutex_lock(&c->lock);
+    OrigPoints old = c->at[k];
+    c->at[k] = made;
+    made = old;
+    pthread_mutex_unlock(&c->lock);
+  }
+  orig_points_fini(&made, m);
+  return TEQ_OK;
+}
+
 /* One trial of both programs at the tested positions only. */
-static int run_trial_at(PetOrigRuns *c, const ExecPoints *orig_plan, const ExecPoints *plan,
-                        Tested *t, int k, PetReport *rep, Diag *d) {
+static int run_trial_at(PetOrigRuns *c, ExecPoints **orig_plan, const ExecPoints *plan,
+                        Tested *t, uint64_t key, int k, PetReport *rep, Diag *d) {
+  pthread_mutex_lock(&c->lock);
   int rc = orig_trial(c, k, false, d);
+  Tensor **in = rc ? NULL : c->in[k]; /* made once, never moved */
+  pthread_mutex_unlock(&c->lock);
   if (rc) return rc;
-  if ((rc = exec_points_run(orig_plan, c->in[k], t->ovals, d)))
-    return diag_error(d, "pet: the original does not run in Z_p"), rc;
-  if ((rc = exec_points_run(plan, c->in[k], t->vals, d)))
+  if ((rc = orig_points(c, orig_plan, t, key, k, in, d))) return rc;
+  if ((rc = exec_points_run(plan, in, t->vals, d)))
     return diag_error(d, "pet: the mutant does not run in Z_p"), rc;
   for (int j = 0; j < rep->n_outputs; j++) {
     PetOutputReport *o = &rep->out[j];
@@ -367,17 +454,20 @@ static int run_trial_at(PetOrigRuns *c, const ExecPoints *orig_plan, const ExecP
 static int run_trial(PetOrigRuns *c, const Graph *mutant, const PetTestOptions *opt, int k,
                      PetReport *rep, Diag *d) {
   int m = c->orig->n_outputs;
+  pthread_mutex_lock(&c->lock);
   int rc = orig_trial(c, k, true, d);
+  Tensor **in = rc ? NULL : c->in[k], **out = rc ? NULL : c->out[k]; /* made once, never moved */
+  pthread_mutex_unlock(&c->lock);
   if (rc) return rc;
   Tensor **ob = calloc((size_t)m + 1, sizeof *ob);
   if (!ob) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
-  if ((rc = exec_run(mutant, EXEC_MODP, c->in[k], ob, d))) {
+  if ((rc = exec_run(mutant, EXEC_MODP, in, ob, d))) {
     diag_error(d, "pet: the mutant does not run in Z_p");
     free(ob);
     return rc;
   }
   for (int j = 0; j < m; j++) {
-    compare_output(&rep->out[j], j, c->out[k][j], ob[j], opt, k == 0);
+    compare_output(&rep->out[j], j, out[j], ob[j], opt, k == 0);
     tensor_unref(ob[j]);
   }
   free(ob);
@@ -396,9 +486,7 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
     c = *cache = NULL;
   }
   if (!c) {
-    c = calloc(1, sizeof *c);
-    if (!c) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
-    c->orig = orig, c->seed = o->seed;
+    if (!(c = pet_orig_runs_new(orig, o->seed))) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
     if (cache) *cache = c;
   }
   int da = pet_degree(orig), db = pet_degree(mutant);
@@ -416,13 +504,12 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
     if ((rc = tested_positions(orig, &r, o, &t)) == TEQ_ERR_NOMEM)
       diag_error(d, "pet: out of memory");
     const int64_t *const *pos = (const int64_t *const *)t.pos;
-    if (!rc && (rc = exec_points_new(orig, pos, t.n_pos, &orig_plan, d)))
-      diag_error(d, "pet: the original does not run in Z_p");
     if (!rc && (rc = exec_points_new(mutant, pos, t.n_pos, &plan, d)))
       diag_error(d, "pet: the mutant does not run in Z_p");
   }
+  uint64_t key = plan ? tested_key(&t) : 0;
   for (int k = 0; k < r.trials && !rc; k++) {
-    rc = plan ? run_trial_at(c, orig_plan, plan, &t, k, &r, d)
+    rc = plan ? run_trial_at(c, &orig_plan, plan, &t, key, k, &r, d)
               : run_trial(c, mutant, o, k, &r, d);
     bool whole = false; /* a box that differs in one trial differs, whatever the others say */
     for (int j = 0; j < r.n_outputs && o->stop_if_whole && !rc && !whole; j++) {

@@ -854,14 +854,15 @@ void pet_mutants_free(PetMutant *m, int n) {
 /* ---- the tests, side by side ---- */
 
 /* Every candidate is tested (pet_compare) on its own: threads take the
- * next one untested, each with its own runs of the original (once per
- * trial and thread). The candidates share constant tensors, whose counts
- * of references are atomic; everything else a test writes is its own. */
+ * next one untested, all with one set of runs of the original (once per
+ * trial). The candidates share constant tensors, whose counts of
+ * references are atomic; everything else a test writes is its own. */
 typedef struct Tests {
   const Graph *orig;
   Cand *cands;
   int n;
   const PetTestOptions *to;
+  PetOrigRuns *runs; /* the original's, shared */
   PetReport *rep; /* per candidate */
   int *rc;        /* per candidate */
   int next;       /* the next candidate untested, taken atomically */
@@ -875,10 +876,8 @@ typedef struct Worker {
 static void *test_worker(void *arg) {
   Worker *w = arg;
   Tests *T = w->T;
-  PetOrigRuns *runs = NULL; /* the original runs once per trial, not once per mutant */
   for (int i; (i = __atomic_fetch_add(&T->next, 1, __ATOMIC_RELAXED)) < T->n;)
-    T->rc[i] = pet_compare_cached(T->orig, T->cands[i].g, T->to, &runs, &T->rep[i], &w->d);
-  pet_orig_runs_free(runs);
+    T->rc[i] = pet_compare_cached(T->orig, T->cands[i].g, T->to, &T->runs, &T->rep[i], &w->d);
   return NULL;
 }
 
@@ -939,14 +938,17 @@ int pet_mutate(const Graph *orig, const PetMutateOptions *o, PetMutant **out, in
 
   PetTestOptions to = {.trials = o->trials, .seed = o->seed, .stop_if_whole = true};
   Tests T = {.orig = orig, .cands = G.cands, .n = G.n_cands, .to = &to,
+             .runs = pet_orig_runs_new(orig, to.seed),
              .rep = calloc((size_t)G.n_cands + 1, sizeof *T.rep),
              .rc = calloc((size_t)G.n_cands + 1, sizeof *T.rc)};
-  if (!T.rep || !T.rc) {
+  if (!T.runs || !T.rep || !T.rc) {
+    pet_orig_runs_free(T.runs);
     free(T.rep), free(T.rc);
     rc = TEQ_ERR_NOMEM;
     goto out;
   }
   rc = run_tests(&T, o->jobs, d);
+  pet_orig_runs_free(T.runs);
   for (int i = 0; i < G.n_cands && !rc; i++) {
     if ((rc = T.rc[i])) break;
     /* An output wrong in every box is recomputed whole by its correction:

@@ -108,10 +108,14 @@ TEQ_API int pet_compare(const Graph *orig, const Graph *mutant, const PetTestOpt
                         PetReport *rep, Diag *d);
 TEQ_API void pet_report_fini(PetReport *rep);
 /* pet_compare for many mutants of one original: *cache (NULL at first)
- * keeps the original's random inputs and outputs per trial, so that it
- * runs once per trial, not once per mutant. The original must outlive the
- * cache and stay unchanged; release it with pet_orig_runs_free. */
+ * keeps the original's random inputs and outputs per trial, and its
+ * values at the positions last tested, so that it runs once per trial,
+ * not once per mutant. The original must outlive the cache and stay
+ * unchanged; release it with pet_orig_runs_free. Threads testing mutants
+ * of one original share one cache, made before them with
+ * pet_orig_runs_new for that original and the tests' seed. */
 typedef struct PetOrigRuns PetOrigRuns;
+TEQ_API PetOrigRuns *pet_orig_runs_new(const Graph *orig, uint64_t seed);
 TEQ_API int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOptions *o,
                                PetOrigRuns **cache, PetReport *rep, Diag *d);
 TEQ_API void pet_orig_runs_free(PetOrigRuns *c);
