@@ -7,6 +7,7 @@
  * corrected mutant is then compared with the original at every output
  * position, exactly in Z_p and within 1e-4 in float32, and against the
  * mutant, from which it must differ only inside the corrected regions. */
+#include <pthread.h>
 #include <string.h>
 
 #include "optimize/pet/pet.h"
@@ -357,6 +358,81 @@ static void test_stop_if_whole(void) {
   graph_free(b);
 }
 
+/* One cache of the original's runs shared by two threads, each testing
+ * mutants in its own order, some at the positions of the one before
+ * (the original's values there kept), some not: every verdict is the
+ * one an uncached test gives. */
+enum { SHARED_TESTS = 6 };
+typedef struct SharedTests {
+  const Graph *orig, *const *mutants;
+  PetOrigRuns *runs;
+  int order[SHARED_TESTS];
+  PetReport rep[SHARED_TESTS];
+  int rc[SHARED_TESTS];
+  Diag d;
+} SharedTests;
+
+static void *shared_tests(void *arg) {
+  SharedTests *s = arg;
+  PetTestOptions o = {.seed = 99, .stop_if_whole = true};
+  for (int i = 0; i < SHARED_TESTS; i++)
+    s->rc[i] = pet_compare_cached(s->orig, s->mutants[s->order[i]], &o, &s->runs,
+                                  &s->rep[i], &s->d);
+  return NULL;
+}
+
+/* conv2d(x, w) on [1, 2, 24, 24], large enough that the tests run at
+ * positions only (a quarter of the output or fewer): pad 1; pad 0 and the
+ * border padded after; twice the conv; or cut in two along W and joined
+ * again (the same values, tested at other positions: its boxes split W). */
+static Graph *big_conv(int form) {
+  Graph *g = graph_new();
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 24, 24)), w = input(g, "w", shape_of(4, 2, 2, 3, 3));
+  TensorRef c = conv(g, x, w, form == 1 ? 0 : 1, 1, 1, 1);
+  if (form == 1) c = pad(g, c, (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1});
+  if (form == 2) c = node(g, OP_EWADD, (TensorRef[]){c, c}, 2, NULL);
+  if (form == 3)
+    c = concat(g, slice(g, c, (int64_t[]){0, 0, 0, 0}, (int64_t[]){1, 2, 24, 11}, NULL),
+               slice(g, c, (int64_t[]){0, 0, 0, 11}, (int64_t[]){1, 2, 24, 24}, NULL), 3);
+  output(g, c);
+  return g;
+}
+
+static void test_shared_runs(void) {
+  Graph *a = big_conv(0), *same = big_conv(0), *border = big_conv(1), *twice = big_conv(2),
+        *cut = big_conv(3);
+  const Graph *mutants[4] = {same, border, twice, cut};
+  PetOrigRuns *runs = pet_orig_runs_new(a, 99);
+  SharedTests s[2] = {{.orig = a, .mutants = mutants, .runs = runs, .order = {0, 3, 1, 3, 2, 0}},
+                      {.orig = a, .mutants = mutants, .runs = runs, .order = {3, 2, 0, 3, 1, 0}}};
+  diag_init(&s[0].d), diag_init(&s[1].d);
+  pthread_t other;
+  bool started = pthread_create(&other, NULL, shared_tests, &s[1]) == 0;
+  shared_tests(&s[0]);
+  if (started) pthread_join(other, NULL);
+  else shared_tests(&s[1]);
+  PetTestOptions o = {.seed = 99, .stop_if_whole = true};
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < SHARED_TESTS; i++) {
+      PetReport want;
+      CHECK_EQ_INT(s[t].rc[i], TEQ_OK);
+      CHECK(pet_compare(a, mutants[s[t].order[i]], &o, &want, &diag) == TEQ_OK);
+      CHECK_MSG(s[t].rep[i].n_differ == want.n_differ && s[t].rep[i].n_boxes == want.n_boxes &&
+                    s[t].rep[i].trials == want.trials,
+                "thread %d test %d (mutant %d): %lld of %lld boxes differ in %d trials, uncached "
+                "%lld of %lld in %d", t, i, s[t].order[i], (long long)s[t].rep[i].n_differ,
+                (long long)s[t].rep[i].n_boxes, s[t].rep[i].trials, (long long)want.n_differ,
+                (long long)want.n_boxes, want.trials);
+      CHECK(s[t].order[i] % 3 == 0 ? want.n_differ == 0 : want.n_differ > 0);
+      pet_report_fini(&want);
+      pet_report_fini(&s[t].rep[i]);
+    }
+  diag_fini(&s[0].d), diag_fini(&s[1].d);
+  pet_orig_runs_free(runs);
+  graph_free(same), graph_free(border), graph_free(twice), graph_free(cut);
+  graph_free(a);
+}
+
 /* Wrong in one column, every row: the column crosses the conv's three row
  * intervals (H points {1, 5}), and the correction recomputes it as one
  * region, not one per interval. */
@@ -605,6 +681,7 @@ int main(void) {
   test_border_mutant();
   test_positions_only();
   test_stop_if_whole();
+  test_shared_runs();
   test_corner_mutant();
   test_column_mutant();
   test_corrections();
