@@ -407,34 +407,97 @@ static int cut_opaque(const Graph *g, const int32_t *ids, int n, Graph **out, Di
   return TEQ_OK;
 }
 
-static bool has_opaque(const Graph *g) {
-  for (int id = 0; g && id < g->n_nodes; id++)
-    if (g->nodes[id].kind == OP_OPAQUE) return true;
-  return false;
+/* The opaque nodes of g and what pairs them across an export: id[k] and
+ * onnx_opaque_identity's bytes of the k-th (len[k]; NULL where its
+ * NodeProto does not parse). */
+typedef struct OpaqueIds {
+  int n;
+  int32_t *id;
+  uint8_t **bytes;
+  size_t *len;
+} OpaqueIds;
+
+static void opaque_ids_fini(OpaqueIds *o) {
+  for (int k = 0; k < o->n && o->bytes; k++) free(o->bytes[k]);
+  free(o->id), free(o->bytes), free(o->len);
+  *o = (OpaqueIds){0};
+}
+
+static int opaque_ids(const Graph *g, OpaqueIds *o) {
+  *o = (OpaqueIds){0};
+  size_t cap = (size_t)g->n_nodes + 1;
+  o->id = malloc(cap * sizeof *o->id), o->bytes = calloc(cap, sizeof *o->bytes);
+  o->len = calloc(cap, sizeof *o->len);
+  if (!o->id || !o->bytes || !o->len) {
+    opaque_ids_fini(o);
+    return TEQ_ERR_NOMEM;
+  }
+  for (int id = 0; id < g->n_nodes; id++) {
+    if (g->nodes[id].kind != OP_OPAQUE) continue;
+    int k = o->n++;
+    o->id[k] = id;
+    int rc = onnx_opaque_identity(g->nodes[id].opaque, &o->bytes[k], &o->len[k]);
+    if (rc == TEQ_ERR_NOMEM) {
+      opaque_ids_fini(o);
+      return rc;
+    }
+    if (rc) o->bytes[k] = NULL;
+  }
+  return TEQ_OK;
+}
+
+static bool identity_equal(const OpaqueIds *a, int i, const OpaqueIds *b, int j) {
+  return a->bytes[i] && b->bytes[j] && a->len[i] == b->len[j] &&
+         memcmp(a->bytes[i], b->bytes[j], a->len[i]) == 0;
+}
+
+/* Whether g's opaque nodes can be paired with those of the model written
+ * from it: each by what the export leaves of it (onnx_opaque_identity),
+ * which no two of them share. */
+static bool opaque_pairable(const Graph *g) {
+  OpaqueIds o;
+  if (!g || opaque_ids(g, &o)) return false;
+  bool ok = true;
+  for (int i = 0; i < o.n && ok; i++) {
+    ok = o.bytes[i] != NULL;
+    for (int j = 0; j < i && ok; j++) ok = !identity_equal(&o, i, &o, j);
+  }
+  opaque_ids_fini(&o);
+  return ok;
 }
 
 /* a and b with their opaque nodes cut out (cut_opaque), matched; *n_cut
- * says how many. b must hold exactly a's. */
+ * says how many. b must hold exactly a's: the same NodeProto (graphs in
+ * memory), or one alike but for the names the export rewrites (b read
+ * from the file written, whose opaque nodes opaque_pairable). */
 static int cut_both(const Graph *a, const Graph *b, Graph **ca, Graph **cb, int *n_cut, Diag *d) {
   int32_t *ia = malloc(((size_t)a->n_nodes + 1) * sizeof *ia);
   int32_t *ib = malloc(((size_t)a->n_nodes + 1) * sizeof *ib);
-  int n = 0, n_b = 0, rc = ia && ib ? TEQ_OK : TEQ_ERR_NOMEM;
-  for (int id = 0; id < b->n_nodes; id++) n_b += b->nodes[id].kind == OP_OPAQUE;
-  for (int id = 0; id < a->n_nodes && rc == TEQ_OK; id++) {
-    if (a->nodes[id].kind != OP_OPAQUE) continue;
-    int twin = -1;
-    for (int j = 0; j < b->n_nodes && twin < 0; j++)
-      if (same_opaque(&a->nodes[id], &b->nodes[j])) twin = j;
+  bool *taken = calloc((size_t)b->n_nodes + 1, sizeof *taken);
+  OpaqueIds oa = {0}, ob = {0};
+  int n = 0, rc = ia && ib && taken ? TEQ_OK : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = opaque_ids(a, &oa);
+  if (rc == TEQ_OK) rc = opaque_ids(b, &ob);
+  for (int i = 0; i < oa.n && rc == TEQ_OK; i++) {
+    int id = oa.id[i], twin = -1;
+    for (int j = 0; j < ob.n && twin < 0; j++)
+      if (!taken[ob.id[j]] && same_opaque(&a->nodes[id], &b->nodes[ob.id[j]])) twin = ob.id[j];
+    for (int j = 0; j < ob.n && twin < 0; j++)
+      if (!taken[ob.id[j]] && identity_equal(&oa, i, &ob, j)) twin = ob.id[j];
     if (twin < 0) {
       char label[256];
       rc = diag_error(d, "optimize: the optimized graph lost %s",
                       graph_node_label(a, id, label, sizeof label));
+      break;
     }
+    taken[twin] = true;
     ia[n] = id, ib[n++] = twin;
   }
-  if (rc == TEQ_OK && n != n_b)
+  if (rc == TEQ_OK && n != ob.n)
     rc = diag_error(d, "optimize: the optimized graph has %d operators Teq does not know, the "
-                       "original %d", n_b, n);
+                       "original %d", ob.n, n);
+  opaque_ids_fini(&oa), opaque_ids_fini(&ob);
+  free(taken);
   *ca = *cb = NULL;
   if (rc == TEQ_OK) rc = cut_opaque(a, ia, n, ca, d);
   if (rc == TEQ_OK) rc = cut_opaque(b, ib, n, cb, d);
@@ -611,7 +674,7 @@ static void report_text(const Report *r, FILE *f) {
             r->check_err <= r->tolerance ? "ok" : "FAILED",
             r->check_flat ? ", but some outputs are one value everywhere" : "",
             r->check_file ? "the file written against the original, both as given"
-                          : "the graphs in memory (operators Teq does not know)");
+                          : "the graphs in memory (operators Teq does not know, two alike)");
   if (r->checked && r->check_cut)
     fprintf(f, "  %-26s %d operator%s Teq cannot run cut out: inputs compared, outputs fed the "
             "same random values to both\n", "", r->check_cut, r->check_cut == 1 ? "" : "s");
@@ -1021,10 +1084,11 @@ int main(int argc, char **argv) {
    * search or the export shows: the graphs in memory once agreed while the
    * file computed a hard swish after a conv's pool instead of before it.
    * The graphs in memory go first: a model's weights are held twice at most.
-   * Operators Teq does not know are matched by their stored NodeProto, whose
-   * tensor names the export rewrites; a model holding any is checked in
+   * Operators Teq does not know are cut out of both and paired by their
+   * NodeProtos less the names the export rewrites; a model holding two
+   * alike but for those names cannot be paired so, and is checked in
    * memory, as the search left it. */
-  r.check_file = !has_opaque(g);
+  r.check_file = opaque_pairable(g);
   if (rc == TEQ_OK && a.check && !r.check_file) {
     if (!a.opt.quiet) fprintf(stderr, "optimize: checking both graphs on the CPU executor\n");
     rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &r.check_flat, &r.check_cut, &d);

@@ -124,6 +124,14 @@ TEQ_API int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag
 TEQ_API int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *opts,
                              Diag *d);
 
+/* An operator Teq keeps as it is (opaque) as its NodeProto with what
+ * onnx_export_file rewrites in it made alike: its name and its tensors'
+ * names (which inputs and outputs are there stays), packed into *bytes
+ * (free it). A model's opaque node and the one written from it have the
+ * same bytes, so the two models' can be paired. TEQ_ERR_INPUT where the
+ * stored NodeProto does not parse. */
+TEQ_API int onnx_opaque_identity(const OpaqueInfo *info, uint8_t **bytes, size_t *len);
+
 /* Reads one serialized onnx.TensorProto (the test data sets' input_N.pb and
  * output_N.pb) into a new float32 or int64 tensor; *name_out (optional)
  * receives a malloc'd copy of its name. */

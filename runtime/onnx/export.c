@@ -671,6 +671,31 @@ static int export_opaque(Exporter *x, int32_t id) {
   return TEQ_OK;
 }
 
+int onnx_opaque_identity(const OpaqueInfo *info, uint8_t **bytes, size_t *len) {
+  ProtobufCMessage *pm;
+  if (!info || onnx_unpack(&onnx__node_proto__descriptor, info->proto, info->proto_len, &pm) !=
+                   TEQ_OK)
+    return TEQ_ERR_INPUT;
+  Onnx__NodeProto *np = (Onnx__NodeProto *)pm;
+  /* what export_opaque rewrites, made alike: a tensor's name that is
+   * there becomes "x" (an empty one, a skipped optional input, stays: its
+   * place counts); the node's name and a default domain's spelling go
+   * (fields left out, not empty: an empty string is packed) */
+  for (size_t i = 0; i < np->n_input; i++)
+    if (*np->input[i]) np->input[i][0] = 'x', np->input[i][1] = '\0';
+  for (size_t k = 0; k < np->n_output; k++)
+    if (*np->output[k]) np->output[k][0] = 'x', np->output[k][1] = '\0';
+  free(np->name);
+  np->name = NULL;
+  if (np->domain && (!*np->domain || strcmp(np->domain, "ai.onnx") == 0)) {
+    free(np->domain);
+    np->domain = NULL;
+  }
+  int rc = onnx_pack(pm, bytes, len);
+  onnx_message_free(np);
+  return rc;
+}
+
 /* ---- sources ---- */
 
 /* A source such as TASO's constant tensors, evaluated to its values. */

@@ -179,9 +179,12 @@ else fail "a zero output: no warning ($(tail -n1 "$WORK/err.log"))"
 fi
 
 # --- an operator Teq does not know (CumSum) between rewritable products: optimize keeps it,
-# checks around it (its inputs compared, its output fed the same values to both), and ONNX
-# Runtime agrees; without declared shapes the error says where the unknown shape comes from.
-"$PY" - "$WORK/opaque.onnx" "$WORK/opaque_noshape.onnx" "$WORK/opaque_reshape.onnx" <<'PY'
+# checks around it (its inputs compared, its output fed the same values to both) the file it
+# wrote, its CumSum paired with the original's though the export renamed its tensors, and ONNX
+# Runtime agrees; two CumSums alike but for their tensors' names cannot be paired so, and are
+# checked in memory; without declared shapes the error says where the unknown shape comes from.
+"$PY" - "$WORK/opaque.onnx" "$WORK/opaque_noshape.onnx" "$WORK/opaque_reshape.onnx" \
+  "$WORK/opaque_twins.onnx" <<'PY'
 import sys
 import numpy as np
 import onnx
@@ -204,13 +207,25 @@ onnx.save(m, sys.argv[2])      # a transpose imports without its input's shape; 
 g.node[4].CopyFrom(n("Reshape", ["c", "shape"], ["ct"]))
 g.initializer.append(numpy_helper.from_array(np.array([-1, 8], np.int64), "shape"))
 onnx.save(m, sys.argv[3])      # a reshape does not import without it
+twins = [n("MatMul", ["x", "w0"], ["a0"]), n("CumSum", ["a0", "axis"], ["c0"]),
+         n("MatMul", ["x", "w1"], ["a1"]), n("CumSum", ["a1", "axis"], ["c1"]), n("Add", ["c0", "c1"], ["y"])]
+g = helper.make_graph(twins, "twins", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], w[:2] + [axis])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+onnx.save(onnx.shape_inference.infer_shapes(m), sys.argv[4])
 PY
 if "$OPT" --rules "$db" --quiet --no-pet --budget 20 --json "$WORK/opaque.json" -o "$WORK/opaque.opt.onnx" \
      "$WORK/opaque.onnx" >"$WORK/opaque.txt" 2>"$WORK/err.log" &&
-   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["opaque_cut"] == 1, c' "$WORK/opaque.json" &&
+   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["opaque_cut"] == 1 and c["of"] == "file", c' "$WORK/opaque.json" &&
    grep -q "1 operator Teq cannot run cut out" "$WORK/opaque.txt"
-then ok "CumSum kept opaque, the check cut around it: $(grep -E '^  operators' "$WORK/opaque.txt" | tr -s ' ')"
+then ok "CumSum kept opaque, the file's check cut around it: $(grep -E '^  operators' "$WORK/opaque.txt" | tr -s ' ')"
 else fail "CumSum between products: $(tail -n1 "$WORK/err.log")"
+fi
+if "$OPT" --rules "$db" --quiet --no-pet --budget 20 --json "$WORK/twins.json" -o "$WORK/twins.opt.onnx" \
+     "$WORK/opaque_twins.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["opaque_cut"] == 2 and c["of"] == "memory", c' "$WORK/twins.json"
+then ok "two CumSums alike: checked in memory, both cut around"
+else fail "two CumSums alike: $(tail -n1 "$WORK/err.log")"
 fi
 # Each warning is said once: as it happens, or (with --quiet) at the end.
 for flag in --no-check --quiet; do
