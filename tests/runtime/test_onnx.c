@@ -325,6 +325,36 @@ static const Node *find_opaque(const Graph *g, const char *op_type) {
   return NULL;
 }
 
+/* onnx_opaque_identity pairs each opaque node of g with the one written
+ * from it in h (the export renamed its tensors and the node), and only
+ * nodes of the same operator: of the two Sins, alike, each matches both;
+ * Sin, Cos, CumSum and Hardmax nothing of another kind. */
+static void check_opaque_identities(const Graph *g, const Graph *h) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const Node *a = &g->nodes[i];
+    if (a->kind != OP_OPAQUE) continue;
+    uint8_t *ba = NULL;
+    size_t la = 0;
+    CHECK_EQ_INT(onnx_opaque_identity(a->opaque, &ba, &la), TEQ_OK);
+    int same = 0;
+    for (int32_t j = 0; ba && j < h->n_nodes; j++) {
+      const Node *b = &h->nodes[j];
+      if (b->kind != OP_OPAQUE) continue;
+      uint8_t *bb = NULL;
+      size_t lb = 0;
+      CHECK_EQ_INT(onnx_opaque_identity(b->opaque, &bb, &lb), TEQ_OK);
+      bool alike = bb && la == lb && memcmp(ba, bb, la) == 0;
+      CHECK_MSG(!alike || !strcmp(a->opaque->op_type, b->opaque->op_type),
+                "%s alike %s", a->opaque->op_type, b->opaque->op_type);
+      same += alike;
+      free(bb);
+    }
+    CHECK_MSG(same == (strcmp(a->opaque->op_type, "Sin") ? 1 : 2), "%s: %d alike in the file",
+              a->opaque->op_type, same);
+    free(ba);
+  }
+}
+
 static void test_opaque(void) {
   char p[PATH_BUF], q[PATH_BUF];
   Diag d;
@@ -349,6 +379,7 @@ static void test_opaque(void) {
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   CHECK_EQ_INT(st.n_opaque, 5);
   if (h) CHECK(find_opaque(h, "Hardmax") && find_opaque(h, "Cos") && find_opaque(h, "CumSum"));
+  if (g && h) check_opaque_identities(g, h);
   /* Running it names the operator the CPU cannot run. */
   Tensor *out[1] = {NULL};
   Shape s = {2, {2, 4}};
