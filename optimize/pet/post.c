@@ -419,8 +419,9 @@ static int try_fuse(Post *p, int e, bool *done) {
 /* For a constant c read by an element-wise operator next to L(y): a
  * constant c2 of L's input shape with L(c2) = c spread to L's output
  * shape, so that f(L(y), c) = L(f(y, c2)). Computed by running c through
- * the inverse of L (reshape back, transpose by the inverse perm), and kept
- * only if L takes it back to c exactly. A one-element constant spreads
+ * the inverse of L (reshape back, transpose by the inverse perm), and
+ * kept only if L takes it back to c exactly (sure for a c of L's whole
+ * output shape, as a bias the search spread is). A one-element constant spreads
  * alike over any shape and stays. *out.node < 0 when c does not fit. */
 static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
   Graph *g = p->g;
@@ -455,8 +456,11 @@ static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
   Node lcopy = *ln;
   Graph *m = graph_new();
   int rc = m ? TEQ_OK : TEQ_ERR_NOMEM, k = -1, c2 = -1, again = -1;
+  /* c of L's whole output shape: L^-1 moves each element back where it
+   * came from, and L takes it there again; spread, it must be checked */
+  bool whole = shape_equal(&t->shape, &s_out);
   if (rc == TEQ_OK && (k = graph_add_const(m, NULL, tensor_ref(t), NULL)) < 0) rc = k;
-  if (rc == TEQ_OK && !shape_equal(&t->shape, &s_out)) {
+  if (rc == TEQ_OK && !whole) {
     Params e;
     params_default(OP_EXPAND, &e);
     param_set_ints(&e, 0, s_out.d, s_out.ndim);
@@ -464,15 +468,16 @@ static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
     if (k < 0) rc = k == TEQ_ERR_NOMEM ? k : TEQ_ERR_INTERNAL;
   }
   if (rc == TEQ_OK) rc = add_like(m, &back, &(TensorRef){k, 0}, 1, &c2);
-  if (rc == TEQ_OK && c2 >= 0) rc = add_like(m, &lcopy, &(TensorRef){c2, 0}, 1, &again);
+  if (rc == TEQ_OK && c2 >= 0 && !whole)
+    rc = add_like(m, &lcopy, &(TensorRef){c2, 0}, 1, &again);
   Tensor *v[3] = {NULL, NULL, NULL};
-  if (rc == TEQ_OK && again >= 0) {
+  if (rc == TEQ_OK && c2 >= 0 && (whole || again >= 0)) {
     TensorRef outs[3] = {{c2, 0}, {again, 0}, {k, 0}};
-    for (int i = 0; i < 3 && rc == TEQ_OK; i++)
+    for (int i = 0; i < (whole ? 1 : 3) && rc == TEQ_OK; i++)
       if (graph_add_output(m, outs[i], NULL, NULL) < 0) rc = TEQ_ERR_NOMEM;
     if (rc == TEQ_OK && exec_run(m, EXEC_F32, NULL, v, NULL) == TEQ_OK) {
-      bool same = shape_equal(&v[1]->shape, &v[2]->shape) &&
-                  !memcmp(v[1]->data, v[2]->data, tensor_bytes(v[2]));
+      bool same = whole || (shape_equal(&v[1]->shape, &v[2]->shape) &&
+                            !memcmp(v[1]->data, v[2]->data, tensor_bytes(v[2])));
       moved_put(p->cache, t, &lcopy, &s_in, same ? v[0] : NULL);
       if (same) {
         int id = graph_add_const(g, g->nodes[c.node].name, tensor_ref(v[0]), NULL);
