@@ -283,13 +283,15 @@ static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* The Indices output is not computed; unread, it is dropped, and with it
+ * the one thing storage_order changes (their row- or column-major order). */
 static int maxpool_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
-  int64_t order;
-  if (onnx_in_n_outputs(v) > 1)
-    return onnx_in_unsupported(v, d, "MaxPool with an Indices output is not supported");
-  if (onnx_in_attr_int(v, "storage_order", &order) && order != 0)
-    return onnx_in_unsupported(v, d, "MaxPool with storage_order=%lld is not supported",
-                               (long long)order);
+  int64_t order = 0;
+  if (!onnx_in_drop_unread_outputs(v, 1))
+    return onnx_in_unsupported(v, d, "MaxPool whose Indices output is read is not supported");
+  if (onnx_in_attr_int(v, "storage_order", &order) && order != 0 && order != 1)
+    return onnx_in_error(v, d, "attribute storage_order=%lld: expected 0 or 1",
+                         (long long)order);
   return pool_onnx_read_window(v, p, d);
 }
 

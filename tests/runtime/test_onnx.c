@@ -1559,6 +1559,31 @@ static void test_symbolic_dims(void) {
   }
 }
 
+/* ---- valid ONNX forms imported as other operators or as several ---- */
+
+/* The graph of MODEL.onnx imported with the defaults, NULL on failure. */
+static Graph *import_model(const char *model) {
+  char p[PATH_BUF], name[256];
+  Diag d;
+  diag_init(&d);
+  snprintf(name, sizeof name, "%s.onnx", model);
+  Graph *g = import(data(name, p), NULL, NULL, &d);
+  diag_fini(&d);
+  return g;
+}
+
+/* storage_order orders only a MaxPool's Indices output: with that output
+ * absent, or named and read by nothing, the pool is a maxpool. */
+static void test_maxpool_storage_order(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("maxpool_storage_order", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  Graph *g = import_model("maxpool_storage_order");
+  CHECK(g && count_kind(g, OP_MAXPOOL) == 2 && graph_count_ops(g) == 2);
+  graph_free(g);
+  check_round_trip("maxpool_storage_order");
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1569,10 +1594,10 @@ static void test_opaque_forms(void) {
   OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
   o.opaque_unsupported_forms = true;
   OnnxImportStats st;
-  Graph *g = import(data("bad_storage_order.onnx", p), &o, &st, &d);
+  Graph *g = import(data("bad_maxpool_indices.onnx", p), &o, &st, &d);
   CHECK(g && count_kind(g, OP_OPAQUE) == 1 && count_kind(g, OP_MAXPOOL) == 0 && st.n_opaque == 1);
-  CHECK_MSG(d.n_errors == 0 && d.text && strstr(d.text, "node 'pool' (MaxPool): MaxPool with "
-            "storage_order=1 is not supported; the node is kept as an opaque node") &&
+  CHECK_MSG(d.n_errors == 0 && d.text && strstr(d.text, "node 'pool' (MaxPool): MaxPool whose "
+            "Indices output is read is not supported; the node is kept as an opaque node") &&
             !strstr(d.text, "unsupported operator"), "%s", d.text ? d.text : "");
   graph_free(g);
   diag_fini(&d);
@@ -1652,8 +1677,8 @@ static void test_bad_files(void) {
   check_bad(data("bad_missing_init.onnx", p), TEQ_ERR_INPUT, "node 'mm' (MatMul)", "input 'W'");
   check_bad(data("bad_shape_mismatch.onnx", p), TEQ_ERR_INPUT, "node 'mm' (MatMul)", "[4, 5]");
   check_bad(data("bad_auto_pad.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)", "FOO");
-  check_bad(data("bad_storage_order.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'pool' (MaxPool)",
-            "storage_order");
+  check_bad(data("bad_maxpool_indices.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'pool' (MaxPool)",
+            "Indices output is read");
   check_bad(data("bad_attr_type.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
             "attribute 'group' is of type float, expected int");
   check_bad(data("bad_cycle.onnx", p), TEQ_ERR_INPUT, "cycle", "node 'first' (Add)");
@@ -1796,6 +1821,7 @@ int main(void) {
   test_gelu();
   test_swishes();
   test_bn_relu();
+  test_maxpool_storage_order();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

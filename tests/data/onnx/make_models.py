@@ -277,11 +277,12 @@ def bad_models():
         [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="FOO")], "g",
         [vi("x", f, [1, 2, 5, 5])], [vi("y", f, [1, 2, 3, 3])],
         [init("w", rand(2, 2, 3, 3))]), check=False)
-    # MaxPool with storage_order=1 (column-major indices).
-    save("bad_storage_order", helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2],
+    # MaxPool whose Indices output (column-major: storage_order=1) is a graph output.
+    save("bad_maxpool_indices", helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool", kernel_shape=[2, 2],
                           storage_order=1)], "g",
-        [vi("x", f, [1, 1, 4, 4])], [vi("y", f, [1, 1, 3, 3])]), check=False)
+        [vi("x", f, [1, 1, 4, 4])],
+        [vi("y", f, [1, 1, 3, 3]), vi("i", TensorProto.INT64, [1, 1, 3, 3])]), check=False)
     # An attribute of the wrong type: group as a float.
     save("bad_attr_type", helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=1.0)], "g",
@@ -713,6 +714,25 @@ def layer_norm_rank_raised():
     save_tensor("layer_norm_rank_raised.output_0.pb", ln.sum(axis=0).astype(np.float32), "y")
 
 
+def maxpool_storage_order():
+    """Two MaxPools with storage_order=1, which orders only the Indices
+    output: the first names that output and nothing reads it, the second
+    has none. Both compute the plain maximum."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    nodes = [n("MaxPool", ["x"], ["p", "unread_indices"], kernel_shape=[2, 2], storage_order=1),
+             n("MaxPool", ["p"], ["y"], kernel_shape=[2, 2], strides=[1, 2], storage_order=1)]
+    save("maxpool_storage_order", helper.make_graph(
+        nodes, "maxpool_storage_order", [vi("x", f, [1, 2, 5, 6])], [vi("y", f, [1, 2, 3, 2])]))
+    x = rand(1, 2, 5, 6)
+    win = lambda a, i, j: a[:, :, i:i + 2, j:j + 2].max(axis=(2, 3))
+    p = np.stack([np.stack([win(x, i, j) for j in range(5)], -1) for i in range(4)], -2)
+    y = np.stack([np.stack([win(p, i, j) for j in range(0, 4, 2)], -1) for i in range(3)], -2)
+    save_tensor("maxpool_storage_order.input_0.pb", x, "x")
+    save_tensor("maxpool_storage_order.output_0.pb", y, "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -733,3 +753,4 @@ if __name__ == "__main__":
     swish_models()
     bn_relu()
     layer_norm_rank_raised()
+    maxpool_storage_order()
