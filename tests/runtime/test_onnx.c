@@ -1584,6 +1584,37 @@ static void test_maxpool_storage_order(void) {
   check_round_trip("maxpool_storage_order");
 }
 
+/* A reduction over no axes (noop_with_empty_axes=1, axes absent or empty)
+ * is the reduction of each element alone: a sum, mean or maximum becomes
+ * an identity, which the no-op pass removes (or keep_noops keeps, with the
+ * same values), an L2 norm an abs; the reductions over axes stay. */
+static void test_reduce_noop(void) {
+  const char *models[] = {"reduce_noop", "reduce_noop_opset18"};
+  OpKind kept[] = {OP_REDUCE_SUM, OP_REDUCE_MEAN};
+  int n_kept[] = {2, 1};
+  for (int k = 0; k < 2; k++) {
+    OnnxImportStats st;
+    Tensor *removed = check_reference(models[k], NULL, &st);
+    CHECK_EQ_INT(st.n_opaque, 0);
+    CHECK_EQ_INT(st.n_noops_removed, 2);
+    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+    o.keep_noops = true;
+    Tensor *identities = check_reference(models[k], &o, &st);
+    CHECK_MSG(max_abs_err(removed, identities) == 0, "%s: removed vs kept: %g", models[k],
+              max_abs_err(removed, identities));
+    Graph *g = import_model(models[k]);
+    CHECK_MSG(g && count_kind(g, OP_IDENTITY) == 0 && count_kind(g, kept[k]) == n_kept[k],
+              "%s", models[k]);
+    if (g && k == 1)
+      CHECK(count_kind(g, OP_ABS) == 1 && count_kind(g, OP_REDUCE_MAX) == 0 &&
+            count_kind(g, OP_REDUCE_L2) == 0);
+    graph_free(g);
+    check_round_trip(models[k]);
+    tensor_unref(removed);
+    tensor_unref(identities);
+  }
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1822,6 +1853,7 @@ int main(void) {
   test_swishes();
   test_bn_relu();
   test_maxpool_storage_order();
+  test_reduce_noop();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

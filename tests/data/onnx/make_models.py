@@ -733,6 +733,48 @@ def maxpool_storage_order():
     save_tensor("maxpool_storage_order.output_0.pb", y, "y")
 
 
+def reduce_noop_models():
+    """Reductions with noop_with_empty_axes=1 and no axes reduce over none:
+    each output element is the reduction of one input element, the element
+    itself for a sum, mean or maximum, its magnitude for an L2 norm (as
+    ONNX Runtime computes it). At opset 13 (ReduceSum, the axes input
+    absent and given empty) and at opset 18, where every reduction takes
+    its axes as an input (ReduceMean, ReduceMax, ReduceL2). Beside them a
+    ReduceSum over axis 1 and one over every axis with the flag unset, so
+    that a reduction which does reduce is still seen to."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(2, 3, 4)
+    none = init("no_axes", np.zeros(0, np.int64))
+    axis1 = init("axis1", np.array([1], np.int64))
+    nodes = [n("ReduceSum", ["x"], ["a"], noop_with_empty_axes=1),
+             n("ReduceSum", ["a", "no_axes"], ["b"], noop_with_empty_axes=1, keepdims=0),
+             n("ReduceSum", ["b", "axis1"], ["s"], keepdims=1),
+             n("ReduceSum", ["b"], ["t"], keepdims=1),
+             n("Add", ["b", "s"], ["u"]), n("Add", ["u", "t"], ["y"])]
+    save("reduce_noop", helper.make_graph(nodes, "reduce_noop", [vi("x", f, [2, 3, 4])],
+                                          [vi("y", f, [2, 3, 4])], [none, axis1]))
+    xd = x.astype(np.float64)
+    save_tensor("reduce_noop.input_0.pb", x, "x")
+    save_tensor("reduce_noop.output_0.pb",
+                (xd + xd.sum(axis=1, keepdims=True) + xd.sum()).astype(np.float32), "y")
+    nodes = [n("ReduceMean", ["x"], ["a"], noop_with_empty_axes=1),
+             n("ReduceMax", ["a", "no_axes"], ["b"], noop_with_empty_axes=1),
+             n("ReduceL2", ["b"], ["c"], noop_with_empty_axes=1, keepdims=0),
+             n("ReduceMean", ["c", "axis1"], ["m"]), n("Sub", ["c", "m"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "reduce_noop_opset18",
+                                            [vi("x", f, [2, 3, 4])], [vi("y", f, [2, 3, 4])],
+                                            [none, axis1]),
+                          producer_name="teq-tests", opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(HERE, "reduce_noop_opset18.onnx"))  # this onnx's checker stops at 17
+    save_tensor("reduce_noop_opset18.input_0.pb", x, "x")
+    c = np.abs(xd)
+    save_tensor("reduce_noop_opset18.output_0.pb",
+                (c - c.mean(axis=1, keepdims=True)).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -754,3 +796,4 @@ if __name__ == "__main__":
     bn_relu()
     layer_norm_rank_raised()
     maxpool_storage_order()
+    reduce_noop_models()
