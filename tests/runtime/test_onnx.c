@@ -1615,6 +1615,21 @@ static void test_reduce_noop(void) {
   }
 }
 
+/* ONNX's Max and Min of more than two inputs are chains of Teq's binary
+ * max and min, broadcasting as the whole; a Max of one input is removed;
+ * Sum and Mean stay one variadic node each. */
+static void test_variadic(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("variadic", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  CHECK_EQ_INT(st.n_noops_removed, 1);
+  Graph *g = import_model("variadic");
+  CHECK(g && count_kind(g, OP_MAX) == 2 && count_kind(g, OP_MIN) == 3 &&
+        count_kind(g, OP_SUM) == 1 && count_kind(g, OP_MEAN) == 1 && graph_count_ops(g) == 7);
+  graph_free(g);
+  check_round_trip("variadic");
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1854,6 +1869,7 @@ int main(void) {
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();
+  test_variadic();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

@@ -775,6 +775,27 @@ def reduce_noop_models():
                 (c - c.mean(axis=1, keepdims=True)).astype(np.float32), "y")
 
 
+def variadic_models():
+    """ONNX's variadic element-wise operators: Max of three inputs and Min
+    of four, broadcasting ([2, 3, 4] with [4], [3, 1] and [1, 1, 1]), a Max
+    of one input, and Sum and Mean of three (Teq's own variadic rows)."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, b, c, e = rand(2, 3, 4), rand(4), rand(3, 1), rand(1, 1, 1)
+    nodes = [n("Max", ["x", "b", "c"], ["m"]), n("Min", ["c", "m", "e", "x"], ["k"]),
+             n("Max", ["k"], ["k1"]), n("Sum", ["k1", "b", "c"], ["s"]),
+             n("Mean", ["s", "x", "e"], ["y"])]
+    save("variadic", helper.make_graph(nodes, "variadic", [vi("x", f, [2, 3, 4])],
+                                       [vi("y", f, [2, 3, 4])],
+                                       [init("b", b), init("c", c), init("e", e)]))
+    m = np.maximum(np.maximum(x, b), c)
+    k = np.minimum(np.minimum(np.minimum(c, m), e), x)
+    s = k.astype(np.float64) + b + c
+    save_tensor("variadic.input_0.pb", x, "x")
+    save_tensor("variadic.output_0.pb", ((s + x + e) / 3).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -797,3 +818,4 @@ if __name__ == "__main__":
     layer_norm_rank_raised()
     maxpool_storage_order()
     reduce_noop_models()
+    variadic_models()
