@@ -6,7 +6,10 @@
  * trip (large weights lent at export and taken over at import, from a file
  * and from a pipe), opaque nodes carried through export and graph_copy with their
  * opset, element types and declared shapes (custom domains included), the
- * TensorProto files, and, for each kind of bad file, a located message and
+ * TensorProto files, valid forms Teq imports as other operators or as
+ * several (a MaxPool's storage_order, reductions over no axes, variadic
+ * Max and Min, 1-D convolutions and pools), and, for each kind of bad
+ * file, a located message and
  * TEQ_ERR_INPUT or TEQ_ERR_UNSUPPORTED with the out-parameter untouched
  * (run under ASan, a leak fails the test too). */
 #include <dirent.h>
@@ -1630,6 +1633,31 @@ static void test_variadic(void) {
   check_round_trip("variadic");
 }
 
+/* Convolutions and pools over one spatial axis are the 2-D operators over
+ * [N, C, 1, L], between reshapes; each weight is reshaped once, at import,
+ * into a constant of rank 4; the global pools take rank 3 as it is. */
+static void test_windows_1d(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("windows_1d", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  tensor_unref(check_reference("windows_1d", &o, &st));
+  Graph *g = import_model("windows_1d");
+  CHECK(g && count_kind(g, OP_CONV2D) == 2 && count_kind(g, OP_MAXPOOL) == 1 &&
+        count_kind(g, OP_AVGPOOL) == 1 && count_kind(g, OP_GLOBAL_MAXPOOL) == 1 &&
+        count_kind(g, OP_GLOBAL_AVGPOOL) == 1);
+  for (int32_t i = 0; g && i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if (n->kind != OP_CONV2D) continue;
+    const Node *w = &g->nodes[n->in[1].node];
+    CHECK(w->kind == OP_CONST && w->value->shape.ndim == 4 && w->value->shape.d[2] == 1);
+    CHECK(graph_shape(g, n->in[0])->ndim == 4);
+  }
+  graph_free(g);
+  check_round_trip("windows_1d");
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1870,6 +1898,7 @@ int main(void) {
   test_maxpool_storage_order();
   test_reduce_noop();
   test_variadic();
+  test_windows_1d();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

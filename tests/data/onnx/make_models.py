@@ -796,6 +796,53 @@ def variadic_models():
     save_tensor("variadic.output_0.pb", ((s + x + e) / 3).astype(np.float32), "y")
 
 
+def conv1d(x, w, b, group, stride, pad, dilation):
+    n, c, length = x.shape
+    m, cg, k = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), pad))
+    out = (length + sum(pad) - (k - 1) * dilation - 1) // stride + 1
+    y = np.zeros((n, m, out))
+    mg = m // group
+    for o in range(m):
+        gi = o // mg
+        for t in range(out):
+            taps = xp[:, gi * cg:(gi + 1) * cg, t * stride:t * stride + (k - 1) * dilation + 1:dilation]
+            y[:, o, t] = np.einsum("nck,ck->n", taps, w[o].astype(np.float64))
+    return y + b.reshape(1, m, 1)
+
+
+def windows_1d():
+    """Convolutions and pools over one spatial axis ([N, C, L]): a grouped,
+    strided, dilated, padded Conv with a bias, a Conv with auto_pad
+    SAME_UPPER and no bias, a MaxPool, an AveragePool that does not count
+    its padding, and the global pools. Teq imports each as its 2-D form over
+    [N, C, 1, L]. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w1, b1, w2 = rand(1, 4, 16), rand(6, 2, 3), rand(6), rand(6, 6, 3)
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], group=2, strides=[2], pads=[1, 2],
+               dilations=[2]),
+             n("Relu", ["c1"], ["r"]),
+             n("Conv", ["r", "w2"], ["c2"], auto_pad="SAME_UPPER"),
+             n("MaxPool", ["c2"], ["p"], kernel_shape=[2], strides=[2]),
+             n("AveragePool", ["p"], ["a"], kernel_shape=[3], pads=[1, 1]),
+             n("GlobalMaxPool", ["a"], ["gm"]), n("GlobalAveragePool", ["c2"], ["ga"]),
+             n("Mul", ["gm", "ga"], ["g"]), n("Add", ["a", "g"], ["y"])]
+    save("windows_1d", helper.make_graph(nodes, "windows_1d", [vi("x", f, [1, 4, 16])],
+                                         [vi("y", f, [1, 6, 4])],
+                                         [init("w1", w1), init("b1", b1), init("w2", w2)]))
+    c1 = conv1d(x, w1, b1, 2, 2, (1, 2), 2)                    # [1, 6, 8]
+    c2 = conv1d(np.maximum(c1, 0), w2, np.zeros(6), 1, 1, (1, 1), 1)
+    p = c2.reshape(1, 6, 4, 2).max(axis=3)
+    pp = np.pad(p, ((0, 0), (0, 0), (1, 1)))
+    counts = np.array([2, 3, 3, 2])                            # the padding is not counted
+    a = np.stack([pp[:, :, t:t + 3].sum(axis=2) for t in range(4)], -1) / counts
+    y = a + a.max(axis=2, keepdims=True) * c2.mean(axis=2, keepdims=True)
+    save_tensor("windows_1d.input_0.pb", x, "x")
+    save_tensor("windows_1d.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -819,3 +866,4 @@ if __name__ == "__main__":
     maxpool_storage_order()
     reduce_noop_models()
     variadic_models()
+    windows_1d()
