@@ -190,11 +190,10 @@ static int define_outputs_const(Importer *im, const OnnxNodeIn *v, Tensor **out,
   return rc;
 }
 
-/* elems: per output, or NULL to derive them from the node's dtype. */
+/* Output o of v is output o of node id, of ONNX element type elems[o]. */
 static int define_outputs_ref(Importer *im, const OnnxNodeIn *v, int id, const int32_t *elems) {
   for (int o = 0; o < v->n_out; o++) {
-    int32_t e = elems ? elems[o] : computed_elem(v, im->g->nodes[id].dtype);
-    int rc = define_value(im, v->np->output[o], (TensorRef){id, o}, NULL, e);
+    int rc = define_value(im, v->np->output[o], (TensorRef){id, o}, NULL, elems[o]);
     if (rc != TEQ_OK) return rc;
   }
   return TEQ_OK;

@@ -748,6 +748,8 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   OnnxWindow win;
   int spatial = known ? known->ndim - 2 : nk;
   if ((rc = onnx_window_read(v, spatial, &win, d))) return rc;
+  if (spatial == 1 && !(x && x->ndim == 3 && w && w->ndim == 3))
+    return onnx_in_unsupported(v, d, "a Conv over one spatial axis needs the shapes of X and W");
   Shape x4 = onnx_window_raised(x), w4 = onnx_window_raised(w);
   bool w_known = w && w4.ndim == 4;
   if (win.has_k && w_known && (win.k[0] != w4.d[2] || win.k[1] != w4.d[3])) {

@@ -273,6 +273,8 @@ static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, bool dilated, Diag *d
   OnnxWindow win;
   int spatial = x && x->ndim >= 0 ? x->ndim - 2 : nk, rc = onnx_window_read(v, spatial, &win, d);
   if (rc) return rc;
+  if (spatial == 1 && !(x && x->ndim == 3))
+    return onnx_in_unsupported(v, d, "a %s over one spatial axis needs the shape of X", op);
   Shape x4 = onnx_window_raised(x);
   rc = onnx_auto_pads(v, x ? &x4 : NULL, win.k, win.s, win.dl, win.pads, d);
   if (rc) return rc;

@@ -418,8 +418,8 @@ static int reduce_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
    * since it was made precise; before, it said "the input tensor"). */
   if (noop && k == 0) {
     if (f->of_one == OP__COUNT)
-      return onnx_in_unsupported(v, d, "%s over no axes (noop_with_empty_axes=1)",
-                                 onnx_in_op_type(v));
+      return onnx_in_unsupported(v, d, "%s over no axes (noop_with_empty_axes=1), an "
+                                 "element-wise square, is not supported", onnx_in_op_type(v));
     onnx_in_as_elementwise(v, f->of_one);
     return TEQ_OK;
   }
