@@ -171,6 +171,24 @@ TEQ_API int onnx_in_error(const OnnxNodeIn *v, Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 TEQ_API int onnx_in_unsupported(const OnnxNodeIn *v, Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Forms other than one node of the row's kind, for ONNX forms that Teq's
+ * operators compute in more than one node or in none. The row's hook asks
+ * for one after reading the parameters, which stay those of its kind.
+ * As element-wise: the node computes the element-wise operator `kind`
+ * (its default parameters) of its input 0: a Max of one input is an
+ * identity, which the no-op pass removes, and so is a sum over no axes
+ * (noop_with_empty_axes=1), and an L1 norm over no axes is an abs.
+ * As a chain: the node's inputs are folded left to right by nodes of the
+ * row's binary kind, ((x0 op x1) op x2) ..., which is exact for an
+ * associative operator whose broadcasting is associative too (ONNX's
+ * variadic Max and Min). As raised: a window over one spatial axis is
+ * the row's 2-D window over [N, C, 1, L] (parameters read as 2-D ones):
+ * each input in `inputs` (bit i: input i, of rank 3) gets a unit axis 2,
+ * a constant once at import and anything else through a reshape, and the
+ * output loses that axis again through a reshape. */
+TEQ_API void onnx_in_as_elementwise(OnnxNodeIn *v, OpKind kind);
+TEQ_API void onnx_in_as_chain(OnnxNodeIn *v);
+TEQ_API void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs);
 
 /* ---- for registry rows: one node being exported ---- */
 typedef struct OnnxNodeOut OnnxNodeOut;

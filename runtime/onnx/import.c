@@ -7,8 +7,11 @@
  * in topological order. A node whose inputs are all known is evaluated now
  * (fold.c, or the registry's kernel on a scratch graph); a node with a
  * registry row becomes that kind, its parameters read from OpParam.onnx_attr
- * and then by the row's hook (accessors in node_in.c); anything else is kept
- * opaque with what export needs in its OpaqueInfo. Clean-up passes: passes.c. */
+ * and then by the row's hook (accessors in node_in.c), or the few nodes of
+ * the form the hook asks for (an element-wise one, a chain of binary nodes, a 2-D
+ * window between reshapes: OnnxForm); anything else is kept opaque with
+ * what export needs in its OpaqueInfo. Clean-up passes: passes.c. */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +190,10 @@ static int define_outputs_const(Importer *im, const OnnxNodeIn *v, Tensor **out,
   return rc;
 }
 
-/* elems: per output, or NULL to derive them from the node's dtype. */
+/* Output o of v is output o of node id, of ONNX element type elems[o]. */
 static int define_outputs_ref(Importer *im, const OnnxNodeIn *v, int id, const int32_t *elems) {
   for (int o = 0; o < v->n_out; o++) {
-    int32_t e = elems ? elems[o] : computed_elem(v, im->g->nodes[id].dtype);
-    int rc = define_value(im, v->np->output[o], (TensorRef){id, o}, NULL, e);
+    int rc = define_value(im, v->np->output[o], (TensorRef){id, o}, NULL, elems[o]);
     if (rc != TEQ_OK) return rc;
   }
   return TEQ_OK;
@@ -245,6 +247,82 @@ static int collect_edges(const OnnxNodeIn *v, OnnxValue **edges, int *n_edges, D
   return TEQ_OK;
 }
 
+/* Input `in` of g with a unit axis 2 inserted ([N, C, L] -> [N, C, 1, L]):
+ * a constant reshaped now (its copy named as it is), anything else through
+ * a reshape node. Its id, or an error (in d). */
+static int raised_input(Graph *g, TensorRef in, Diag *d) {
+  const Shape *s = graph_shape(g, in);
+  if (s->ndim != 3) {
+    diag_error(d, "a window over one spatial axis needs inputs of known rank 3");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  Shape raised = shape_of(4, 0, 0, 1, 0);
+  raised.d[0] = s->d[0], raised.d[1] = s->d[1], raised.d[3] = s->d[2];
+  const Node *src = &g->nodes[in.node];
+  if (src->kind == OP_CONST) {
+    Tensor *t = tensor_clone(src->value);
+    char *name = src->name ? strdup(src->name) : NULL; /* adding a node may move src */
+    if (!t || (src->name && !name)) {
+      tensor_unref(t);
+      free(name);
+      diag_error(d, "out of memory");
+      return TEQ_ERR_NOMEM;
+    }
+    t->shape = raised;
+    t->content_hash = 0;
+    int id = graph_add_const(g, name, t, d);
+    free(name);
+    return id;
+  }
+  Params p;
+  params_default(OP_RESHAPE, &p);
+  param_set_ints(&p, param_index(OP_RESHAPE, "shape"), raised.d, 4);
+  return graph_add_node(g, OP_RESHAPE, &in, 1, 1, &p, NULL, d);
+}
+
+/* Node v, of kind with parameters p on inputs in[0..n_in), added to g in
+ * the form its row asked for (OnnxForm); out[0..v->n_out) receive where
+ * its outputs are. The node of the row's kind that produces them carries
+ * name. Returns TEQ_OK or an error (in d). */
+static int add_in_form(Graph *g, const OnnxNodeIn *v, OpKind kind, const Params *p,
+                       const TensorRef *in, int n_in, const char *name, TensorRef *out,
+                       Diag *d) {
+  if (v->form == ONNX_FORM_CHAIN) {
+    assert(n_in >= 2);
+    int id = -1;
+    for (int i = 1; i < n_in; i++) {
+      bool last = i + 1 == n_in; /* the registry checks the outputs asked of it */
+      TensorRef pair[2] = {id < 0 ? in[0] : (TensorRef){id, 0}, in[i]};
+      id = graph_add_node(g, kind, pair, 2, last ? v->n_out : 1, p, last ? name : NULL, d);
+      if (id < 0) return id;
+    }
+    for (int o = 0; o < v->n_out; o++) out[o] = (TensorRef){id, o};
+    return TEQ_OK;
+  }
+  if (v->form != ONNX_FORM_RAISED) {
+    int id = graph_add_node(g, kind, in, n_in, v->n_out, p, name, d);
+    for (int o = 0; o < v->n_out && id >= 0; o++) out[o] = (TensorRef){id, o};
+    return id < 0 ? id : TEQ_OK;
+  }
+  TensorRef raised[8];
+  assert(n_in <= 8 && v->n_out == 1); /* conv and pool rows: three inputs, one output */
+  for (int i = 0; i < n_in; i++) {
+    int id = v->raised_inputs & (1u << i) ? raised_input(g, in[i], d) : in[i].node;
+    if (id < 0) return id;
+    raised[i] = (TensorRef){id, v->raised_inputs & (1u << i) ? 0 : in[i].out};
+  }
+  int id = graph_add_node(g, kind, raised, n_in, 1, p, name, d);
+  if (id < 0) return id;
+  const Shape *y = &g->nodes[id].out[0]; /* [N, M, 1, L'] */
+  int64_t lowered[3] = {y->d[0], y->d[1], y->d[3]};
+  Params rp;
+  params_default(OP_RESHAPE, &rp);
+  param_set_ints(&rp, param_index(OP_RESHAPE, "shape"), lowered, 3);
+  int back = graph_add_node(g, OP_RESHAPE, &(TensorRef){id, 0}, 1, 1, &rp, NULL, d);
+  out[0] = (TensorRef){back, 0};
+  return back < 0 ? back : TEQ_OK;
+}
+
 /* Evaluates a registry node on constant edges in a scratch graph and sets
  * *folded. A failure to evaluate just means "not folded": the node then
  * goes into the graph, where a real problem is reported with its location;
@@ -255,17 +333,17 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
   diag_init(&quiet);
   Graph *s = graph_new();
   TensorRef *in = calloc((size_t)n_edges + 1, sizeof *in);
+  TensorRef *res = calloc((size_t)v->n_out + 1, sizeof *res);
   Tensor **out = calloc((size_t)v->n_out + 1, sizeof *out);
-  int rc = s && in && out ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = s && in && res && out ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int i = 0; i < n_edges && rc == TEQ_OK; i++) {
     int id = graph_add_const(s, NULL, tensor_ref(edges[i]->konst), &quiet); /* takes the ref */
     rc = id < 0 ? id : TEQ_OK;
     in[i] = (TensorRef){id, 0};
   }
-  int id = rc == TEQ_OK ? graph_add_node(s, kind, in, n_edges, v->n_out, p, NULL, &quiet) : rc;
-  rc = id < 0 ? id : TEQ_OK;
+  if (rc == TEQ_OK) rc = add_in_form(s, v, kind, p, in, n_edges, NULL, res, &quiet);
   for (int o = 0; o < v->n_out && rc == TEQ_OK; o++) {
-    int r = graph_add_output(s, (TensorRef){id, o}, "out", &quiet);
+    int r = graph_add_output(s, res[o], "out", &quiet);
     rc = r < 0 ? r : TEQ_OK;
   }
   if (rc == TEQ_OK) rc = exec_run(s, EXEC_F32, NULL, out, &quiet);
@@ -277,6 +355,7 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
   /* quiet's messages are dropped: the graph reports the node's own error */
   if (!*folded) rc = TEQ_OK;
   free(in);
+  free(res);
   free(out);
   graph_free(s);
   diag_fini(&quiet);
@@ -286,19 +365,29 @@ static int fold_with_registry(Importer *im, const OnnxNodeIn *v, OpKind kind, co
 static int add_registry_node(Importer *im, const OnnxNodeIn *v, OpKind kind, const Params *p,
                              OnnxValue **edges, int n_edges) {
   TensorRef *in = calloc((size_t)n_edges + 1, sizeof *in);
-  if (!in) return out_of_memory(im);
+  TensorRef *res = calloc((size_t)v->n_out + 1, sizeof *res);
+  if (!in || !res) {
+    free(in);
+    free(res);
+    return out_of_memory(im);
+  }
   int rc = TEQ_OK;
   for (int i = 0; i < n_edges && rc == TEQ_OK; i++) rc = materialize(im, edges[i], &in[i]);
   if (rc == TEQ_OK) {
     Diag local;
     diag_init(&local);
     const char *name = v->np->name && *v->np->name ? v->np->name : NULL;
-    int id = graph_add_node(im->g, kind, in, n_edges, v->n_out, p, name, &local);
+    rc = add_in_form(im->g, v, kind, p, in, n_edges, name, res, &local);
     char where[512];
     forward_messages(&local, im->d, onnx_in_where(v, where, sizeof where));
-    rc = id < 0 ? id : define_outputs_ref(im, v, id, NULL);
+    for (int o = 0; o < v->n_out && rc == TEQ_OK; o++) {
+      TensorRef r = res[o];
+      rc = define_value(im, v->np->output[o], r, NULL,
+                        computed_elem(v, im->g->nodes[r.node].dtype));
+    }
   }
   free(in);
+  free(res);
   return rc;
 }
 
@@ -327,10 +416,17 @@ static void explain_unknown_inputs(const Importer *im, const OnnxNodeIn *v) {
 
 static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   Params p;
+  v->form = ONNX_FORM_ONE;
   int n_edges = 0, rc = read_params(im, v, kind, &p);
   OnnxValue **edges = rc == TEQ_OK ? calloc((size_t)v->n_in + 1, sizeof *edges) : NULL;
   if (rc == TEQ_OK && !edges) return out_of_memory(im);
   if (rc == TEQ_OK) rc = collect_edges(v, edges, &n_edges, im->d);
+  if (rc == TEQ_OK && v->form == ONNX_FORM_ELEMENTWISE) {
+    /* what else the node reads (a reduction's axes) was taken as parameters */
+    kind = v->elementwise;
+    params_default(kind, &p);
+    if (n_edges > 1) n_edges = 1;
+  }
   bool known = rc == TEQ_OK, folded = false;
   for (int i = 0; i < n_edges && known; i++) known = edges[i]->konst != NULL;
   const OpDef *o = op_def(kind);

@@ -69,6 +69,18 @@ bool onnx_in_drop_unread_outputs(OnnxNodeIn *v, int keep) {
   return true;
 }
 
+void onnx_in_as_elementwise(OnnxNodeIn *v, OpKind kind) {
+  v->form = ONNX_FORM_ELEMENTWISE;
+  v->elementwise = kind;
+}
+
+void onnx_in_as_chain(OnnxNodeIn *v) { v->form = ONNX_FORM_CHAIN; }
+
+void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs) {
+  v->form = ONNX_FORM_RAISED;
+  v->raised_inputs = inputs;
+}
+
 bool onnx_in_has_input(const OnnxNodeIn *v, int i) {
   return i >= 0 && i < v->n_in && v->in[i] != NULL;
 }

@@ -112,6 +112,14 @@ typedef struct OnnxValue {
   int32_t elem;     /* its exact ONNX element type, which Teq's dtype may widen; 0 unknown */
 } OnnxValue;
 
+/* How a node is imported (onnx.h: onnx_in_as_elementwise and the others). */
+typedef enum OnnxForm {
+  ONNX_FORM_ONE,         /* one node of the row's kind */
+  ONNX_FORM_ELEMENTWISE, /* a unary element-wise operator of input 0 */
+  ONNX_FORM_CHAIN,       /* binary nodes of the kind folding the inputs left to right */
+  ONNX_FORM_RAISED,      /* the 2-D window over inputs with a unit axis 2, lost again after */
+} OnnxForm;
+
 struct OnnxNodeIn {
   const char *path;
   const Onnx__NodeProto *np;
@@ -128,6 +136,9 @@ struct OnnxNodeIn {
   int n_strings;
   Diag *d;
   bool failed;         /* an accessor reported an error in d */
+  OnnxForm form;       /* what the row's hook asked for; ONNX_FORM_ONE unless it did */
+  OpKind elementwise;  /* ONNX_FORM_ELEMENTWISE: the operator */
+  unsigned raised_inputs; /* ONNX_FORM_RAISED: the inputs that get the unit axis (bit i) */
 };
 
 /* ---- node_in.c ---- */

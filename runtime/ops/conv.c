@@ -33,7 +33,9 @@
  * the full output back. Z, when present, has the conv's full shape.
  *
  * Pads are ONNX-ordered (top, left, bottom, right); ONNX auto_pad becomes
- * explicit pads at import (onnx_auto_pads, shared with pool.c). */
+ * explicit pads at import (onnx_auto_pads, shared with pool.c). A 1-D ONNX
+ * Conv over [N, C, L] is imported as this 2-D one over [N, C, 1, L]
+ * between reshapes (onnx_window_read, shared with pool.c too). */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -72,6 +74,45 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int6
     pads[i + 2] = total - pads[i];
   }
   return TEQ_OK;
+}
+
+int onnx_window_read(OnnxNodeIn *v, int spatial, OnnxWindow *w, Diag *d) {
+  const char *op = onnx_in_op_type(v);
+  int64_t k[TEQ_MAX_PARAM_LEN], s[TEQ_MAX_PARAM_LEN] = {1, 1}, dl[TEQ_MAX_PARAM_LEN] = {1, 1};
+  int64_t pads[TEQ_MAX_PARAM_LEN] = {0};
+  int nk = 0, ns = spatial, nd = spatial, np = 2 * spatial;
+  if (spatial != 1 && spatial != 2)
+    return onnx_in_unsupported(v, d, "%s with %d spatial dimensions: only 1-D and 2-D are "
+                               "supported", op, spatial);
+  w->has_k = onnx_in_attr_ints(v, "kernel_shape", k, TEQ_MAX_PARAM_LEN, &nk);
+  onnx_in_attr_ints(v, "strides", s, TEQ_MAX_PARAM_LEN, &ns);
+  onnx_in_attr_ints(v, "dilations", dl, TEQ_MAX_PARAM_LEN, &nd);
+  onnx_in_attr_ints(v, "pads", pads, TEQ_MAX_PARAM_LEN, &np);
+  if ((w->has_k && nk != spatial) || ns != spatial || nd != spatial)
+    return onnx_in_unsupported(v, d, "%s over %d spatial dimension(s) with kernel_shape, "
+                               "strides or dilations of another length", op, spatial);
+  if (np != 2 * spatial)
+    return onnx_in_error(v, d, "attribute pads has %d values: expected %d for %d spatial "
+                         "dimension(s)", np, 2 * spatial, spatial);
+  int off = 2 - spatial; /* a 1-D window is the second axis of the 2-D one */
+  for (int i = 0; i < 2; i++) w->k[i] = w->s[i] = w->dl[i] = 1;
+  for (int i = 0; i < 4; i++) w->pads[i] = 0;
+  for (int i = 0; i < spatial; i++) {
+    w->k[off + i] = w->has_k ? k[i] : 1;
+    w->s[off + i] = s[i];
+    w->dl[off + i] = dl[i];
+    w->pads[off + i] = pads[i];
+    w->pads[2 + off + i] = pads[spatial + i];
+  }
+  return TEQ_OK;
+}
+
+Shape onnx_window_raised(const Shape *s) {
+  if (!s) return (Shape){.ndim = SHAPE_UNKNOWN};
+  if (s->ndim != 3) return *s;
+  Shape r = shape_of(4, 0, 0, 1, 0);
+  r.d[0] = s->d[0], r.d[1] = s->d[1], r.d[3] = s->d[2];
+  return r;
 }
 
 bool window_take_zero_pad(int rank, const int64_t *pads, Params *p, int pads_i) {
@@ -688,43 +729,48 @@ static int conv_rank_error(OnnxNodeIn *v, const char *op, const Shape *shape, bo
                        shape->ndim, op, is_w ? "weight" : "input");
 }
 
-/* Conv's remaining attributes: only 2-D convs; kernel_shape must agree
- * with W; auto_pad becomes explicit pads. Runs after the generic mapping
- * of strides, pads, dilations and group, but reads strides and dilations
- * itself so the SAME pads do not depend on that order. */
+/* Conv's window attributes (onnx_window_read), 1-D or 2-D by the rank of
+ * W or X or else the length of kernel_shape; kernel_shape must agree with
+ * W; auto_pad becomes explicit pads. A 1-D conv is the 2-D one over X and
+ * W with a unit axis 2 (onnx_in_as_raised). */
 static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   const Shape *known = w && w->ndim >= 0 ? w : x && x->ndim >= 0 ? x : NULL;
   int rc = conv_rank_error(v, "Conv", known, known == w, d);
   if (rc) return rc;
-  if (known && known->ndim != 4)
-    return onnx_in_unsupported(v, d, "Conv with %d spatial dimensions: only 2-D is supported",
-                               known->ndim - 2);
-  int64_t ks[TEQ_MAX_PARAM_LEN], s[TEQ_MAX_PARAM_LEN] = {1, 1}, dl[TEQ_MAX_PARAM_LEN] = {1, 1};
-  int nk = 0, ns = 2, nd = 2;
-  bool has_ks = onnx_in_attr_ints(v, "kernel_shape", ks, TEQ_MAX_PARAM_LEN, &nk);
-  onnx_in_attr_ints(v, "strides", s, TEQ_MAX_PARAM_LEN, &ns);
-  onnx_in_attr_ints(v, "dilations", dl, TEQ_MAX_PARAM_LEN, &nd);
-  if ((has_ks && nk != 2) || ns != 2 || nd != 2)
-    return onnx_in_unsupported(v, d, "Conv with kernel_shape, strides or dilations of length "
-                               "other than 2: only 2-D is supported");
-  bool w_known = w && w->ndim == 4;
-  if (has_ks && w_known && (ks[0] != w->d[2] || ks[1] != w->d[3])) {
-    char sw[SHAPE_STR_MAX];
+  int64_t ks[TEQ_MAX_PARAM_LEN];
+  int nk = 2;
+  if (!known) onnx_in_attr_ints(v, "kernel_shape", ks, TEQ_MAX_PARAM_LEN, &nk);
+  char sx[SHAPE_STR_MAX], sw[SHAPE_STR_MAX];
+  if (x && w && x->ndim >= 0 && w->ndim >= 0 && x->ndim != w->ndim)
+    return onnx_in_error(v, d, "input X %s and weight W %s differ in rank",
+                         shape_format(x, sx, sizeof sx), shape_format(w, sw, sizeof sw));
+  OnnxWindow win;
+  int spatial = known ? known->ndim - 2 : nk;
+  if ((rc = onnx_window_read(v, spatial, &win, d))) return rc;
+  if (spatial == 1 && !(x && x->ndim == 3 && w && w->ndim == 3))
+    return onnx_in_unsupported(v, d, "a Conv over one spatial axis needs the shapes of X and W");
+  Shape x4 = onnx_window_raised(x), w4 = onnx_window_raised(w);
+  bool w_known = w && w4.ndim == 4;
+  if (win.has_k && w_known && (win.k[0] != w4.d[2] || win.k[1] != w4.d[3])) {
+    if (spatial == 1)
+      return onnx_in_error(v, d, "attribute kernel_shape=(%lld) does not match weight W %s",
+                           (long long)win.k[1], shape_format(w, sw, sizeof sw));
     return onnx_in_error(v, d, "attribute kernel_shape=(%lld %lld) does not match weight W %s",
-                         (long long)ks[0], (long long)ks[1], shape_format(w, sw, sizeof sw));
+                         (long long)win.k[0], (long long)win.k[1],
+                         shape_format(w, sw, sizeof sw));
   }
-  if (!has_ks && w_known) ks[0] = w->d[2], ks[1] = w->d[3];
-  if (!has_ks && !w_known) ks[0] = ks[1] = 1; /* only matters for SAME, refused below */
-  int64_t pads[4];
-  memcpy(pads, p->v[CONV_PADS].i, sizeof pads);
+  if (!win.has_k && w_known) win.k[0] = w4.d[2], win.k[1] = w4.d[3];
   const char *mode;
   bool same = onnx_in_attr_string(v, "auto_pad", &mode) && strncmp(mode, "SAME", 4) == 0;
-  if (same && !has_ks && !w_known)
+  if (same && !win.has_k && !w_known)
     return onnx_in_unsupported(v, d, "auto_pad=%s with a weight of unknown shape", mode);
-  rc = onnx_auto_pads(v, x, ks, s, dl, pads, d);
+  rc = onnx_auto_pads(v, x ? &x4 : NULL, win.k, win.s, win.dl, win.pads, d);
   if (rc) return rc;
-  param_set_ints(p, CONV_PADS, pads, 4);
+  param_set_ints(p, CONV_STRIDE, win.s, 2);
+  param_set_ints(p, CONV_DILATION, win.dl, 2);
+  param_set_ints(p, CONV_PADS, win.pads, 4);
+  if (spatial == 1) onnx_in_as_raised(v, 1u << 0 | 1u << 1);
   return TEQ_OK;
 }
 

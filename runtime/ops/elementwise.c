@@ -200,12 +200,18 @@ static int binary_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
   return binary_eval(n, in, out, d, true);
 }
 
-/* ONNX Max and Min are variadic; Teq's are binary. */
+/* ONNX Max and Min are variadic; Teq's are binary. One input is itself;
+ * more are a chain of binary nodes, ((x0 op x1) op x2) ...: the maximum
+ * and the minimum are associative, and so is broadcasting, so the chain's
+ * shape is the one all the inputs broadcast to. */
 static int binary_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   (void)p;
-  if (onnx_in_n_inputs(v) != 2)
-    return onnx_in_unsupported(v, d, "%s with %d inputs: only 2 are supported",
-                               onnx_in_op_type(v), onnx_in_n_inputs(v));
+  int n = onnx_in_n_inputs(v);
+  for (int i = 0; i < n; i++)
+    if (!onnx_in_has_input(v, i))
+      return onnx_in_error(v, d, "input %d of %s is empty", i, onnx_in_op_type(v));
+  if (n == 1) onnx_in_as_elementwise(v, OP_IDENTITY);
+  if (n > 2) onnx_in_as_chain(v);
   return TEQ_OK;
 }
 

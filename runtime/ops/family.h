@@ -79,6 +79,20 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
 int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
                    const int64_t dl[2], int64_t pads[4], Diag *d);
 
+/* ONNX window attributes over `spatial` axes (1 or 2; others refused) as
+ * those of a 2-D window: kernel_shape (has_k: given), strides, dilations
+ * and explicit pads, each of the length the axes need or refused. A 1-D
+ * window over [N, C, L] is the 2-D one over [N, C, 1, L]: a unit first
+ * extent, stride and dilation, and no padding on that axis. In conv.c. */
+typedef struct OnnxWindow {
+  int64_t k[2], s[2], dl[2], pads[4]; /* pads [top, left, bottom, right] */
+  bool has_k;
+} OnnxWindow;
+int onnx_window_read(OnnxNodeIn *v, int spatial, OnnxWindow *w, Diag *d);
+/* A rank-3 shape [N, C, L] as [N, C, 1, L]; any other as it is (NULL: an
+ * unknown rank). In conv.c. */
+Shape onnx_window_raised(const Shape *s);
+
 /* A window row's take_zero_pad (conv2d, avgpool): zeros around the two
  * spatial axes of a rank-4 input added to parameter pads_i of *p ([top,
  * left, bottom, right]). False where they touch the batch or channel axes

@@ -1,5 +1,7 @@
 /* pool.c: 2-D max and average pooling and their global forms (ONNX
- * MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool).
+ * MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool). A 1-D ONNX pool
+ * over [N, C, L] is imported as the 2-D one over [N, C, 1, L] between
+ * reshapes; the global forms take any number of spatial axes.
  *
  * Output extents follow ONNX: floor((in + pads - dilated kernel) / stride)
  * + 1, or with ceil_mode the ceiling, except that a last window starting
@@ -253,44 +255,47 @@ static int pool_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
 
 /* ---- ONNX ---- */
 
-/* Shared by MaxPool and AveragePool: 2-D only, auto_pad to pads. Strides
- * and dilations are read here too, so SAME pads do not depend on the order
- * of this hook and the generic attribute mapping. */
-static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, Diag *d) {
-  int64_t k[TEQ_MAX_PARAM_LEN], s[TEQ_MAX_PARAM_LEN] = {1, 1}, dl[TEQ_MAX_PARAM_LEN] = {1, 1};
-  int nk = 0, ns = 2, nd = 2;
+/* Shared by MaxPool and AveragePool: the window (onnx_window_read), 1-D or
+ * 2-D by the input's rank or else the length of kernel_shape, and auto_pad
+ * as pads. A 1-D pool is the 2-D one over X with a unit axis 2
+ * (onnx_in_as_raised). */
+static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, bool dilated, Diag *d) {
   const char *op = onnx_in_op_type(v);
-  if (!onnx_in_attr_ints(v, "kernel_shape", k, TEQ_MAX_PARAM_LEN, &nk))
-    return onnx_in_error(v, d, "%s without the required attribute kernel_shape", op);
-  onnx_in_attr_ints(v, "strides", s, TEQ_MAX_PARAM_LEN, &ns);
-  onnx_in_attr_ints(v, "dilations", dl, TEQ_MAX_PARAM_LEN, &nd);
   const Shape *x = onnx_in_input_shape(v, 0);
   char sx[SHAPE_STR_MAX];
   if (x && x->ndim >= 0 && x->ndim < 3)
     return onnx_in_error(v, d, "input X %s has rank %d: a %s's input has rank 3 or more",
                          shape_format(x, sx, sizeof sx), x->ndim, op);
-  if (x && x->ndim >= 0 && x->ndim != 4)
-    return onnx_in_unsupported(v, d, "%s with %d spatial dimensions: only 2-D is supported", op,
-                               x->ndim - 2);
-  if (nk != 2 || ns != 2 || nd != 2)
-    return onnx_in_unsupported(v, d, "%s with kernel_shape, strides or dilations of length "
-                               "other than 2: only 2-D is supported", op);
-  int64_t pads[4];
-  memcpy(pads, p->v[POOL_PADS].i, sizeof pads);
-  int rc = onnx_auto_pads(v, x, k, s, dl, pads, d);
+  int64_t k[TEQ_MAX_PARAM_LEN];
+  int nk = 0;
+  if (!onnx_in_attr_ints(v, "kernel_shape", k, TEQ_MAX_PARAM_LEN, &nk))
+    return onnx_in_error(v, d, "%s without the required attribute kernel_shape", op);
+  OnnxWindow win;
+  int spatial = x && x->ndim >= 0 ? x->ndim - 2 : nk, rc = onnx_window_read(v, spatial, &win, d);
   if (rc) return rc;
-  param_set_ints(p, POOL_PADS, pads, 4);
+  if (spatial == 1 && !(x && x->ndim == 3))
+    return onnx_in_unsupported(v, d, "a %s over one spatial axis needs the shape of X", op);
+  Shape x4 = onnx_window_raised(x);
+  rc = onnx_auto_pads(v, x ? &x4 : NULL, win.k, win.s, win.dl, win.pads, d);
+  if (rc) return rc;
+  param_set_ints(p, POOL_KERNEL, win.k, 2);
+  param_set_ints(p, POOL_STRIDE, win.s, 2);
+  param_set_ints(p, POOL_PADS, win.pads, 4);
+  if (dilated) param_set_ints(p, POOL_DILATION, win.dl, 2);
+  if (spatial == 1) onnx_in_as_raised(v, 1u << 0);
   return TEQ_OK;
 }
 
+/* The Indices output is not computed; unread, it is dropped, and with it
+ * the one thing storage_order changes (their row- or column-major order). */
 static int maxpool_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
-  int64_t order;
-  if (onnx_in_n_outputs(v) > 1)
-    return onnx_in_unsupported(v, d, "MaxPool with an Indices output is not supported");
-  if (onnx_in_attr_int(v, "storage_order", &order) && order != 0)
-    return onnx_in_unsupported(v, d, "MaxPool with storage_order=%lld is not supported",
-                               (long long)order);
-  return pool_onnx_read_window(v, p, d);
+  int64_t order = 0;
+  if (!onnx_in_drop_unread_outputs(v, 1))
+    return onnx_in_unsupported(v, d, "MaxPool whose Indices output is read is not supported");
+  if (onnx_in_attr_int(v, "storage_order", &order) && order != 0 && order != 1)
+    return onnx_in_error(v, d, "attribute storage_order=%lld: expected 0 or 1",
+                         (long long)order);
+  return pool_onnx_read_window(v, p, true, d);
 }
 
 /* AveragePool gained dilations in opset 19; only the trivial ones map. */
@@ -301,7 +306,7 @@ static int avgpool_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
     for (int i = 0; i < nd; i++)
       if (dl[i] != 1)
         return onnx_in_unsupported(v, d, "AveragePool with dilations is not supported");
-  return pool_onnx_read_window(v, p, d);
+  return pool_onnx_read_window(v, p, false, d);
 }
 
 /* ---- rows ---- */

@@ -303,33 +303,40 @@ typedef struct ReduceFamily {
   void (*post_modp)(uint32_t *y, int64_t n, int64_t count);               /* or NULL */
   bool max_first;       /* float32 finds each output's maximum into aux first */
   int axes_input_since; /* opset from which ONNX gives axes as input 1 */
+  OpKind of_one;        /* the element-wise operator that is the reduction of one element,
+                           which a reduction over no axes is (ONNX's noop_with_empty_axes);
+                           OP__COUNT where Teq has none (a square) */
 } ReduceFamily;
 
-static const ReduceFamily fam_sum = {.f32 = &sum_f32, .modp = &sum_modp, .axes_input_since = 13};
+static const ReduceFamily fam_sum = {.f32 = &sum_f32, .modp = &sum_modp, .axes_input_since = 13,
+                                     .of_one = OP_IDENTITY};
 static const ReduceFamily fam_mean = {.f32 = &sum_f32, .modp = &sum_modp,
                                       .post_f32 = mean_post_f32, .post_modp = mean_post_modp,
-                                      .axes_input_since = 18};
+                                      .axes_input_since = 18, .of_one = OP_IDENTITY};
 static const ReduceFamily fam_max = {.f32 = &max_f32, .modp = &max_modp, .init_f32 = -INFINITY,
-                                     .axes_input_since = 18};
+                                     .axes_input_since = 18, .of_one = OP_IDENTITY};
 static const ReduceFamily fam_min = {.f32 = &min_f32, .modp = &min_modp, .init_f32 = INFINITY,
-                                     .init_modp = MODP_P - 1, .axes_input_since = 18};
+                                     .init_modp = MODP_P - 1, .axes_input_since = 18,
+                                     .of_one = OP_IDENTITY};
 static const ReduceFamily fam_prod = {.f32 = &prod_f32, .modp = &prod_modp, .init_f32 = 1,
-                                      .init_modp = 1, .axes_input_since = 18};
+                                      .init_modp = 1, .axes_input_since = 18,
+                                      .of_one = OP_IDENTITY};
 static const ReduceFamily fam_sum_square = {.f32 = &square_sum_f32, .modp = &square_sum_modp,
-                                            .axes_input_since = 18};
+                                            .axes_input_since = 18, .of_one = OP__COUNT};
 static const ReduceFamily fam_l1 = {.f32 = &abs_sum_f32, .modp = &l1_sum_modp,
-                                    .axes_input_since = 18};
+                                    .axes_input_since = 18, .of_one = OP_ABS};
 static const ReduceFamily fam_l2 = {.f32 = &square_sum_f32, .modp = &square_sum_modp,
                                     .post_f32 = sqrt_post_f32, .post_modp = reduce_l2_post_modp,
-                                    .axes_input_since = 18};
+                                    .axes_input_since = 18, .of_one = OP_ABS};
 static const ReduceFamily fam_log_sum = {.f32 = &sum_f32, .modp = &sum_modp,
                                          .post_f32 = log_post_f32,
                                          .post_modp = reduce_log_sum_post_modp,
-                                         .axes_input_since = 18};
+                                         .axes_input_since = 18, .of_one = OP_LOG};
 static const ReduceFamily fam_log_sum_exp = {.f32 = &exp_sum_f32, .modp = &lse_sum_modp,
                                              .post_f32 = lse_post_f32,
                                              .post_modp = reduce_log_sum_exp_post_modp,
-                                             .max_first = true, .axes_input_since = 18};
+                                             .max_first = true, .axes_input_since = 18,
+                                             .of_one = OP_IDENTITY};
 
 /* Folds all of x into out, which holds the fold's identity. */
 static void reduce_walk(const ReducePlan *pl, const char *x, char *out, const char *aux,
@@ -406,7 +413,16 @@ static int reduce_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   int rc = onnx_read_axes(v, f->axes_input_since, axes, &k, d);
   if (rc) return rc;
   onnx_in_attr_int(v, "noop_with_empty_axes", &noop);
-  if (noop && k == 0) return onnx_in_unsupported(v, d, "noop_with_empty_axes=1 without axes");
+  /* No axes then means none rather than all: each output element is the
+   * reduction of one input element (ONNX Runtime's reading, and the spec's
+   * since it was made precise; before, it said "the input tensor"). */
+  if (noop && k == 0) {
+    if (f->of_one == OP__COUNT)
+      return onnx_in_unsupported(v, d, "%s over no axes (noop_with_empty_axes=1), an "
+                                 "element-wise square, is not supported", onnx_in_op_type(v));
+    onnx_in_as_elementwise(v, f->of_one);
+    return TEQ_OK;
+  }
   /* The rank is needed only for negative axes; shape inference checks the rest. */
   for (int j = 0; j < k; j++)
     if (axes[j] < 0 && (rc = onnx_input_rank(v, &x, d))) return rc;

@@ -6,7 +6,10 @@
  * trip (large weights lent at export and taken over at import, from a file
  * and from a pipe), opaque nodes carried through export and graph_copy with their
  * opset, element types and declared shapes (custom domains included), the
- * TensorProto files, and, for each kind of bad file, a located message and
+ * TensorProto files, valid forms Teq imports as other operators or as
+ * several (a MaxPool's storage_order, reductions over no axes, variadic
+ * Max and Min, 1-D convolutions and pools), and, for each kind of bad
+ * file, a located message and
  * TEQ_ERR_INPUT or TEQ_ERR_UNSUPPORTED with the out-parameter untouched
  * (run under ASan, a leak fails the test too). */
 #include <dirent.h>
@@ -1590,6 +1593,102 @@ static void test_symbolic_dims(void) {
   }
 }
 
+/* ---- valid ONNX forms imported as other operators or as several ---- */
+
+/* The graph of MODEL.onnx imported with the defaults, NULL on failure. */
+static Graph *import_model(const char *model) {
+  char p[PATH_BUF], name[256];
+  Diag d;
+  diag_init(&d);
+  snprintf(name, sizeof name, "%s.onnx", model);
+  Graph *g = import(data(name, p), NULL, NULL, &d);
+  diag_fini(&d);
+  return g;
+}
+
+/* storage_order orders only a MaxPool's Indices output: with that output
+ * absent, or named and read by nothing, the pool is a maxpool. */
+static void test_maxpool_storage_order(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("maxpool_storage_order", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  Graph *g = import_model("maxpool_storage_order");
+  CHECK(g && count_kind(g, OP_MAXPOOL) == 2 && graph_count_ops(g) == 2);
+  graph_free(g);
+  check_round_trip("maxpool_storage_order");
+}
+
+/* A reduction over no axes (noop_with_empty_axes=1, axes absent or empty)
+ * is the reduction of each element alone: a sum, mean or maximum becomes
+ * an identity, which the no-op pass removes (or keep_noops keeps, with the
+ * same values), an L2 norm an abs; the reductions over axes stay. */
+static void test_reduce_noop(void) {
+  const char *models[] = {"reduce_noop", "reduce_noop_opset18"};
+  OpKind kept[] = {OP_REDUCE_SUM, OP_REDUCE_MEAN};
+  int n_kept[] = {2, 1};
+  for (int k = 0; k < 2; k++) {
+    OnnxImportStats st;
+    Tensor *removed = check_reference(models[k], NULL, &st);
+    CHECK_EQ_INT(st.n_opaque, 0);
+    CHECK_EQ_INT(st.n_noops_removed, 2);
+    OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+    o.keep_noops = true;
+    Tensor *identities = check_reference(models[k], &o, &st);
+    CHECK_MSG(max_abs_err(removed, identities) == 0, "%s: removed vs kept: %g", models[k],
+              max_abs_err(removed, identities));
+    Graph *g = import_model(models[k]);
+    CHECK_MSG(g && count_kind(g, OP_IDENTITY) == 0 && count_kind(g, kept[k]) == n_kept[k],
+              "%s", models[k]);
+    if (g && k == 1)
+      CHECK(count_kind(g, OP_ABS) == 1 && count_kind(g, OP_REDUCE_MAX) == 0 &&
+            count_kind(g, OP_REDUCE_L2) == 0);
+    graph_free(g);
+    check_round_trip(models[k]);
+    tensor_unref(removed);
+    tensor_unref(identities);
+  }
+}
+
+/* ONNX's Max and Min of more than two inputs are chains of Teq's binary
+ * max and min, broadcasting as the whole; a Max of one input is removed;
+ * Sum and Mean stay one variadic node each. */
+static void test_variadic(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("variadic", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  CHECK_EQ_INT(st.n_noops_removed, 1);
+  Graph *g = import_model("variadic");
+  CHECK(g && count_kind(g, OP_MAX) == 2 && count_kind(g, OP_MIN) == 3 &&
+        count_kind(g, OP_SUM) == 1 && count_kind(g, OP_MEAN) == 1 && graph_count_ops(g) == 7);
+  graph_free(g);
+  check_round_trip("variadic");
+}
+
+/* Convolutions and pools over one spatial axis are the 2-D operators over
+ * [N, C, 1, L], between reshapes; each weight is reshaped once, at import,
+ * into a constant of rank 4; the global pools take rank 3 as it is. */
+static void test_windows_1d(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("windows_1d", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  onnx_import_as_given(&o);
+  tensor_unref(check_reference("windows_1d", &o, &st));
+  Graph *g = import_model("windows_1d");
+  CHECK(g && count_kind(g, OP_CONV2D) == 2 && count_kind(g, OP_MAXPOOL) == 1 &&
+        count_kind(g, OP_AVGPOOL) == 1 && count_kind(g, OP_GLOBAL_MAXPOOL) == 1 &&
+        count_kind(g, OP_GLOBAL_AVGPOOL) == 1);
+  for (int32_t i = 0; g && i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if (n->kind != OP_CONV2D) continue;
+    const Node *w = &g->nodes[n->in[1].node];
+    CHECK(w->kind == OP_CONST && w->value->shape.ndim == 4 && w->value->shape.d[2] == 1);
+    CHECK(graph_shape(g, n->in[0])->ndim == 4);
+  }
+  graph_free(g);
+  check_round_trip("windows_1d");
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1600,10 +1699,10 @@ static void test_opaque_forms(void) {
   OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
   o.opaque_unsupported_forms = true;
   OnnxImportStats st;
-  Graph *g = import(data("bad_storage_order.onnx", p), &o, &st, &d);
+  Graph *g = import(data("bad_maxpool_indices.onnx", p), &o, &st, &d);
   CHECK(g && count_kind(g, OP_OPAQUE) == 1 && count_kind(g, OP_MAXPOOL) == 0 && st.n_opaque == 1);
-  CHECK_MSG(d.n_errors == 0 && d.text && strstr(d.text, "node 'pool' (MaxPool): MaxPool with "
-            "storage_order=1 is not supported; the node is kept as an opaque node") &&
+  CHECK_MSG(d.n_errors == 0 && d.text && strstr(d.text, "node 'pool' (MaxPool): MaxPool whose "
+            "Indices output is read is not supported; the node is kept as an opaque node") &&
             !strstr(d.text, "unsupported operator"), "%s", d.text ? d.text : "");
   graph_free(g);
   diag_fini(&d);
@@ -1683,8 +1782,8 @@ static void test_bad_files(void) {
   check_bad(data("bad_missing_init.onnx", p), TEQ_ERR_INPUT, "node 'mm' (MatMul)", "input 'W'");
   check_bad(data("bad_shape_mismatch.onnx", p), TEQ_ERR_INPUT, "node 'mm' (MatMul)", "[4, 5]");
   check_bad(data("bad_auto_pad.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)", "FOO");
-  check_bad(data("bad_storage_order.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'pool' (MaxPool)",
-            "storage_order");
+  check_bad(data("bad_maxpool_indices.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'pool' (MaxPool)",
+            "Indices output is read");
   check_bad(data("bad_attr_type.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
             "attribute 'group' is of type float, expected int");
   check_bad(data("bad_cycle.onnx", p), TEQ_ERR_INPUT, "cycle", "node 'first' (Add)");
@@ -1827,6 +1926,10 @@ int main(void) {
   test_gelu();
   test_swishes();
   test_bn_relu();
+  test_maxpool_storage_order();
+  test_reduce_noop();
+  test_variadic();
+  test_windows_1d();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

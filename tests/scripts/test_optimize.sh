@@ -336,6 +336,24 @@ then ort_same_outputs gelu "$WORK/gelu.onnx" "$WORK/gelu.opt.onnx" "$WORK/gelu" 
 else fail "gelu: $(tail -n1 "$WORK/err.log")"
 fi
 
+# --- valid forms Teq imports as other operators or as several (test_onnx.c checks their
+# values): a MaxPool with storage_order=1, reductions over no axes (noop_with_empty_axes),
+# Max and Min of more than two inputs, 1-D convolutions and pools. A fuzzer found optimize
+# refusing each (status 2); now none is kept opaque, optimize's own check passes, and ONNX
+# Runtime gives the file written the original's outputs.
+for name in maxpool_storage_order reduce_noop reduce_noop_opset18 variadic windows_1d; do
+  model=$ROOT/tests/data/onnx/$name.onnx w=$WORK/form-$name
+  mkdir -p "$w"
+  if "$OPT" --rules "$db" --quiet --budget 20 --time-limit 60 --json "$w/report.json" \
+       -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" &&
+     grep -q '^  import .* 0 opaque,' "$w/report.txt" &&
+     "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' \
+       "$w/report.json"
+  then ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || true
+  else fail "$name: $(tail -n1 "$w/err.log") $(grep -E '^  (import|end-to-end)' "$w/report.txt" | tr -s ' ')"
+  fi
+done
+
 # --- attention as PyTorch 2.x exports nn.MultiheadAttention's packed projection (the H200
 # machine's export, 2026-11-27): the product reshaped to [L, B, 3, E], a unit axis put in
 # front, the 3 swapped to it and dropped, Q, K and V each selected by a Gather, cut into heads

@@ -277,11 +277,12 @@ def bad_models():
         [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="FOO")], "g",
         [vi("x", f, [1, 2, 5, 5])], [vi("y", f, [1, 2, 3, 3])],
         [init("w", rand(2, 2, 3, 3))]), check=False)
-    # MaxPool with storage_order=1 (column-major indices).
-    save("bad_storage_order", helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2],
+    # MaxPool whose Indices output (column-major: storage_order=1) is a graph output.
+    save("bad_maxpool_indices", helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool", kernel_shape=[2, 2],
                           storage_order=1)], "g",
-        [vi("x", f, [1, 1, 4, 4])], [vi("y", f, [1, 1, 3, 3])]), check=False)
+        [vi("x", f, [1, 1, 4, 4])],
+        [vi("y", f, [1, 1, 3, 3]), vi("i", TensorProto.INT64, [1, 1, 3, 3])]), check=False)
     # An attribute of the wrong type: group as a float.
     save("bad_attr_type", helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=1.0)], "g",
@@ -713,6 +714,135 @@ def layer_norm_rank_raised():
     save_tensor("layer_norm_rank_raised.output_0.pb", ln.sum(axis=0).astype(np.float32), "y")
 
 
+def maxpool_storage_order():
+    """Two MaxPools with storage_order=1, which orders only the Indices
+    output: the first names that output and nothing reads it, the second
+    has none. Both compute the plain maximum."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    nodes = [n("MaxPool", ["x"], ["p", "unread_indices"], kernel_shape=[2, 2], storage_order=1),
+             n("MaxPool", ["p"], ["y"], kernel_shape=[2, 2], strides=[1, 2], storage_order=1)]
+    save("maxpool_storage_order", helper.make_graph(
+        nodes, "maxpool_storage_order", [vi("x", f, [1, 2, 5, 6])], [vi("y", f, [1, 2, 3, 2])]))
+    x = rand(1, 2, 5, 6)
+    win = lambda a, i, j: a[:, :, i:i + 2, j:j + 2].max(axis=(2, 3))
+    p = np.stack([np.stack([win(x, i, j) for j in range(5)], -1) for i in range(4)], -2)
+    y = np.stack([np.stack([win(p, i, j) for j in range(0, 4, 2)], -1) for i in range(3)], -2)
+    save_tensor("maxpool_storage_order.input_0.pb", x, "x")
+    save_tensor("maxpool_storage_order.output_0.pb", y, "y")
+
+
+def reduce_noop_models():
+    """Reductions with noop_with_empty_axes=1 and no axes reduce over none:
+    each output element is the reduction of one input element, the element
+    itself for a sum, mean or maximum, its magnitude for an L2 norm (as
+    ONNX Runtime computes it). At opset 13 (ReduceSum, the axes input
+    absent and given empty) and at opset 18, where every reduction takes
+    its axes as an input (ReduceMean, ReduceMax, ReduceL2). Beside them a
+    ReduceSum over axis 1 and one over every axis with the flag unset, so
+    that a reduction which does reduce is still seen to."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(2, 3, 4)
+    none = init("no_axes", np.zeros(0, np.int64))
+    axis1 = init("axis1", np.array([1], np.int64))
+    nodes = [n("ReduceSum", ["x"], ["a"], noop_with_empty_axes=1),
+             n("ReduceSum", ["a", "no_axes"], ["b"], noop_with_empty_axes=1, keepdims=0),
+             n("ReduceSum", ["b", "axis1"], ["s"], keepdims=1),
+             n("ReduceSum", ["b"], ["t"], keepdims=1),
+             n("Add", ["b", "s"], ["u"]), n("Add", ["u", "t"], ["y"])]
+    save("reduce_noop", helper.make_graph(nodes, "reduce_noop", [vi("x", f, [2, 3, 4])],
+                                          [vi("y", f, [2, 3, 4])], [none, axis1]))
+    xd = x.astype(np.float64)
+    save_tensor("reduce_noop.input_0.pb", x, "x")
+    save_tensor("reduce_noop.output_0.pb",
+                (xd + xd.sum(axis=1, keepdims=True) + xd.sum()).astype(np.float32), "y")
+    nodes = [n("ReduceMean", ["x"], ["a"], noop_with_empty_axes=1),
+             n("ReduceMax", ["a", "no_axes"], ["b"], noop_with_empty_axes=1),
+             n("ReduceL2", ["b"], ["c"], noop_with_empty_axes=1, keepdims=0),
+             n("ReduceMean", ["c", "axis1"], ["m"]), n("Sub", ["c", "m"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "reduce_noop_opset18",
+                                            [vi("x", f, [2, 3, 4])], [vi("y", f, [2, 3, 4])],
+                                            [none, axis1]),
+                          producer_name="teq-tests", opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(HERE, "reduce_noop_opset18.onnx"))  # this onnx's checker stops at 17
+    save_tensor("reduce_noop_opset18.input_0.pb", x, "x")
+    c = np.abs(xd)
+    save_tensor("reduce_noop_opset18.output_0.pb",
+                (c - c.mean(axis=1, keepdims=True)).astype(np.float32), "y")
+
+
+def variadic_models():
+    """ONNX's variadic element-wise operators: Max of three inputs and Min
+    of four, broadcasting ([2, 3, 4] with [4], [3, 1] and [1, 1, 1]), a Max
+    of one input, and Sum and Mean of three (Teq's own variadic rows)."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, b, c, e = rand(2, 3, 4), rand(4), rand(3, 1), rand(1, 1, 1)
+    nodes = [n("Max", ["x", "b", "c"], ["m"]), n("Min", ["c", "m", "e", "x"], ["k"]),
+             n("Max", ["k"], ["k1"]), n("Sum", ["k1", "b", "c"], ["s"]),
+             n("Mean", ["s", "x", "e"], ["y"])]
+    save("variadic", helper.make_graph(nodes, "variadic", [vi("x", f, [2, 3, 4])],
+                                       [vi("y", f, [2, 3, 4])],
+                                       [init("b", b), init("c", c), init("e", e)]))
+    m = np.maximum(np.maximum(x, b), c)
+    k = np.minimum(np.minimum(np.minimum(c, m), e), x)
+    s = k.astype(np.float64) + b + c
+    save_tensor("variadic.input_0.pb", x, "x")
+    save_tensor("variadic.output_0.pb", ((s + x + e) / 3).astype(np.float32), "y")
+
+
+def conv1d(x, w, b, group, stride, pad, dilation):
+    n, c, length = x.shape
+    m, cg, k = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), pad))
+    out = (length + sum(pad) - (k - 1) * dilation - 1) // stride + 1
+    y = np.zeros((n, m, out))
+    mg = m // group
+    for o in range(m):
+        gi = o // mg
+        for t in range(out):
+            taps = xp[:, gi * cg:(gi + 1) * cg, t * stride:t * stride + (k - 1) * dilation + 1:dilation]
+            y[:, o, t] = np.einsum("nck,ck->n", taps, w[o].astype(np.float64))
+    return y + b.reshape(1, m, 1)
+
+
+def windows_1d():
+    """Convolutions and pools over one spatial axis ([N, C, L]): a grouped,
+    strided, dilated, padded Conv with a bias, a Conv with auto_pad
+    SAME_UPPER and no bias, a MaxPool, an AveragePool that does not count
+    its padding, and the global pools. Teq imports each as its 2-D form over
+    [N, C, 1, L]. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w1, b1, w2 = rand(1, 4, 16), rand(6, 2, 3), rand(6), rand(6, 6, 3)
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], group=2, strides=[2], pads=[1, 2],
+               dilations=[2]),
+             n("Relu", ["c1"], ["r"]),
+             n("Conv", ["r", "w2"], ["c2"], auto_pad="SAME_UPPER"),
+             n("MaxPool", ["c2"], ["p"], kernel_shape=[2], strides=[2]),
+             n("AveragePool", ["p"], ["a"], kernel_shape=[3], pads=[1, 1]),
+             n("GlobalMaxPool", ["a"], ["gm"]), n("GlobalAveragePool", ["c2"], ["ga"]),
+             n("Mul", ["gm", "ga"], ["g"]), n("Add", ["a", "g"], ["y"])]
+    save("windows_1d", helper.make_graph(nodes, "windows_1d", [vi("x", f, [1, 4, 16])],
+                                         [vi("y", f, [1, 6, 4])],
+                                         [init("w1", w1), init("b1", b1), init("w2", w2)]))
+    c1 = conv1d(x, w1, b1, 2, 2, (1, 2), 2)                    # [1, 6, 8]
+    c2 = conv1d(np.maximum(c1, 0), w2, np.zeros(6), 1, 1, (1, 1), 1)
+    p = c2.reshape(1, 6, 4, 2).max(axis=3)
+    pp = np.pad(p, ((0, 0), (0, 0), (1, 1)))
+    counts = np.array([2, 3, 3, 2])                            # the padding is not counted
+    a = np.stack([pp[:, :, t:t + 3].sum(axis=2) for t in range(4)], -1) / counts
+    y = a + a.max(axis=2, keepdims=True) * c2.mean(axis=2, keepdims=True)
+    save_tensor("windows_1d.input_0.pb", x, "x")
+    save_tensor("windows_1d.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -733,3 +863,7 @@ if __name__ == "__main__":
     swish_models()
     bn_relu()
     layer_norm_rank_raised()
+    maxpool_storage_order()
+    reduce_noop_models()
+    variadic_models()
+    windows_1d()
