@@ -1500,6 +1500,17 @@ static void test_gelu(void) {
   check_round_trip("gelu_native");
 }
 
+/* The graph of MODEL.onnx imported with the defaults, NULL on failure. */
+static Graph *import_model(const char *model) {
+  char p[PATH_BUF], name[256];
+  Diag d;
+  diag_init(&d);
+  snprintf(name, sizeof name, "%s.onnx", model);
+  Graph *g = import(data(name, p), NULL, NULL, &d);
+  diag_fini(&d);
+  return g;
+}
+
 /* An import-time fusion's test model: against its reference imported
  * fused (*fused: the stats) and as given (*given), and through export;
  * returns the fused graph, for the caller to count its kinds. */
@@ -1510,13 +1521,7 @@ static Graph *check_fusion_model(const char *model, OnnxImportStats *fused,
   onnx_import_as_given(&o);
   tensor_unref(check_reference(model, &o, given));
   check_round_trip(model);
-  char p[PATH_BUF], name[256];
-  Diag d;
-  diag_init(&d);
-  snprintf(name, sizeof name, "%s.onnx", model);
-  Graph *g = import(data(name, p), NULL, NULL, &d);
-  diag_fini(&d);
-  return g;
+  return import_model(model);
 }
 
 /* SiLU (both operand orders) and Hardswish written out, fused at import;
@@ -1594,17 +1599,6 @@ static void test_symbolic_dims(void) {
 }
 
 /* ---- valid ONNX forms imported as other operators or as several ---- */
-
-/* The graph of MODEL.onnx imported with the defaults, NULL on failure. */
-static Graph *import_model(const char *model) {
-  char p[PATH_BUF], name[256];
-  Diag d;
-  diag_init(&d);
-  snprintf(name, sizeof name, "%s.onnx", model);
-  Graph *g = import(data(name, p), NULL, NULL, &d);
-  diag_fini(&d);
-  return g;
-}
 
 /* storage_order orders only a MaxPool's Indices output: with that output
  * absent, or named and read by nothing, the pool is a maxpool. */
