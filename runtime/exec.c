@@ -561,10 +561,11 @@ static bool view_starts(const Graph *g, int id, int64_t **first) {
   return true;
 }
 
-/* Which nodes run whole, which at positions, which are followed (with
- * their maps, or as views). A node is left unrun only if nothing that runs whole reads
- * it; a point node reads its inputs whole. A followed node with no point
- * node above it runs whole: following it would save nothing. */
+/* Which nodes run whole, which at positions, which are followed (as
+ * views, by source_of, or with their maps). A node is left unrun only if
+ * nothing that runs whole reads it; a point node reads its inputs whole.
+ * A followed node with no point node above it runs whole: following it
+ * would save nothing. */
 static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***maps, int64_t **base,
                        Diag *d) {
   const Graph *g = p->g;

@@ -37,7 +37,8 @@ TEQ_API int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tenso
  * conv2d, matmul) whose result reaches the outputs only through layout
  * operators is evaluated at the positions that reach the chosen ones, and
  * those layout operators are not run at all: each is followed, when the
- * plan is made, through a map made by running its own Z_p kernel on
+ * plan is made, by its view hook's offset (a reshape), its source_of hook
+ * (a transpose), or else a map made by running its own Z_p kernel on
  * element numbers (a layout operator moves elements and computes nothing,
  * OPF_LAYOUT_ONLY). The rest runs whole, as exec_run runs it; so does a
  * point operator asked for a quarter of its output or more. The values are
