@@ -537,28 +537,20 @@ static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Dia
   return rc;
 }
 
-/* Whether every output of node id is a run of input 0's elements in
- * their order (a reshape, a split along the outer axis): then it is
- * followed without maps, and *first is its n_out starts. Maps of a
- * reshape would be two kernel runs over the whole tensor and as many
- * megabytes of fresh memory, all to say that element f is element f. */
+/* Whether node id is a view (graph_node_is_view: every output a run of
+ * input 0's elements in their order, a reshape or a split along the outer
+ * axis): then it is followed without maps, and *first is its n_out
+ * starts. Maps of a reshape would be two kernel runs over the whole
+ * tensor and as many megabytes of fresh memory, all to say that element f
+ * is element f. Out of memory, it is no view here: the maps say the same. */
 static bool view_starts(const Graph *g, int id, int64_t **first) {
-  const Node *n = &g->nodes[id];
-  const OpDef *o = op_def(n->kind);
-  Shape in[8];
-  const Tensor *consts[8];
-  if (!o->view || n->n_in > 8) return false;
-  for (int j = 0; j < n->n_in; j++) {
-    in[j] = *graph_shape(g, n->in[j]);
-    consts[j] = g->nodes[n->in[j].node].kind == OP_CONST ? g->nodes[n->in[j].node].value : NULL;
+  int64_t *at = malloc(((size_t)g->nodes[id].n_out + 1) * sizeof *at);
+  if (at && graph_node_is_view(g, id, at)) {
+    *first = at;
+    return true;
   }
-  int64_t at[8];
-  if (n->n_out > 8 || !shape_is_known(&in[0])) return false;
-  for (int k = 0; k < n->n_out; k++)
-    if (!o->view(n, in, consts, k, &at[k])) return false;
-  if ((*first = malloc(((size_t)n->n_out + 1) * sizeof **first)))
-    memcpy(*first, at, (size_t)n->n_out * sizeof at[0]);
-  return true;
+  free(at);
+  return false;
 }
 
 /* Which nodes run whole, which at positions, which are followed (as
@@ -595,8 +587,7 @@ static int plan_states(ExecPoints *p, const unsigned char *needed, Tensor ***map
     if (lazy && o->eval_modp_at && n->n_out == 1 && n->dtype != DT_I64) {
       p->state[id] = P_POINT;
     } else if (lazy && may_reach[id] && view_starts(g, id, &base[id])) {
-      p->state[id] = base[id] ? P_FOLLOW : P_WHOLE; /* base[id] NULL: out of memory */
-      rc = base[id] ? TEQ_OK : TEQ_ERR_NOMEM;
+      p->state[id] = P_FOLLOW;
     } else if (lazy && may_reach[id] && o->source_of && n->n_out == 1 && n->n_in <= 8) {
       p->state[id] = P_FOLLOW; /* neither maps nor base: asked position by position */
     } else if (lazy && may_reach[id]) {

@@ -291,7 +291,8 @@ static void compare_output(PetOutputReport *o, int j, const Tensor *a, const Ten
  * positions, and the original need not run there again for each. */
 typedef struct OrigPoints {
   uint64_t key;    /* of the positions (tested_key); 0: none yet */
-  int64_t **pos;   /* per output, the positions themselves, compared on a match */
+  int64_t *n_pos;  /* per output, how many, and */
+  int64_t **pos;   /* the positions themselves, compared on a match */
   uint32_t **vals; /* per output */
 } OrigPoints;
 
@@ -319,7 +320,7 @@ PetOrigRuns *pet_orig_runs_new(const Graph *orig, uint64_t seed) {
 static void orig_points_fini(OrigPoints *op, int n_outputs) {
   for (int j = 0; op->vals && j < n_outputs; j++) free(op->vals[j]);
   for (int j = 0; op->pos && j < n_outputs; j++) free(op->pos[j]);
-  free(op->vals), free(op->pos);
+  free(op->vals), free(op->pos), free(op->n_pos);
   *op = (OrigPoints){0};
 }
 
@@ -393,7 +394,8 @@ static int orig_points(PetOrigRuns *c, ExecPoints **orig_plan, Tested *t, uint64
   int m = t->n_outputs;
   pthread_mutex_lock(&c->lock);
   OrigPoints *op = &c->at[k];
-  bool kept = op->key == key; /* the key covers the counts */
+  bool kept = op->key == key &&
+              !memcmp(op->n_pos, t->n_pos, (size_t)m * sizeof *t->n_pos);
   for (int j = 0; kept && j < m; j++)
     kept = !memcmp(op->pos[j], t->pos[j], (size_t)t->n_pos[j] * sizeof *t->pos[j]);
   for (int j = 0; kept && j < m; j++)
@@ -405,9 +407,11 @@ static int orig_points(PetOrigRuns *c, ExecPoints **orig_plan, Tested *t, uint64
     rc = exec_points_new(c->orig, (const int64_t *const *)t->pos, t->n_pos, orig_plan, d);
   if (!rc) rc = exec_points_run(*orig_plan, in, t->ovals, d);
   if (rc) return diag_error(d, "pet: the original does not run in Z_p"), rc;
-  OrigPoints made = {.key = key, .pos = calloc((size_t)m + 1, sizeof *made.pos),
+  OrigPoints made = {.key = key, .n_pos = malloc(((size_t)m + 1) * sizeof *made.n_pos),
+                     .pos = calloc((size_t)m + 1, sizeof *made.pos),
                      .vals = calloc((size_t)m + 1, sizeof *made.vals)};
-  bool whole = made.pos && made.vals;
+  bool whole = made.n_pos && made.pos && made.vals;
+  if (whole) memcpy(made.n_pos, t->n_pos, (size_t)m * sizeof *made.n_pos);
   for (int j = 0; whole && j < m; j++) {
     size_t n = (size_t)t->n_pos[j];
     made.pos[j] = malloc((n + 1) * sizeof *made.pos[j]);
@@ -486,7 +490,8 @@ int pet_compare_cached(const Graph *orig, const Graph *mutant, const PetTestOpti
     c = *cache = NULL;
   }
   if (!c) {
-    if (!(c = pet_orig_runs_new(orig, o->seed))) return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
+    if (!(c = pet_orig_runs_new(orig, o->seed)))
+      return diag_error(d, "pet: out of memory"), TEQ_ERR_NOMEM;
     if (cache) *cache = c;
   }
   int da = pet_degree(orig), db = pet_degree(mutant);

@@ -421,8 +421,9 @@ static int try_fuse(Post *p, int e, bool *done) {
  * shape, so that f(L(y), c) = L(f(y, c2)). Computed by running c through
  * the inverse of L (reshape back, transpose by the inverse perm), and
  * kept only if L takes it back to c exactly (sure for a c of L's whole
- * output shape, as a bias the search spread is). A one-element constant spreads
- * alike over any shape and stays. *out.node < 0 when c does not fit. */
+ * output shape, as a bias the search spread is). A one-element constant
+ * spreads alike over any shape and stays. *out.node < 0 when c does not
+ * fit. */
 static int side_constant(Post *p, TensorRef c, int l, TensorRef *out) {
   Graph *g = p->g;
   const Node *ln = &g->nodes[l];

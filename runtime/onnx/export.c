@@ -367,7 +367,7 @@ static bool default_domain_opaque(const Node *n) {
  * node is written, since rows write the forms of that opset. An opaque
  * node from a lower opset is written as it was, which is right only where
  * ONNX did not define its operator anew in between (onnx_op_changed). */
-static int decide_opset(const Graph *g, const char *path, int *opset, Diag *d) {
+int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d) {
   *opset = EXPORT_OPSET;
   for (int32_t id = 0; id < g->n_nodes; id++) {
     const Node *n = &g->nodes[id];
@@ -399,10 +399,6 @@ static int decide_opset(const Graph *g, const char *path, int *opset, Diag *d) {
              TEQ_ERR_UNSUPPORTED;
   }
   return TEQ_OK;
-}
-
-int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d) {
-  return decide_opset(g, path, opset, d);
 }
 
 void onnx_out_set_op_type(OnnxNodeOut *w, const char *op_type) {
@@ -820,7 +816,7 @@ static int write_graph(Exporter *x) {
   int rc = order && out_names && via_identity ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = internal_error(x, "the graph has a cycle");
-  if (rc == TEQ_OK) rc = decide_opset(x->g, x->path, &x->opset, x->d);
+  if (rc == TEQ_OK) rc = onnx_export_opset(x->g, x->path, &x->opset, x->d);
   if (rc == TEQ_OK) rc = reserve_io_names(x, out_names, via_identity);
   if (rc == TEQ_OK) write_inputs(x);
   if (rc == TEQ_OK) rc = write_nodes(x, order);

@@ -387,7 +387,8 @@ static void *shared_tests(void *arg) {
  * again (the same values, tested at other positions: its boxes split W). */
 static Graph *big_conv(int form) {
   Graph *g = graph_new();
-  TensorRef x = input(g, "x", shape_of(4, 1, 2, 24, 24)), w = input(g, "w", shape_of(4, 2, 2, 3, 3));
+  TensorRef x = input(g, "x", shape_of(4, 1, 2, 24, 24));
+  TensorRef w = input(g, "w", shape_of(4, 2, 2, 3, 3));
   TensorRef c = conv(g, x, w, form == 1 ? 0 : 1, 1, 1, 1);
   if (form == 1) c = pad(g, c, (int64_t[]){0, 0, 1, 1, 0, 0, 1, 1});
   if (form == 2) c = node(g, OP_EWADD, (TensorRef[]){c, c}, 2, NULL);
