@@ -83,9 +83,11 @@ TEQ_API int exec_compare(const Graph *a, const Graph *b, ExecMode mode, uint64_t
                          double tol, ExecDiff *diff, Diag *d);
 
 /* A caller comparing many pairs (optimize's checks of rule instances) can
- * keep the random inputs between calls: input i of a call is the same
- * tensor whenever mode, seed, draw, i and its shape are, so it is filled
- * once and read again. Up to max_bytes are kept, the oldest let go first.
+ * keep the random inputs between calls: input i of a call holds the same
+ * values whenever mode, seed, draw, i and its shape are, as without kept,
+ * and they are drawn once and read again (an input of fewer elements is a
+ * view of a longer one's first). Up to max_bytes are kept, the oldest let
+ * go first.
  * The executors never write to their inputs. One thread at a time. */
 typedef struct ExecInputs ExecInputs;
 TEQ_API ExecInputs *exec_inputs_new(size_t max_bytes);

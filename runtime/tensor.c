@@ -281,8 +281,29 @@ Tensor *tensor_new_unbacked(DType dtype, const Shape *shape) {
   return tensor_adopt(dtype, shape, NULL);
 }
 
+Tensor *tensor_view(Tensor *base, const Shape *shape) {
+  if (!base->data || !shape_fits(shape, base->dtype) ||
+      shape_numel(shape) > tensor_numel(base))
+    return NULL;
+  Tensor *t = malloc(sizeof *t);
+  if (!t) return NULL;
+  memset(t, 0, sizeof *t);
+  t->refs = 1;
+  t->dtype = base->dtype;
+  t->shape = *shape;
+  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
+  t->data = base->data;
+  t->base = tensor_ref(base);
+  return t;
+}
+
 void tensor_unref(Tensor *t) {
   if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL)) return;
+  if (t->base) {
+    tensor_unref(t->base);
+    free(t);
+    return;
+  }
   if (t->data != (char *)t + TENSOR_HEADER) { /* adopted */
     free(t->data);
     free(t);

@@ -2,9 +2,10 @@
  *
  * A Shape is up to TEQ_MAX_DIMS extents, row-major; ndim == SHAPE_UNKNOWN
  * marks the output of an opaque operator whose shape the model did not say.
- * A Tensor owns its data, contiguous and row-major, in one of three element
- * types: float32 (the CPU executor), int64 (shape tensors read from ONNX) and
- * Z_p residues stored as uint32_t (the Z_p evaluator, see modp.h).
+ * A Tensor owns its data (a view shares its base's), contiguous and
+ * row-major, in one of three element types: float32 (the CPU executor),
+ * int64 (shape tensors read from ONNX) and Z_p residues stored as uint32_t
+ * (the Z_p evaluator, see modp.h).
  *
  * Ownership: tensor_new returns a tensor with one reference; tensor_ref adds
  * one and tensor_unref drops one, freeing at zero. Graphs share constant
@@ -35,6 +36,7 @@ typedef struct Tensor {
   uint64_t content_hash; /* 0 until tensor_content_hash computes it */
   void *data;            /* numel elements of dtype; points into this block, or
                           * elsewhere (tensor_adopt), or NULL (tensor_new_unbacked) */
+  struct Tensor *base;   /* tensor_view: data is base's, held by a reference; else NULL */
 } Tensor;
 
 /* Shapes. shape_make takes ndim extents; all return by value. */
@@ -86,6 +88,10 @@ TEQ_API Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data);
  * nothing may read its data. NULL if the shape does not fit or memory
  * runs out. */
 TEQ_API Tensor *tensor_new_unbacked(DType dtype, const Shape *shape);
+/* The first elements of base, as many as shape holds, seen in that shape:
+ * the same data, not a copy, kept alive by a reference to base. NULL if
+ * base holds fewer elements (or none) or memory runs out. */
+TEQ_API Tensor *tensor_view(Tensor *base, const Shape *shape);
 /* size bytes aligned to 64 for tensor data (free() frees them); a block of
  * megabytes is backed by huge pages where the kernel allows, so filling it
  * faults once per 2 MB, not once per page. What tensors and an importer's

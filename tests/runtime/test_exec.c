@@ -419,9 +419,54 @@ static void test_kept_inputs(void) {
   diag_fini(&d);
 }
 
+/* x + c against x + c', c' off by one at its last element, at shape s:
+ * the shape of the inputs exec_compare draws. */
+static Graph *shifted_graph(const Shape *s, float off, Diag *d) {
+  Graph *g = graph_new();
+  int x = graph_add_input(g, "x", s, DT_F32, d);
+  Tensor *c = tensor_new(DT_F32, s);
+  int64_t n = tensor_numel(c);
+  for (int64_t i = 0; i < n; i++) ((float *)c->data)[i] = (float)(i % 5);
+  ((float *)c->data)[n - 1] += off;
+  int k = graph_add_const(g, "c", c, d);
+  TensorRef in[2] = {ref(x), ref(k)};
+  graph_add_output(g, ref(graph_add_node(g, OP_EWADD, in, 2, 1, NULL, "add", d)), "y", d);
+  return g;
+}
+
+/* An input kept at one shape serves the next call's input at another: of
+ * fewer elements, its first ones; of more, a longer draw that takes its
+ * place. Either way each call sees the values a fresh draw gives. */
+static void test_kept_across_shapes(void) {
+  Diag d;
+  diag_init(&d);
+  const Shape shapes[] = {shape_of(2, 4, 8), shape_of(2, 2, 8), shape_of(3, 2, 4, 8),
+                          shape_of(1, 3), shape_of(2, 8, 8), shape_of(2, 4, 8)};
+  ExecInputs *kept = exec_inputs_new((size_t)1 << 20);
+  CHECK(kept != NULL);
+  for (int mode = 0; mode < 2; mode++)
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+      ExecMode m = mode ? EXEC_MODP : EXEC_F32;
+      Graph *a = shifted_graph(&shapes[k], 0, &d), *b = shifted_graph(&shapes[k], 1, &d);
+      ExecDiff fresh, same;
+      CHECK_EQ_INT(exec_compare(a, b, m, 11, 1, 1e-6, &fresh, &d), TEQ_OK);
+      CHECK_EQ_INT(exec_compare_kept(a, b, m, 11, 1, 1e-6, kept, &same, &d), TEQ_OK);
+      CHECK(fresh.differ && same.differ && same.element == fresh.element);
+      CHECK_MSG(tensor_content_hash(same.a) == tensor_content_hash(fresh.a),
+                "mode %d, shape %zu: kept input differs from a fresh draw", mode, k);
+      exec_diff_fini(&fresh), exec_diff_fini(&same);
+      graph_free(a);
+      graph_free(b);
+    }
+  exec_inputs_free(kept);
+  diag_flush(&d, stderr);
+  diag_fini(&d);
+}
+
 int main(void) {
   test_modp_agrees_with_f32();
   test_kept_inputs();
+  test_kept_across_shapes();
   test_errors();
   test_opaque_refused();
   test_points();

@@ -132,6 +132,31 @@ static void test_block_alloc(void) {
   tensor_unref(t);
 }
 
+/* A view is its base's first elements in its own shape, holds the base
+ * alive after the caller lets it go, and refuses more elements than the
+ * base has, or a base with none. */
+static void test_view(void) {
+  Shape s = shape_of(2, 4, 6), fewer = shape_of(3, 2, 2, 3), more = shape_of(2, 5, 6);
+  Tensor *t = tensor_new(DT_MODP, &s);
+  CHECK(t != NULL);
+  if (!t) return;
+  tensor_fill_random(t, 9);
+  Tensor *v = tensor_view(t, &fewer), *whole = tensor_view(t, &(Shape){.ndim = 1, .d = {24}});
+  CHECK(v && whole && v->data == t->data && v->dtype == DT_MODP);
+  CHECK(tensor_numel(v) == 12 && shape_equal(&v->shape, &fewer));
+  CHECK(tensor_view(t, &more) == NULL);
+  Tensor *none = tensor_new_unbacked(DT_F32, &s);
+  CHECK(none && tensor_view(none, &fewer) == NULL);
+  tensor_unref(none);
+  uint32_t first[12];
+  memcpy(first, t->data, sizeof first);
+  tensor_unref(t); /* the views hold it */
+  CHECK(memcmp(v->data, first, sizeof first) == 0);
+  tensor_unref(whole);
+  CHECK(memcmp(v->data, first, sizeof first) == 0);
+  tensor_unref(v);
+}
+
 /* A tensor with a shape and no elements: its size is its shape's, it
  * clones to another such tensor, and it hashes equal to itself alone, so
  * two of one shape are never taken for the same weight. */
@@ -177,6 +202,7 @@ int main(void) {
   test_kept_blocks();
   test_block_alloc();
   test_unbacked();
+  test_view();
   test_diag();
   return check_exit();
 }
