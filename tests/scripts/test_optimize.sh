@@ -178,6 +178,42 @@ then ok "a zero output: the check says it compared one value"
 else fail "a zero output: no warning ($(tail -n1 "$WORK/err.log"))"
 fi
 
+# --- the check's inputs reach past [-1, 1), where silu and hard swish still only rise:
+# relu(x - 1.5) is 0 everywhere on [-1, 1), and must not be on the check's inputs.
+"$PY" - "$WORK/bend.onnx" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+c = numpy_helper.from_array(np.full((1,), 1.5, np.float32), "c")
+g = helper.make_graph([helper.make_node("Sub", ["x", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                      "bend", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], [c])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+if "$OPT" --rules "$db" --quiet --budget 5 --json "$WORK/bend.json" -o "$WORK/bend.opt.onnx" \
+     "$WORK/bend.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' "$WORK/bend.json"
+then ok "relu(x - 1.5): the check's inputs reach past 1.5"
+else fail "relu(x - 1.5): the check saw one value everywhere ($(tail -n1 "$WORK/err.log"))"
+fi
+
+# --- the check fails loudly: two products merged into one sum in another order, checked
+# with no rounding allowed, exit 1 and say by how much.
+"$PY" - "$WORK/sum2.onnx" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+rng = np.random.default_rng(3)
+w = [numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), n) for n in ("w1", "w2")]
+g = helper.make_graph([helper.make_node("MatMul", ["x1", "w1"], ["a"]), helper.make_node("MatMul", ["x2", "w2"], ["b"]),
+                       helper.make_node("Add", ["a", "b"], ["y"])], "sum2",
+                      [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 64]) for n in ("x1", "x2")],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])], w)
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+expect_status 1 "the optimized model differs from the original: largest relative error [0-9.e+-]+ > tolerance 1e-12" \
+  "$OPT" --rules "$db" --quiet --no-pet --budget 5 --tolerance 1e-12 -o "$WORK/sum2.opt.onnx" "$WORK/sum2.onnx"
+
 # --- an operator Teq does not know (CumSum) between rewritable products: optimize keeps it,
 # checks around it (its inputs compared, its output fed the same values to both) the file it
 # wrote, its CumSum paired with the original's though the export renamed its tensors, and ONNX
