@@ -131,8 +131,38 @@ static void band_axpy4(uint64_t *restrict acc, const uint32_t *restrict b, int64
                         (uint64_t)x[2] * b[2 * bt + j] + (uint64_t)x[3] * b[3 * bt + j]);
 }
 
+/* C = A B for A stored by columns (ra == 1: a transposed operand) and C
+ * of at most COLUMNS_FEW columns. Summing each row of C down a column of
+ * A misses the cache once per element (a [512, 4096] weight read
+ * transposed, times one column: NasRNN's checks of its layout rules), so
+ * a block of C's rows is summed at once instead, along A's rows. */
+enum { COLUMNS_FEW = 4, ROWS_BLOCK = 512 };
+static void modp_gemm_by_columns(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ca,
+                                 const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c,
+                                 int64_t ldc) {
+  uint64_t acc[COLUMNS_FEW][ROWS_BLOCK];
+  for (int64_t i0 = 0; i0 < m; i0 += ROWS_BLOCK) {
+    const int64_t h = m - i0 < ROWS_BLOCK ? m - i0 : ROWS_BLOCK;
+    for (int64_t j = 0; j < n; j++) memset(acc[j], 0, (size_t)h * sizeof acc[j][0]);
+    for (int64_t t = 0; t < k; t++) {
+      const uint32_t *at = a + t * ca + i0;
+      for (int64_t j = 0; j < n; j++) {
+        const uint64_t x = b[t * rb + j * cb];
+        if (!x) continue;
+        for (int64_t i = 0; i < h; i++) acc[j][i] += modp_fold(x * at[i]);
+      }
+    }
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t i = 0; i < h; i++) c[(i0 + i) * ldc + j] = modp_reduce(acc[j][i]);
+  }
+}
+
 void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, int64_t ca,
                const uint32_t *b, int64_t rb, int64_t cb, uint32_t *c, int64_t ldc) {
+  if (ra == 1 && ca != 1 && n <= COLUMNS_FEW && m > 1) {
+    modp_gemm_by_columns(m, n, k, a, ca, b, rb, cb, c, ldc);
+    return;
+  }
   if (cb != 1 && n > 1) {
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {

@@ -583,7 +583,8 @@ static void test_matmul(void) {
 
 /* Residues over all of Z_p (near p - 1, where every fold matters), with
  * rows of zeros, against 128-bit arithmetic: matmul tall and batched, and
- * gemm with every transpose, at widths across the kernel's column bands. */
+ * gemm with every transpose, at widths across the kernel's column bands
+ * and heights across its row blocks. */
 static Tensor *random_residues(Shape s, uint64_t seed) {
   Tensor *t = tensor_new(DT_MODP, &s);
   uint32_t *q = t->data;
@@ -607,7 +608,10 @@ static uint32_t product_ref(const Tensor *a, const Tensor *b, int64_t i, int64_t
 static void test_products_modp_full_range(void) {
   Diag d;
   diag_init(&d);
-  const int64_t dims[][3] = {{3, 300, 37}, {1, 517, 64}, {5, 1, 29}, {2, 257, 1}};
+  /* [1100, 40] x [40, 3] and [600, 17] x [17, 1] with A transposed sum
+   * blocks of C's rows at once, a last block short. */
+  const int64_t dims[][3] = {{3, 300, 37}, {1, 517, 64},  {5, 1, 29},
+                             {2, 257, 1},  {1100, 3, 40}, {600, 1, 17}};
   for (size_t c = 0; c < sizeof dims / sizeof *dims; c++) {
     const int64_t m = dims[c][0], n = dims[c][1], k = dims[c][2];
     for (int form = 0; form < 5; form++) { /* matmul, then gemm with ta, tb from form - 1 */
