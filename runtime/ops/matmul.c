@@ -163,7 +163,9 @@ void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, i
     modp_gemm_by_columns(m, n, k, a, ca, b, rb, cb, c, ldc);
     return;
   }
-  if (cb != 1 && n > 1) {
+  /* Dot products: B in columns, or one column of B against rows of A
+   * (which the bands below would take four elements at a time). */
+  if ((cb != 1 && n > 1) || (n == 1 && ca == 1 && rb == 1)) {
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
         const uint32_t *ai = a + i * ra, *bj = b + j * cb;
@@ -176,8 +178,8 @@ void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, i
       }
     return;
   }
-  /* B in rows (or one column: n = 1, j0 = 0), four at a time, the last
-   * one to three alone. Four zeros of A skip their pass (the zero-padded
+  /* B in rows (or one column of spread elements: n = 1, j0 = 0), four at
+   * a time, the last one to three alone. Four zeros of A skip their pass (the zero-padded
    * kernels of PET's merged convolutions). */
   uint64_t acc[MODP_BAND];
   for (int64_t j0 = 0; j0 < n; j0 += MODP_BAND) {
