@@ -29,16 +29,34 @@
 
 #include "runtime/onnx/onnx_int.h"
 
-/* graph_use_counts for a pass (`what` names it in the error); NULL, with
- * the error in d, when out of memory. */
-static int32_t *pass_use_counts(const Graph *g, int32_t **offset, const char *what, Diag *d) {
-  int32_t *uses = graph_use_counts(g, offset);
-  if (!uses) {
-    free(*offset);
-    *offset = NULL;
-    diag_error(d, "out of memory %s", what);
-  }
-  return uses;
+/* Each output's readers as counted when a pass begins (graph_use_counts).
+ * A node the pass adds afterwards was not counted, and uses_of says -1 for
+ * it, so it is never taken for a sole reader's producer: a second
+ * BatchNorm reads the conv the first one's fold made, a second scale the
+ * product the first one's made. */
+typedef struct Uses {
+  int32_t *count, *offset;
+  int32_t n; /* the nodes counted */
+} Uses;
+
+/* TEQ_OK, or TEQ_ERR_NOMEM with the error (naming what the pass does) in d. */
+static int pass_uses(const Graph *g, Uses *u, const char *what, Diag *d) {
+  u->n = g->n_nodes;
+  u->count = graph_use_counts(g, &u->offset);
+  if (u->count) return TEQ_OK;
+  free(u->offset);
+  u->offset = NULL;
+  return diag_error(d, "out of memory %s", what), TEQ_ERR_NOMEM;
+}
+
+static void uses_fini(Uses *u) {
+  free(u->count);
+  free(u->offset);
+}
+
+/* How many readers output r has; -1 for a node added since the count. */
+static int32_t uses_of(const Uses *u, TensorRef r) {
+  return r.node >= 0 && r.node < u->n ? u->count[u->offset[r.node] + r.out] : -1;
 }
 
 /* A node of kind on in that takes over the readers of node at's output 0,
@@ -103,13 +121,12 @@ static const Tensor *const_input(const Graph *g, const Node *n, int i, int64_t n
 /* The convolution bn folds into, or -1: bn reads output 0 of a conv2d
  * without a fused activation that nothing else reads, and every weight
  * involved is a float32 constant of the right size. */
-static int32_t foldable_conv(const Graph *g, const Node *bn, const int32_t *uses,
-                             const int32_t *offset) {
+static int32_t foldable_conv(const Graph *g, const Node *bn, const Uses *u) {
   if (bn->n_in != 5 || bn->n_out != 1 || bn->in[0].out != 0) return -1;
   int32_t c = bn->in[0].node;
   const Node *conv = &g->nodes[c];
   int act = param_index(OP_CONV2D, "act");
-  if (conv->kind != OP_CONV2D || uses[offset[c]] != 1 || conv->n_out != 1 ||
+  if (conv->kind != OP_CONV2D || uses_of(u, (TensorRef){c, 0}) != 1 || conv->n_out != 1 ||
       op_output_pooled(conv))
     return -1;
   if (act >= 0 && param_int(&conv->params, act) != ACT_NONE) return -1;
@@ -169,26 +186,24 @@ int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
   int eps_i = param_of_attr(OP_BATCHNORM, "epsilon");
   /* Without a bias input or a known epsilon there is nothing exact to do. */
   if (op_def(OP_CONV2D)->n_in_max < 3 || eps_i < 0) return 0;
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "folding BatchNormalization", d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, "folding BatchNormalization", d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     if (g->nodes[i].kind != OP_BATCHNORM) continue;
-    int32_t c = foldable_conv(g, &g->nodes[i], uses, offset);
+    int32_t c = foldable_conv(g, &g->nodes[i], &u);
     if (c >= 0 && (rc = fold_one(g, i, c, param_float(&g->nodes[i].params, eps_i), d)) == TEQ_OK)
       n++;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc == TEQ_OK ? n : rc;
 }
 
 /* ---- layer normalization written out ---- */
 
 /* Tensor r's producer when it is of kind k and r is its only use; else -1. */
-static int32_t sole(const Graph *g, TensorRef r, OpKind k, const int32_t *uses,
-                    const int32_t *offset) {
-  return g->nodes[r.node].kind == k && uses[offset[r.node] + r.out] == 1 ? r.node : -1;
+static int32_t sole(const Graph *g, TensorRef r, OpKind k, const Uses *u) {
+  return g->nodes[r.node].kind == k && uses_of(u, r) == 1 ? r.node : -1;
 }
 
 /* The one float of a one-element constant r, or NAN (also for no tensor,
@@ -217,23 +232,23 @@ static int trailing_mean(const Graph *g, const Node *m) {
 
 /* Whether the Div at dv ends a written-out layer normalization; fills x,
  * its first axis and epsilon, and the Sub the Div reads. */
-static bool normalized(const Graph *g, int32_t dv, const int32_t *uses, const int32_t *offset,
-                       TensorRef *x, int *axis, double *eps) {
+static bool normalized(const Graph *g, int32_t dv, const Uses *u, TensorRef *x, int *axis,
+                       double *eps) {
   const Node *d = &g->nodes[dv];
   const Node *sb = &g->nodes[d->in[0].node];
-  int32_t sq = sole(g, d->in[1], OP_SQRT, uses, offset);
-  if (sb->kind != OP_SUB || uses[offset[d->in[0].node]] != 2 || sq < 0) return false;
-  int32_t m1 = sole(g, sb->in[1], OP_REDUCE_MEAN, uses, offset);
+  int32_t sq = sole(g, d->in[1], OP_SQRT, u);
+  if (sb->kind != OP_SUB || uses_of(u, d->in[0]) != 2 || sq < 0) return false;
+  int32_t m1 = sole(g, sb->in[1], OP_REDUCE_MEAN, u);
   if (m1 < 0 || g->nodes[m1].in[0].node != sb->in[0].node ||
       g->nodes[m1].in[0].out != sb->in[0].out)
     return false;
   const Node *ad = &g->nodes[g->nodes[sq].in[0].node];
-  if (sole(g, g->nodes[sq].in[0], OP_EWADD, uses, offset) < 0) return false;
+  if (sole(g, g->nodes[sq].in[0], OP_EWADD, u) < 0) return false;
   int which = isnan(scalar_of(g, ad->in[1])) ? 1 : 0; /* the operand that is not epsilon */
   *eps = scalar_of(g, ad->in[1 - which]);
-  int32_t m2 = sole(g, ad->in[which], OP_REDUCE_MEAN, uses, offset);
+  int32_t m2 = sole(g, ad->in[which], OP_REDUCE_MEAN, u);
   if (isnan(*eps) || !(*eps > 0) || m2 < 0) return false;
-  int32_t pw = sole(g, g->nodes[m2].in[0], OP_POW, uses, offset);
+  int32_t pw = sole(g, g->nodes[m2].in[0], OP_POW, u);
   if (pw < 0 || g->nodes[pw].in[0].node != d->in[0].node || scalar_of(g, g->nodes[pw].in[1]) != 2)
     return false;
   int a1 = trailing_mean(g, &g->nodes[m1]), a2 = trailing_mean(g, &g->nodes[m2]);
@@ -259,19 +274,22 @@ static int32_t const_reader(const Graph *g, int32_t id, OpKind k, int32_t n0, Te
 }
 
 int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing layer normalizations", d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, "fusing layer normalizations", d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     TensorRef x;
     int axis;
     double eps;
-    if (g->nodes[i].kind != OP_DIV || !normalized(g, i, uses, offset, &x, &axis, &eps)) continue;
+    if (g->nodes[i].kind != OP_DIV || !normalized(g, i, &u, &x, &axis, &eps)) continue;
     /* gamma (required: layer_norm always scales), then beta */
     TensorRef in[3] = {x, {-1, 0}, {-1, 0}};
-    int32_t mul = uses[offset[i]] == 1 ? const_reader(g, i, OP_EWMUL, n0, &in[1]) : -1;
+    int32_t mul = uses_of(&u, (TensorRef){i, 0}) == 1 ? const_reader(g, i, OP_EWMUL, n0, &in[1])
+                                                       : -1;
     if (mul < 0) continue;
-    int32_t add = uses[offset[mul]] == 1 ? const_reader(g, mul, OP_EWADD, n0, &in[2]) : -1;
+    int32_t add = uses_of(&u, (TensorRef){mul, 0}) == 1
+                      ? const_reader(g, mul, OP_EWADD, n0, &in[2])
+                      : -1;
     int n_in = add < 0 ? 2 : 3, last = add < 0 ? mul : add;
     /* A one-element epsilon, exponent, scale or bias of a higher rank
      * broadcasts the result to that rank; layer_norm keeps x's shape.
@@ -290,8 +308,7 @@ int onnx_pass_fuse_layer_norm(Graph *g, Diag *d) {
     if (id < 0) continue;
     n++;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc == TEQ_OK ? n : rc;
 }
 
@@ -310,10 +327,9 @@ static TensorRef other_operand(const Node *b, TensorRef r) {
 static bool same_ref(TensorRef a, TensorRef b) { return a.node == b.node && a.out == b.out; }
 
 /* x when r, used once, is x / sqrt 2 or x * (1 / sqrt 2); else {-1}. */
-static TensorRef scaled_input(const Graph *g, TensorRef r, const int32_t *uses,
-                              const int32_t *offset) {
+static TensorRef scaled_input(const Graph *g, TensorRef r, const Uses *u) {
   const Node *n = &g->nodes[r.node];
-  if (uses[offset[r.node] + r.out] != 1) return (TensorRef){-1, 0};
+  if (uses_of(u, r) != 1) return (TensorRef){-1, 0};
   if (n->kind == OP_DIV && near(scalar_of(g, n->in[1]), M_SQRT2)) return n->in[0];
   if (n->kind == OP_EWMUL)
     for (int s = 0; s < 2; s++)
@@ -323,28 +339,27 @@ static TensorRef scaled_input(const Graph *g, TensorRef r, const int32_t *uses,
 
 /* x when r, used once, is sqrt(2/pi) (x + 0.044715 x^3), the cube written
  * x (x x) or Pow(x, 3) (PyTorch's tanh GELU below opset 20); else {-1}. */
-static TensorRef cubic_input(const Graph *g, TensorRef r, const int32_t *uses,
-                             const int32_t *offset) {
+static TensorRef cubic_input(const Graph *g, TensorRef r, const Uses *u) {
   const TensorRef none = {-1, 0};
   const Node *m = &g->nodes[r.node];
-  if (m->kind != OP_EWMUL || uses[offset[r.node] + r.out] != 1) return none;
+  if (m->kind != OP_EWMUL || uses_of(u, r) != 1) return none;
   int s = near(scalar_of(g, m->in[0]), 0.7978845608028654) ? 0 : 1;
   if (!near(scalar_of(g, m->in[s]), 0.7978845608028654)) return none;
-  TensorRef u = m->in[1 - s];
-  const Node *a = &g->nodes[u.node];
-  if (a->kind != OP_EWADD || uses[offset[u.node] + u.out] != 1) return none;
+  TensorRef inner = m->in[1 - s];
+  const Node *a = &g->nodes[inner.node];
+  if (a->kind != OP_EWADD || uses_of(u, inner) != 1) return none;
   for (int k = 0; k < 2; k++) { /* a = x + v, v = 0.044715 x^3 */
     TensorRef x = a->in[k], v = a->in[1 - k];
     const Node *vm = &g->nodes[v.node];
-    if (vm->kind != OP_EWMUL || uses[offset[v.node] + v.out] != 1) continue;
+    if (vm->kind != OP_EWMUL || uses_of(u, v) != 1) continue;
     int c = near(scalar_of(g, vm->in[0]), 0.044715) ? 0 : 1;
     if (!near(scalar_of(g, vm->in[c]), 0.044715)) continue;
     TensorRef cube = vm->in[1 - c];
     const Node *cb = &g->nodes[cube.node];
-    if (uses[offset[cube.node] + cube.out] != 1) continue;
+    if (uses_of(u, cube) != 1) continue;
     if (cb->kind == OP_POW && same_ref(cb->in[0], x) && scalar_of(g, cb->in[1]) == 3) return x;
     TensorRef sq = other_operand(cb, x);
-    if (cb->kind != OP_EWMUL || sq.node < 0 || uses[offset[sq.node] + sq.out] != 1) continue;
+    if (cb->kind != OP_EWMUL || sq.node < 0 || uses_of(u, sq) != 1) continue;
     const Node *q = &g->nodes[sq.node];
     if (q->kind == OP_EWMUL && same_ref(q->in[0], x) && same_ref(q->in[1], x)) return x;
   }
@@ -352,9 +367,8 @@ static TensorRef cubic_input(const Graph *g, TensorRef r, const int32_t *uses,
 }
 
 /* The only reader of node id's output 0 among nodes below n0, or -1. */
-static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const int32_t *uses,
-                           const int32_t *offset) {
-  if (uses[offset[id]] != 1) return -1;
+static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const Uses *u) {
+  if (uses_of(u, (TensorRef){id, 0}) != 1) return -1;
   for (int32_t j = 0; j < n0; j++)
     for (int k = 0; k < g->nodes[j].n_in; k++)
       if (g->nodes[j].in[k].node == id && g->nodes[j].in[k].out == 0) return j;
@@ -365,22 +379,21 @@ static int32_t only_reader(const Graph *g, int32_t id, int32_t n0, const int32_t
  * 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)): fills x and the node whose
  * output is the GELU (the last multiplication). Both orders of the halving
  * are taken: (x (1 + f)) / 2 and (x / 2) (1 + f). */
-static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
-                    const int32_t *offset, TensorRef *x, int32_t *last) {
+static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const Uses *u, TensorRef *x,
+                    int32_t *last) {
   TensorRef in = g->nodes[e].in[0];
-  *x = g->nodes[e].kind == OP_ERF ? scaled_input(g, in, uses, offset)
-                                  : cubic_input(g, in, uses, offset);
+  *x = g->nodes[e].kind == OP_ERF ? scaled_input(g, in, u) : cubic_input(g, in, u);
   if (x->node < 0) return false;
-  int32_t add = only_reader(g, e, n0, uses, offset);
+  int32_t add = only_reader(g, e, n0, u);
   if (add < 0 || g->nodes[add].kind != OP_EWADD ||
       scalar_of(g, other_operand(&g->nodes[add], (TensorRef){e, 0})) != 1)
     return false;
-  int32_t mul = only_reader(g, add, n0, uses, offset);
+  int32_t mul = only_reader(g, add, n0, u);
   if (mul < 0 || g->nodes[mul].kind != OP_EWMUL) return false;
   TensorRef by = other_operand(&g->nodes[mul], (TensorRef){add, 0});
   if (by.node < 0) return false;
   if (same_ref(by, *x)) { /* then halved */
-    int32_t half = only_reader(g, mul, n0, uses, offset);
+    int32_t half = only_reader(g, mul, n0, u);
     if (half < 0 || g->nodes[half].kind != OP_EWMUL ||
         scalar_of(g, other_operand(&g->nodes[half], (TensorRef){mul, 0})) != 0.5)
       return false;
@@ -388,7 +401,7 @@ static bool gelu_of(const Graph *g, int32_t e, int32_t n0, const int32_t *uses,
     return true;
   }
   const Node *h = &g->nodes[by.node]; /* x halved first, used here only */
-  if (h->kind != OP_EWMUL || uses[offset[by.node] + by.out] != 1 ||
+  if (h->kind != OP_EWMUL || uses_of(u, by) != 1 ||
       scalar_of(g, other_operand(h, *x)) != 0.5)
     return false;
   *last = mul;
@@ -404,33 +417,30 @@ typedef struct UnaryFound {
   Params p;
 } UnaryFound;
 
-/* Whether node i (of the first n0, uses and offset counting g's uses
- * before the pass) ends or starts a chain the pass replaces. */
-typedef bool (*UnaryMatch)(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
-                           const int32_t *offset, UnaryFound *f);
+/* Whether node i (of the first n0, whose readers u counted before the
+ * pass) ends or starts a chain the pass replaces. */
+typedef bool (*UnaryMatch)(const Graph *g, int32_t i, int32_t n0, const Uses *u, UnaryFound *f);
 
 /* Replaces every chain match finds by its one operator; returns how many,
  * or an error. what says what the pass does, for an out-of-memory message. */
 static int replace_by_unary(Graph *g, const char *what, UnaryMatch match, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, what, d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, what, d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     UnaryFound f;
-    if (!match(g, i, n0, uses, offset, &f)) continue;
+    if (!match(g, i, n0, &u, &f)) continue;
     int id = take_over(g, f.at, f.at, f.kind, &f.x, 1, &f.p, d);
     if (id < 0) rc = id;
     else n++;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc == TEQ_OK ? n : rc;
 }
 
-static bool match_gelu(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
-                       const int32_t *offset, UnaryFound *f) {
+static bool match_gelu(const Graph *g, int32_t i, int32_t n0, const Uses *u, UnaryFound *f) {
   OpKind k = g->nodes[i].kind;
-  if ((k != OP_ERF && k != OP_TANH) || !gelu_of(g, i, n0, uses, offset, &f->x, &f->at))
+  if ((k != OP_ERF && k != OP_TANH) || !gelu_of(g, i, n0, u, &f->x, &f->at))
     return false;
   const Shape *xs = graph_shape(g, f->x), *ys = &g->nodes[f->at].out[0];
   if (!shape_equal(xs, ys) || g->nodes[f->x.node].dtype != DT_F32) return false;
@@ -446,14 +456,13 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d) {
 
 /* The gate g of x in x * g(x) (ewmul m, either order) that m alone reads:
  * its node id, with x, or -1. */
-static int32_t gate_of(const Graph *g, const Node *m, const int32_t *uses, const int32_t *offset,
-                       TensorRef *x) {
+static int32_t gate_of(const Graph *g, const Node *m, const Uses *u, TensorRef *x) {
   if (m->kind != OP_EWMUL || m->n_in != 2) return -1;
   for (int s = 0; s < 2; s++) {
     TensorRef r = m->in[s];
     const Node *gate = &g->nodes[r.node];
     if (gate->n_in != 1 || gate->n_out != 1 || !same_ref(gate->in[0], m->in[1 - s]) ||
-        uses[offset[r.node]] != 1)
+        uses_of(u, (TensorRef){r.node, 0}) != 1)
       continue;
     *x = gate->in[0];
     return r.node;
@@ -473,9 +482,8 @@ static OpKind swish_of(const Node *gate) {
   return 0;
 }
 
-static bool match_swish(const Graph *g, int32_t i, int32_t n0, const int32_t *uses,
-                        const int32_t *offset, UnaryFound *f) {
-  int32_t gate = gate_of(g, &g->nodes[i], uses, offset, &f->x);
+static bool match_swish(const Graph *g, int32_t i, int32_t n0, const Uses *u, UnaryFound *f) {
+  int32_t gate = gate_of(g, &g->nodes[i], u, &f->x);
   f->kind = gate >= 0 && gate < n0 ? swish_of(&g->nodes[gate]) : 0;
   /* The product broadcasts nothing: x has its shape. */
   if (!f->kind || !shape_equal(graph_shape(g, f->x), &g->nodes[i].out[0]) ||
@@ -553,7 +561,7 @@ static const Tensor *const_operand(const Graph *g, const Node *n, int *k) {
 /* Folds the scale mul (node m) into its product where the chain above it
  * is product [-> add of a constant] [-> transpose], each read by the next
  * alone; 1 if it did, 0 where it does not apply, or an error. */
-static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *offset, Diag *d) {
+static int fold_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
   const Node *mn = &g->nodes[m];
   int k;
   const Tensor *gamma = mn->n_in == 2 ? const_operand(g, mn, &k) : NULL;
@@ -562,7 +570,7 @@ static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *o
   if (!shape_equal(graph_shape(g, cur), &mn->out[0])) return 0;
   int axis = broadcast_axis(gamma, &mn->out[0]);
   if (axis < 0) return 0;
-  int32_t trans = sole(g, cur, OP_TRANSPOSE, uses, offset), add = -1;
+  int32_t trans = sole(g, cur, OP_TRANSPOSE, u), add = -1;
   if (trans >= 0) {
     const ParamValue *perm = &g->nodes[trans].params.v[param_index(OP_TRANSPOSE, "perm")];
     int rank = mn->out[0].ndim;
@@ -570,7 +578,7 @@ static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *o
     cur = g->nodes[trans].in[0];
   }
   const Tensor *bias = NULL;
-  if ((add = sole(g, cur, OP_EWADD, uses, offset)) >= 0) {
+  if ((add = sole(g, cur, OP_EWADD, u)) >= 0) {
     int j;
     const Node *an = &g->nodes[add];
     bias = const_operand(g, an, &j);
@@ -580,7 +588,7 @@ static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *o
     if (axis == TEQ_MAX_DIMS) axis = bax; /* a scalar scale follows the bias's axis */
     cur = an->in[1 - j];
   }
-  int32_t prod = sole(g, cur, OP_MATMUL, uses, offset);
+  int32_t prod = sole(g, cur, OP_MATMUL, u);
   if (prod < 0 || g->nodes[prod].n_in != 2) return 0;
   const Node *pn = &g->nodes[prod];
   const Tensor *w = const_input(g, pn, 1, -1);
@@ -632,22 +640,21 @@ static int fold_scale(Graph *g, int32_t m, const int32_t *uses, const int32_t *o
 }
 
 int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "folding scales", d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, "folding scales", d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {
     if (g->nodes[i].kind != OP_EWMUL) continue;
-    if ((rc = fold_scale(g, i, uses, offset, d)) < 0) break;
+    if ((rc = fold_scale(g, i, &u, d)) < 0) break;
     n += rc;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc < 0 ? rc : n;
 }
 
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing activations", d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, "fusing activations", d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     const Node *a = &g->nodes[i];
@@ -658,7 +665,7 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     int act_i = param_index(p->kind, "act");
     /* The producer's only use, and its only output: fusing must not change
      * what another reader (or the graph's output) sees. */
-    if (act_i < 0 || x.node >= n0 || p->n_out != 1 || uses[offset[x.node]] != 1 ||
+    if (act_i < 0 || p->n_out != 1 || uses_of(&u, (TensorRef){x.node, 0}) != 1 ||
         p->params.v[act_i].i[0] != ACT_NONE || p->dtype != DT_F32 || op_output_pooled(p) ||
         p->n_in > 8)
       continue;
@@ -669,8 +676,7 @@ int onnx_pass_fuse_activations(Graph *g, Diag *d) {
     }
     n++;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc == TEQ_OK ? n : rc;
 }
 
@@ -690,8 +696,8 @@ static int64_t tiling_window(const Node *m) {
 }
 
 int onnx_pass_fuse_pools(Graph *g, Diag *d) {
-  int32_t *offset = NULL, *uses = pass_use_counts(g, &offset, "fusing pools", d);
-  if (!uses) return TEQ_ERR_NOMEM;
+  Uses u;
+  if (pass_uses(g, &u, "fusing pools", d)) return TEQ_ERR_NOMEM;
   int n = 0, rc = TEQ_OK;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
     const Node *m = &g->nodes[i];
@@ -700,9 +706,8 @@ int onnx_pass_fuse_pools(Graph *g, Diag *d) {
     TensorRef x = m->in[0];
     const Node *p = &g->nodes[x.node];
     int pool_i = param_index(p->kind, "pool");
-    if (!k || pool_i < 0 || x.node >= n0 || x.out != 0 || p->n_out != 1 ||
-        uses[offset[x.node]] != 1 || p->params.v[pool_i].i[0] != 0 || p->dtype != DT_F32 ||
-        p->n_in > 8)
+    if (!k || pool_i < 0 || x.out != 0 || p->n_out != 1 || uses_of(&u, x) != 1 ||
+        p->params.v[pool_i].i[0] != 0 || p->dtype != DT_F32 || p->n_in > 8)
       continue;
     /* ceil_mode keeps a partial last window where the extent is not a
      * multiple of k: the pool's output must be the whole windows alone. */
@@ -717,7 +722,6 @@ int onnx_pass_fuse_pools(Graph *g, Diag *d) {
     }
     n++;
   }
-  free(uses);
-  free(offset);
+  uses_fini(&u);
   return rc == TEQ_OK ? n : rc;
 }
