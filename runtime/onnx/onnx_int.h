@@ -214,8 +214,9 @@ int onnx_pass_fuse_pools(Graph *g, Diag *d);
 
 /* The first opset after `from`, up to `to`, at which ONNX defined default
  * domain operator op_type anew (its meaning at `to` may differ from its
- * meaning at `from`); 0 where it did not; -1 for an operator ONNX's
- * default domain does not have. */
+ * meaning at `from`), not counting versions that only let more element
+ * types in; 0 where it did not; -1 for an operator ONNX's default domain
+ * does not have. */
 int onnx_op_changed(const char *op_type, int from, int to);
 
 #endif

@@ -4,13 +4,18 @@
  * mean the same in the opset the model is written in? Where the operator
  * got a new version in between, it may not: Softmax at opset 11 normalizes
  * over every axis from its axis on, at 13 over that axis alone; Upsample
- * is gone after 9; ReduceMean's axes became an input at 18.
+ * is gone after 9; ReduceMean's axes became an input at 18. A new version
+ * that only let more element types in (Where and PRelu at 16: bfloat16)
+ * leaves every older node meaning what it did, and does not count.
  *
  * Opsets 1 to 17 are ONNX's own operator schemas (onnx.defs, ONNX 1.12:
- * every since_version of the default domain); 18 to 20, the opsets export
- * may still write, are from ONNX's Changelog.md. A new version that only
- * widened the types counts too: the table cannot tell, and the model's
- * own converter (onnx.version_converter) can. */
+ * every since_version of the default domain). A version counts as types
+ * only where its schema equals the one before it in everything but its
+ * type constraints (attributes with their defaults, inputs and outputs,
+ * their counts), and every constraint allows at least what it did, one
+ * more: Sum at 8 took numpy broadcasting with the same schema, and counts.
+ * 18 to 20, the opsets export may still write, are from ONNX's
+ * Changelog.md, each counted as a new definition. */
 #include <string.h>
 
 #include "runtime/onnx/onnx_int.h"
@@ -216,11 +221,104 @@ static const OpVersions versions[] = {
   {"Xor", {1, 7}},
 };
 
+/* The versions above that only widened types, by the rule above. */
+static const OpVersions types_only[] = {
+  {"Abs", {13}},
+  {"Add", {13, 14}},
+  {"ArgMax", {13}},
+  {"ArgMin", {13}},
+  {"Cast", {9, 13}},
+  {"Ceil", {13}},
+  {"Clip", {12, 13}},
+  {"Concat", {13}},
+  {"Constant", {9, 13}},
+  {"CumSum", {14}},
+  {"DepthToSpace", {13}},
+  {"Div", {13, 14}},
+  {"Dropout", {13}},
+  {"Equal", {11, 13}},
+  {"Erf", {13}},
+  {"Exp", {13}},
+  {"Expand", {13}},
+  {"Flatten", {9, 13}},
+  {"Floor", {13}},
+  {"Gather", {13}},
+  {"GatherElements", {13}},
+  {"GatherND", {13}},
+  {"Gemm", {9, 13}},
+  {"Greater", {9, 13}},
+  {"GreaterOrEqual", {16}},
+  {"Identity", {13, 16}},
+  {"If", {13, 16}},
+  {"IsNaN", {13}},
+  {"LRN", {13}},
+  {"LeakyRelu", {16}},
+  {"Less", {9, 13}},
+  {"LessOrEqual", {16}},
+  {"Log", {13}},
+  {"Loop", {13, 16}},
+  {"MatMul", {9, 13}},
+  {"Max", {12, 13}},
+  {"MaxPool", {12}},
+  {"Mean", {13}},
+  {"MeanVarianceNormalization", {13}},
+  {"Min", {12, 13}},
+  {"Mod", {13}},
+  {"Mul", {13, 14}},
+  {"Neg", {13}},
+  {"NonZero", {13}},
+  {"PRelu", {9, 16}},
+  {"Pad", {13}},
+  {"Pow", {13, 15}},
+  {"Reciprocal", {13}},
+  {"ReduceL1", {13}},
+  {"ReduceL2", {13}},
+  {"ReduceLogSum", {13}},
+  {"ReduceLogSumExp", {13}},
+  {"ReduceMax", {12, 13}},
+  {"ReduceMean", {13}},
+  {"ReduceMin", {12, 13}},
+  {"ReduceProd", {13}},
+  {"ReduceSumSquare", {13}},
+  {"Relu", {13, 14}},
+  {"Reshape", {13}},
+  {"Scan", {16}},
+  {"ScatterElements", {13}},
+  {"ScatterND", {13}},
+  {"Shape", {13}},
+  {"Sigmoid", {13}},
+  {"Sign", {13}},
+  {"Size", {13}},
+  {"Slice", {13}},
+  {"SoftmaxCrossEntropyLoss", {13}},
+  {"SpaceToDepth", {13}},
+  {"Sqrt", {13}},
+  {"Sub", {13, 14}},
+  {"Sum", {13}},
+  {"Tanh", {13}},
+  {"Tile", {13}},
+  {"Transpose", {13}},
+  {"Where", {16}},
+};
+
+/* Whether op_type's version `since` only widened types. */
+static bool only_types(const char *op_type, int since) {
+  for (size_t i = 0; i < sizeof types_only / sizeof *types_only; i++) {
+    if (strcmp(types_only[i].op_type, op_type)) continue;
+    for (int k = 0; k < 8 && types_only[i].since[k]; k++)
+      if (types_only[i].since[k] == since) return true;
+    return false;
+  }
+  return false;
+}
+
 int onnx_op_changed(const char *op_type, int from, int to) {
   for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
-    if (strcmp(versions[i].op_type, op_type)) continue;
-    for (int k = 0; k < 8 && versions[i].since[k]; k++)
-      if (versions[i].since[k] > from && versions[i].since[k] <= to) return versions[i].since[k];
+    const OpVersions *v = &versions[i];
+    if (strcmp(v->op_type, op_type)) continue;
+    for (int k = 0; k < 8 && v->since[k]; k++)
+      if (v->since[k] > from && v->since[k] <= to && !only_types(op_type, v->since[k]))
+        return v->since[k];
     return 0;
   }
   return -1;

@@ -340,6 +340,33 @@ PY
 expect_status 2 "Softmax operator, which Teq keeps as it is, comes from opset 11, and ONNX defined it anew at opset 13.*convert_version" \
   "$OPT" --rules "$db" -o "$WORK/softmax11.opt.onnx" "$WORK/softmax11.onnx"
 
+# --- ...but an opset-13 Where, whose only new version (16) let bfloat16 in, means what it did
+# in the opset-17 model a fused layer norm needs: a causal mask after a layer norm written out
+# (PyTorch's export below opset 17) is optimized, and ONNX Runtime gives the original's outputs.
+"$PY" - "$WORK/where13.onnx" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+c = lambda n, v: numpy_helper.from_array(np.array(v, np.float32), n)
+rng = np.random.default_rng(5)
+nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]), helper.make_node("Sub", ["x", "mu"], ["xc"]),
+         helper.make_node("Pow", ["xc", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+         helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+         helper.make_node("Div", ["xc", "sd"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+         helper.make_node("Add", ["g", "beta"], ["ln"]), helper.make_node("Where", ["mask", "ln", "fill"], ["y"])]
+inits = [c("two", 2.0), c("eps", 1e-5), c("gamma", rng.standard_normal(16)), c("beta", rng.standard_normal(16)),
+         numpy_helper.from_array(np.tril(np.ones((4, 16), bool)), "mask"), c("fill", -1e4)]
+g = helper.make_graph(nodes, "where13", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 16])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 16])], inits)
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+if "$OPT" --rules "$db" --quiet --budget 20 --json "$WORK/where13.json" -o "$WORK/where13.opt.onnx" \
+     "$WORK/where13.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["check"]["ok"] and r["import"]["layer_norms_fused"] == 1, r["import"]' "$WORK/where13.json"
+then mkdir -p "$WORK/where13" && ort_same_outputs where13 "$WORK/where13.onnx" "$WORK/where13.opt.onnx" "$WORK/where13" || true
+else fail "where13: $(tail -n1 "$WORK/err.log")"
+fi
+
 # --- GELUs written out (erf, as PyTorch exports them below opset 20, and the tanh form with
 # Pow) become gelu operators at import; below opset 20 they are written out again (the model
 # keeps its opset), and ONNX Runtime must give the original's outputs.
