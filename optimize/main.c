@@ -1044,7 +1044,7 @@ int main(int argc, char **argv) {
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
     /* what could not be written is said before the search, not after */
     int opset;
-    if (rc == TEQ_OK) rc = onnx_export_opset(g, a.model, &opset, &d);
+    if (rc == TEQ_OK) rc = onnx_export_opset(g, a.model, r.import.opset, &opset, &d);
   }
   if (rc == TEQ_OK) rc = open_cost_model(&a, &cm, &dev, what, sizeof what, &d);
   if (rc == TEQ_OK && a.record) {
@@ -1090,7 +1090,7 @@ int main(int argc, char **argv) {
     if (!r.out) rc = TEQ_ERR_NOMEM;
   }
   /* Weights the model kept beside it stay beside the optimized model. */
-  OnnxExportOptions eo = {.external = r.import.n_external > 0};
+  OnnxExportOptions eo = {.external = r.import.n_external > 0, .opset = r.import.opset};
   if (rc == TEQ_OK) rc = onnx_export_file(best, r.out, &eo, &d);
   if (rc == TEQ_OK && a.dump) graph_dump(best, stdout);
   /* The check reads back the file written and the original, both as given

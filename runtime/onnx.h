@@ -110,13 +110,19 @@ typedef struct OnnxExportOptions {
   bool external;
   const char *external_data; /* that file's name; NULL: "<model file name>.data" */
   size_t external_min_bytes; /* 0: 1024 */
+  /* The opset to write at least: the model's own (OnnxImportStats.opset),
+   * so that what was read in opset 17 is not written in 13 (up to the
+   * highest Teq writes, 20). 0: the lowest Teq's operators allow. */
+  int opset;
 } OnnxExportOptions;
 
-/* The opset onnx_export_file writes g in (path names the model in
- * messages), or TEQ_ERR_UNSUPPORTED with a message where g cannot be
- * written faithfully: an operator Teq keeps as it is (opaque) from a lower
- * opset whose definition ONNX changed by then. */
-TEQ_API int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d);
+/* The opset onnx_export_file writes g in, at least at_least (as
+ * OnnxExportOptions.opset; path names the model in messages), or
+ * TEQ_ERR_UNSUPPORTED with a message where g cannot be written faithfully:
+ * an operator Teq keeps as it is (opaque) from a lower opset whose
+ * definition ONNX changed by then. */
+TEQ_API int onnx_export_opset(const Graph *g, const char *path, int at_least, int *opset,
+                              Diag *d);
 
 /* Writes g to path as an ONNX model; opts may be NULL. A model read with
  * external data is read the same way: onnx_import_file finds the files

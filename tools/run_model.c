@@ -455,7 +455,8 @@ static int run_model(const RunOptions *o, Diag *d) {
   Tensor **outputs = calloc((size_t)g->n_outputs + 1, sizeof *outputs);
   double ms = 0;
   rc = inputs && outputs ? TEQ_OK : TEQ_ERR_NOMEM;
-  OnnxExportOptions eo = {.external = stats.n_external > 0}; /* as the model was read */
+  /* as the model was read: its weights beside it or not, its opset */
+  OnnxExportOptions eo = {.external = stats.n_external > 0, .opset = stats.opset};
   if (rc == TEQ_OK && o->save) rc = onnx_export_file(g, o->save, &eo, d);
   bool run = o->repeat > 0;
   if (rc == TEQ_OK && run) rc = make_inputs(o, g, inputs, d);

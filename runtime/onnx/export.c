@@ -1,5 +1,6 @@
-/* export.c: a Graph out as an ONNX ModelProto (opset 13, IR 7).
- * Graph inputs and outputs keep their names; every other value gets a
+/* export.c: a Graph out as an ONNX ModelProto, in the opset it was read in
+ * (OnnxExportOptions.opset) or 13 at least, raised where an operator
+ * needs it. Graph inputs and outputs keep their names; every other value gets a
  * generated name no other value has. Constants and TASO's constant tensors
  * (evaluated once) become initializers. Each operator is written from its
  * registry row: op_type, one attribute per parameter with an onnx_attr, then
@@ -48,6 +49,7 @@ typedef struct Exporter {
   OnnxNames taken;        /* tensor names in use */
   OnnxNames node_names;
   int opset;              /* of the default domain */
+  int at_least;           /* OnnxExportOptions.opset */
   Domain *domains;        /* custom domains of opaque nodes */
   int n_domains;
   Lent *lent;             /* initializers holding a tensor's own data */
@@ -367,8 +369,9 @@ static bool default_domain_opaque(const Node *n) {
  * node is written, since rows write the forms of that opset. An opaque
  * node from a lower opset is written as it was, which is right only where
  * ONNX did not define its operator anew in between (onnx_op_changed). */
-int onnx_export_opset(const Graph *g, const char *path, int *opset, Diag *d) {
+int onnx_export_opset(const Graph *g, const char *path, int at_least, int *opset, Diag *d) {
   *opset = EXPORT_OPSET;
+  if (at_least > *opset) *opset = at_least < EXPORT_OPSET_MAX ? at_least : EXPORT_OPSET_MAX;
   for (int32_t id = 0; id < g->n_nodes; id++) {
     const Node *n = &g->nodes[id];
     const OpDef *o = op_def(n->kind);
@@ -816,7 +819,7 @@ static int write_graph(Exporter *x) {
   int rc = order && out_names && via_identity ? TEQ_OK : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = internal_error(x, "the graph has a cycle");
-  if (rc == TEQ_OK) rc = onnx_export_opset(x->g, x->path, &x->opset, x->d);
+  if (rc == TEQ_OK) rc = onnx_export_opset(x->g, x->path, x->at_least, &x->opset, x->d);
   if (rc == TEQ_OK) rc = reserve_io_names(x, out_names, via_identity);
   if (rc == TEQ_OK) write_inputs(x);
   if (rc == TEQ_OK) rc = write_nodes(x, order);
@@ -1021,7 +1024,8 @@ int onnx_export_file(const Graph *g, const char *path, const OnnxExportOptions *
   Graph *copy;
   int rc = acts_split(g, &copy, d);
   if (rc) return rc;
-  Exporter x = {.g = copy ? copy : g, .path = path, .d = d, .opset = EXPORT_OPSET};
+  Exporter x = {.g = copy ? copy : g, .path = path, .d = d, .opset = EXPORT_OPSET,
+                .at_least = o.opset};
   rc = exporter_init(&x);
   if (rc == TEQ_OK) rc = write_graph(&x);
   if (rc == TEQ_OK) finish_model(&x);

@@ -747,10 +747,23 @@ const OpDef op_def_thresholded_relu = {
   .modp_standin = standin_thresholded_relu, .family = &fam_thresholded_relu,
 };
 
+/* HardSwish was born at opset 14. Below it, it is written as PyTorch
+ * writes it there, x times HardSigmoid(x) with alpha 1/6 and beta 1/2,
+ * which import fuses back (passes.c): a model keeps its opset. */
+static int hard_swish_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)n, (void)d;
+  if (onnx_out_opset(w) >= 14) return TEQ_OK;
+  onnx_out_set_op_type(w, "HardSigmoid");
+  onnx_out_attr_float(w, "alpha", 1.0 / 6);
+  onnx_out_attr_float(w, "beta", 0.5);
+  onnx_out_then_binary(w, "Mul", NULL);
+  return TEQ_OK;
+}
+
 const OpDef op_def_hard_swish = {
   .kind = OP_HARD_SWISH, .name = "hard_swish", .onnx_op = "HardSwish",
   UNARY_SIGNATURE, .eval_cuda = CUDA_EVAL(hard_swish), .flags = NONLINEAR_FLAGS,
-  .onnx_opset = 14, /* born after 13: it raises the opset the model is written in */
+  .onnx_write = hard_swish_onnx_write,
   .modp_standin = standin_hard_swish, .family = &fam_hard_swish,
 };
 

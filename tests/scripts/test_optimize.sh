@@ -399,6 +399,36 @@ then ort_same_outputs gelu "$WORK/gelu.onnx" "$WORK/gelu.opt.onnx" "$WORK/gelu" 
 else fail "gelu: $(tail -n1 "$WORK/err.log")"
 fi
 
+# --- the model written keeps the opset it was read in: a hard swish is ONNX's HardSwish in an
+# opset-14 model, and PyTorch's HardSigmoid and Mul again in an opset-13 one (HardSwish was born
+# at 14), each fused into its convolution between; ONNX Runtime gives the originals' outputs.
+for opset in 13 14; do
+  "$PY" - "$WORK/hswish$opset.onnx" "$opset" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+opset = int(sys.argv[2])
+rng = np.random.default_rng(9)
+w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+n = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])]
+if opset >= 14:
+    n.append(helper.make_node("HardSwish", ["c"], ["y"]))
+else:
+    n += [helper.make_node("HardSigmoid", ["c"], ["h"], alpha=1 / 6, beta=0.5), helper.make_node("Mul", ["c", "h"], ["y"])]
+g = helper.make_graph(n, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), sys.argv[1])
+PY
+  mkdir -p "$WORK/hswish$opset"
+  if "$OPT" --rules "$db" --quiet --budget 5 -o "$WORK/hswish$opset.opt.onnx" "$WORK/hswish$opset.onnx" \
+       >/dev/null 2>"$WORK/err.log" &&
+     "$PY" -c 'import onnx, sys; m = onnx.load(sys.argv[1]); ops = [n.op_type for n in m.graph.node]; v = int(sys.argv[2]); assert m.opset_import[0].version == v and ("HardSwish" in ops) == (v >= 14) and ("HardSigmoid" in ops) == (v < 14), (m.opset_import, ops)' \
+       "$WORK/hswish$opset.opt.onnx" "$opset"
+  then ort_same_outputs "hswish$opset" "$WORK/hswish$opset.onnx" "$WORK/hswish$opset.opt.onnx" "$WORK/hswish$opset" || true
+  else fail "hswish$opset: $(tail -n1 "$WORK/err.log")"
+  fi
+done
+
 # --- valid forms Teq imports as other operators or as several (test_onnx.c checks their
 # values): a MaxPool with storage_order=1, reductions over no axes (noop_with_empty_axes),
 # Max and Min of more than two inputs, 1-D convolutions and pools. A fuzzer found optimize
