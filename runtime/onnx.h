@@ -206,8 +206,10 @@ TEQ_API void onnx_out_attr_ints(OnnxNodeOut *w, const char *name, const int64_t 
 TEQ_API void onnx_out_attr_string(OnnxNodeOut *w, const char *name, const char *v);
 /* Shape of the node's input i (NULL if there is none), and the opset being
  * written, for rows whose ONNX form depends on them. The opset is decided
- * before any node is written: the highest any node needs (a row's
- * onnx_opset, an opaque node's own), so a row's form can follow it. */
+ * before any node is written: the model's own (OnnxExportOptions.opset)
+ * or the highest any node needs (a row's onnx_opset, an opaque node's
+ * own), so a row's form can follow it: an operator ONNX gained later is
+ * written out below its opset (gelu, hard_swish, layer_norm). */
 TEQ_API const Shape *onnx_out_input_shape(const OnnxNodeOut *w, int i);
 TEQ_API int onnx_out_opset(const OnnxNodeOut *w);
 /* Removes an attribute the generic mapping wrote (e.g. a default that the
@@ -231,5 +233,16 @@ TEQ_API void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int
 /* A unary window node after it: kernel_shape = strides = (k k), unpadded
  * (conv's fused pool becomes a MaxPool). */
 TEQ_API void onnx_out_then_window(OnnxNodeOut *w, const char *op_type, int64_t k);
+/* A node after it reading any two values of the chain, for a form that is
+ * not a line (a layer norm written out reads x - mean twice): each operand
+ * is ONNX_OUT_STEP(k), the output of the chain's node k (0: the node's
+ * own, k: the k-th chained), or ONNX_OUT_INPUT(i), the node's input i. */
+#define ONNX_OUT_STEP(k) (k)
+#define ONNX_OUT_INPUT(i) (-1 - (i))
+TEQ_API void onnx_out_then_operands(OnnxNodeOut *w, const char *op_type, int a, int b);
+/* An ints attribute of the node last chained (a ReduceMean's axes). */
+TEQ_API void onnx_out_then_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n);
+/* Keeps only the node's first n inputs (the rest read by chained nodes). */
+TEQ_API void onnx_out_keep_inputs(OnnxNodeOut *w, int n);
 
 #endif

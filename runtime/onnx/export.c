@@ -18,7 +18,7 @@
 #include "runtime/onnx/onnx_int.h"
 
 #define EXPORT_OPSET 13
-#define MAX_THEN 8
+#define MAX_THEN 10
 
 typedef struct Domain {
   char *name;
@@ -64,6 +64,11 @@ typedef struct Then {
   Tensor *operand; /* a constant second operand (held), or NULL */
   int input;       /* else the second operand is the row's input this (-1: none) */
   int64_t window;  /* a window node's kernel_shape and strides (k k), 0 for none */
+  bool operands;   /* else a and b, ONNX_OUT_STEP or ONNX_OUT_INPUT, are both */
+  int a, b;
+  const char *ints_name; /* an ints attribute, or NULL */
+  int64_t ints[TEQ_MAX_DIMS];
+  int n_ints;
 } Then;
 
 struct OnnxNodeOut {
@@ -444,6 +449,33 @@ void onnx_out_then_binary(OnnxNodeOut *w, const char *op_type, const Tensor *c) 
                      .input = c ? -1 : 0});
 }
 
+void onnx_out_then_operands(OnnxNodeOut *w, const char *op_type, int a, int b) {
+  for (int k = 0; k < 2; k++) {
+    int r = k ? b : a;
+    if (r > w->n_then || (r < 0 && -1 - r >= w->node->n_in)) {
+      w->misuse = "an operand that is neither an earlier node of the chain nor an input";
+      return;
+    }
+  }
+  then_add(w, (Then){.op_type = op_type, .input = -1, .operands = true, .a = a, .b = b});
+}
+
+void onnx_out_then_attr_ints(OnnxNodeOut *w, const char *name, const int64_t *v, int n) {
+  if (!w->n_then || n < 0 || n > TEQ_MAX_DIMS) {
+    w->misuse = "an attribute of no chained node, or too long";
+    return;
+  }
+  Then *t = &w->then[w->n_then - 1];
+  t->ints_name = name;
+  t->n_ints = n;
+  memcpy(t->ints, v, (size_t)n * sizeof *v);
+}
+
+void onnx_out_keep_inputs(OnnxNodeOut *w, int n) {
+  Onnx__NodeProto *np = w->np;
+  while (np->n_input > (size_t)(n > 0 ? n : 0)) free(np->input[--np->n_input]);
+}
+
 void onnx_out_then_binary_input(OnnxNodeOut *w, const char *op_type, int input) {
   Onnx__NodeProto *np = w->np;
   if (input < 0 || input >= w->node->n_in || (size_t)input + 1 != np->n_input) {
@@ -471,6 +503,7 @@ static int write_then_chain(Exporter *x, const OnnxNodeOut *w) {
   char base[300];
   snprintf(base, sizeof base, "%s_pre", final);
   const char *prev = unique_name(x, base);
+  const char *step[MAX_THEN + 1] = {prev}; /* each chain node's output */
   free(np->output[0]);
   np->output[0] = strdup(prev);
   if (!np->output[0]) x->nomem = true;
@@ -480,24 +513,33 @@ static int write_then_chain(Exporter *x, const OnnxNodeOut *w) {
     Onnx__NodeProto *u = node_new(x, t->op_type, unique_in(x, &x->node_names, base));
     if (!u) break;
     const char *out = k + 1 == w->n_then ? final : unique_name(x, base);
-    append_string(x, &u->input, &u->n_input, prev);
-    if (t->input >= 0) {
-      append_string(x, &u->input, &u->n_input, tensor_name(x, w->node->in[t->input]));
-    } else if (t->operand) {
-      snprintf(base, sizeof base, "%s_c", u->name);
-      const char *name = unique_name(x, base);
-      append_initializer(x, t->operand, name);
-      append_string(x, &u->input, &u->n_input, name);
+    if (t->operands) {
+      for (int j = 0; j < 2; j++) {
+        int r = j ? t->b : t->a;
+        append_string(x, &u->input, &u->n_input,
+                      r >= 0 ? step[r] : tensor_name(x, w->node->in[-1 - r]));
+      }
+    } else {
+      append_string(x, &u->input, &u->n_input, prev);
+      if (t->input >= 0) {
+        append_string(x, &u->input, &u->n_input, tensor_name(x, w->node->in[t->input]));
+      } else if (t->operand) {
+        snprintf(base, sizeof base, "%s_c", u->name);
+        const char *name = unique_name(x, base);
+        append_initializer(x, t->operand, name);
+        append_string(x, &u->input, &u->n_input, name);
+      }
     }
     append_string(x, &u->output, &u->n_output, out);
+    OnnxNodeOut uw = {.x = x, .node = w->node, .np = u};
     if (t->window) {
       const int64_t kk[2] = {t->window, t->window};
-      OnnxNodeOut uw = {.x = x, .node = w->node, .np = u};
       onnx_out_attr_ints(&uw, "kernel_shape", kk, 2);
       onnx_out_attr_ints(&uw, "strides", kk, 2);
     }
+    if (t->ints_name) onnx_out_attr_ints(&uw, t->ints_name, t->ints, t->n_ints);
     add_node(x, u);
-    prev = out;
+    prev = step[k + 1] = out;
   }
   return TEQ_OK;
 }

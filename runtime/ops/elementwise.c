@@ -820,7 +820,7 @@ static int gelu_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 }
 
 /* A scalar float constant, for gelu's written-out form; NULL when out of memory. */
-static Tensor *scalar_f32(float v) {
+Tensor *op_scalar_f32(float v) {
   Shape s = {0};
   Tensor *t = tensor_new(DT_F32, &s);
   if (t) *(float *)t->data = v;
@@ -839,8 +839,8 @@ static int gelu_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
     return TEQ_OK;
   }
   enum { N_CONSTS = 6 };
-  Tensor *c[N_CONSTS] = {scalar_f32(1.41421356f), scalar_f32(1), scalar_f32(0.5f),
-                         scalar_f32(3), scalar_f32(0.044715f), scalar_f32(0.7978845608f)};
+  Tensor *c[N_CONSTS] = {op_scalar_f32(1.41421356f), op_scalar_f32(1), op_scalar_f32(0.5f),
+                         op_scalar_f32(3), op_scalar_f32(0.044715f), op_scalar_f32(0.7978845608f)};
   int rc = TEQ_OK;
   for (int k = 0; k < N_CONSTS; k++)
     if (!c[k]) rc = TEQ_ERR_NOMEM;

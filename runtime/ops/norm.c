@@ -221,15 +221,48 @@ static int layer_norm_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* LayerNormalization was born at opset 17. Below it, a layer norm is
+ * written out as PyTorch writes it there, which import fuses back
+ * (passes.c), so a model keeps its opset: with m = ReduceMean(x) and
+ * c = x - m over the normalized axes, c / Sqrt(ReduceMean(c^2) + epsilon)
+ * * scale + bias. */
 static int layer_norm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
-  (void)d;
-  onnx_out_attr_int(w, "axis", param_int(&n->params, LN_AXIS));
+  int64_t axis = param_int(&n->params, LN_AXIS);
+  if (onnx_out_opset(w) >= 17) {
+    onnx_out_attr_int(w, "axis", axis);
+    return TEQ_OK;
+  }
+  const Shape *x = onnx_out_input_shape(w, 0);
+  if (!x || !shape_is_known(x)) return op_error(n, d, "input 0 of unknown rank");
+  int64_t axes[TEQ_MAX_DIMS];
+  int n_axes = 0;
+  for (int64_t k = axis; k < x->ndim; k++) axes[n_axes++] = k;
+  Tensor *two = op_scalar_f32(2), *eps = op_scalar_f32((float)param_float(&n->params, LN_EPSILON));
+  if (!two || !eps) {
+    tensor_unref(two);
+    tensor_unref(eps);
+    return op_error(n, d, "out of memory");
+  }
+  onnx_out_set_op_type(w, "ReduceMean"); /* the chain's node 0: m */
+  onnx_out_drop_attr(w, "epsilon");
+  onnx_out_attr_ints(w, "axes", axes, n_axes);
+  onnx_out_keep_inputs(w, 1);
+  onnx_out_then_operands(w, "Sub", ONNX_OUT_INPUT(0), ONNX_OUT_STEP(0)); /* 1: c */
+  onnx_out_then_binary(w, "Pow", two);
+  onnx_out_then_unary(w, "ReduceMean");
+  onnx_out_then_attr_ints(w, "axes", axes, n_axes);
+  onnx_out_then_binary(w, "Add", eps);
+  onnx_out_then_unary(w, "Sqrt"); /* 5 */
+  onnx_out_then_operands(w, "Div", ONNX_OUT_STEP(1), ONNX_OUT_STEP(5));
+  onnx_out_then_operands(w, "Mul", ONNX_OUT_STEP(6), ONNX_OUT_INPUT(1));
+  if (n->n_in > 2) onnx_out_then_operands(w, "Add", ONNX_OUT_STEP(7), ONNX_OUT_INPUT(2));
+  tensor_unref(two);
+  tensor_unref(eps);
   return TEQ_OK;
 }
 
 const OpDef op_def_layer_norm = {
   .kind = OP_LAYER_NORM, .name = "layer_norm", .onnx_op = "LayerNormalization",
-  .onnx_opset = 17,
   .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
   .params = layer_norm_params, .n_params = 2,
   .flags = OPF_NONLINEAR,

@@ -340,10 +340,32 @@ PY
 expect_status 2 "Softmax operator, which Teq keeps as it is, comes from opset 11, and ONNX defined it anew at opset 13.*convert_version" \
   "$OPT" --rules "$db" -o "$WORK/softmax11.opt.onnx" "$WORK/softmax11.onnx"
 
-# --- ...but an opset-13 Where, whose only new version (16) let bfloat16 in, means what it did
-# in the opset-17 model a fused layer norm needs: a causal mask after a layer norm written out
-# (PyTorch's export below opset 17) is optimized, and ONNX Runtime gives the original's outputs.
-"$PY" - "$WORK/where13.onnx" <<'PY'
+# --- ...but an opset-12 Sign, whose only new version (13) let bfloat16 in, means what it did
+# in the opset-13 model Teq writes at least: optimized, and ONNX Runtime gives the original's
+# outputs.
+"$PY" - "$WORK/sign12.onnx" <<'PY'
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+w = numpy_helper.from_array(np.random.default_rng(6).standard_normal((8, 4)).astype(np.float32), "w")
+g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Sign", ["m"], ["y"])],
+                      "sign12", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]), sys.argv[1])
+PY
+mkdir -p "$WORK/sign12"
+if "$OPT" --rules "$db" --quiet --budget 5 -o "$WORK/sign12.opt.onnx" "$WORK/sign12.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import onnx, sys; m = onnx.load(sys.argv[1]); assert m.opset_import[0].version == 13, m.opset_import' "$WORK/sign12.opt.onnx"
+then ort_same_outputs sign12 "$WORK/sign12.onnx" "$WORK/sign12.opt.onnx" "$WORK/sign12" || true
+else fail "sign12: $(tail -n1 "$WORK/err.log")"
+fi
+
+# --- a layer norm written out (PyTorch's export below opset 17) is fused, and written out again
+# in the model's own opset 13, where LayerNormalization does not exist yet; in an opset-17 model
+# it is written as LayerNormalization. Each after a causal mask (Where); ONNX Runtime gives the
+# original's outputs.
+for opset in 13 17; do
+  "$PY" - "$WORK/ln$opset.onnx" "$opset" <<'PY'
 import sys
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper, save
@@ -355,17 +377,21 @@ nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]), helper.make_n
          helper.make_node("Div", ["xc", "sd"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
          helper.make_node("Add", ["g", "beta"], ["ln"]), helper.make_node("Where", ["mask", "ln", "fill"], ["y"])]
 inits = [c("two", 2.0), c("eps", 1e-5), c("gamma", rng.standard_normal(16)), c("beta", rng.standard_normal(16)),
-         numpy_helper.from_array(np.tril(np.ones((4, 16), bool)), "mask"), c("fill", -1e4)]
-g = helper.make_graph(nodes, "where13", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 16])],
+         numpy_helper.from_array(np.tril(np.ones((4, 16), bool)), "mask"), c("fill", -1.0)]
+g = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 16])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 16])], inits)
-save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", int(sys.argv[2]))]), sys.argv[1])
 PY
-if "$OPT" --rules "$db" --quiet --budget 20 --json "$WORK/where13.json" -o "$WORK/where13.opt.onnx" \
-     "$WORK/where13.onnx" >/dev/null 2>"$WORK/err.log" &&
-   "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["check"]["ok"] and r["import"]["layer_norms_fused"] == 1, r["import"]' "$WORK/where13.json"
-then mkdir -p "$WORK/where13" && ort_same_outputs where13 "$WORK/where13.onnx" "$WORK/where13.opt.onnx" "$WORK/where13" || true
-else fail "where13: $(tail -n1 "$WORK/err.log")"
-fi
+  mkdir -p "$WORK/ln$opset"
+  if "$OPT" --rules "$db" --quiet --budget 20 --json "$WORK/ln$opset.json" -o "$WORK/ln$opset.opt.onnx" \
+       "$WORK/ln$opset.onnx" >/dev/null 2>"$WORK/err.log" &&
+     "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["check"]["ok"] and r["import"]["layer_norms_fused"] == 1, r["import"]' "$WORK/ln$opset.json" &&
+     "$PY" -c 'import onnx, sys; m = onnx.load(sys.argv[1]); ops = [n.op_type for n in m.graph.node]; v = int(sys.argv[2]); assert m.opset_import[0].version == v and ("LayerNormalization" in ops) == (v >= 17) and ops.count("ReduceMean") == (0 if v >= 17 else 2), (m.opset_import, ops)' \
+       "$WORK/ln$opset.opt.onnx" "$opset"
+  then ort_same_outputs "ln$opset" "$WORK/ln$opset.onnx" "$WORK/ln$opset.opt.onnx" "$WORK/ln$opset" || true
+  else fail "ln$opset: $(tail -n1 "$WORK/err.log")"
+  fi
+done
 
 # --- GELUs written out (erf, as PyTorch exports them below opset 20, and the tanh form with
 # Pow) become gelu operators at import; below opset 20 they are written out again (the model
