@@ -349,8 +349,10 @@ static int require_shapes(const Graph *g, const char *path, Diag *d) {
 
 /* ---- the end-to-end check ---- */
 
+/* Whether t holds one value everywhere (not when it holds none). */
 static bool is_flat(const Tensor *t) {
   const float *x = t->data;
+  if (tensor_numel(t) == 0) return false;
   for (int64_t i = 1; i < tensor_numel(t); i++)
     if (x[i] != x[0]) return false;
   return true;

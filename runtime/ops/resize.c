@@ -38,7 +38,9 @@ static int resize_out_dim(const Node *n, int axis, int64_t in, int64_t *out, Dia
   const char *name = axis ? "scale_w" : "scale_h";
   if (!(scale > 0))
     return op_error(n, d, "%s=%g: must be > 0", name, scale);
-  *out = size ? size : (int64_t)floor((double)in * scale);
+  /* In float32, as ONNX's shape inference and ONNX Runtime take it: 5 x
+   * 1.4f is 7 there, 6.99999988 in double. */
+  *out = size ? size : (int64_t)floorf((float)in * (float)scale);
   if (*out < 1 || *out > SPATIAL_MAX)
     return op_error(n, d, "%s=%g, sizes[%d]=%lld: output extent %lld from input %lld outside "
                     "[1, %lld]", name, scale, axis, (long long)size, (long long)*out,

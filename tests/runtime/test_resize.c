@@ -163,6 +163,30 @@ static void test_errors(void) {
   op_check_error(&o, (Shape[]){shape_of(4, 1, 1, 4, 4)}, "scale_h=-1: must be > 0");
 }
 
+/* An extent by scale is floor(in x scale) in float32, as ONNX's shape
+ * inference and ONNX Runtime take it: 5 x 1.4f is 7 there, one short in
+ * double (a fuzzer's model then failed to broadcast with the [.., 7, ..]
+ * its next node took). */
+static void test_extents_in_float32(void) {
+  const struct {
+    int64_t in;
+    float scale;
+    int64_t out;
+  } cases[] = {{5, 1.4f, 7}, {3, 5.0f / 3, 5}, {3, 7.0f / 3, 7}, {10, 0.7f, 7}, {7, 2.5f, 17}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    Op o;
+    Diag d;
+    diag_init(&d);
+    resize_setup(&o, LINEAR, HALF_PIXEL, 0, 0, 0, cases[k].scale, 1);
+    CHECK_EQ_INT(op_infer_shapes(&o, (Shape[]){shape_of(4, 1, 1, (int)cases[k].in, 2)}, &d),
+                 TEQ_OK);
+    CHECK_MSG(o.out[0].d[2] == cases[k].out, "%lld x %.9g: extent %lld, not %lld",
+              (long long)cases[k].in, (double)cases[k].scale, (long long)o.out[0].d[2],
+              (long long)cases[k].out);
+    diag_fini(&d);
+  }
+}
+
 static void round_trip(int mode, int coord, int rule, int64_t oh, int64_t ow, double sh,
                        double sw, const char *what) {
   Diag d;
@@ -210,6 +234,7 @@ static void test_row(void) {
 }
 
 int main(void) {
+  test_extents_in_float32();
   test_row();
   test_nearest();
   test_examples();

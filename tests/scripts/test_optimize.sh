@@ -178,6 +178,23 @@ then ok "a zero output: the check says it compared one value"
 else fail "a zero output: no warning ($(tail -n1 "$WORK/err.log"))"
 fi
 
+# --- an output of no elements: nothing to compare, and nothing read past it (a fuzzer's model
+# made the check read the first element of an empty tensor).
+"$PY" - "$WORK/empty.onnx" <<'PY'
+import sys
+from onnx import TensorProto, helper, save
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "empty",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 3])])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+if "$OPT" --rules "$db" --quiet --budget 5 --json "$WORK/empty.json" -o "$WORK/empty.opt.onnx" \
+     "$WORK/empty.onnx" >/dev/null 2>"$WORK/err.log" &&
+   "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' "$WORK/empty.json"
+then ok "an empty output: checked, nothing read"
+else fail "an empty output: $(tail -n1 "$WORK/err.log")"
+fi
+
 # --- the check's inputs reach past [-1, 1), where silu and hard swish still only rise:
 # relu(x - 1.5) is 0 everywhere on [-1, 1), and must not be on the check's inputs.
 "$PY" - "$WORK/bend.onnx" <<'PY'
