@@ -369,8 +369,9 @@ static bool default_domain_opaque(const Node *n) {
          (!n->opaque->domain || !*n->opaque->domain || !strcmp(n->opaque->domain, "ai.onnx"));
 }
 
-/* The opset g is written in: the highest any node needs, a row's
- * onnx_opset or a default-domain opaque node's own. Decided before any
+/* The opset g is written in: the model's own (at_least, up to
+ * EXPORT_OPSET_MAX), or the highest any node needs, a row's onnx_opset or
+ * a default-domain opaque node's own. Decided before any
  * node is written, since rows write the forms of that opset. An opaque
  * node from a lower opset is written as it was, which is right only where
  * ONNX did not define its operator anew in between (onnx_op_changed). */

@@ -819,7 +819,8 @@ static int gelu_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return onnx_in_error(v, d, "approximate '%s' is neither 'none' nor 'tanh'", mode);
 }
 
-/* A scalar float constant, for gelu's written-out form; NULL when out of memory. */
+/* family.h: the constants of gelu's, hard swish's and layer_norm's
+ * written-out forms. */
 Tensor *op_scalar_f32(float v) {
   Shape s = {0};
   Tensor *t = tensor_new(DT_F32, &s);
