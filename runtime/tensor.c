@@ -229,18 +229,24 @@ void *tensor_block_alloc(size_t size) {
 /* Bytes of the block holding a tensor of `bytes` data bytes. */
 static size_t block_size(size_t bytes) { return TENSOR_HEADER + ((bytes + 63) & ~(size_t)63); }
 
+/* A tensor's header over data, one reference, extents past ndim zero. */
+static Tensor *header_init(Tensor *t, DType dtype, const Shape *shape, void *data) {
+  memset(t, 0, sizeof *t);
+  t->refs = 1;
+  t->dtype = dtype;
+  t->shape = *shape;
+  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
+  t->data = data;
+  return t;
+}
+
 Tensor *tensor_new_uninit(DType dtype, const Shape *shape) {
   if (!shape_fits(shape, dtype)) return NULL;
   size_t bytes = (size_t)shape_numel(shape) * dtype_size(dtype);
   Tensor *t = block_take(block_size(bytes));
   if (!t) t = tensor_block_alloc(block_size(bytes));
   if (!t) return NULL;
-  memset(t, 0, sizeof *t);
-  t->refs = 1;
-  t->dtype = dtype;
-  t->shape = *shape;
-  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
-  t->data = (char *)t + TENSOR_HEADER;
+  header_init(t, dtype, shape, (char *)t + TENSOR_HEADER);
 #ifdef TEQ_POISON_UNINIT
   memset(t->data, 0xff, bytes); /* NaN as float32 */
 #endif
@@ -267,13 +273,7 @@ Tensor *tensor_adopt(DType dtype, const Shape *shape, void *data) {
     free(data);
     return NULL;
   }
-  memset(t, 0, sizeof *t);
-  t->refs = 1;
-  t->dtype = dtype;
-  t->shape = *shape;
-  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
-  t->data = data;
-  return t;
+  return header_init(t, dtype, shape, data);
 }
 
 /* An adopted tensor over no data: tensor_unref's free(NULL) is nothing. */
@@ -287,13 +287,7 @@ Tensor *tensor_view(Tensor *base, const Shape *shape) {
     return NULL;
   Tensor *t = malloc(sizeof *t);
   if (!t) return NULL;
-  memset(t, 0, sizeof *t);
-  t->refs = 1;
-  t->dtype = base->dtype;
-  t->shape = *shape;
-  for (int i = shape->ndim; i < TEQ_MAX_DIMS; i++) t->shape.d[i] = 0;
-  t->data = base->data;
-  t->base = tensor_ref(base);
+  header_init(t, base->dtype, shape, base->data)->base = tensor_ref(base);
   return t;
 }
 

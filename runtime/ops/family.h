@@ -196,10 +196,10 @@ void unary_apply_f32(OpKind kind, const Params *p, const float *xs, float *ys, i
 void unary_apply_modp(OpKind kind, const Params *p, const uint32_t *xs, uint32_t *ys, int64_t n);
 /* Apply a fused activation (ACT_*) in place, float32 and Z_p. */
 void act_apply_f32(int act, float *x, int64_t n);
+void act_apply_modp(int act, uint32_t *x, int64_t n);
 /* A float32 scalar (shape []) holding v, for a row writing its ONNX form
  * out in several operators; NULL when memory runs out. */
 Tensor *op_scalar_f32(float v);
-void act_apply_modp(int act, uint32_t *x, int64_t n);
 
 /* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
  * with k taps `dl` apart that fall inside [0, in): convolutions and pools

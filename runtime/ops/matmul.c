@@ -179,8 +179,8 @@ void modp_gemm(int64_t m, int64_t n, int64_t k, const uint32_t *a, int64_t ra, i
     return;
   }
   /* B in rows (or one column of spread elements: n = 1, j0 = 0), four at
-   * a time, the last one to three alone. Four zeros of A skip their pass (the zero-padded
-   * kernels of PET's merged convolutions). */
+   * a time, the last one to three alone. Four zeros of A skip their pass
+   * (the zero-padded kernels of PET's merged convolutions). */
   uint64_t acc[MODP_BAND];
   for (int64_t j0 = 0; j0 < n; j0 += MODP_BAND) {
     const int64_t w = n - j0 < MODP_BAND ? n - j0 : MODP_BAND;
