@@ -280,6 +280,62 @@ static int raised_input(Graph *g, TensorRef in, Diag *d) {
   return graph_add_node(g, OP_RESHAPE, &in, 1, 1, &p, NULL, d);
 }
 
+/* x transposed by a->perm and reshaped to a->shape (either step left out
+ * where it changes nothing) in g, or laid out now where x is a constant:
+ * the reshape of a constant is its shape changed, a transpose its tensor
+ * computed by the registry's kernel in a scratch graph. Where the result
+ * is, in *out; an error (in d) otherwise. */
+static int arranged(Graph *g, TensorRef x, const OnnxArrange *a, bool reshape_first,
+                    TensorRef *out, Diag *d) {
+  *out = x;
+  for (int step = 0; step < 2; step++) {
+    bool is_reshape = (step == 0) == reshape_first;
+    const Shape *s = graph_shape(g, *out);
+    bool identity = true;
+    for (int k = 0; k < a->n_perm; k++) identity = identity && a->perm[k] == k;
+    if (is_reshape ? !a->reshape || shape_equal(s, &a->shape) : identity) continue;
+    OpKind kind = is_reshape ? OP_RESHAPE : OP_TRANSPOSE;
+    Params p;
+    params_default(kind, &p);
+    if (is_reshape)
+      param_set_ints(&p, param_index(kind, "shape"), a->shape.d, a->shape.ndim);
+    else
+      param_set_ints(&p, param_index(kind, "perm"), a->perm, a->n_perm);
+    const Node *src = &g->nodes[out->node];
+    if (src->kind == OP_CONST && is_reshape) {
+      Tensor *t = tensor_clone(src->value);
+      if (!t) return diag_error(d, "out of memory"), TEQ_ERR_NOMEM;
+      t->shape = a->shape;
+      t->content_hash = 0;
+      int id = graph_add_const(g, NULL, t, d);
+      if (id < 0) return id;
+      *out = (TensorRef){id, 0};
+      continue;
+    }
+    if (src->kind == OP_CONST) {
+      Graph *scratch = graph_new();
+      Tensor *t = NULL;
+      int rc = scratch ? TEQ_OK : TEQ_ERR_NOMEM;
+      int c = rc ? -1 : graph_add_const(scratch, NULL, tensor_ref(src->value), d);
+      int id = c < 0 ? c : graph_add_node(scratch, kind, &(TensorRef){c, 0}, 1, 1, &p, NULL, d);
+      if (!rc && id < 0) rc = id;
+      if (!rc) rc = graph_add_output(scratch, (TensorRef){id, 0}, "out", d) < 0 ? TEQ_ERR_INPUT
+                                                                                 : TEQ_OK;
+      if (!rc) rc = exec_run(scratch, EXEC_F32, NULL, &t, d);
+      graph_free(scratch);
+      if (rc) return rc == TEQ_ERR_NOMEM ? diag_error(d, "out of memory"), rc : rc;
+      id = graph_add_const(g, NULL, t, d);
+      if (id < 0) return id;
+      *out = (TensorRef){id, 0};
+      continue;
+    }
+    int id = graph_add_node(g, kind, out, 1, 1, &p, NULL, d);
+    if (id < 0) return id;
+    *out = (TensorRef){id, 0};
+  }
+  return TEQ_OK;
+}
+
 /* Node v, of kind with parameters p on inputs in[0..n_in), added to g in
  * the form its row asked for (OnnxForm); out[0..v->n_out) receive where
  * its outputs are. The node of the row's kind that produces them carries
@@ -298,6 +354,17 @@ static int add_in_form(Graph *g, const OnnxNodeIn *v, OpKind kind, const Params 
     }
     for (int o = 0; o < v->n_out; o++) out[o] = (TensorRef){id, o};
     return TEQ_OK;
+  }
+  if (v->form == ONNX_FORM_ARRANGED) {
+    assert(n_in <= ONNX_ARRANGED_MAX_IN && v->n_out == 1);
+    TensorRef at[ONNX_ARRANGED_MAX_IN];
+    for (int i = 0; i < n_in; i++) {
+      int rc = arranged(g, in[i], &v->arrange_in[i], false, &at[i], d);
+      if (rc) return rc;
+    }
+    int id = graph_add_node(g, kind, at, n_in, 1, p, name, d);
+    if (id < 0) return id;
+    return arranged(g, (TensorRef){id, 0}, &v->arrange_out, true, &out[0], d);
   }
   if (v->form != ONNX_FORM_RAISED) {
     int id = graph_add_node(g, kind, in, n_in, v->n_out, p, name, d);

@@ -4,6 +4,7 @@
  * the ones nobody read; a wrong attribute type is an error in the node's
  * Diag and sets `failed`, since the accessors return only found/not found.
  * Strings handed out are NUL-terminated copies the node frees. */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,26 @@ void onnx_in_as_chain(OnnxNodeIn *v) { v->form = ONNX_FORM_CHAIN; }
 void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs) {
   v->form = ONNX_FORM_RAISED;
   v->raised_inputs = inputs;
+}
+
+static void set_arrange(OnnxArrange *a, const int64_t *perm, int n_perm, const Shape *shape) {
+  *a = (OnnxArrange){.n_perm = perm ? n_perm : 0, .reshape = shape != NULL};
+  for (int k = 0; k < a->n_perm && k < TEQ_MAX_DIMS; k++) a->perm[k] = perm[k];
+  if (shape) a->shape = *shape;
+}
+
+void onnx_in_as_arranged_input(OnnxNodeIn *v, int i, const int64_t *perm, int n_perm,
+                               const Shape *shape) {
+  assert(i >= 0 && i < ONNX_ARRANGED_MAX_IN && n_perm <= TEQ_MAX_DIMS);
+  v->form = ONNX_FORM_ARRANGED;
+  set_arrange(&v->arrange_in[i], perm, n_perm, shape);
+}
+
+void onnx_in_as_arranged_output(OnnxNodeIn *v, const Shape *shape, const int64_t *perm,
+                                int n_perm) {
+  assert(n_perm <= TEQ_MAX_DIMS);
+  v->form = ONNX_FORM_ARRANGED;
+  set_arrange(&v->arrange_out, perm, n_perm, shape);
 }
 
 bool onnx_in_has_input(const OnnxNodeIn *v, int i) {

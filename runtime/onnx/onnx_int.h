@@ -118,7 +118,19 @@ typedef enum OnnxForm {
   ONNX_FORM_ELEMENTWISE, /* a unary element-wise operator of input 0 */
   ONNX_FORM_CHAIN,       /* binary nodes of the kind folding the inputs left to right */
   ONNX_FORM_RAISED,      /* the 2-D window over inputs with a unit axis 2, lost again after */
+  ONNX_FORM_ARRANGED,    /* one node of the kind between transposes and reshapes */
 } OnnxForm;
+
+/* ONNX_FORM_ARRANGED: a transpose (n_perm > 0) and a reshape (reshape),
+ * in that order for an input, reshape first for the output. */
+typedef struct OnnxArrange {
+  int n_perm;
+  int64_t perm[TEQ_MAX_DIMS];
+  bool reshape;
+  Shape shape;
+} OnnxArrange;
+
+#define ONNX_ARRANGED_MAX_IN 2
 
 struct OnnxNodeIn {
   const char *path;
@@ -139,6 +151,7 @@ struct OnnxNodeIn {
   OnnxForm form;       /* what the row's hook asked for; ONNX_FORM_ONE unless it did */
   OpKind elementwise;  /* ONNX_FORM_ELEMENTWISE: the operator */
   unsigned raised_inputs; /* ONNX_FORM_RAISED: the inputs that get the unit axis (bit i) */
+  OnnxArrange arrange_in[ONNX_ARRANGED_MAX_IN], arrange_out; /* ONNX_FORM_ARRANGED */
 };
 
 /* ---- node_in.c ---- */

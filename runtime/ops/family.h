@@ -93,6 +93,10 @@ int onnx_window_read(OnnxNodeIn *v, int spatial, OnnxWindow *w, Diag *d);
  * unknown rank). In conv.c. */
 Shape onnx_window_raised(const Shape *s);
 
+/* ONNX Einsum of two operands as the product between layout changes it
+ * is (onnx_in_as_arranged_input); matmul's row reads it. In einsum.c. */
+int einsum_onnx_read(OnnxNodeIn *v, Params *p, Diag *d);
+
 /* A window row's take_zero_pad (conv2d, avgpool): zeros around the two
  * spatial axes of a rank-4 input added to parameter pads_i of *p ([top,
  * left, bottom, right]). False where they touch the batch or channel axes

@@ -365,8 +365,17 @@ static bool matmul_half_twin(const Node *n, const Shape *in, Shape *half_in) {
   return true;
 }
 
+/* MatMul has nothing to read; an Einsum of two operands is a product
+ * between layout changes (einsum.c). */
+static int matmul_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  return strcmp(onnx_in_op_type(v), "Einsum") == 0 ? einsum_onnx_read(v, p, d) : TEQ_OK;
+}
+
+static const char *const matmul_aliases[] = {"Einsum", NULL};
+
 const OpDef op_def_matmul = {
   .kind = OP_MATMUL, .name = "matmul", .axiom_name = "matmul", .onnx_op = "MatMul",
+  .onnx_aliases = matmul_aliases, .onnx_read = matmul_onnx_read,
   .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
   .params = matmul_params, .n_params = 1,
   .flags = OPF_MULTILINEAR,

@@ -1736,6 +1736,51 @@ static void test_windows_1d(void) {
   check_round_trip("windows_1d");
 }
 
+/* An Einsum of two operands is one product between transposes and
+ * reshapes, against numpy.einsum (make_models.py: MaxViT's attention,
+ * ellipses, an implicit output, a scalar, an outer product, batch
+ * broadcasting, a label of extent 1 summed in one operand, batch labels
+ * moved about); the one of a constant is laid out at import, so no
+ * transpose or reshape of it is left. Written back, it is a MatMul. An
+ * Einsum of one or three operands, or one summing a label of one operand
+ * alone, is kept as it is. */
+static void test_einsum(void) {
+  for (int k = 0; k < 10; k++) {
+    char model[32];
+    snprintf(model, sizeof model, "einsum_%d", k);
+    OnnxImportStats st;
+    tensor_unref(check_reference(model, NULL, &st));
+    CHECK_EQ_INT(st.n_opaque, 0);
+    Graph *g = import_model(model);
+    CHECK_MSG(g && count_kind(g, OP_MATMUL) == 1, "%s: not one product", model);
+    for (int32_t i = 0; g && i < g->n_nodes; i++) {
+      const Node *n = &g->nodes[i];
+      bool layout = n->kind == OP_TRANSPOSE || n->kind == OP_RESHAPE;
+      CHECK_MSG(!layout || g->nodes[n->in[0].node].kind != OP_CONST,
+                "%s: a constant laid out at run time", model);
+    }
+    graph_free(g);
+    check_round_trip(model);
+  }
+  OnnxImportOptions o = ONNX_IMPORT_DEFAULTS;
+  o.opaque_unsupported_forms = true;
+  const char *why[] = {"an Einsum of 1 operand:", "an Einsum of 3 operands:",
+                       "label 'k' is summed in operand 1 alone"};
+  for (int k = 0; k < 3; k++) {
+    char p[PATH_BUF], name[64];
+    snprintf(name, sizeof name, "einsum_kept_%d.onnx", k);
+    Diag d;
+    diag_init(&d);
+    OnnxImportStats st;
+    Graph *g = import(data(name, p), &o, &st, &d);
+    CHECK(g && st.n_opaque == 1 && count_kind(g, OP_MATMUL) == 0);
+    CHECK_MSG(d.text && strstr(d.text, why[k]) && strstr(d.text, "kept as an opaque node"),
+              "%s: %s", name, d.text ? d.text : "");
+    graph_free(g);
+    diag_fini(&d);
+  }
+}
+
 /* A form of a known operator its row does not take is refused, or, when
  * asked (opaque_unsupported_forms), kept whole as an opaque node with the
  * refusal as a warning; a malformed node is refused either way. */
@@ -1978,6 +2023,7 @@ int main(void) {
   test_reduce_noop();
   test_variadic();
   test_windows_1d();
+  test_einsum();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

@@ -123,8 +123,9 @@ MODELS = collections.OrderedDict([
 # when named (--models, or --models zoo for all of them). They test that Teq takes real
 # models it was not tuned on: depthwise and grouped convolutions with squeeze-excitation
 # (EfficientNet, MnasNet, RegNet, MobileNetV3), channel shuffles (ShuffleNet), dense
-# concatenation (DenseNet), LayerNorm and GELU (ConvNeXt, ViT), and Swin's shifted
-# windows, whose attention masks the exporter builds from shapes with ScatterND.
+# concatenation (DenseNet), LayerNorm and GELU (ConvNeXt, ViT), Swin's shifted
+# windows, whose attention masks the exporter builds from shapes with ScatterND, and
+# MaxViT's block and grid attention, written with Einsum.
 # init_zero: ViT's classification head starts at zero, which would make every output 0
 # and every comparison vacuous; such weights are drawn at random instead.
 ZOO = collections.OrderedDict([
@@ -141,6 +142,7 @@ ZOO = collections.OrderedDict([
     ("vit_b_16", (build_torchvision("vit_b_16"), (1, 3, 224, 224), 29,
                   {"init_zero": True, "grad_path": True})),
     ("swin_t", (build_torchvision("swin_t"), (1, 3, 224, 224), 30, {})),
+    ("maxvit_t", (build_torchvision("maxvit_t"), (1, 3, 224, 224), 31, {})),
 ])
 ALL = collections.OrderedDict(list(MODELS.items()) + list(ZOO.items()))
 

@@ -843,6 +843,58 @@ def windows_1d():
     save_tensor("windows_1d.output_0.pb", y.astype(np.float32), "y")
 
 
+# Einsums of two operands, each the product between layout changes that
+# Teq imports it as: (equation, x's shape, w's shape or None for x twice).
+EINSUMS = [
+    ("B G H I D, B G H J D -> B G H I J", (1, 2, 3, 4, 5), None),  # MaxViT's attention
+    ("bij,jk->bik", (2, 3, 4), (4, 5)),
+    ("...ij,...jk->...ik", (2, 3, 4, 5), (1, 3, 5, 2)),             # ellipses broadcast
+    ("kj,ji", (4, 3), (3, 5)),                                      # implicit: "ik"
+    ("i,i->", (6,), None),                                          # a scalar
+    ("ij,jk->ki", (3, 4), (4, 5)),
+    ("i,j->ij", (3,), (4,)),                                        # nothing contracted
+    ("bij,bjk->bik", (2, 3, 4), (1, 4, 5)),                         # a batch broadcast
+    ("ijk,kl->il", (3, 1, 4), (4, 2)),                              # j of extent 1 summed
+    ("ibj,jbk->bki", (3, 2, 4), (4, 2, 5)),                         # batch moved about
+]
+
+# Einsums Teq keeps as they are: a diagonal, three operands, a label of
+# extent 3 summed in one operand alone. (equation, shapes of the operands)
+EINSUMS_KEPT = [
+    ("bii->bi", [(2, 3, 3)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("ij,jk->i", [(2, 3), (3, 4)]),
+]
+
+
+def einsum_models():
+    """One model per entry of EINSUMS and EINSUMS_KEPT (einsum_K.onnx,
+    einsum_kept_K.onnx); the first have references from numpy.einsum in
+    double."""
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    for k, (eq, xs, ws) in enumerate(EINSUMS):
+        x = rand(*xs)
+        w = rand(*ws) if ws else None
+        y = np.einsum(eq, x.astype(np.float64), (w if ws else x).astype(np.float64))
+        node = helper.make_node("Einsum", ["x", "w" if ws else "x"], ["y"], equation=eq)
+        name = "einsum_%d" % k
+        save(name, helper.make_graph([node], name, [vi("x", f, list(xs))],
+                                     [vi("y", f, list(y.shape))],
+                                     [init("w", w)] if ws else []), opset=12)
+        save_tensor(name + ".input_0.pb", x, "x")
+        save_tensor(name + ".output_0.pb", y.astype(np.float32), "y")
+    for k, (eq, shapes) in enumerate(EINSUMS_KEPT):
+        names = ["x"] + ["w%d" % i for i in range(1, len(shapes))]
+        out = np.einsum(eq, *[np.zeros(s) for s in shapes]).shape
+        node = helper.make_node("Einsum", names, ["y"], equation=eq)
+        name = "einsum_kept_%d" % k
+        save(name, helper.make_graph([node], name, [vi("x", f, list(shapes[0]))],
+                                     [vi("y", f, list(out))],
+                                     [init(nm, rand(*s)) for nm, s in zip(names[1:], shapes[1:])]),
+             opset=12)
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -867,3 +919,4 @@ if __name__ == "__main__":
     reduce_noop_models()
     variadic_models()
     windows_1d()
+    einsum_models()
