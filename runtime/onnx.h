@@ -202,6 +202,10 @@ TEQ_API void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs);
  * not reshaped); output 0 leaves it reshaped to shape, then transposed by
  * perm. A step that changes nothing adds no node, and a constant input is
  * arranged at import. */
+/* As another kind: the node is one of `kind`, whose row reads it anew
+ * (its parameters, then its hook), for an ONNX operator two rows share by
+ * its ranks (a Conv over three spatial axes is conv3d's). */
+TEQ_API void onnx_in_as_kind(OnnxNodeIn *v, OpKind kind);
 TEQ_API void onnx_in_as_arranged_input(OnnxNodeIn *v, int i, const int64_t *perm, int n_perm,
                                        const Shape *shape);
 TEQ_API void onnx_in_as_arranged_output(OnnxNodeIn *v, const Shape *shape, const int64_t *perm,

@@ -1,5 +1,6 @@
-/* conv.cu: GPU kernels of the conv family (runtime/ops/conv.c): conv2d and
- * conv_transpose through cuDNN's legacy convolution API, enlarge and
+/* conv.cu: GPU kernels of the conv family (runtime/ops/conv.c, conv3d.c):
+ * conv2d, conv3d and conv_transpose through cuDNN's legacy convolution
+ * API, enlarge and
  * inference batchnorm as small kernels of our own.
  *
  * A convolution's algorithm is chosen once per configuration by timing:
@@ -1811,6 +1812,111 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
   crop_bias_kernel<<<cuda_blocks(total, THREADS), THREADS, 0, cx->stream>>>(
       dx, bias, y, ys.d[0] * ys.d[1], ys.d[1], cv.h, cv.w, ys.d[2], ys.d[3], pt, pleft);
   CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
+/* ---- conv3d ---- */
+
+/* cuDNN's N-d convolution over [N, C, D, H, W]: one algorithm searched per
+ * configuration and remembered, as conv2d's cuDNN ways are; the bias added
+ * after it. cuDNN pads both ends of an axis alike, so uneven ONNX pads are
+ * refused here (torchvision's video networks pad evenly). */
+extern "C" int cuda_eval_conv3d(CUDA_KERNEL_SIGNATURE) {
+  const Params *p = &n->params;
+  const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
+  if (shape_numel(&ys) == 0) return TEQ_OK;
+  int xd[5], wd[5], yd[5], pad[3], stride[3], dil[3];
+  bool ok = true;
+  for (int i = 0; i < 5; i++) {
+    ok = ok && fits_int(xs.d[i]) && fits_int(ws.d[i]) && fits_int(ys.d[i]);
+    xd[i] = (int)xs.d[i], wd[i] = (int)ws.d[i], yd[i] = (int)ys.d[i];
+  }
+  ok = ok && fits_int(shape_numel(&xs)) && fits_int(shape_numel(&ys)) &&
+       fits_int(shape_numel(&ws));
+  if (!ok)
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED, "tensors exceed cuDNN's 2^31-element limit");
+  for (int a = 0; a < 3; a++) {
+    if (p->v[C3_PADS].i[a] != p->v[C3_PADS].i[3 + a])
+      return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                           "pads differ at the two ends of axis %d: cuDNN pads both alike",
+                           2 + a);
+    pad[a] = (int)p->v[C3_PADS].i[a];
+    stride[a] = (int)p->v[C3_STRIDE].i[a], dil[a] = (int)p->v[C3_DILATION].i[a];
+  }
+  auto packed = [](const int *dims, int *strides) {
+    strides[4] = 1;
+    for (int i = 3; i >= 0; i--) strides[i] = strides[i + 1] * dims[i + 1];
+  };
+  int xst[5], yst[5];
+  packed(xd, xst), packed(yd, yst);
+  CudnnDescs ds;
+  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.x));
+  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.y));
+  CUDNN_TRY(cudnnCreateFilterDescriptor(&ds.w));
+  CUDNN_TRY(cudnnCreateConvolutionDescriptor(&ds.conv));
+  CUDNN_TRY(cudnnSetTensorNdDescriptor(ds.x, CUDNN_DATA_FLOAT, 5, xd, xst));
+  CUDNN_TRY(cudnnSetTensorNdDescriptor(ds.y, CUDNN_DATA_FLOAT, 5, yd, yst));
+  CUDNN_TRY(cudnnSetFilterNdDescriptor(ds.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wd));
+  CUDNN_TRY(cudnnSetConvolutionNdDescriptor(ds.conv, 3, pad, stride, dil,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_TRY(cudnnSetConvolutionMathType(ds.conv, CUDNN_FMA_MATH));
+  CUDNN_TRY(cudnnSetConvolutionGroupCount(ds.conv, (int)param_int(p, C3_GROUPS)));
+  int got_dims[5];
+  CUDNN_TRY(cudnnGetConvolutionNdForwardOutputDim(ds.conv, ds.x, ds.w, 5, got_dims));
+  for (int i = 0; i < 5; i++)
+    if (got_dims[i] != yd[i])
+      return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "cuDNN derives output extent %d on axis %d, "
+                           "expected %d", got_dims[i], i, yd[i]);
+  const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
+  float *y = (float *)out[0].data;
+  uint64_t key = hash_mix(0x636f6e3364u /* "conv3d" */, 0);
+  for (int i = 0; i < 5; i++)
+    key = hash_mix(hash_mix(hash_mix(key, (uint64_t)xd[i]), (uint64_t)wd[i]), (uint64_t)yd[i]);
+  for (int a = 0; a < 3; a++)
+    key = hash_mix(hash_mix(hash_mix(key, (uint64_t)pad[a]), (uint64_t)stride[a]),
+                   (uint64_t)dil[a]);
+  key = hash_mix(hash_mix(hash_mix(key, (uint64_t)param_int(p, C3_GROUPS)),
+                          (uint64_t)cuda_alignment_of(x)),
+                 (uint64_t)cuda_alignment_of(y));
+  int64_t memo[2];
+  char *scratch;
+  int rc;
+  if (!cuda_memo_get(cx, key, memo)) {
+    if (cx->capturing)
+      return cuda_op_error(n, d, TEQ_ERR_INTERNAL,
+                           "no convolution algorithm remembered for this configuration while "
+                           "capturing (the first run should have searched)");
+    size_t ws_cap = fwd_search_workspace(cx, ds);
+    if ((rc = scratch_of(cx, ws_cap, &scratch, d))) return rc;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(cx->cudnn, ds.x, x, ds.w, w, ds.conv, ds.y,
+                                                     y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+                                                     perf, scratch, ws_cap));
+    int i = 0;
+    while (i < got && !(perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_cap &&
+                        exact_enough_fwd(perf[i].algo)))
+      i++;
+    if (i == got)
+      return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
+                           "cuDNN has no forward algorithm for this configuration within %zu MB "
+                           "of workspace", CONV_WORKSPACE_CAP >> 20);
+    memo[0] = (int64_t)perf[i].algo, memo[1] = (int64_t)perf[i].memory;
+    cuda_memo_put(cx, key, memo);
+  }
+  cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)memo[0];
+  size_t ws_bytes = (size_t)memo[1];
+  if ((rc = scratch_of(cx, ws_bytes, &scratch, d))) return rc;
+  cuda_note(cx, "cudnn:%s", fwd_algo_name(algo));
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, x, ds.w, w, ds.conv, algo,
+                                    ws_bytes ? scratch : nullptr, ws_bytes, &zero, ds.y, y));
+  if (n->n_in < 3) return TEQ_OK;
+  int bd[5] = {1, yd[1], 1, 1, 1}, bst[5];
+  packed(bd, bst);
+  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
+  CUDNN_TRY(cudnnSetTensorNdDescriptor(ds.bias, CUDNN_DATA_FLOAT, 5, bd, bst));
+  CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, in[2].data, &one, ds.y, y));
   return TEQ_OK;
 }
 

@@ -219,7 +219,7 @@ static int read_params(Importer *im, OnnxNodeIn *v, OpKind kind, Params *p) {
   int rc = v->failed ? TEQ_ERR_INPUT : TEQ_OK;
   if (rc == TEQ_OK && o->onnx_read) rc = o->onnx_read(v, p, im->d);
   if (rc == TEQ_OK && v->failed) rc = TEQ_ERR_INPUT;
-  if (rc != TEQ_OK) return rc;
+  if (rc != TEQ_OK || v->form == ONNX_FORM_KIND) return rc; /* the other row reads the rest */
   char list[512] = "", where[512];
   size_t len = 0;
   for (size_t k = 0; k < v->np->n_attribute && len < sizeof list; k++)
@@ -485,6 +485,13 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   Params p;
   v->form = ONNX_FORM_ONE;
   int n_edges = 0, rc = read_params(im, v, kind, &p);
+  if (rc == TEQ_OK && v->form == ONNX_FORM_KIND) { /* once: the other row decides */
+    kind = v->elementwise;
+    v->form = ONNX_FORM_ONE;
+    rc = read_params(im, v, kind, &p);
+    if (rc == TEQ_OK && v->form == ONNX_FORM_KIND)
+      rc = onnx_in_error(v, im->d, "handed on twice (registry)");
+  }
   OnnxValue **edges = rc == TEQ_OK ? calloc((size_t)v->n_in + 1, sizeof *edges) : NULL;
   if (rc == TEQ_OK && !edges) return out_of_memory(im);
   if (rc == TEQ_OK) rc = collect_edges(v, edges, &n_edges, im->d);

@@ -82,6 +82,11 @@ void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs) {
   v->raised_inputs = inputs;
 }
 
+void onnx_in_as_kind(OnnxNodeIn *v, OpKind kind) {
+  v->form = ONNX_FORM_KIND;
+  v->elementwise = kind;
+}
+
 static void set_arrange(OnnxArrange *a, const int64_t *perm, int n_perm, const Shape *shape) {
   *a = (OnnxArrange){.n_perm = perm ? n_perm : 0, .reshape = shape != NULL};
   for (int k = 0; k < a->n_perm && k < TEQ_MAX_DIMS; k++) a->perm[k] = perm[k];

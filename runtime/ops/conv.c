@@ -732,7 +732,7 @@ static int conv_rank_error(OnnxNodeIn *v, const char *op, const Shape *shape, bo
 /* Conv's window attributes (onnx_window_read), 1-D or 2-D by the rank of
  * W or X or else the length of kernel_shape; kernel_shape must agree with
  * W; auto_pad becomes explicit pads. A 1-D conv is the 2-D one over X and
- * W with a unit axis 2 (onnx_in_as_raised). */
+ * W with a unit axis 2 (onnx_in_as_raised); a 3-D one is conv3d's. */
 static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   const Shape *known = w && w->ndim >= 0 ? w : x && x->ndim >= 0 ? x : NULL;
@@ -747,6 +747,10 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
                          shape_format(x, sx, sizeof sx), shape_format(w, sw, sizeof sw));
   OnnxWindow win;
   int spatial = known ? known->ndim - 2 : nk;
+  if (spatial == 3) {
+    onnx_in_as_kind(v, OP_CONV3D);
+    return TEQ_OK;
+  }
   if ((rc = onnx_window_read(v, spatial, &win, d))) return rc;
   if (spatial == 1 && !(x && x->ndim == 3 && w && w->ndim == 3))
     return onnx_in_unsupported(v, d, "a Conv over one spatial axis needs the shapes of X and W");

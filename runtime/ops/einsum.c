@@ -103,11 +103,12 @@ int einsum_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
                                onnx_in_n_inputs(v), onnx_in_n_inputs(v) == 1 ? "" : "s");
   const char *arrow = strstr(eq, "->"), *comma = strchr(eq, ',');
   size_t lhs = arrow ? (size_t)(arrow - eq) : strlen(eq);
-  if (!comma || (size_t)(comma - eq) >= lhs || memchr(comma + 1, ',', lhs - (size_t)(comma - eq) - 1))
+  size_t first = comma ? (size_t)(comma - eq) : 0;
+  if (!comma || first >= lhs || memchr(comma + 1, ',', lhs - first - 1))
     return onnx_in_error(v, d, "equation '%s': two operands, two terms", eq);
   Term t[3]; /* A, B, the output */
-  int rc = parse_term(v, eq, (size_t)(comma - eq), &t[0], d);
-  if (!rc) rc = parse_term(v, comma + 1, lhs - (size_t)(comma - eq) - 1, &t[1], d);
+  int rc = parse_term(v, eq, first, &t[0], d);
+  if (!rc) rc = parse_term(v, comma + 1, lhs - first - 1, &t[1], d);
   if (!rc && arrow) rc = parse_term(v, arrow + 2, strlen(arrow + 2), &t[2], d);
   if (rc) return rc;
 

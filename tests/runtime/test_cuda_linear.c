@@ -1,5 +1,5 @@
 /* test_cuda_linear.c: the GPU kernels of the linear operators (conv2d,
- * conv_transpose, enlarge, batchnorm, matmul, gemm) against the CPU
+ * conv3d, conv_transpose, enlarge, batchnorm, matmul, gemm) against the CPU
  * executor, each at odd and degenerate sizes and one large shape: conv2d
  * with stride, asymmetric pads (cuDNN pads symmetrically, so these take the
  * explicit-padding path), groups and depthwise, dilation, bias with every
@@ -7,7 +7,8 @@
  * ResNet layer; each cuBLAS way pinned, whole or split along K, the
  * direct kernel pinned on grouped, depthwise and shallow dense convs, and
  * pins the configuration does not offer, and a fused 2x2 or 3x3 max pool
- * (Winograd's tiles keep their max; the other ways pool apart);
+ * (Winograd's tiles keep their max; the other ways pool apart); conv3d
+ * with bias, stride, even pads, dilation and groups, and an R3D-18 stem;
  * conv_transpose with stride, output_padding, even pads (cuDNN computes
  * the window) and uneven ones or output_padding past the stride (the full
  * scatter is cropped), groups, dilation, bias; enlarge to square and
@@ -466,6 +467,41 @@ static void test_conv_transpose(CudaDevice *dev) {
                         S(4, 64, 64, 2, 2), true, .stride = {2, 2}});
 }
 
+/* ---- conv3d ---- */
+
+typedef struct Conv3dSpec {
+  const char *label;
+  Shape x, w;
+  bool bias;
+  int64_t stride[3], pads[6], dilation[3], groups;
+} Conv3dSpec;
+
+static void conv3d_case(CudaDevice *dev, Conv3dSpec s) {
+  Shape b = S(1, (int)s.w.d[0]);
+  CudaCase c = cuda_case(s.label, OP_CONV3D, s.bias ? 3 : 2, SHAPES(s.x, s.w, b));
+  int64_t one[3] = {1, 1, 1};
+  param_set_ints(&c.params, param_index(OP_CONV3D, "stride"), s.stride[0] ? s.stride : one, 3);
+  param_set_ints(&c.params, param_index(OP_CONV3D, "pads"), s.pads, 6);
+  param_set_ints(&c.params, param_index(OP_CONV3D, "dilation"), s.dilation[0] ? s.dilation : one,
+                 3);
+  param_set_int(&c.params, param_index(OP_CONV3D, "groups"), s.groups ? s.groups : 1);
+  cuda_check_case(dev, &c);
+}
+
+static void test_conv3d(CudaDevice *dev) {
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d 1x3x4x9x7 k3 bias", S(5, 1, 3, 4, 9, 7),
+                                S(5, 5, 3, 3, 3, 3), true});
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d s(1 2 2) pads 1 dilation(1 2 1)",
+                                S(5, 2, 4, 5, 11, 8), S(5, 6, 4, 3, 3, 3), true,
+                                .stride = {1, 2, 2}, .pads = {1, 1, 1, 1, 1, 1},
+                                .dilation = {1, 2, 1}});
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d groups=2 1x1x1", S(5, 1, 4, 3, 5, 5),
+                                S(5, 6, 2, 1, 1, 1), .groups = 2});
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d R3D-18 stem 1x3x8x112x112 k(3 7 7)",
+                                S(5, 1, 3, 8, 112, 112), S(5, 64, 3, 3, 7, 7), false,
+                                .stride = {1, 2, 2}, .pads = {1, 3, 3, 1, 3, 3}});
+}
+
 /* ---- enlarge ---- */
 
 static void enlarge_case(CudaDevice *dev, const char *label, Shape w, int64_t kh, int64_t kw) {
@@ -664,6 +700,7 @@ int main(void) {
   CudaDevice *dev = cuda_check_open();
   test_conv2d(dev);
   test_conv2d_ways(dev);
+  test_conv3d(dev);
   test_conv_transpose(dev);
   test_enlarge(dev);
   test_batchnorm(dev);

@@ -1,4 +1,4 @@
-/* test_linear.c: conv2d, conv_transpose, matmul, gemm, enlarge, batchnorm and TASO's
+/* test_linear.c: conv2d, conv3d, conv_transpose, matmul, gemm, enlarge, batchnorm and TASO's
  * constant tensors. Every float32 kernel is checked against a naive double
  * loop written here, on random inputs over many configurations; every Z_p
  * kernel against the float32 kernel on small integers (exact in float),
@@ -413,6 +413,111 @@ static void test_conv_by_hand(void) {
   CHECK(y && shape_equal(&y->shape, &ws));
   for (int i = 0; y && i < 4; i++) CHECK_NEAR(((float *)y->data)[i], want[i], 0);
   unref_all((Tensor *[]){x, w, b, y}, 4);
+  diag_fini(&d);
+}
+
+/* ---- conv3d ---- */
+
+typedef struct Conv3dCase {
+  int64_t x[5], w[5]; /* [N, C, D, H, W], [M, C/groups, kd, kh, kw] */
+  int64_t stride[3], pads[6], dilation[3], groups;
+  bool bias;
+} Conv3dCase;
+
+/* Odd extents; strides, uneven pads, dilation and groups alone and
+ * together; two blocks of output positions, the first ending inside an
+ * output row (the unfolded block is capped at 64 MB: 1,728 taps leave
+ * room for 9,664 of the last case's 12,800 positions). */
+static const Conv3dCase conv3d_cases[] = {
+  {{1, 3, 4, 5, 6}, {2, 3, 3, 3, 3}, {1, 1, 1}, {0}, {1, 1, 1}, 1, true},
+  {{2, 4, 5, 7, 6}, {6, 2, 3, 2, 3}, {2, 1, 2}, {1, 0, 2, 0, 1, 1}, {1, 2, 1}, 2, true},
+  {{1, 3, 3, 9, 8}, {4, 3, 1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 1, false},
+  {{1, 6, 4, 4, 4}, {6, 1, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {2, 1, 1}, 6, true},
+  {{1, 64, 8, 40, 40}, {2, 64, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 1, false},
+};
+
+static void conv3d_setup(Op *o, const Conv3dCase *k) {
+  op_init(o, OP_CONV3D, k->bias ? 3 : 2);
+  op_ints(o, "stride", k->stride, 3);
+  op_ints(o, "pads", k->pads, 6);
+  op_ints(o, "dilation", k->dilation, 3);
+  op_int(o, "groups", k->groups);
+}
+
+/* The definition, in double: every output sums its group's taps that
+ * fall inside the input. */
+static Tensor *conv3d_ref(const Conv3dCase *k, Tensor *const *in) {
+  int64_t od[3];
+  for (int a = 0; a < 3; a++)
+    od[a] = (k->x[2 + a] + k->pads[a] + k->pads[3 + a] - k->dilation[a] * (k->w[2 + a] - 1) - 1) /
+                k->stride[a] + 1;
+  Tensor *y = tensor_new(DT_F32, &(Shape){5, {k->x[0], k->w[0], od[0], od[1], od[2]}});
+  const float *x = in[0]->data, *w = in[1]->data;
+  int64_t cg = k->x[1] / k->groups, mg = k->w[0] / k->groups, i = 0;
+  for (int64_t b = 0; b < k->x[0]; b++)
+    for (int64_t m = 0; m < k->w[0]; m++)
+      for (int64_t z = 0; z < od[0]; z++)
+        for (int64_t r = 0; r < od[1]; r++)
+          for (int64_t q = 0; q < od[2]; q++, i++) {
+            double acc = k->bias ? ((const float *)in[2]->data)[m] : 0;
+            for (int64_t c = 0; c < cg; c++)
+              for (int64_t t0 = 0; t0 < k->w[2]; t0++)
+                for (int64_t t1 = 0; t1 < k->w[3]; t1++)
+                  for (int64_t t2 = 0; t2 < k->w[4]; t2++) {
+                    int64_t iz = z * k->stride[0] - k->pads[0] + t0 * k->dilation[0];
+                    int64_t iy = r * k->stride[1] - k->pads[1] + t1 * k->dilation[1];
+                    int64_t ix = q * k->stride[2] - k->pads[2] + t2 * k->dilation[2];
+                    if (iz < 0 || iz >= k->x[2] || iy < 0 || iy >= k->x[3] || ix < 0 ||
+                        ix >= k->x[4])
+                      continue;
+                    int64_t ci = m / mg * cg + c;
+                    acc += (double)x[(((b * k->x[1] + ci) * k->x[2] + iz) * k->x[3] + iy) *
+                                         k->x[4] + ix] *
+                           w[(((m * cg + c) * k->w[2] + t0) * k->w[3] + t1) * k->w[4] + t2];
+                  }
+            ((float *)y->data)[i] = (float)acc;
+          }
+  return y;
+}
+
+/* conv3d in float32 against the definition, and in Z_p against float32
+ * on small integers (exact in both). */
+static void test_conv3d(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof conv3d_cases / sizeof *conv3d_cases; ci++) {
+    const Conv3dCase *k = &conv3d_cases[ci];
+    Shape s[3] = {{5, {k->x[0], k->x[1], k->x[2], k->x[3], k->x[4]}},
+                  {5, {k->w[0], k->w[1], k->w[2], k->w[3], k->w[4]}}, {1, {k->w[0]}}};
+    int n_in = k->bias ? 3 : 2;
+    Tensor *in[3], *ints[3], *modp[3];
+    for (int i = 0; i < n_in; i++) {
+      in[i] = random_f32(s[i], 300 + 10 * ci + (uint64_t)i);
+      ints[i] = random_ints(s[i], 3, 400 + 10 * ci + (uint64_t)i);
+      modp[i] = f32_to_modp(ints[i]);
+    }
+    Op o;
+    conv3d_setup(&o, k);
+    Tensor *y = op_run(&o, in, false, &d), *r = conv3d_ref(k, in);
+    double e = max_rel_err(y, r);
+    /* 1e-4: the last case sums 1,728 products per output in float32 */
+    CHECK_MSG(y && e < 1e-4, "conv3d case %zu: error %g %s", ci, e, diag_last(&d));
+    Tensor *yi = op_run(&o, ints, false, &d), *ym = op_run(&o, modp, true, &d);
+    Tensor *want = yi ? f32_to_modp(yi) : NULL;
+    CHECK_MSG(tensors_identical(ym, want), "conv3d case %zu: Z_p differs from float32", ci);
+    unref_all((Tensor *[]){y, r, yi, ym, want}, 5);
+    unref_all(in, n_in);
+    unref_all(ints, n_in);
+    unref_all(modp, n_in);
+  }
+  Op o;
+  conv3d_setup(&o, &conv3d_cases[0]);
+  op_check_error(&o, (Shape[]){{4, {1, 3, 5, 6}}, {5, {2, 3, 3, 3, 3}}, {1, {2}}},
+                 "expected [N, C, D, H, W]");
+  op_check_error(&o, (Shape[]){{5, {1, 3, 2, 5, 6}}, {5, {2, 3, 3, 3, 3}}, {1, {2}}},
+                 "larger than the padded input");
+  op_check_error(&o, (Shape[]){{5, {1, 4, 4, 5, 6}}, {5, {2, 3, 3, 3, 3}}, {1, {2}}},
+                 "input channels per group");
   diag_fini(&d);
 }
 
@@ -1330,6 +1435,7 @@ static void test_rows(void) {
 int main(void) {
   test_rows();
   test_conv_by_hand();
+  test_conv3d();
   test_conv_float_vs_reference();
   test_conv_modp_vs_float();
   test_conv_gpu_ways_on_host();

@@ -1736,6 +1736,25 @@ static void test_windows_1d(void) {
   check_round_trip("windows_1d");
 }
 
+/* A Conv over three spatial axes is conv3d's, handed on by conv2d's row:
+ * its kernel_shape checked, auto_pad SAME_UPPER made explicit pads (one
+ * axis uneven), groups, dilation and uneven pads; against numpy in
+ * double, and through export, without a warning. */
+static void test_conv3d(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("conv3d", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("conv3d.onnx", p), NULL, NULL, &d);
+  CHECK(g && count_kind(g, OP_CONV3D) == 2 && count_kind(g, OP_CONV2D) == 0);
+  CHECK_MSG(d.n_warnings == 0, "%s", d.text ? d.text : "");
+  graph_free(g);
+  diag_fini(&d);
+  check_round_trip("conv3d");
+}
+
 /* An Einsum of two operands is one product between transposes and
  * reshapes, against numpy.einsum (make_models.py: MaxViT's attention,
  * ellipses, an implicit output, a scalar, an outer product, batch
@@ -2024,6 +2043,7 @@ int main(void) {
   test_variadic();
   test_windows_1d();
   test_einsum();
+  test_conv3d();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

@@ -14,7 +14,11 @@ static void test_table(void) {
   for (int k = 0; k < OP__COUNT; k++) {
     const OpDef *o = op_def(k);
     CHECK_EQ_INT(op_by_name(o->name), k);
-    if (o->onnx_op) CHECK_MSG(op_by_onnx(o->onnx_op) == k, "%s", o->onnx_op);
+    /* An op_type two rows write (Conv: conv2d, conv3d) is read by the
+     * first, whose hook hands a node on to the other (onnx_in_as_kind). */
+    int reader = o->onnx_op ? op_by_onnx(o->onnx_op) : k;
+    CHECK_MSG(reader == k || (reader >= 0 && reader < k && !strcmp(o->onnx_op, "Conv")), "%s",
+              o->onnx_op);
     for (const char *const *a = o->onnx_aliases; a && *a; a++)
       CHECK_MSG(op_by_onnx(*a) == k, "%s", *a);
     /* Flags that contradict each other. */

@@ -84,9 +84,11 @@ def randomize_zero_weights(model, torch):
     return n
 
 
-def build_torchvision(name, **kwargs):
+def build_torchvision(name, family=None, **kwargs):
+    """family: the torchvision.models submodule that holds it ("video"), if any."""
     def build(torch, torchvision):
-        return getattr(torchvision.models, name)(weights=None, **kwargs)
+        models = getattr(torchvision.models, family) if family else torchvision.models
+        return getattr(models, name)(weights=None, **kwargs)
     return build
 
 
@@ -125,7 +127,8 @@ MODELS = collections.OrderedDict([
 # (EfficientNet, MnasNet, RegNet, MobileNetV3), channel shuffles (ShuffleNet), dense
 # concatenation (DenseNet), LayerNorm and GELU (ConvNeXt, ViT), Swin's shifted
 # windows, whose attention masks the exporter builds from shapes with ScatterND, and
-# MaxViT's block and grid attention, written with Einsum.
+# MaxViT's block and grid attention, written with Einsum, and the video networks'
+# convolutions over three axes (R3D-18: 8 frames of 112x112).
 # init_zero: ViT's classification head starts at zero, which would make every output 0
 # and every comparison vacuous; such weights are drawn at random instead.
 ZOO = collections.OrderedDict([
@@ -143,6 +146,7 @@ ZOO = collections.OrderedDict([
                   {"init_zero": True, "grad_path": True})),
     ("swin_t", (build_torchvision("swin_t"), (1, 3, 224, 224), 30, {})),
     ("maxvit_t", (build_torchvision("maxvit_t"), (1, 3, 224, 224), 31, {})),
+    ("r3d_18", (build_torchvision("r3d_18", "video"), (1, 3, 8, 112, 112), 32, {})),
 ])
 ALL = collections.OrderedDict(list(MODELS.items()) + list(ZOO.items()))
 

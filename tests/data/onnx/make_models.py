@@ -895,6 +895,52 @@ def einsum_models():
              opset=12)
 
 
+def conv3d(x, w, b, group, stride, pads, dilation):
+    """The definition in double: pads [d0, h0, w0, d1, h1, w1]."""
+    n, c, *size = x.shape
+    m, cg, *k = w.shape
+    xp = np.pad(x.astype(np.float64),
+                ((0, 0), (0, 0)) + tuple((pads[a], pads[3 + a]) for a in range(3)))
+    out = [(size[a] + pads[a] + pads[3 + a] - (k[a] - 1) * dilation[a] - 1) // stride[a] + 1
+           for a in range(3)]
+    y = np.zeros((n, m, *out))
+    mg = m // group
+    for t0 in range(k[0]):
+        for t1 in range(k[1]):
+            for t2 in range(k[2]):
+                a0, a1, a2 = t0 * dilation[0], t1 * dilation[1], t2 * dilation[2]
+                patch = xp[:, :, a0:a0 + (out[0] - 1) * stride[0] + 1:stride[0],
+                           a1:a1 + (out[1] - 1) * stride[1] + 1:stride[1],
+                           a2:a2 + (out[2] - 1) * stride[2] + 1:stride[2]]
+                for g in range(group):
+                    y[:, g * mg:(g + 1) * mg] += np.einsum(
+                        "ncdhw,mc->nmdhw", patch[:, g * cg:(g + 1) * cg],
+                        w[g * mg:(g + 1) * mg, :, t0, t1, t2].astype(np.float64))
+    return y + (0 if b is None else b.reshape(1, m, 1, 1, 1))
+
+
+def conv3d_model():
+    """Two Convs over three spatial axes: a strided one with a bias and
+    auto_pad SAME_UPPER, a Relu, then a grouped, dilated one with uneven
+    pads and no bias. Teq imports each as conv3d."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w1, b1, w2 = rand(1, 3, 5, 9, 8), rand(4, 3, 3, 3, 3), rand(4), rand(6, 2, 2, 3, 1)
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], strides=[1, 2, 2], auto_pad="SAME_UPPER",
+               kernel_shape=[3, 3, 3]),
+             n("Relu", ["c1"], ["r"]),
+             n("Conv", ["r", "w2"], ["y"], group=2, dilations=[2, 1, 1], pads=[1, 0, 2, 0, 1, 0])]
+    # SAME_UPPER: the extra pad at the end, [1, 4, 5, 5, 4]
+    c1 = conv3d(x, w1, b1, 1, (1, 2, 2), (1, 1, 0, 1, 1, 1), (1, 1, 1))
+    y = conv3d(np.maximum(c1, 0), w2, None, 2, (1, 1, 1), (1, 0, 2, 0, 1, 0), (2, 1, 1))
+    save("conv3d", helper.make_graph(nodes, "conv3d", [vi("x", f, [1, 3, 5, 9, 8])],
+                                     [vi("y", f, list(y.shape))],
+                                     [init("w1", w1), init("b1", b1), init("w2", w2)]))
+    save_tensor("conv3d.input_0.pb", x, "x")
+    save_tensor("conv3d.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -920,3 +966,4 @@ if __name__ == "__main__":
     variadic_models()
     windows_1d()
     einsum_models()
+    conv3d_model()
