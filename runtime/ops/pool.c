@@ -1,7 +1,8 @@
 /* pool.c: 2-D max and average pooling and their global forms (ONNX
  * MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool). A 1-D ONNX pool
  * over [N, C, L] is imported as the 2-D one over [N, C, 1, L] between
- * reshapes; the global forms take any number of spatial axes.
+ * reshapes, a 3-D one as pool3d.c's; the global forms take any number of
+ * spatial axes.
  *
  * Output extents follow ONNX: floor((in + pads - dilated kernel) / stride)
  * + 1, or with ceil_mode the ceiling, except that a last window starting
@@ -258,7 +259,7 @@ static int pool_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
 /* Shared by MaxPool and AveragePool: the window (onnx_window_read), 1-D or
  * 2-D by the input's rank or else the length of kernel_shape, and auto_pad
  * as pads. A 1-D pool is the 2-D one over X with a unit axis 2
- * (onnx_in_as_raised). */
+ * (onnx_in_as_raised); a 3-D one is pool3d.c's (onnx_in_as_kind). */
 static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, bool dilated, Diag *d) {
   const char *op = onnx_in_op_type(v);
   const Shape *x = onnx_in_input_shape(v, 0);
@@ -271,7 +272,12 @@ static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, bool dilated, Diag *d
   if (!onnx_in_attr_ints(v, "kernel_shape", k, TEQ_MAX_PARAM_LEN, &nk))
     return onnx_in_error(v, d, "%s without the required attribute kernel_shape", op);
   OnnxWindow win;
-  int spatial = x && x->ndim >= 0 ? x->ndim - 2 : nk, rc = onnx_window_read(v, spatial, &win, d);
+  int spatial = x && x->ndim >= 0 ? x->ndim - 2 : nk;
+  if (spatial == 3) {
+    onnx_in_as_kind(v, dilated ? OP_MAXPOOL3D : OP_AVGPOOL3D);
+    return TEQ_OK;
+  }
+  int rc = onnx_window_read(v, spatial, &win, d);
   if (rc) return rc;
   if (spatial == 1 && !(x && x->ndim == 3))
     return onnx_in_unsupported(v, d, "a %s over one spatial axis needs the shape of X", op);

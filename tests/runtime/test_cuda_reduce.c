@@ -19,7 +19,8 @@
  * int64 comparison).
  * Pools: maxpool and avgpool with kernel, stride, symmetric and asymmetric
  * pads, dilation, ceil_mode and count_include_pad, ~1.6M-element inputs,
- * 1x1 inputs; global pools on 3-D to 5-D inputs, small and large planes. */
+ * 1x1 inputs; their 3-D rows; global pools on 3-D to 5-D inputs, small
+ * and large planes. */
 #include "tests/cuda_check.h"
 
 static CudaDevice *dev;
@@ -308,6 +309,42 @@ static void test_pools(void) {
   }
 }
 
+/* maxpool3d and avgpool3d: S3D's windows, ceil_mode with an overhang
+ * past the padding, dilation, count_include_pad, and a 16x56x56 input. */
+static void test_pools3d(void) {
+  static const struct {
+    int64_t k[3], s[3], p[6], dl[3];
+    int ceil, count_pad;
+  } cases[] = {
+    {{1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 0, 0},
+    {{3, 3, 3}, {2, 2, 2}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 0, 1},
+    {{3, 3, 2}, {2, 2, 2}, {1, 1, 0, 1, 1, 1}, {1, 1, 1}, 1, 1},
+    {{2, 2, 2}, {1, 1, 2}, {1, 0, 0, 0, 1, 1}, {3, 2, 1}, 1, 0},
+    {{2, 7, 7}, {1, 1, 1}, {0, 0, 0, 0, 0, 0}, {1, 1, 1}, 0, 0},
+  };
+  static const OpKind kinds[] = {OP_MAXPOOL3D, OP_AVGPOOL3D};
+  const Shape shapes[] = {shape_make(5, (int64_t[]){1, 3, 5, 9, 8}),
+                          shape_make(5, (int64_t[]){1, 8, 16, 56, 56})};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      for (int j = 0; j < 2; j++) {
+        char label[96], sx[SHAPE_STR_MAX];
+        snprintf(label, sizeof label, "%s %s case %zu", kind_name(kinds[k]),
+                 shape_format(&shapes[j], sx, sizeof sx), i);
+        CudaCase c = cuda_case(label, kinds[k], 1, &shapes[j]);
+        param_set_ints(&c.params, param_index(kinds[k], "kernel"), cases[i].k, 3);
+        param_set_ints(&c.params, param_index(kinds[k], "stride"), cases[i].s, 3);
+        param_set_ints(&c.params, param_index(kinds[k], "pads"), cases[i].p, 6);
+        param_set_int(&c.params, param_index(kinds[k], "ceil_mode"), cases[i].ceil);
+        if (kinds[k] == OP_MAXPOOL3D)
+          param_set_ints(&c.params, param_index(kinds[k], "dilation"), cases[i].dl, 3);
+        else
+          param_set_int(&c.params, param_index(kinds[k], "count_include_pad"),
+                        cases[i].count_pad);
+        cuda_check_case(dev, &c);
+      }
+}
+
 int main(void) {
   dev = cuda_check_open();
   test_reductions();
@@ -315,6 +352,7 @@ int main(void) {
   test_softmax();
   test_arg();
   test_pools();
+  test_pools3d();
   cuda_device_close(dev);
   return check_exit();
 }

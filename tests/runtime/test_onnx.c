@@ -1755,6 +1755,26 @@ static void test_conv3d(void) {
   check_round_trip("conv3d");
 }
 
+/* MaxPool and AveragePool over three spatial axes are maxpool3d and
+ * avgpool3d, handed on by the 2-D rows; a Pad of no extent at rank 5
+ * (none of Teq's pad lists is that long) is no node. */
+static void test_pools3d(void) {
+  OnnxImportStats st;
+  tensor_unref(check_reference("pools3d", NULL, &st));
+  CHECK_EQ_INT(st.n_opaque, 0);
+  CHECK_EQ_INT(st.n_noops_removed, 1);
+  char p[PATH_BUF];
+  Diag d;
+  diag_init(&d);
+  Graph *g = import(data("pools3d.onnx", p), NULL, NULL, &d);
+  CHECK(g && count_kind(g, OP_MAXPOOL3D) == 1 && count_kind(g, OP_AVGPOOL3D) == 1 &&
+        graph_count_ops(g) == 2);
+  CHECK_MSG(d.n_warnings == 0, "%s", d.text ? d.text : "");
+  graph_free(g);
+  diag_fini(&d);
+  check_round_trip("pools3d");
+}
+
 /* An Einsum of two operands is one product between transposes and
  * reshapes, against numpy.einsum (make_models.py: MaxViT's attention,
  * ellipses, an implicit output, a scalar, an outer product, batch
@@ -2044,6 +2064,7 @@ int main(void) {
   test_windows_1d();
   test_einsum();
   test_conv3d();
+  test_pools3d();
   test_opaque_forms();
   test_bad_files();
   test_tensor_files();

@@ -1,4 +1,5 @@
-/* test_pool.c: maxpool, avgpool and the global pools. Each float32 kernel
+/* test_pool.c: maxpool, avgpool, their 3-D rows and the global pools. Each
+ * float32 kernel
  * is checked against a reference written here from the definition (windows
  * in padded coordinates, ceil_mode by counting window starts), on random
  * inputs over many configurations; each Z_p kernel against the same
@@ -139,6 +140,109 @@ static void test_pool_vs_reference(void) {
     CHECK_MSG(tensors_identical(ym, rm), "pool case %zu in Z_p", ci);
     unref_all((Tensor *[]){x, y, r, xs, xm, ym, rm}, 7);
   }
+  diag_fini(&d);
+}
+
+/* ---- 3-D pools ---- */
+
+typedef struct Pool3Case {
+  int max, n, c, in[3], k[3], s[3], p[6], dl[3], ceil, include_pad;
+} Pool3Case;
+
+static const Pool3Case pool3_cases[] = {
+  {1, 1, 2, {4, 7, 6}, {1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 0, 0}, /* S3D's */
+  {1, 2, 3, {5, 6, 7}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 0, 0},
+  {1, 1, 2, {5, 5, 7}, {2, 2, 3}, {2, 2, 2}, {0, 1, 1, 1, 0, 2}, {1, 1, 1}, 1, 0}, /* ceil */
+  {1, 1, 1, {7, 6, 6}, {2, 2, 2}, {1, 1, 2}, {1, 0, 0, 0, 1, 1}, {3, 2, 1}, 1, 0}, /* dilated */
+  {0, 1, 2, {4, 9, 9}, {2, 7, 7}, {1, 1, 1}, {0}, {1, 1, 1}, 0, 0},               /* S3D's */
+  {0, 2, 2, {5, 6, 7}, {3, 3, 2}, {2, 2, 2}, {1, 1, 0, 1, 1, 1}, {1, 1, 1}, 1, 1}, /* overhang */
+  {0, 2, 2, {5, 6, 7}, {3, 3, 2}, {2, 2, 2}, {1, 1, 0, 1, 1, 1}, {1, 1, 1}, 1, 0},
+  {0, 1, 3, {3, 4, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 0, 1},
+};
+
+/* Max, or sum and divisor, of every window from the definition, in float
+ * (double sums) or Z_p; extents by counting window starts (ref_out_dim). */
+static Tensor *ref_pool3(const Pool3Case *k, const Tensor *x, bool modp) {
+  int o[3];
+  for (int a = 0; a < 3; a++)
+    o[a] = ref_out_dim(k->in[a], k->k[a], k->s[a], k->p[a], k->p[3 + a], k->dl[a], k->ceil);
+  Shape sy = {5, {k->n, k->c, o[0], o[1], o[2]}};
+  Tensor *y = tensor_new(modp ? DT_MODP : DT_F32, &sy);
+  int64_t at = 0;
+  for (int pl = 0; pl < k->n * k->c; pl++)
+    for (int z = 0; z < o[0]; z++)
+      for (int r = 0; r < o[1]; r++)
+        for (int q = 0; q < o[2]; q++, at++) {
+          double best = -FLT_MAX, sum = 0;
+          uint64_t best_m = 0, sum_m = 0;
+          int n_in = 0, n_pad = 0, pos[3] = {z, r, q};
+          for (int t0 = 0; t0 < k->k[0]; t0++)
+            for (int t1 = 0; t1 < k->k[1]; t1++)
+              for (int t2 = 0; t2 < k->k[2]; t2++) {
+                int i[3], tap[3] = {t0, t1, t2};
+                bool in_pad = true, inside = true;
+                for (int a = 0; a < 3; a++) {
+                  i[a] = pos[a] * k->s[a] - k->p[a] + tap[a] * k->dl[a];
+                  in_pad = in_pad && i[a] < k->in[a] + k->p[3 + a];
+                  inside = inside && i[a] >= 0 && i[a] < k->in[a];
+                }
+                n_pad += in_pad;
+                if (!inside) continue;
+                n_in++;
+                int64_t e = (((int64_t)pl * k->in[0] + i[0]) * k->in[1] + i[1]) * k->in[2] + i[2];
+                if (modp) {
+                  uint32_t v = ((uint32_t *)x->data)[e];
+                  best_m = v > best_m ? v : best_m;
+                  sum_m += v;
+                } else {
+                  double v = ((float *)x->data)[e];
+                  best = v > best ? v : best;
+                  sum += v;
+                }
+              }
+          int cnt = k->include_pad ? n_pad : n_in;
+          if (modp)
+            ((uint32_t *)y->data)[at] = k->max ? (uint32_t)best_m
+                                               : modp_mul(modp_reduce(sum_m), modp_inv(cnt));
+          else
+            ((float *)y->data)[at] = (float)(k->max ? best : cnt ? sum / cnt : 0);
+        }
+  return y;
+}
+
+/* maxpool3d and avgpool3d against the definition, in float32 and in Z_p
+ * (small integers, negatives included); and what shape inference says of
+ * a pad as wide as the window. */
+static void test_pool3d(void) {
+  Diag d;
+  diag_init(&d);
+  for (size_t ci = 0; ci < sizeof pool3_cases / sizeof *pool3_cases; ci++) {
+    const Pool3Case *k = &pool3_cases[ci];
+    OpKind kind = k->max ? OP_MAXPOOL3D : OP_AVGPOOL3D;
+    Op o;
+    op_init(&o, kind, 1);
+    op_ints(&o, "kernel", (int64_t[]){k->k[0], k->k[1], k->k[2]}, 3);
+    op_ints(&o, "stride", (int64_t[]){k->s[0], k->s[1], k->s[2]}, 3);
+    op_ints(&o, "pads", (int64_t[]){k->p[0], k->p[1], k->p[2], k->p[3], k->p[4], k->p[5]}, 6);
+    op_int(&o, "ceil_mode", k->ceil);
+    if (k->max) op_ints(&o, "dilation", (int64_t[]){k->dl[0], k->dl[1], k->dl[2]}, 3);
+    else op_int(&o, "count_include_pad", k->include_pad);
+    Shape sx = {5, {k->n, k->c, k->in[0], k->in[1], k->in[2]}};
+    Tensor *x = random_f32(sx, 60 + ci), *y = op_run(&o, &x, false, &d);
+    Tensor *r = ref_pool3(k, x, false);
+    CHECK_MSG(y && r && shape_equal(&y->shape, &r->shape) && max_rel_err(y, r) < 1e-6,
+              "pool3d case %zu: error %g %s", ci, max_rel_err(y, r), diag_last(&d));
+    Tensor *xs = random_ints(sx, 3, 70 + ci), *xm = f32_to_modp(xs),
+           *ym = op_run(&o, &xm, true, &d), *rm = ref_pool3(k, xm, true);
+    CHECK_MSG(tensors_identical(ym, rm), "pool3d case %zu in Z_p", ci);
+    unref_all((Tensor *[]){x, y, r, xs, xm, ym, rm}, 7);
+  }
+  Op o;
+  op_init(&o, OP_MAXPOOL3D, 1);
+  op_ints(&o, "kernel", (int64_t[]){2, 2, 2}, 3);
+  op_ints(&o, "pads", (int64_t[]){0, 0, 2, 0, 0, 0}, 6);
+  op_check_error(&o, (Shape[]){{5, {1, 1, 4, 4, 4}}}, "smaller than the kernel extent");
+  op_check_error(&o, (Shape[]){{4, {1, 1, 4, 4}}}, "expected [N, C, D, H, W]");
   diag_fini(&d);
 }
 
@@ -372,6 +476,7 @@ int main(void) {
   test_rows();
   test_by_hand();
   test_pool_vs_reference();
+  test_pool3d();
   test_modp_max_is_residue_order();
   test_const_pool_identity();
   test_global();

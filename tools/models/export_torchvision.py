@@ -128,7 +128,8 @@ MODELS = collections.OrderedDict([
 # concatenation (DenseNet), LayerNorm and GELU (ConvNeXt, ViT), Swin's shifted
 # windows, whose attention masks the exporter builds from shapes with ScatterND, and
 # MaxViT's block and grid attention, written with Einsum, and the video networks'
-# convolutions over three axes (R3D-18: 8 frames of 112x112).
+# convolutions and pools over three axes (R3D-18: 8 frames of 112x112; S3D: 16 of
+# 224x224).
 # init_zero: ViT's classification head starts at zero, which would make every output 0
 # and every comparison vacuous; such weights are drawn at random instead.
 ZOO = collections.OrderedDict([
@@ -147,6 +148,7 @@ ZOO = collections.OrderedDict([
     ("swin_t", (build_torchvision("swin_t"), (1, 3, 224, 224), 30, {})),
     ("maxvit_t", (build_torchvision("maxvit_t"), (1, 3, 224, 224), 31, {})),
     ("r3d_18", (build_torchvision("r3d_18", "video"), (1, 3, 8, 112, 112), 32, {})),
+    ("s3d", (build_torchvision("s3d", "video"), (1, 3, 16, 224, 224), 33, {})),
 ])
 ALL = collections.OrderedDict(list(MODELS.items()) + list(ZOO.items()))
 

@@ -941,6 +941,56 @@ def conv3d_model():
     save_tensor("conv3d.output_0.pb", y.astype(np.float32), "y")
 
 
+def pool3d(x, k, s, pads, ceil_mode, is_max, include_pad=False, dl=(1, 1, 1)):
+    """ONNX's 3-D MaxPool or AveragePool from the definition, in double."""
+    n, c, *size = x.shape
+    out = []
+    for a in range(3):
+        ext = (k[a] - 1) * dl[a] + 1
+        span = size[a] + pads[a] + pads[3 + a] - ext
+        o = (span + (s[a] - 1 if ceil_mode else 0)) // s[a] + 1
+        if ceil_mode and (o - 1) * s[a] >= size[a] + pads[a]:
+            o -= 1
+        out.append(o)
+    y = np.zeros((n, c, *out))
+    for idx in np.ndindex(*out):
+        taps, n_pad = [], 0
+        for t in np.ndindex(*k):
+            i = [idx[a] * s[a] - pads[a] + t[a] * dl[a] for a in range(3)]
+            n_pad += all(i[a] < size[a] + pads[3 + a] for a in range(3))
+            if all(0 <= i[a] < size[a] for a in range(3)):
+                taps.append(x[:, :, i[0], i[1], i[2]].astype(np.float64))
+        if is_max:
+            y[(slice(None), slice(None)) + idx] = np.max(taps, axis=0)
+        else:
+            y[(slice(None), slice(None)) + idx] = np.sum(taps, axis=0) / (
+                n_pad if include_pad else len(taps))
+    return y
+
+
+def pools3d_model():
+    """S3D's pools: a MaxPool over three axes with ceil_mode, a Pad of no
+    extent at rank 5 (PyTorch writes one before a 3-D average pool) and an
+    AveragePool counting its padding. Teq imports them as maxpool3d, no
+    node and avgpool3d."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(1, 2, 5, 7, 6)
+    nodes = [n("MaxPool", ["x"], ["m"], kernel_shape=[2, 3, 3], strides=[2, 2, 2],
+               pads=[0, 1, 1, 1, 1, 0], ceil_mode=1),
+             n("Pad", ["m", "pads"], ["p"], mode="constant"),
+             n("AveragePool", ["p"], ["y"], kernel_shape=[2, 2, 2], pads=[1, 0, 1, 0, 1, 1],
+               count_include_pad=1)]
+    m = pool3d(x, (2, 3, 3), (2, 2, 2), (0, 1, 1, 1, 1, 0), True, True)
+    y = pool3d(m, (2, 2, 2), (1, 1, 1), (1, 0, 1, 0, 1, 1), False, False, include_pad=True)
+    save("pools3d", helper.make_graph(nodes, "pools3d", [vi("x", f, [1, 2, 5, 7, 6])],
+                                      [vi("y", f, list(y.shape))],
+                                      [init("pads", np.zeros(10, np.int64))]))
+    save_tensor("pools3d.input_0.pb", x, "x")
+    save_tensor("pools3d.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -967,3 +1017,4 @@ if __name__ == "__main__":
     windows_1d()
     einsum_models()
     conv3d_model()
+    pools3d_model()
