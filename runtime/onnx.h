@@ -195,19 +195,20 @@ TEQ_API int onnx_in_unsupported(const OnnxNodeIn *v, Diag *d, const char *fmt, .
 TEQ_API void onnx_in_as_elementwise(OnnxNodeIn *v, OpKind kind);
 TEQ_API void onnx_in_as_chain(OnnxNodeIn *v);
 TEQ_API void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs);
-/* As arranged: one node of the row's kind between layout changes, for an
- * ONNX operator that is the row's operator once its operands are laid out
- * for it (Einsum: a batched product). Input i (0 or 1) reaches the node
- * transposed by perm (NULL: not transposed), then reshaped to shape (NULL:
- * not reshaped); output 0 leaves it reshaped to shape, then transposed by
- * perm. A step that changes nothing adds no node, and a constant input is
- * arranged at import. */
 /* As another kind: the node is one of `kind`, whose row reads it anew
  * (its parameters, then its hook), for an ONNX operator two rows share by
  * its ranks (a Conv over three spatial axes is conv3d's). */
 TEQ_API void onnx_in_as_kind(OnnxNodeIn *v, OpKind kind);
+/* As arranged: one node of the row's kind between layout changes, for an
+ * ONNX operator that is the row's operator once its operands are laid out
+ * for it (Einsum: a batched product). Input i (0 or 1) reaches the node
+ * transposed by perm (NULL: not transposed), summed over its last n_sum
+ * axes (a reduce_sum; 0: none), then reshaped to shape (NULL: not
+ * reshaped); output 0 leaves it reshaped to shape, then transposed by
+ * perm. A step that changes nothing adds no node, and a constant input is
+ * arranged at import. */
 TEQ_API void onnx_in_as_arranged_input(OnnxNodeIn *v, int i, const int64_t *perm, int n_perm,
-                                       const Shape *shape);
+                                       int n_sum, const Shape *shape);
 TEQ_API void onnx_in_as_arranged_output(OnnxNodeIn *v, const Shape *shape, const int64_t *perm,
                                         int n_perm);
 

@@ -280,58 +280,73 @@ static int raised_input(Graph *g, TensorRef in, Diag *d) {
   return graph_add_node(g, OP_RESHAPE, &in, 1, 1, &p, NULL, d);
 }
 
-/* x transposed by a->perm and reshaped to a->shape (either step left out
- * where it changes nothing) in g, or laid out now where x is a constant:
- * the reshape of a constant is its shape changed, a transpose its tensor
- * computed by the registry's kernel in a scratch graph. Where the result
- * is, in *out; an error (in d) otherwise. */
+/* One layout step of kind (p its parameters) after x in g, or where x is
+ * a constant, its result computed now: a reshape of a constant is its
+ * shape changed, anything else is run by the registry's kernel in a
+ * scratch graph. Where the result is, in *out; an error (in d) otherwise. */
+static int arrange_step(Graph *g, OpKind kind, const Params *p, TensorRef *x, Diag *d) {
+  const Node *src = &g->nodes[x->node];
+  Tensor *t = NULL;
+  int rc = TEQ_OK;
+  if (src->kind == OP_CONST && kind == OP_RESHAPE) {
+    if (!(t = tensor_clone(src->value))) return diag_error(d, "out of memory"), TEQ_ERR_NOMEM;
+    const ParamValue *shape = &p->v[param_index(OP_RESHAPE, "shape")];
+    t->shape = shape_make(shape->n, shape->i);
+    t->content_hash = 0;
+  } else if (src->kind == OP_CONST) {
+    Graph *scratch = graph_new();
+    rc = scratch ? TEQ_OK : TEQ_ERR_NOMEM;
+    int c = rc ? -1 : graph_add_const(scratch, NULL, tensor_ref(src->value), d);
+    int id = c < 0 ? c : graph_add_node(scratch, kind, &(TensorRef){c, 0}, 1, 1, p, NULL, d);
+    if (!rc && id < 0) rc = id;
+    if (!rc && graph_add_output(scratch, (TensorRef){id, 0}, "out", d) < 0) rc = TEQ_ERR_INPUT;
+    if (!rc) rc = exec_run(scratch, EXEC_F32, NULL, &t, d);
+    graph_free(scratch);
+    if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
+  } else {
+    int id = graph_add_node(g, kind, x, 1, 1, p, NULL, d);
+    if (id < 0) return id;
+    *x = (TensorRef){id, 0};
+    return TEQ_OK;
+  }
+  int id = rc ? rc : graph_add_const(g, NULL, t, d);
+  if (id < 0) return id;
+  *x = (TensorRef){id, 0};
+  return TEQ_OK;
+}
+
+/* x laid out as a says (OnnxArrange: transposed, summed, reshaped; for
+ * the output, reshape_first, reshaped then transposed), each step left out
+ * where it changes nothing. Where the result is, in *out. */
 static int arranged(Graph *g, TensorRef x, const OnnxArrange *a, bool reshape_first,
                     TensorRef *out, Diag *d) {
   *out = x;
-  for (int step = 0; step < 2; step++) {
-    bool is_reshape = (step == 0) == reshape_first;
+  enum { TRANSPOSE, SUM, RESHAPE };
+  const int input_order[] = {TRANSPOSE, SUM, RESHAPE}, output_order[] = {RESHAPE, TRANSPOSE};
+  const int *order = reshape_first ? output_order : input_order;
+  for (int k = 0; k < (reshape_first ? 2 : 3); k++) {
     const Shape *s = graph_shape(g, *out);
     bool identity = true;
-    for (int k = 0; k < a->n_perm; k++) identity = identity && a->perm[k] == k;
-    if (is_reshape ? !a->reshape || shape_equal(s, &a->shape) : identity) continue;
-    OpKind kind = is_reshape ? OP_RESHAPE : OP_TRANSPOSE;
+    for (int j = 0; j < a->n_perm; j++) identity = identity && a->perm[j] == j;
+    OpKind kind = order[k] == TRANSPOSE ? OP_TRANSPOSE : order[k] == SUM ? OP_REDUCE_SUM
+                                                                          : OP_RESHAPE;
     Params p;
     params_default(kind, &p);
-    if (is_reshape)
-      param_set_ints(&p, param_index(kind, "shape"), a->shape.d, a->shape.ndim);
-    else
+    if (order[k] == TRANSPOSE) {
+      if (identity) continue;
       param_set_ints(&p, param_index(kind, "perm"), a->perm, a->n_perm);
-    const Node *src = &g->nodes[out->node];
-    if (src->kind == OP_CONST && is_reshape) {
-      Tensor *t = tensor_clone(src->value);
-      if (!t) return diag_error(d, "out of memory"), TEQ_ERR_NOMEM;
-      t->shape = a->shape;
-      t->content_hash = 0;
-      int id = graph_add_const(g, NULL, t, d);
-      if (id < 0) return id;
-      *out = (TensorRef){id, 0};
-      continue;
+    } else if (order[k] == SUM) {
+      if (!a->n_sum) continue;
+      int64_t axes[TEQ_MAX_DIMS];
+      for (int j = 0; j < a->n_sum; j++) axes[j] = s->ndim - a->n_sum + j;
+      param_set_ints(&p, param_index(kind, "axes"), axes, a->n_sum);
+      param_set_int(&p, param_index(kind, "keepdims"), 0);
+    } else {
+      if (!a->reshape || shape_equal(s, &a->shape)) continue;
+      param_set_ints(&p, param_index(kind, "shape"), a->shape.d, a->shape.ndim);
     }
-    if (src->kind == OP_CONST) {
-      Graph *scratch = graph_new();
-      Tensor *t = NULL;
-      int rc = scratch ? TEQ_OK : TEQ_ERR_NOMEM;
-      int c = rc ? -1 : graph_add_const(scratch, NULL, tensor_ref(src->value), d);
-      int id = c < 0 ? c : graph_add_node(scratch, kind, &(TensorRef){c, 0}, 1, 1, &p, NULL, d);
-      if (!rc && id < 0) rc = id;
-      if (!rc) rc = graph_add_output(scratch, (TensorRef){id, 0}, "out", d) < 0 ? TEQ_ERR_INPUT
-                                                                                 : TEQ_OK;
-      if (!rc) rc = exec_run(scratch, EXEC_F32, NULL, &t, d);
-      graph_free(scratch);
-      if (rc) return rc == TEQ_ERR_NOMEM ? diag_error(d, "out of memory"), rc : rc;
-      id = graph_add_const(g, NULL, t, d);
-      if (id < 0) return id;
-      *out = (TensorRef){id, 0};
-      continue;
-    }
-    int id = graph_add_node(g, kind, out, 1, 1, &p, NULL, d);
-    if (id < 0) return id;
-    *out = (TensorRef){id, 0};
+    int rc = arrange_step(g, kind, &p, out, d);
+    if (rc) return rc;
   }
   return TEQ_OK;
 }

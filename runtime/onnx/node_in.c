@@ -87,24 +87,25 @@ void onnx_in_as_kind(OnnxNodeIn *v, OpKind kind) {
   v->elementwise = kind;
 }
 
-static void set_arrange(OnnxArrange *a, const int64_t *perm, int n_perm, const Shape *shape) {
-  *a = (OnnxArrange){.n_perm = perm ? n_perm : 0, .reshape = shape != NULL};
+static void set_arrange(OnnxArrange *a, const int64_t *perm, int n_perm, int n_sum,
+                        const Shape *shape) {
+  *a = (OnnxArrange){.n_perm = perm ? n_perm : 0, .n_sum = n_sum, .reshape = shape != NULL};
   for (int k = 0; k < a->n_perm && k < TEQ_MAX_DIMS; k++) a->perm[k] = perm[k];
   if (shape) a->shape = *shape;
 }
 
 void onnx_in_as_arranged_input(OnnxNodeIn *v, int i, const int64_t *perm, int n_perm,
-                               const Shape *shape) {
-  assert(i >= 0 && i < ONNX_ARRANGED_MAX_IN && n_perm <= TEQ_MAX_DIMS);
+                               int n_sum, const Shape *shape) {
+  assert(i >= 0 && i < ONNX_ARRANGED_MAX_IN && n_perm <= TEQ_MAX_DIMS && n_sum >= 0);
   v->form = ONNX_FORM_ARRANGED;
-  set_arrange(&v->arrange_in[i], perm, n_perm, shape);
+  set_arrange(&v->arrange_in[i], perm, n_perm, n_sum, shape);
 }
 
 void onnx_in_as_arranged_output(OnnxNodeIn *v, const Shape *shape, const int64_t *perm,
                                 int n_perm) {
   assert(n_perm <= TEQ_MAX_DIMS);
   v->form = ONNX_FORM_ARRANGED;
-  set_arrange(&v->arrange_out, perm, n_perm, shape);
+  set_arrange(&v->arrange_out, perm, n_perm, 0, shape);
 }
 
 bool onnx_in_has_input(const OnnxNodeIn *v, int i) {

@@ -122,11 +122,13 @@ typedef enum OnnxForm {
   ONNX_FORM_KIND,        /* a node of another kind, whose row reads it anew */
 } OnnxForm;
 
-/* ONNX_FORM_ARRANGED: a transpose (n_perm > 0) and a reshape (reshape),
- * in that order for an input, reshape first for the output. */
+/* ONNX_FORM_ARRANGED: a transpose (n_perm > 0), a sum over the last
+ * n_sum axes and a reshape (reshape), in that order for an input; the
+ * output's reshape comes first, and it has no sum. */
 typedef struct OnnxArrange {
   int n_perm;
   int64_t perm[TEQ_MAX_DIMS];
+  int n_sum;
   bool reshape;
   Shape shape;
 } OnnxArrange;

@@ -8,13 +8,13 @@
  * [batch..., M, K], B to [batch, contracted, right] and [batch..., K, N]
  * (onnx_in_as_arranged_input); their product [batch..., M, N] is reshaped
  * to [batch..., left..., right...] and transposed into the output's order.
- * Batch extents of 1 broadcast, as they do in a product. A label summed in
- * one operand alone stands for a sum before the product, which only an
- * extent of 1 makes a no-op; that, a label twice in one operand (a
- * diagonal) and one or three operands are refused, and the node is kept
- * as it is. Labels are the equation's letters (ONNX allows [a-zA-Z]) and
- * the dimensions an ellipsis stands for, numbered from the right as
- * broadcasting aligns them. */
+ * Batch extents of 1 broadcast, as they do in a product. A label in one
+ * operand alone and not the output is summed there first (a reduce_sum of
+ * the operand's last axes, once they are transposed there). A label twice
+ * in one operand (a diagonal), and one or three operands, are refused:
+ * the node is kept as it is. Labels are the equation's letters (ONNX
+ * allows [a-zA-Z]) and the dimensions an ellipsis stands for, numbered
+ * from the right as broadcasting aligns them. */
 #include <string.h>
 
 #include "runtime/ops/family.h"
@@ -185,18 +185,16 @@ int einsum_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
           return onnx_in_unsupported(v, d, "label '%c' summed over extents %lld and %lld",
                                      label_char(l), (long long)ext[0][l], (long long)ext[1][l]);
         contr[nc++] = l;
-      } else if (ext[i][l] == 1) {
-        drop[i][nd[i]++] = l;
       } else {
-        return onnx_in_unsupported(v, d, "label '%c' is summed in operand %d alone",
-                                   label_char(l), i);
+        drop[i][nd[i]++] = l;
       }
     }
   if (nb + 2 > TEQ_MAX_DIMS)
     return onnx_in_unsupported(v, d, "%d batch labels: at most %d", nb, TEQ_MAX_DIMS - 2);
 
-  /* A to [batch, left, dropped, contracted] -> [batch..., M, K]; B to
-   * [batch, contracted, right, dropped] -> [batch..., K, N]. */
+  /* A to [batch, left, contracted, summed], its own labels summed, then
+   * [batch..., M, K]; B to [batch, contracted, right, summed] and
+   * [batch..., K, N]. */
   int64_t perm[2][MAX_TERM], m = 1, k = 1, n = 1;
   int np[2] = {0, 0};
   Shape flat[2] = {{.ndim = nb + 2}, {.ndim = nb + 2}};
@@ -206,18 +204,18 @@ int einsum_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
       flat[i].d[b] = ext[i][batch[b]];
     }
   for (int j = 0; j < nl; j++) perm[0][np[0]++] = position(&t[0], left[j]), m *= ext[0][left[j]];
-  for (int j = 0; j < nd[0]; j++) perm[0][np[0]++] = position(&t[0], drop[0][j]);
   for (int j = 0; j < nc; j++) {
     perm[0][np[0]++] = position(&t[0], contr[j]);
     perm[1][np[1]++] = position(&t[1], contr[j]);
     k *= ext[0][contr[j]];
   }
   for (int j = 0; j < nr; j++) perm[1][np[1]++] = position(&t[1], right[j]), n *= ext[1][right[j]];
-  for (int j = 0; j < nd[1]; j++) perm[1][np[1]++] = position(&t[1], drop[1][j]);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < nd[i]; j++) perm[i][np[i]++] = position(&t[i], drop[i][j]);
   flat[0].d[nb] = m, flat[0].d[nb + 1] = k;
   flat[1].d[nb] = k, flat[1].d[nb + 1] = n;
-  onnx_in_as_arranged_input(v, 0, perm[0], np[0], &flat[0]);
-  onnx_in_as_arranged_input(v, 1, perm[1], np[1], &flat[1]);
+  onnx_in_as_arranged_input(v, 0, perm[0], np[0], nd[0], &flat[0]);
+  onnx_in_as_arranged_input(v, 1, perm[1], np[1], nd[1], &flat[1]);
 
   /* The product's [batch..., M, N] to [batch..., left..., right...], then
    * to the output's order. */
