@@ -878,7 +878,7 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
       bool ok = r > 0 && act_i >= 0 && x.out == 0 && x.node < n0 && !taken[x.node] &&
                 reader[x.node] == u && c->n_out == 1 && c->n_in <= r &&
                 c->params.v[act_i].i[0] == ACT_NONE && !op_output_pooled(c) &&
-                c->out[0].ndim == 4 &&
+                c->out[0].ndim >= 4 &&
                 z.node != x.node && g->nodes[z.node].dtype == DT_F32 &&
                 shape_equal(graph_shape(g, z), &c->out[0]);
       /* Constant optional inputs: optimize takes a bias apart for its search. */

@@ -1818,9 +1818,10 @@ extern "C" int cuda_eval_conv_transpose(CUDA_KERNEL_SIGNATURE) {
 /* ---- conv3d ---- */
 
 /* cuDNN's N-d convolution over [N, C, D, H, W]: one algorithm searched per
- * configuration and remembered, as conv2d's cuDNN ways are; the bias added
- * after it. cuDNN pads both ends of an axis alike, so uneven ONNX pads are
- * refused here (torchvision's video networks pad evenly). */
+ * configuration and remembered, as conv2d's cuDNN ways are; the bias and
+ * the residual added after it, then the fused activation. cuDNN pads both
+ * ends of an axis alike, so uneven ONNX pads are refused here
+ * (torchvision's video networks pad evenly). */
 extern "C" int cuda_eval_conv3d(CUDA_KERNEL_SIGNATURE) {
   const Params *p = &n->params;
   const Shape &xs = in[0].shape, &ws = in[1].shape, &ys = out[0].shape;
@@ -1911,13 +1912,16 @@ extern "C" int cuda_eval_conv3d(CUDA_KERNEL_SIGNATURE) {
   const float one = 1.0f, zero = 0.0f;
   CUDNN_TRY(cudnnConvolutionForward(cx->cudnn, &one, ds.x, x, ds.w, w, ds.conv, algo,
                                     ws_bytes ? scratch : nullptr, ws_bytes, &zero, ds.y, y));
-  if (n->n_in < 3) return TEQ_OK;
-  int bd[5] = {1, yd[1], 1, 1, 1}, bst[5];
-  packed(bd, bst);
-  CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
-  CUDNN_TRY(cudnnSetTensorNdDescriptor(ds.bias, CUDNN_DATA_FLOAT, 5, bd, bst));
-  CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, in[2].data, &one, ds.y, y));
-  return TEQ_OK;
+  if (n->n_in > 2) {
+    int bd[5] = {1, yd[1], 1, 1, 1}, bst[5];
+    packed(bd, bst);
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&ds.bias));
+    CUDNN_TRY(cudnnSetTensorNdDescriptor(ds.bias, CUDNN_DATA_FLOAT, 5, bd, bst));
+    CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.bias, in[2].data, &one, ds.y, y));
+  }
+  if (n->n_in > 3) /* the residual, of the output's shape */
+    CUDNN_TRY(cudnnAddTensor(cx->cudnn, &one, ds.y, in[3].data, &one, ds.y, y));
+  return cuda_act_apply(cx, (int)param_int(p, C3_ACT), y, shape_numel(&ys), d);
 }
 
 /* ---- enlarge ---- */

@@ -1,8 +1,11 @@
 /* conv3d.c: ONNX Conv over three spatial axes, the convolution of video
  * models (torchvision's r3d_18, mc3_18, r2plus1d_18): X [N, C, D, H, W]
- * and W [M, C/groups, kd, kh, kw], an optional bias B [M], output
- * [N, M, od, oh, ow]. conv2d's row reads every Conv and hands one of three
- * spatial axes to this row (onnx_in_as_kind).
+ * and W [M, C/groups, kd, kh, kw], an optional bias B [M] and residual Z
+ * (the output's shape), output act(conv + B + Z) [N, M, od, oh, ow], act
+ * a fused activation: import folds a residual Add and an activation into
+ * it as it does into conv2d, so a video network's blocks run one kernel
+ * each. conv2d's row reads every Conv and hands one of three spatial axes
+ * to this row (onnx_in_as_kind).
  * Both CPU kernels unfold the input (im2col over three axes) in blocks of
  * output positions and multiply each group's filters by the block: the
  * BLAS in float32, modp_gemm in Z_p, exact. The GPU's is cuDNN's
@@ -52,6 +55,9 @@ static int geom3(const Node *n, const Shape *in, Geom3 *g, Diag *d) {
   if (n->n_in > 2 && (in[2].ndim != 1 || in[2].d[0] != g->m))
     return op_error(n, d, "bias B %s: expected [%lld], one per output channel",
                     shape_format(&in[2], sx, sizeof sx), (long long)g->m);
+  if (n->n_in > 3 && (in[3].ndim != 5 || in[3].d[0] != g->n || in[3].d[1] != g->m))
+    return op_error(n, d, "residual Z %s: expected the output's shape",
+                    shape_format(&in[3], sx, sizeof sx));
   for (int a = 0; a < 3; a++) {
     g->in[a] = x->d[2 + a], g->k[a] = w->d[2 + a];
     g->s[a] = p->v[C3_STRIDE].i[a], g->dl[a] = p->v[C3_DILATION].i[a];
@@ -63,6 +69,9 @@ static int geom3(const Node *n, const Shape *in, Geom3 *g, Diag *d) {
                       (long long)g->k[2], (long long)g->dl[0], (long long)g->dl[1],
                       (long long)g->dl[2]);
     g->out[a] = span / g->s[a] + 1;
+    if (n->n_in > 3 && in[3].d[2 + a] != g->out[a])
+      return op_error(n, d, "residual Z %s: expected the output's shape",
+                      shape_format(&in[3], sx, sizeof sx));
   }
   return TEQ_OK;
 }
@@ -107,7 +116,7 @@ static void im2col3(const Geom3 *g, const uint32_t *x, int64_t q0, int64_t nq, u
 
 static int conv3d_eval(const Node *n, Tensor *const *in, Tensor *const *out, bool modp,
                        Diag *d) {
-  Shape s[3];
+  Shape s[4];
   for (int i = 0; i < n->n_in; i++) s[i] = in[i]->shape;
   Geom3 g = {0};
   int rc = geom3(n, s, &g, d);
@@ -156,6 +165,19 @@ static int conv3d_eval(const Node *n, Tensor *const *in, Tensor *const *out, boo
       }
     }
   free(col);
+  int64_t total = g.n * g.m * vol;
+  int act = (int)param_int(&n->params, C3_ACT);
+  if (modp) {
+    uint32_t *ym = out[0]->data;
+    const uint32_t *z = n->n_in > 3 ? in[3]->data : NULL;
+    for (int64_t k = 0; z && k < total; k++) ym[k] = modp_add(ym[k], z[k]);
+    act_apply_modp(act, ym, total);
+  } else {
+    float *yf = out[0]->data;
+    const float *z = n->n_in > 3 ? in[3]->data : NULL;
+    for (int64_t k = 0; z && k < total; k++) yf[k] += z[k];
+    act_apply_f32(act, yf, total);
+  }
   return TEQ_OK;
 }
 
@@ -210,6 +232,17 @@ static int conv3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   return TEQ_OK;
 }
 
+/* The generic mapping writes strides, pads, dilations and group, defaults
+ * included; a residual becomes a following Add, a fused act a node after
+ * that. */
+static int conv3d_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
+  (void)d;
+  int act = (int)param_int(&n->params, C3_ACT);
+  if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
+  if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
+  return TEQ_OK;
+}
+
 static const OpParam conv3d_params[] = {
   [C3_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,
                  .hi = SPATIAL_MAX, .onnx_attr = "strides"},
@@ -218,14 +251,16 @@ static const OpParam conv3d_params[] = {
   [C3_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,
                    .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
   [C3_GROUPS] = WINDOW_PARAM_GROUPS(true),
+  [C3_ACT] = PARAM_FUSED_ACT,
 };
 
 const OpDef op_def_conv3d = {
   .kind = OP_CONV3D, .name = "conv3d", .onnx_op = "Conv",
-  .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
-  .params = conv3d_params, .n_params = 4,
+  .n_in_min = 2, .n_in_max = 4, .n_out_min = 1, .n_out_max = 1,
+  .params = conv3d_params, .n_params = 5,
   .infer_shape = conv3d_infer,
   .eval_f32 = conv3d_eval_f32, .eval_modp = conv3d_eval_modp, .flops = conv3d_flops,
   .eval_cuda = CUDA_EVAL(conv3d),
-  .onnx_read = conv3d_onnx_read, .weight_inputs = 1u << 1 | 1u << 2,
+  .onnx_read = conv3d_onnx_read, .onnx_write = conv3d_onnx_write,
+  .residual_input = 3, .weight_inputs = 1u << 1 | 1u << 2,
 };

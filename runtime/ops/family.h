@@ -137,7 +137,7 @@ void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 /* Parameter indices: each row's params in order, for its CPU kernels and
  * its GPU kernel (runtime/cuda/) alike, so both read the same slots. */
 enum { CONV_STRIDE, CONV_PADS, CONV_DILATION, CONV_GROUPS, CONV_ACT, CONV_POOL }; /* conv2d */
-enum { C3_STRIDE, C3_PADS, C3_DILATION, C3_GROUPS };                       /* conv3d */
+enum { C3_STRIDE, C3_PADS, C3_DILATION, C3_GROUPS, C3_ACT };               /* conv3d */
 enum { CT_STRIDE, CT_PADS, CT_DILATION, CT_GROUPS, CT_OUTPAD };            /* conv_transpose */
 enum { ENLARGE_KH, ENLARGE_KW };                                           /* enlarge */
 enum { BATCHNORM_EPSILON, BATCHNORM_ACT };                                 /* batchnorm */

@@ -8,7 +8,8 @@
  * direct kernel pinned on grouped, depthwise and shallow dense convs, and
  * pins the configuration does not offer, and a fused 2x2 or 3x3 max pool
  * (Winograd's tiles keep their max; the other ways pool apart); conv3d
- * with bias, stride, even pads, dilation and groups, and an R3D-18 stem;
+ * with bias, stride, even pads, dilation, groups, a residual and fused
+ * acts, and an R3D-18 stem;
  * conv_transpose with stride, output_padding, even pads (cuDNN computes
  * the window) and uneven ones or output_padding past the stride (the full
  * scatter is cropped), groups, dilation, bias; enlarge to square and
@@ -474,11 +475,19 @@ typedef struct Conv3dSpec {
   Shape x, w;
   bool bias;
   int64_t stride[3], pads[6], dilation[3], groups;
+  int act;
+  bool residual; /* a fourth input of the output's shape (with the bias) */
 } Conv3dSpec;
 
 static void conv3d_case(CudaDevice *dev, Conv3dSpec s) {
-  Shape b = S(1, (int)s.w.d[0]);
-  CudaCase c = cuda_case(s.label, OP_CONV3D, s.bias ? 3 : 2, SHAPES(s.x, s.w, b));
+  Shape b = S(1, (int)s.w.d[0]), z = {5, {s.x.d[0], s.w.d[0]}};
+  for (int a = 0; a < 3; a++) {
+    int64_t st = s.stride[a] ? s.stride[a] : 1, dl = s.dilation[a] ? s.dilation[a] : 1;
+    z.d[2 + a] = (s.x.d[2 + a] + s.pads[a] + s.pads[3 + a] - dl * (s.w.d[2 + a] - 1) - 1) / st + 1;
+  }
+  CudaCase c = cuda_case(s.label, OP_CONV3D, s.residual ? 4 : s.bias ? 3 : 2,
+                         SHAPES(s.x, s.w, b, z));
+  param_set_int(&c.params, param_index(OP_CONV3D, "act"), s.act);
   int64_t one[3] = {1, 1, 1};
   param_set_ints(&c.params, param_index(OP_CONV3D, "stride"), s.stride[0] ? s.stride : one, 3);
   param_set_ints(&c.params, param_index(OP_CONV3D, "pads"), s.pads, 6);
@@ -497,6 +506,11 @@ static void test_conv3d(CudaDevice *dev) {
                                 .dilation = {1, 2, 1}});
   conv3d_case(dev, (Conv3dSpec){.label = "conv3d groups=2 1x1x1", S(5, 1, 4, 3, 5, 5),
                                 S(5, 6, 2, 1, 1, 1), .groups = 2});
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d bias residual relu (R3D-18's block)",
+                                S(5, 1, 8, 4, 14, 14), S(5, 8, 8, 3, 3, 3), true,
+                                .pads = {1, 1, 1, 1, 1, 1}, .act = ACT_RELU, .residual = true});
+  conv3d_case(dev, (Conv3dSpec){.label = "conv3d sigmoid", S(5, 1, 2, 3, 5, 4),
+                                S(5, 3, 2, 2, 2, 2), .act = ACT_SIGMOID});
   conv3d_case(dev, (Conv3dSpec){.label = "conv3d R3D-18 stem 1x3x8x112x112 k(3 7 7)",
                                 S(5, 1, 3, 8, 112, 112), S(5, 64, 3, 3, 7, 7), false,
                                 .stride = {1, 2, 2}, .pads = {1, 3, 3, 1, 3, 3}});

@@ -421,7 +421,8 @@ static void test_conv_by_hand(void) {
 typedef struct Conv3dCase {
   int64_t x[5], w[5]; /* [N, C, D, H, W], [M, C/groups, kd, kh, kw] */
   int64_t stride[3], pads[6], dilation[3], groups;
-  bool bias;
+  bool bias, residual; /* a residual brings a bias */
+  int act;
 } Conv3dCase;
 
 /* Odd extents; strides, uneven pads, dilation and groups alone and
@@ -429,15 +430,22 @@ typedef struct Conv3dCase {
  * output row (the unfolded block is capped at 64 MB: 1,728 taps leave
  * room for 9,664 of the last case's 12,800 positions). */
 static const Conv3dCase conv3d_cases[] = {
-  {{1, 3, 4, 5, 6}, {2, 3, 3, 3, 3}, {1, 1, 1}, {0}, {1, 1, 1}, 1, true},
-  {{2, 4, 5, 7, 6}, {6, 2, 3, 2, 3}, {2, 1, 2}, {1, 0, 2, 0, 1, 1}, {1, 2, 1}, 2, true},
-  {{1, 3, 3, 9, 8}, {4, 3, 1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 1, false},
-  {{1, 6, 4, 4, 4}, {6, 1, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {2, 1, 1}, 6, true},
-  {{1, 64, 8, 40, 40}, {2, 64, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 1, false},
+  {{1, 3, 4, 5, 6}, {2, 3, 3, 3, 3}, {1, 1, 1}, {0}, {1, 1, 1}, 1, true, false, ACT_NONE},
+  {{2, 4, 5, 7, 6}, {6, 2, 3, 2, 3}, {2, 1, 2}, {1, 0, 2, 0, 1, 1}, {1, 2, 1}, 2, true, true,
+   ACT_RELU},
+  {{1, 3, 3, 9, 8}, {4, 3, 1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, {1, 1, 1}, 1, false, false,
+   ACT_SIGMOID},
+  {{1, 6, 4, 4, 4}, {6, 1, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {2, 1, 1}, 6, true, true,
+   ACT_NONE},
+  {{1, 64, 8, 40, 40}, {2, 64, 3, 3, 3}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, 1, false, false,
+   ACT_NONE},
 };
 
+static int conv3d_n_in(const Conv3dCase *k) { return k->residual ? 4 : k->bias ? 3 : 2; }
+
 static void conv3d_setup(Op *o, const Conv3dCase *k) {
-  op_init(o, OP_CONV3D, k->bias ? 3 : 2);
+  op_init(o, OP_CONV3D, conv3d_n_in(k));
+  op_int(o, "act", k->act);
   op_ints(o, "stride", k->stride, 3);
   op_ints(o, "pads", k->pads, 6);
   op_ints(o, "dilation", k->dilation, 3);
@@ -445,7 +453,7 @@ static void conv3d_setup(Op *o, const Conv3dCase *k) {
 }
 
 /* The definition, in double: every output sums its group's taps that
- * fall inside the input. */
+ * fall inside the input, then the bias and residual, then the act. */
 static Tensor *conv3d_ref(const Conv3dCase *k, Tensor *const *in) {
   int64_t od[3];
   for (int a = 0; a < 3; a++)
@@ -475,22 +483,28 @@ static Tensor *conv3d_ref(const Conv3dCase *k, Tensor *const *in) {
                                          k->x[4] + ix] *
                            w[(((m * cg + c) * k->w[2] + t0) * k->w[3] + t1) * k->w[4] + t2];
                   }
-            ((float *)y->data)[i] = (float)acc;
+            if (k->residual) acc += ((const float *)in[3]->data)[i];
+            ((float *)y->data)[i] = (float)act_ref(k->act, acc);
           }
   return y;
 }
 
-/* conv3d in float32 against the definition, and in Z_p against float32
- * on small integers (exact in both). */
+/* conv3d in float32 against the definition, and without its act in Z_p
+ * against float32 on small integers (exact in both). */
 static void test_conv3d(void) {
   Diag d;
   diag_init(&d);
   for (size_t ci = 0; ci < sizeof conv3d_cases / sizeof *conv3d_cases; ci++) {
     const Conv3dCase *k = &conv3d_cases[ci];
-    Shape s[3] = {{5, {k->x[0], k->x[1], k->x[2], k->x[3], k->x[4]}},
-                  {5, {k->w[0], k->w[1], k->w[2], k->w[3], k->w[4]}}, {1, {k->w[0]}}};
-    int n_in = k->bias ? 3 : 2;
-    Tensor *in[3], *ints[3], *modp[3];
+    int64_t od[3];
+    for (int a = 0; a < 3; a++)
+      od[a] = (k->x[2 + a] + k->pads[a] + k->pads[3 + a] - k->dilation[a] * (k->w[2 + a] - 1) -
+               1) / k->stride[a] + 1;
+    Shape s[4] = {{5, {k->x[0], k->x[1], k->x[2], k->x[3], k->x[4]}},
+                  {5, {k->w[0], k->w[1], k->w[2], k->w[3], k->w[4]}}, {1, {k->w[0]}},
+                  {5, {k->x[0], k->w[0], od[0], od[1], od[2]}}};
+    int n_in = conv3d_n_in(k);
+    Tensor *in[4], *ints[4], *modp[4];
     for (int i = 0; i < n_in; i++) {
       in[i] = random_f32(s[i], 300 + 10 * ci + (uint64_t)i);
       ints[i] = random_ints(s[i], 3, 400 + 10 * ci + (uint64_t)i);
@@ -502,6 +516,9 @@ static void test_conv3d(void) {
     double e = max_rel_err(y, r);
     /* 1e-4: the last case sums 1,728 products per output in float32 */
     CHECK_MSG(y && e < 1e-4, "conv3d case %zu: error %g %s", ci, e, diag_last(&d));
+    Conv3dCase bare = *k;
+    bare.act = ACT_NONE;
+    conv3d_setup(&o, &bare);
     Tensor *yi = op_run(&o, ints, false, &d), *ym = op_run(&o, modp, true, &d);
     Tensor *want = yi ? f32_to_modp(yi) : NULL;
     CHECK_MSG(tensors_identical(ym, want), "conv3d case %zu: Z_p differs from float32", ci);

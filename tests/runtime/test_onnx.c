@@ -1738,8 +1738,8 @@ static void test_windows_1d(void) {
 
 /* A Conv over three spatial axes is conv3d's, handed on by conv2d's row:
  * its kernel_shape checked, auto_pad SAME_UPPER made explicit pads (one
- * axis uneven), groups, dilation and uneven pads; against numpy in
- * double, and through export, without a warning. */
+ * axis uneven), groups, dilation and uneven pads, a Relu after it fused;
+ * against numpy in double, and through export, without a warning. */
 static void test_conv3d(void) {
   OnnxImportStats st;
   tensor_unref(check_reference("conv3d", NULL, &st));
@@ -1748,11 +1748,19 @@ static void test_conv3d(void) {
   Diag d;
   diag_init(&d);
   Graph *g = import(data("conv3d.onnx", p), NULL, NULL, &d);
-  CHECK(g && count_kind(g, OP_CONV3D) == 2 && count_kind(g, OP_CONV2D) == 0);
+  CHECK(g && count_kind(g, OP_CONV3D) == 2 && count_kind(g, OP_CONV2D) == 0 &&
+        graph_count_ops(g) == 2); /* the Relu fused into the first */
   CHECK_MSG(d.n_warnings == 0, "%s", d.text ? d.text : "");
   graph_free(g);
   diag_fini(&d);
   check_round_trip("conv3d");
+  /* Relu(Conv(x) + x): one conv3d, the add its residual, the relu its act */
+  tensor_unref(check_reference("conv3d_residual", NULL, &st));
+  CHECK_EQ_INT(st.n_residuals_fused, 1);
+  g = import_model("conv3d_residual");
+  CHECK(g && count_kind(g, OP_CONV3D) == 1 && graph_count_ops(g) == 1);
+  graph_free(g);
+  check_round_trip("conv3d_residual");
 }
 
 /* MaxPool and AveragePool over three spatial axes are maxpool3d and

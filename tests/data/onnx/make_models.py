@@ -922,7 +922,7 @@ def conv3d(x, w, b, group, stride, pads, dilation):
 def conv3d_model():
     """Two Convs over three spatial axes: a strided one with a bias and
     auto_pad SAME_UPPER, a Relu, then a grouped, dilated one with uneven
-    pads and no bias. Teq imports each as conv3d."""
+    pads and no bias. Teq imports each as conv3d. And a residual block."""
     n = helper.make_node
     vi = helper.make_tensor_value_info
     f = TensorProto.FLOAT
@@ -939,6 +939,17 @@ def conv3d_model():
                                      [init("w1", w1), init("b1", b1), init("w2", w2)]))
     save_tensor("conv3d.input_0.pb", x, "x")
     save_tensor("conv3d.output_0.pb", y.astype(np.float32), "y")
+    # R3D-18's basic block: Relu(Conv(x) + x), one conv3d once imported.
+    x, w, b = rand(1, 4, 3, 6, 5), rand(4, 4, 3, 3, 3), rand(4)
+    nodes = [n("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1, 1, 1]),
+             n("Add", ["c", "x"], ["s"]), n("Relu", ["s"], ["y"])]
+    y = np.maximum(conv3d(x, w, b, 1, (1, 1, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1)) + x, 0)
+    save("conv3d_residual", helper.make_graph(nodes, "conv3d_residual",
+                                              [vi("x", f, [1, 4, 3, 6, 5])],
+                                              [vi("y", f, [1, 4, 3, 6, 5])],
+                                              [init("w", w), init("b", b)]))
+    save_tensor("conv3d_residual.input_0.pb", x, "x")
+    save_tensor("conv3d_residual.output_0.pb", y.astype(np.float32), "y")
 
 
 def pool3d(x, k, s, pads, ceil_mode, is_max, include_pad=False, dl=(1, 1, 1)):
