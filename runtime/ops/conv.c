@@ -44,34 +44,29 @@
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-/* ---- ONNX auto_pad, shared with pool.c (which declares it; the
- * declaration belongs in family.h) ---- */
+/* ---- ONNX auto_pad, shared with pool.c, conv3d.c and pool3d.c ---- */
 
-/* Explicit pads for ONNX auto_pad on a 2-D window. x is the input shape
- * (NULL or unknown if not known), k the kernel extents, s the strides, dl
- * the dilations. Leaves pads untouched for NOTSET or no attribute. SAME_*
- * pads so that the output is ceil(in / stride); an odd total puts the extra
- * pixel at the end (UPPER) or the beginning (LOWER). */
-int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
-                   const int64_t dl[2], int64_t pads[4], Diag *d) {
+int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, int axes, const int64_t *k, const int64_t *s,
+                   const int64_t *dl, int64_t *pads, Diag *d) {
   const char *mode = NULL;
   if (!onnx_in_attr_string(v, "auto_pad", &mode) || strcmp(mode, "NOTSET") == 0) return TEQ_OK;
   if (strcmp(mode, "VALID") == 0) {
-    memset(pads, 0, 4 * sizeof *pads);
+    memset(pads, 0, 2 * (size_t)axes * sizeof *pads);
     return TEQ_OK;
   }
   bool lower = strcmp(mode, "SAME_LOWER") == 0;
   if (!lower && strcmp(mode, "SAME_UPPER") != 0)
     return onnx_in_error(v, d, "attribute auto_pad=%s: expected NOTSET, VALID, SAME_UPPER or "
                          "SAME_LOWER", mode);
-  if (!x || x->ndim != 4)
-    return onnx_in_unsupported(v, d, "auto_pad=%s needs the input's 2-D spatial shape", mode);
-  for (int i = 0; i < 2; i++) {
+  if (!shape_is_known(x) || x->ndim != 2 + axes)
+    return onnx_in_unsupported(v, d, "auto_pad=%s needs the input's %d-D spatial shape", mode,
+                               axes);
+  for (int i = 0; i < axes; i++) {
     int64_t in = x->d[2 + i], out = (in + s[i] - 1) / s[i];
     int64_t total = (out - 1) * s[i] + (k[i] - 1) * dl[i] + 1 - in;
     if (total < 0) total = 0;
     pads[i] = lower ? total - total / 2 : total / 2;
-    pads[i + 2] = total - pads[i];
+    pads[i + axes] = total - pads[i];
   }
   return TEQ_OK;
 }
@@ -769,7 +764,7 @@ static int conv_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   bool same = onnx_in_attr_string(v, "auto_pad", &mode) && strncmp(mode, "SAME", 4) == 0;
   if (same && !win.has_k && !w_known)
     return onnx_in_unsupported(v, d, "auto_pad=%s with a weight of unknown shape", mode);
-  rc = onnx_auto_pads(v, x ? &x4 : NULL, win.k, win.s, win.dl, win.pads, d);
+  rc = onnx_auto_pads(v, x ? &x4 : NULL, 2, win.k, win.s, win.dl, win.pads, d);
   if (rc) return rc;
   param_set_ints(p, CONV_STRIDE, win.s, 2);
   param_set_ints(p, CONV_DILATION, win.dl, 2);

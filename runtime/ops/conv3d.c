@@ -197,8 +197,7 @@ static double conv3d_flops(const Node *n, const Shape *in) {
          (w->ndim == 5 ? (double)(w->d[1] * w->d[2] * w->d[3] * w->d[4]) : 1.0);
 }
 
-/* kernel_shape, if given, must be W's; auto_pad SAME_UPPER/SAME_LOWER
- * becomes explicit pads (the output extent ceil(in / stride)), VALID none. */
+/* kernel_shape, if given, must be W's; auto_pad becomes explicit pads. */
 static int conv3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   char sw[SHAPE_STR_MAX];
@@ -210,26 +209,9 @@ static int conv3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
       (nk != 3 || ks[0] != w->d[2] || ks[1] != w->d[3] || ks[2] != w->d[4]))
     return onnx_in_error(v, d, "attribute kernel_shape does not match weight W %s",
                          shape_format(w, sw, sizeof sw));
-  const char *mode = NULL;
-  if (!onnx_in_attr_string(v, "auto_pad", &mode) || strcmp(mode, "NOTSET") == 0) return TEQ_OK;
-  int64_t pads[6] = {0};
-  if (strcmp(mode, "VALID") != 0) {
-    bool upper = strcmp(mode, "SAME_UPPER") == 0;
-    if (!upper && strcmp(mode, "SAME_LOWER") != 0)
-      return onnx_in_error(v, d, "auto_pad=%s: expected NOTSET, SAME_UPPER, SAME_LOWER or VALID",
-                           mode);
-    if (!shape_is_known(x) || x->ndim != 5)
-      return onnx_in_unsupported(v, d, "auto_pad=%s with an input of unknown shape", mode);
-    for (int a = 0; a < 3; a++) {
-      int64_t s = p->v[C3_STRIDE].i[a], dl = p->v[C3_DILATION].i[a], in = x->d[2 + a];
-      int64_t total = ((in + s - 1) / s - 1) * s + (w->d[2 + a] - 1) * dl + 1 - in;
-      if (total < 0) total = 0;
-      pads[upper ? a : 3 + a] = total / 2;
-      pads[upper ? 3 + a : a] = total - total / 2;
-    }
-  }
-  param_set_ints(p, C3_PADS, pads, 6);
-  return TEQ_OK;
+  int64_t k[3] = {w->d[2], w->d[3], w->d[4]};
+  return onnx_auto_pads(v, x, 3, k, p->v[C3_STRIDE].i, p->v[C3_DILATION].i, p->v[C3_PADS].i,
+                        d);
 }
 
 /* The generic mapping writes strides, pads, dilations and group, defaults

@@ -73,11 +73,15 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
   {.name = "act", .type = PARAM_INT, .def = ACT_NONE, .lo = ACT_NONE, .hi = ACT__COUNT - 1,     \
    .symbols = act_symbols, .adds_work = true, .quiet_default = true}
 
-/* ONNX auto_pad of a 2-D window (conv, pools) as explicit pads [top, left,
- * bottom, right]; x is the input shape (NULL if unknown), k the kernel, s the
- * strides, dl the dilations. Leaves pads as they are for NOTSET. In conv.c. */
-int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, const int64_t k[2], const int64_t s[2],
-                   const int64_t dl[2], int64_t pads[4], Diag *d);
+/* ONNX auto_pad of a window over `axes` spatial axes (conv, pools: 2 or
+ * 3) as explicit pads, ONNX-ordered (every axis's begin, then every
+ * axis's end); x is the input shape (NULL if unknown), k the kernel, s the
+ * strides, dl the dilations, `axes` values each. Leaves pads as they are
+ * for NOTSET or no attribute. SAME_* pads so that the output is ceil(in /
+ * stride); an odd total puts the extra one at the end (UPPER) or the
+ * beginning (LOWER). In conv.c. */
+int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, int axes, const int64_t *k, const int64_t *s,
+                   const int64_t *dl, int64_t *pads, Diag *d);
 
 /* ONNX window attributes over `spatial` axes (1 or 2; others refused) as
  * those of a 2-D window: kernel_shape (has_k: given), strides, dilations
@@ -159,6 +163,9 @@ enum { RS_MODE, RS_COORD, RS_NEAREST, RS_SIZES, RS_SCALE_H, RS_SCALE_W };  /* re
 enum { MODE_NEAREST, MODE_LINEAR };                                        /* its modes */
 enum { COORD_HALF_PIXEL, COORD_ASYMMETRIC, COORD_ALIGN_CORNERS, COORD_PYTORCH_HALF_PIXEL };
 enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL };
+enum { GS_MODE, GS_PADDING, GS_ALIGN };                                    /* grid_sample */
+enum { GS_BILINEAR, GS_NEAREST };                                          /* its modes */
+enum { GS_PAD_ZEROS, GS_PAD_BORDER, GS_PAD_REFLECTION };                   /* its paddings */
 
 /* Plans that the CPU kernels and the GPU kernels of runtime/cuda/ share:
  * host-side arithmetic on shapes, written once. */

@@ -282,7 +282,7 @@ static int pool_onnx_read_window(OnnxNodeIn *v, Params *p, bool dilated, Diag *d
   if (spatial == 1 && !(x && x->ndim == 3))
     return onnx_in_unsupported(v, d, "a %s over one spatial axis needs the shape of X", op);
   Shape x4 = onnx_window_raised(x);
-  rc = onnx_auto_pads(v, x ? &x4 : NULL, win.k, win.s, win.dl, win.pads, d);
+  rc = onnx_auto_pads(v, x ? &x4 : NULL, 2, win.k, win.s, win.dl, win.pads, d);
   if (rc) return rc;
   param_set_ints(p, POOL_KERNEL, win.k, 2);
   param_set_ints(p, POOL_STRIDE, win.s, 2);

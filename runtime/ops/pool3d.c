@@ -150,7 +150,7 @@ static int pool3d_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out
 /* The window (kernel_shape, required, strides, pads, dilations for a max
  * pool; an average pool's only trivial), auto_pad as explicit pads. */
 static int pool3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
-  const char *op = onnx_in_op_type(v), *mode = NULL;
+  const char *op = onnx_in_op_type(v);
   bool is_max = strcmp(op, "MaxPool") == 0;
   if (is_max && !onnx_in_drop_unread_outputs(v, 1))
     return onnx_in_unsupported(v, d, "MaxPool whose Indices output is read is not supported");
@@ -167,27 +167,10 @@ static int pool3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   if (p->v[POOL_KERNEL].n != 3)
     return onnx_in_error(v, d, "%s over three spatial axes: kernel_shape needs three extents",
                          op);
-  if (!onnx_in_attr_string(v, "auto_pad", &mode) || strcmp(mode, "NOTSET") == 0) return TEQ_OK;
-  int64_t pads[6] = {0};
-  if (strcmp(mode, "VALID") != 0) {
-    bool upper = strcmp(mode, "SAME_UPPER") == 0;
-    if (!upper && strcmp(mode, "SAME_LOWER") != 0)
-      return onnx_in_error(v, d, "auto_pad=%s: expected NOTSET, SAME_UPPER, SAME_LOWER or VALID",
-                           mode);
-    const Shape *x = onnx_in_input_shape(v, 0);
-    if (!shape_is_known(x) || x->ndim != 5)
-      return onnx_in_unsupported(v, d, "auto_pad=%s with an input of unknown shape", mode);
-    for (int a = 0; a < 3; a++) {
-      int64_t s = p->v[POOL_STRIDE].i[a], in = x->d[2 + a];
-      int64_t k = (p->v[POOL_KERNEL].i[a] - 1) * (is_max ? p->v[POOL_DILATION].i[a] : 1) + 1;
-      int64_t total = ((in + s - 1) / s - 1) * s + k - in;
-      if (total < 0) total = 0;
-      pads[upper ? a : 3 + a] = total / 2;
-      pads[upper ? 3 + a : a] = total - total / 2;
-    }
-  }
-  param_set_ints(p, POOL_PADS, pads, 6);
-  return TEQ_OK;
+  int64_t unit[3] = {1, 1, 1};
+  return onnx_auto_pads(v, onnx_in_input_shape(v, 0), 3, p->v[POOL_KERNEL].i,
+                        p->v[POOL_STRIDE].i, is_max ? p->v[POOL_DILATION].i : unit,
+                        p->v[POOL_PADS].i, d);
 }
 
 #define POOL3D_WINDOW_PARAMS                                                              \

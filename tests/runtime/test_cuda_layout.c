@@ -1,5 +1,6 @@
-/* test_cuda_layout.c: the GPU kernels of the layout and resize operators
- * (runtime/cuda/layout.cu, resize.cu) against the CPU executor. Covers
+/* test_cuda_layout.c: the GPU kernels of the layout, resize and
+ * grid_sample operators (runtime/cuda/layout.cu, resize.cu, sample.cu)
+ * against the CPU executor. Covers
  * every row: transpose (2-D to rank 6, the tiled path, the default reverse
  * perm), reshape, concat and split (every axis, 2 and 3 parts, uneven
  * sizes), pad (constant with zero and non-zero value, reflect, edge,
@@ -10,7 +11,8 @@
  * 1 and about 1M elements; int64 data through the copy kernels (gather,
  * concat, transpose, reshape, pad, slice on int64 constants); and resize
  * in both modes under every coordinate transformation and every nearest
- * rounding rule, up and down, by scales and by sizes; views (split and
+ * rounding rule, up and down, by scales and by sizes; grid_sample in both
+ * modes under every padding and align_corners; views (split and
  * reshape made pointers into their input, not steps); and concats whose
  * producers write them in place (no steps either). */
 #include <stdarg.h>
@@ -588,6 +590,33 @@ static void test_concat_in_place(void) {
   diag_fini(&d);
 }
 
+/* ---- grid_sample ---- */
+
+/* Both modes under every padding, with and without align_corners, on
+ * grids the harness draws in [-1, 1): positions inside the input and in
+ * its outer half pixel; and RAFT's [1, 96, 16, 16] sampled at 16x16. */
+static void test_grid_sample(void) {
+  static const char *const pads[] = {"zeros", "border", "reflection"};
+  char label[128];
+  for (int mode = 0; mode < 2; mode++)
+    for (int pad = 0; pad < 3; pad++)
+      for (int align = 0; align < 2; align++) {
+        snprintf(label, sizeof label, "grid_sample %s %s align_corners=%d 2x3x7x5 at 4x6",
+                 mode ? "nearest" : "bilinear", pads[pad], align);
+        CudaCase c = cuda_case(label, OP_GRID_SAMPLE, 2,
+                               (const Shape[]){dims(4, 2, 3, 7, 5), dims(4, 2, 4, 6, 2)});
+        set_int(&c, "mode", mode);
+        set_int(&c, "padding_mode", pad);
+        set_int(&c, "align_corners", align);
+        run(&c);
+      }
+  CudaCase c = cuda_case("grid_sample bilinear zeros align_corners=1 1x96x16x16 at 16x16",
+                         OP_GRID_SAMPLE, 2,
+                         (const Shape[]){dims(4, 1, 96, 16, 16), dims(4, 1, 16, 16, 2)});
+  set_int(&c, "align_corners", 1);
+  run(&c);
+}
+
 int main(void) {
   dev = cuda_check_open();
   test_views();
@@ -602,6 +631,7 @@ int main(void) {
   test_blocks();
   test_tile_expand();
   test_resize();
+  test_grid_sample();
   cuda_device_close(dev);
   return check_exit();
 }

@@ -1,9 +1,13 @@
-/* test_resize.c: resize (ONNX Resize over H and W). Nearest under every
- * coordinate transformation and rounding rule against a reference written
- * here from the ONNX formulas; bilinear against the ONNX operator
- * examples; Z_p nearest against float32 on integers, and Z_p linear's
- * refusal; shape inference's errors; and the ONNX export -> import round
- * trip with scales and with sizes. */
+/* test_resize.c: resize (ONNX Resize over H and W) and grid_sample (ONNX
+ * GridSample). Resize's nearest under every coordinate transformation and
+ * rounding rule against a reference written here from the ONNX formulas;
+ * bilinear against the ONNX operator examples; Z_p nearest against float32
+ * on integers, and Z_p linear's refusal; shape inference's errors; and the
+ * ONNX export -> import round trip with scales and with sizes.
+ * grid_sample by hand at pixel centres, edges and outside the input, under
+ * each padding and align_corners (ONNX's node tests hold it to the ONNX
+ * reference on random grids), its Z_p refusal, shape errors, and the round
+ * trip, the opset raised to 16. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,7 +237,96 @@ static void test_row(void) {
   CHECK_MSG(strcmp(buf, "mode=linear coord=align_corners") == 0, "%s", buf);
 }
 
+/* ---- grid_sample ---- */
+
+static Tensor *sample(int mode, int padding, int align, Tensor *x, const float *grid, int n_pos,
+                      Diag *d) {
+  Op o;
+  op_init(&o, OP_GRID_SAMPLE, 2);
+  op_int(&o, "mode", mode);
+  op_int(&o, "padding_mode", padding);
+  op_int(&o, "align_corners", align);
+  Tensor *g = f32_tensor(shape_of(4, 1, 1, n_pos, 2), grid);
+  Tensor *y = op_run(&o, (Tensor *[]){x, g}, false, d);
+  tensor_unref(g);
+  return y;
+}
+
+/* A 2x3 plane 1..6. Positions: the centre of pixel (0, 0) and of (1, 2);
+ * halfway between (0, 0) and (0, 1); a quarter pixel left of (0, 0);
+ * two columns right of (1, 2). With align_corners, x = -1 is column 0's
+ * centre and 1 column 2's; without, their outer edges, so column 0's
+ * centre is -2/3. */
+static void test_grid_sample(void) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = iota_from(shape_of(4, 1, 1, 2, 3), 1);
+  const float aligned[] = {-1, -1, 1, 1, -0.5f, -1, -1.25f, -1, 3, 1};
+  const float edges[] = {-2.0f / 3, -0.5f, 2.0f / 3, 0.5f, -1.0f / 3, -0.5f, -1.0f, -0.5f, 3, 0.5f};
+  const struct {
+    int mode, padding, align;
+    const float *grid;
+    float want[5];
+  } cases[] = {
+    /* bilinear, zeros: -1.25 aligned is column -0.25: 3/4 of pixel 1 */
+    {0, 0, 1, aligned, {1, 6, 1.5f, 0.75f, 0}},
+    /* border clamps to column 0 and column 2 */
+    {0, 1, 1, aligned, {1, 6, 1.5f, 1, 6}},
+    /* reflection about the centres: -0.25 -> 0.25, 4 -> 0 */
+    {0, 2, 1, aligned, {1, 6, 1.5f, 1.25f, 4}},
+    /* nearest rounds half to even: 0.5 -> 0, -0.25 -> 0, 5 -> outside */
+    {1, 0, 1, aligned, {1, 6, 1, 1, 0}},
+    /* without align_corners: -1 is the left edge, half outside */
+    {0, 0, 0, edges, {1, 6, 1.5f, 0.5f, 0}},
+    {0, 1, 0, edges, {1, 6, 1.5f, 1, 6}},
+    /* reflection about the outer edges: -0.5 stays, clamped to 0; 5.5 ->
+     * -0.5, clamped to 0 */
+    {0, 2, 0, edges, {1, 6, 1.5f, 1, 4}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    Tensor *y = sample(cases[k].mode, cases[k].padding, cases[k].align, x, cases[k].grid, 5, &d);
+    for (int i = 0; y && i < 5; i++)
+      CHECK_MSG(fabsf(((float *)y->data)[i] - cases[k].want[i]) < 1e-6f,
+                "grid_sample case %zu position %d: %g, expected %g", k, i,
+                (double)((float *)y->data)[i], (double)cases[k].want[i]);
+    CHECK_MSG(y, "grid_sample case %zu: %s", k, diag_last(&d));
+    tensor_unref(y);
+  }
+  /* Z_p: no residue says where a position is */
+  Op o;
+  op_init(&o, OP_GRID_SAMPLE, 2);
+  Tensor *xm = f32_to_modp(x), *gm = random_ints_modp(shape_of(4, 1, 1, 2, 2), 3, 2000);
+  Tensor *ym = op_run(&o, (Tensor *[]){xm, gm}, true, &d);
+  CHECK(!ym && strstr(diag_last(&d), "not evaluated in Z_p"));
+  op_check_error(&o, (Shape[]){shape_of(4, 1, 1, 2, 3), shape_of(4, 1, 2, 2, 3)},
+                 "expected [N, C, H, W] and [N, Ho, Wo, 2]");
+  op_check_error(&o, (Shape[]){shape_of(4, 2, 1, 2, 3), shape_of(4, 1, 2, 2, 2)},
+                 "expected [N, C, H, W] and [N, Ho, Wo, 2]");
+  unref_all((Tensor *[]){x, xm, gm, ym}, 4);
+  /* Written at opset 16 at least, read back the same. */
+  Graph *g = graph_new();
+  Shape sx = shape_of(4, 2, 3, 5, 4);
+  Tensor *grid = random_f32(shape_of(4, 2, 3, 6, 2), 2001); /* in [-1, 1) */
+  int xi = graph_add_input(g, "x", &sx, DT_F32, &d), gi = graph_add_const(g, "grid", grid, &d);
+  Params p;
+  params_default(OP_GRID_SAMPLE, &p);
+  param_set_int(&p, param_index(OP_GRID_SAMPLE, "padding_mode"), 2);
+  param_set_int(&p, param_index(OP_GRID_SAMPLE, "align_corners"), 1);
+  int s = graph_add_node(g, OP_GRID_SAMPLE, (TensorRef[]){{xi, 0}, {gi, 0}}, 2, 1, &p, "gs", &d);
+  graph_add_output(g, (TensorRef){s, 0}, "y", &d);
+  Tensor *xv = random_f32(sx, 2002);
+  Graph *h = NULL;
+  CHECK_EQ_INT(check_graph_round_trip(g, NULL, &xv, "grid_sample", &h, &d), TEQ_OK);
+  CHECK(h && h->nodes[h->outputs[0].node].kind == OP_GRID_SAMPLE &&
+        params_hash(0, &h->nodes[h->outputs[0].node].params) == params_hash(0, &p));
+  tensor_unref(xv);
+  graph_free(g);
+  graph_free(h);
+  diag_fini(&d);
+}
+
 int main(void) {
+  test_grid_sample();
   test_extents_in_float32();
   test_row();
   test_nearest();
