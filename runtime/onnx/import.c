@@ -501,7 +501,7 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   v->form = ONNX_FORM_ONE;
   int n_edges = 0, rc = read_params(im, v, kind, &p);
   if (rc == TEQ_OK && v->form == ONNX_FORM_KIND) { /* once: the other row decides */
-    kind = v->elementwise;
+    kind = v->form_kind;
     v->form = ONNX_FORM_ONE;
     rc = read_params(im, v, kind, &p);
     if (rc == TEQ_OK && v->form == ONNX_FORM_KIND)
@@ -512,7 +512,7 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
   if (rc == TEQ_OK) rc = collect_edges(v, edges, &n_edges, im->d);
   if (rc == TEQ_OK && v->form == ONNX_FORM_ELEMENTWISE) {
     /* what else the node reads (a reduction's axes) was taken as parameters */
-    kind = v->elementwise;
+    kind = v->form_kind;
     params_default(kind, &p);
     if (n_edges > 1) n_edges = 1;
   }

@@ -72,7 +72,7 @@ bool onnx_in_drop_unread_outputs(OnnxNodeIn *v, int keep) {
 
 void onnx_in_as_elementwise(OnnxNodeIn *v, OpKind kind) {
   v->form = ONNX_FORM_ELEMENTWISE;
-  v->elementwise = kind;
+  v->form_kind = kind;
 }
 
 void onnx_in_as_chain(OnnxNodeIn *v) { v->form = ONNX_FORM_CHAIN; }
@@ -84,7 +84,7 @@ void onnx_in_as_raised(OnnxNodeIn *v, unsigned inputs) {
 
 void onnx_in_as_kind(OnnxNodeIn *v, OpKind kind) {
   v->form = ONNX_FORM_KIND;
-  v->elementwise = kind;
+  v->form_kind = kind;
 }
 
 static void set_arrange(OnnxArrange *a, const int64_t *perm, int n_perm, int n_sum,

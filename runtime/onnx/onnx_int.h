@@ -118,7 +118,7 @@ typedef enum OnnxForm {
   ONNX_FORM_ELEMENTWISE, /* a unary element-wise operator of input 0 */
   ONNX_FORM_CHAIN,       /* binary nodes of the kind folding the inputs left to right */
   ONNX_FORM_RAISED,      /* the 2-D window over inputs with a unit axis 2, lost again after */
-  ONNX_FORM_ARRANGED,    /* one node of the kind between transposes and reshapes */
+  ONNX_FORM_ARRANGED,    /* one node of the kind between transposes, sums and reshapes */
   ONNX_FORM_KIND,        /* a node of another kind, whose row reads it anew */
 } OnnxForm;
 
@@ -152,7 +152,7 @@ struct OnnxNodeIn {
   Diag *d;
   bool failed;         /* an accessor reported an error in d */
   OnnxForm form;       /* what the row's hook asked for; ONNX_FORM_ONE unless it did */
-  OpKind elementwise;  /* ONNX_FORM_ELEMENTWISE, ONNX_FORM_KIND: the operator */
+  OpKind form_kind;    /* ONNX_FORM_ELEMENTWISE, ONNX_FORM_KIND: the operator */
   unsigned raised_inputs; /* ONNX_FORM_RAISED: the inputs that get the unit axis (bit i) */
   OnnxArrange arrange_in[ONNX_ARRANGED_MAX_IN], arrange_out; /* ONNX_FORM_ARRANGED */
 };

@@ -58,7 +58,7 @@ int onnx_auto_pads(OnnxNodeIn *v, const Shape *x, int axes, const int64_t *k, co
   if (!lower && strcmp(mode, "SAME_UPPER") != 0)
     return onnx_in_error(v, d, "attribute auto_pad=%s: expected NOTSET, VALID, SAME_UPPER or "
                          "SAME_LOWER", mode);
-  if (!shape_is_known(x) || x->ndim != 2 + axes)
+  if (!x || !shape_is_known(x) || x->ndim != 2 + axes)
     return onnx_in_unsupported(v, d, "auto_pad=%s needs the input's %d-D spatial shape", mode,
                                axes);
   for (int i = 0; i < axes; i++) {

@@ -64,10 +64,9 @@ static int geom3(const Node *n, const Shape *in, Geom3 *g, Diag *d) {
     g->p0[a] = p->v[C3_PADS].i[a], g->p1[a] = p->v[C3_PADS].i[3 + a];
     int64_t span = g->in[a] + g->p0[a] + g->p1[a] - (g->k[a] - 1) * g->dl[a] - 1;
     if (span < 0)
-      return op_error(n, d, "kernel %lldx%lldx%lld with dilation=(%lld %lld %lld) is larger "
-                      "than the padded input", (long long)g->k[0], (long long)g->k[1],
-                      (long long)g->k[2], (long long)g->dl[0], (long long)g->dl[1],
-                      (long long)g->dl[2]);
+      return op_error(n, d, "weight W %s with dilation %lld on axis %d is larger than the "
+                      "padded input %s", shape_format(w, sw, sizeof sw), (long long)g->dl[a],
+                      2 + a, shape_format(x, sx, sizeof sx));
     g->out[a] = span / g->s[a] + 1;
     if (n->n_in > 3 && in[3].d[2 + a] != g->out[a])
       return op_error(n, d, "residual Z %s: expected the output's shape",
@@ -201,6 +200,7 @@ static double conv3d_flops(const Node *n, const Shape *in) {
 static int conv3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   const Shape *x = onnx_in_input_shape(v, 0), *w = onnx_in_input_shape(v, 1);
   char sw[SHAPE_STR_MAX];
+  if (!w) return onnx_in_error(v, d, "weight W (input 1) is missing");
   if (!shape_is_known(w) || w->ndim != 5)
     return onnx_in_unsupported(v, d, "a Conv over three spatial axes needs W's shape");
   int64_t ks[TEQ_MAX_PARAM_LEN];

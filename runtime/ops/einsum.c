@@ -70,8 +70,8 @@ static int parse_term(OnnxNodeIn *v, const char *s, size_t len, Term *t, Diag *d
 static int expand_input(OnnxNodeIn *v, Term *t, int rank, int *e_out, Diag *d) {
   int e = rank - t->n_explicit;
   if (e < 0 || (!t->ellipsis && e != 0))
-    return onnx_in_error(v, d, "equation: a term of %d labels for an input of rank %d",
-                         t->n_explicit, rank);
+    return onnx_in_error(v, d, "equation: a term of %d label%s for an input of rank %d",
+                         t->n_explicit, t->n_explicit == 1 ? "" : "s", rank);
   *e_out = e;
   return TEQ_OK;
 }
@@ -105,7 +105,7 @@ int einsum_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
   size_t lhs = arrow ? (size_t)(arrow - eq) : strlen(eq);
   size_t first = comma ? (size_t)(comma - eq) : 0;
   if (!comma || first >= lhs || memchr(comma + 1, ',', lhs - first - 1))
-    return onnx_in_error(v, d, "equation '%s': two operands, two terms", eq);
+    return onnx_in_error(v, d, "equation '%s': two operands need two terms before '->'", eq);
   Term t[3]; /* A, B, the output */
   int rc = parse_term(v, eq, first, &t[0], d);
   if (!rc) rc = parse_term(v, comma + 1, lhs - first - 1, &t[1], d);

@@ -122,7 +122,7 @@ static int gs_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
     param_set_int(p, GS_PADDING, k);
   }
   const Shape *x = onnx_in_input_shape(v, 0);
-  if (shape_is_known(x) && x->ndim != 4)
+  if (x && shape_is_known(x) && x->ndim != 4)
     return onnx_in_unsupported(v, d, "a GridSample of rank %d: only 4-D inputs are taken",
                                x->ndim);
   return TEQ_OK;

@@ -1925,6 +1925,14 @@ static void test_bad_files(void) {
   check_bad(data("bad_attr_type.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
             "attribute 'group' is of type float, expected int");
   check_bad(data("bad_cycle.onnx", p), TEQ_ERR_INPUT, "cycle", "node 'first' (Add)");
+  check_bad(data("bad_conv3d_kernel.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
+            "kernel_shape does not match weight W [2, 3, 3, 3, 3]");
+  check_bad(data("bad_einsum_output.onnx", p), TEQ_ERR_INPUT, "node 'einsum' (Einsum)",
+            "label 'k' twice in the output");
+  check_bad(data("bad_grid.onnx", p), TEQ_ERR_INPUT, "node 'sample' (GridSample)",
+            "expected [N, C, H, W] and [N, Ho, Wo, 2]");
+  check_bad(data("bad_pool3d_kernel.onnx", p), TEQ_ERR_INPUT, "node 'pool' (MaxPool)",
+            "kernel_shape needs three extents");
   check_bad(data("bad_dropout_mask.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",
             "mask output is read");
   check_bad(data("bad_dropout_training.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",

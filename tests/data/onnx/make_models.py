@@ -1002,6 +1002,31 @@ def pools3d_model():
     save_tensor("pools3d.output_0.pb", y.astype(np.float32), "y")
 
 
+def bad_new_forms():
+    """Malformed nodes of the forms the 3-D rows, Einsum and GridSample
+    read: each breaks one rule (weights of ones, no random draws)."""
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    w = np.ones((2, 3, 3, 3, 3), np.float32)
+    # kernel_shape of two extents for a W of three
+    save("bad_conv3d_kernel", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=[3, 3])], "g",
+        [vi("x", f, [1, 3, 4, 5, 6])], [vi("y", f, None)], [init("w", w)]), check=False)
+    # a label twice in the output
+    save("bad_einsum_output", helper.make_graph(
+        [helper.make_node("Einsum", ["x", "x"], ["y"], name="einsum", equation="ij,jk->kk")],
+        "g", [vi("x", f, [2, 2])], [vi("y", f, None)]), check=False)
+    # a grid of three coordinates
+    save("bad_grid", helper.make_graph(
+        [helper.make_node("GridSample", ["x", "g"], ["y"], name="sample")], "g",
+        [vi("x", f, [1, 2, 3, 4]), vi("g", f, [1, 3, 4, 3])], [vi("y", f, None)]),
+        opset=16, check=False)
+    # a 3-D MaxPool whose kernel has two extents
+    save("bad_pool3d_kernel", helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2])], "g",
+        [vi("x", f, [1, 2, 3, 4, 5])], [vi("y", f, None)]), check=False)
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1029,3 +1054,4 @@ if __name__ == "__main__":
     einsum_models()
     conv3d_model()
     pools3d_model()
+    bad_new_forms()
