@@ -164,77 +164,38 @@ extern "C" int cuda_eval_avgpool(CUDA_KERNEL_SIGNATURE) {
 
 namespace {
 
-struct Pool3Args {
-  int64_t in[3], out[3], k[3], s[3], dl[3], p0[3], p1[3];
-  bool include_pad;
-  int64_t total; /* output elements */
-};
-
-/* One thread per output, its taps depth, then row, then column first,
- * summed in float32 as pool3d.c sums them: the two agree to the bit. */
-template <bool IS_MAX>
-__global__ void pool3d_kernel(const float *__restrict__ x, float *__restrict__ y, Pool3Args a) {
-  const int64_t vol = a.in[0] * a.in[1] * a.in[2];
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.total;
+/* One thread per output, running the CPU row's pool3_at_f32 (family.h). */
+__global__ void pool3d_kernel(const float *__restrict__ x, float *__restrict__ y, Pool3Geom g,
+                              int64_t total) {
+  const int64_t vol = g.in[0] * g.in[1] * g.in[2];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t o[3], r = i;
-    for (int ax = 2; ax >= 0; ax--) o[ax] = r % a.out[ax], r /= a.out[ax];
-    const float *xp = x + r * vol; /* r: the plane */
-    int64_t at[3], lo[3], hi[3], inside = 1, padded = 1;
-    for (int ax = 0; ax < 3; ax++) {
-      at[ax] = o[ax] * a.s[ax] - a.p0[ax];
-      tap_range<int64_t>(at[ax], a.k[ax], a.dl[ax], a.in[ax], &lo[ax], &hi[ax]);
-      int64_t end = at[ax] + a.k[ax], limit = a.in[ax] + a.p1[ax];
-      inside *= hi[ax] - lo[ax];
-      padded *= (end < limit ? end : limit) - at[ax];
-    }
-    float acc = IS_MAX ? -FLT_MAX : 0.0f;
-    bool empty = inside == 0;
-    for (int64_t p = lo[0]; p < hi[0] && !empty; p++)
-      for (int64_t q = lo[1]; q < hi[1]; q++) {
-        const float *row =
-            xp + ((at[0] + p * a.dl[0]) * a.in[1] + at[1] + q * a.dl[1]) * a.in[2] + at[2];
-        for (int64_t t = lo[2]; t < hi[2]; t++) {
-          float v = row[t * a.dl[2]];
-          acc = IS_MAX ? (v > acc ? v : acc) : acc + v;
-        }
-      }
-    int64_t count = a.include_pad ? padded : inside;
-    if (!IS_MAX) acc = empty || !count ? 0.0f : acc / (float)count;
-    y[i] = acc;
+    for (int ax = 2; ax >= 0; ax--) o[ax] = r % g.out[ax], r /= g.out[ax];
+    y[i] = pool3_at_f32(&g, x + r * vol, o); /* r: the plane */
   }
 }
 
-template <bool IS_MAX>
 int pool3d_eval(CUDA_KERNEL_SIGNATURE) {
-  const Shape &xs = in[0].shape, &ys = out[0].shape;
-  if (in[0].dtype != DT_F32 || xs.ndim != 5 || ys.ndim != 5)
-    return diag_error(d, "%s: GPU kernel takes float32 [N, C, D, H, W]\n",
-                      op_def(n->kind)->name);
-  const Params *p = &n->params;
-  Pool3Args a;
-  for (int ax = 0; ax < 3; ax++) {
-    a.in[ax] = xs.d[2 + ax], a.out[ax] = ys.d[2 + ax];
-    a.k[ax] = p->v[POOL_KERNEL].i[ax], a.s[ax] = p->v[POOL_STRIDE].i[ax];
-    a.dl[ax] = IS_MAX ? p->v[POOL_DILATION].i[ax] : 1;
-    a.p0[ax] = p->v[POOL_PADS].i[ax], a.p1[ax] = p->v[POOL_PADS].i[3 + ax];
-  }
-  a.include_pad = !IS_MAX && p->v[AVG_COUNT_PAD].i[0] != 0;
-  a.total = shape_numel(&ys);
-  if (a.total == 0) return TEQ_OK;
-  pool3d_kernel<IS_MAX><<<cuda_blocks(a.total, 256), 256, 0, cx->stream>>>(
-      (const float *)in[0].data, (float *)out[0].data, a);
+  if (in[0].dtype != DT_F32)
+    return diag_error(d, "%s: GPU kernel takes float32\n", op_def(n->kind)->name);
+  Pool3Geom g;
+  int rc = pool3_geom(n, &in[0].shape, &g, d);
+  int64_t total = shape_numel(&out[0].shape);
+  if (rc || total == 0) return rc;
+  pool3d_kernel<<<cuda_blocks(total, 256), 256, 0, cx->stream>>>(
+      (const float *)in[0].data, (float *)out[0].data, g, total);
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int cuda_eval_maxpool3d(CUDA_KERNEL_SIGNATURE) {
-  return pool3d_eval<true>(n, cx, in, out, d);
+  return pool3d_eval(n, cx, in, out, d);
 }
 extern "C" int cuda_eval_avgpool3d(CUDA_KERNEL_SIGNATURE) {
-  return pool3d_eval<false>(n, cx, in, out, d);
+  return pool3d_eval(n, cx, in, out, d);
 }
 
 /* pool_at on the host, plane by plane in the kernel's order (see

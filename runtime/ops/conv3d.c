@@ -226,12 +226,9 @@ static int conv3d_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
 }
 
 static const OpParam conv3d_params[] = {
-  [C3_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,
-                 .hi = SPATIAL_MAX, .onnx_attr = "strides"},
-  [C3_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 6, .def = 0, .lo = 0,
-               .hi = SPATIAL_MAX, .onnx_attr = "pads"},
-  [C3_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,
-                   .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
+  [C3_STRIDE] = WINDOW_PARAM_STRIDE_OF(3),
+  [C3_PADS] = WINDOW_PARAM_PADS_OF(3),
+  [C3_DILATION] = WINDOW_PARAM_DILATION_OF(3),
   [C3_GROUPS] = WINDOW_PARAM_GROUPS(true),
   [C3_ACT] = PARAM_FUSED_ACT,
 };

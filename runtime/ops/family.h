@@ -5,6 +5,9 @@
 #ifndef TEQ_RUNTIME_OPS_FAMILY_H
 #define TEQ_RUNTIME_OPS_FAMILY_H
 
+#include <float.h>
+#include <math.h>
+
 #include "runtime/graph.h"
 #include "runtime/onnx.h"
 #include "runtime/ops.h"
@@ -43,20 +46,25 @@ int op_error_report(const Node *n, Diag *d, const char *fmt, ...)
  * stay far from overflow. */
 #define SPATIAL_MAX (INT64_C(1) << 16)
 
-/* OpParam rows of a 2-D window (conv, conv_transpose, pools), one meaning
- * and one ONNX attribute each; used as `[IDX] = WINDOW_PARAM_STRIDE`. */
-#define WINDOW_PARAM_KERNEL                                                       \
-  {.name = "kernel", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
-   .onnx_attr = "kernel_shape"}
-#define WINDOW_PARAM_STRIDE                                                       \
-  {.name = "stride", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
-   .onnx_attr = "strides"}
-#define WINDOW_PARAM_PADS                                                         \
-  {.name = "pads", .type = PARAM_INTS, .len = 4, .def = 0, .lo = 0, .hi = SPATIAL_MAX,   \
-   .onnx_attr = "pads"}
-#define WINDOW_PARAM_DILATION                                                     \
-  {.name = "dilation", .type = PARAM_INTS, .len = 2, .def = 1, .lo = 1, .hi = SPATIAL_MAX, \
-   .onnx_attr = "dilations"}
+/* OpParam rows of a window over `axes` spatial axes (conv, conv_transpose,
+ * pools: 2; conv3d, the 3-D pools: 3), one meaning and one ONNX attribute
+ * each; used as `[IDX] = WINDOW_PARAM_STRIDE`, the 2-D form. */
+#define WINDOW_PARAM_KERNEL_OF(axes)                                                  \
+  {.name = "kernel", .type = PARAM_INTS, .len = (axes), .def = 1, .lo = 1,             \
+   .hi = SPATIAL_MAX, .onnx_attr = "kernel_shape"}
+#define WINDOW_PARAM_STRIDE_OF(axes)                                                  \
+  {.name = "stride", .type = PARAM_INTS, .len = (axes), .def = 1, .lo = 1,             \
+   .hi = SPATIAL_MAX, .onnx_attr = "strides"}
+#define WINDOW_PARAM_PADS_OF(axes)                                                    \
+  {.name = "pads", .type = PARAM_INTS, .len = 2 * (axes), .def = 0, .lo = 0,           \
+   .hi = SPATIAL_MAX, .onnx_attr = "pads"}
+#define WINDOW_PARAM_DILATION_OF(axes)                                                \
+  {.name = "dilation", .type = PARAM_INTS, .len = (axes), .def = 1, .lo = 1,           \
+   .hi = SPATIAL_MAX, .onnx_attr = "dilations"}
+#define WINDOW_PARAM_KERNEL WINDOW_PARAM_KERNEL_OF(2)
+#define WINDOW_PARAM_STRIDE WINDOW_PARAM_STRIDE_OF(2)
+#define WINDOW_PARAM_PADS WINDOW_PARAM_PADS_OF(2)
+#define WINDOW_PARAM_DILATION WINDOW_PARAM_DILATION_OF(2)
 /* groups; slices: each group convolves its own slice of the input channels
  * (conv; not conv_transpose, whose weight is laid out by input channel). */
 #define WINDOW_PARAM_GROUPS(slices)                                               \
@@ -156,6 +164,16 @@ enum { LRN_SIZE, LRN_ALPHA, LRN_BETA, LRN_BIAS };                          /* lr
  * dilation. */
 enum { POOL_KERNEL, POOL_STRIDE, POOL_PADS, POOL_DILATION, POOL_CEIL };
 enum { AVG_COUNT_PAD = POOL_DILATION };
+/* The rows both pools over `axes` spatial axes share, and avgpool's own. */
+#define POOL_WINDOW_PARAMS_OF(axes)                                                        \
+  [POOL_KERNEL] = WINDOW_PARAM_KERNEL_OF(axes),                                            \
+  [POOL_STRIDE] = WINDOW_PARAM_STRIDE_OF(axes),                                            \
+  [POOL_PADS] = WINDOW_PARAM_PADS_OF(axes),                                                \
+  [POOL_CEIL] = {.name = "ceil_mode", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,       \
+                 .onnx_attr = "ceil_mode"}
+#define AVG_PARAM_COUNT_PAD                                                                \
+  {.name = "count_include_pad", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,             \
+   .onnx_attr = "count_include_pad"}
 enum { RED_AXES, RED_KEEPDIMS };                                           /* reduce_* */
 enum { SOFTMAX_AXIS };                                                     /* softmax, log_softmax */
 enum { ARG_AXIS, ARG_KEEPDIMS, ARG_LAST };                                 /* argmax, argmin */
@@ -213,15 +231,130 @@ void act_apply_modp(int act, uint32_t *x, int64_t n);
  * out in several operators; NULL when memory runs out. */
 Tensor *op_scalar_f32(float v);
 
+/* ---- arithmetic a row shares with its GPU kernel ----
+ * Written once: the CPU row calls it, and so does its kernel in
+ * runtime/cuda/, where nvcc compiles it for the device too. Products go
+ * through op_mul_rn, so that nvcc does not fuse one into an fma the CPU
+ * does not do (the host's compiler, without -mfma, does not): the two
+ * agree to the bit. */
+#ifdef __CUDACC__
+#define OP_SHARED static inline __host__ __device__
+#else
+#define OP_SHARED static inline
+#endif
+
+OP_SHARED float op_mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 /* Kernel taps [lo, hi) of a window starting at `start` (may be negative)
  * with k taps `dl` apart that fall inside [0, in): convolutions and pools
  * loop over these instead of testing every tap. */
-static inline void tap_range(int64_t start, int64_t k, int64_t dl, int64_t in, int64_t *lo,
-                             int64_t *hi) {
+OP_SHARED void tap_range(int64_t start, int64_t k, int64_t dl, int64_t in, int64_t *lo,
+                         int64_t *hi) {
   *lo = start >= 0 ? 0 : (-start + dl - 1) / dl;
   *hi = in - start <= 0 ? 0 : (in - start + dl - 1) / dl;
   if (*hi > k) *hi = k;
   if (*lo > *hi) *lo = *hi;
+}
+
+/* A 3-D pool's geometry (pool3d.c): planes [N x C] of in[3], windows of
+ * k[3] taps dl[3] apart at stride s[3] from -p0[3], pads p1[3] at the
+ * end, out[3] outputs per axis. */
+typedef struct Pool3Geom {
+  int64_t planes, in[3], out[3];
+  int64_t k[3], s[3], dl[3], p0[3], p1[3];
+  bool is_max, include_pad;
+} Pool3Geom;
+
+/* n's geometry at input shape x, or an error naming what is wrong. */
+int pool3_geom(const Node *n, const Shape *x, Pool3Geom *g, Diag *d);
+
+/* Output position o of one plane: per axis the taps [lo, hi) inside the
+ * input and where the window starts (at); returns an average's divisor,
+ * the window clipped to the input or with include_pad to the padding. */
+OP_SHARED int64_t pool3_window(const Pool3Geom *g, const int64_t *o, int64_t *at, int64_t *lo,
+                               int64_t *hi) {
+  int64_t inside = 1, padded = 1;
+  for (int a = 0; a < 3; a++) {
+    at[a] = o[a] * g->s[a] - g->p0[a];
+    tap_range(at[a], g->k[a], g->dl[a], g->in[a], &lo[a], &hi[a]);
+    int64_t end = at[a] + g->k[a], limit = g->in[a] + g->p1[a];
+    inside *= hi[a] - lo[a];
+    padded *= (end < limit ? end : limit) - at[a];
+  }
+  return g->include_pad ? padded : inside;
+}
+
+/* The float32 max or average at output position o of plane xp: its taps
+ * depth, then row, then column first, summed as they come; an empty
+ * window (only with dilation) gives the lowest float for a max, 0 for an
+ * average. */
+OP_SHARED float pool3_at_f32(const Pool3Geom *g, const float *xp, const int64_t *o) {
+  int64_t at[3], lo[3], hi[3], count = pool3_window(g, o, at, lo, hi);
+  bool empty = lo[0] == hi[0] || lo[1] == hi[1] || lo[2] == hi[2];
+  float acc = g->is_max ? -FLT_MAX : 0.0f;
+  for (int64_t i = lo[0]; i < hi[0] && !empty; i++)
+    for (int64_t j = lo[1]; j < hi[1]; j++) {
+      const float *row =
+          xp + ((at[0] + i * g->dl[0]) * g->in[1] + at[1] + j * g->dl[1]) * g->in[2] + at[2];
+      for (int64_t t = lo[2]; t < hi[2]; t++) {
+        float v = row[t * g->dl[2]];
+        acc = g->is_max ? (v > acc ? v : acc) : acc + v;
+      }
+    }
+  if (!g->is_max) acc = empty || !count ? 0.0f : acc / (float)count;
+  return acc;
+}
+
+/* grid_sample (sample.c): grid value gv on an axis of `size` pixels as a
+ * position in pixels, padding applied. Reflection reflects about [lo2 /
+ * 2, hi2 / 2] (twice the bounds, so that half pixels stay whole), as
+ * PyTorch's reflect_coordinates does. */
+OP_SHARED float gs_reflect(float v, float lo2, float hi2) {
+  if (lo2 == hi2) return 0.0f;
+  float lo = lo2 / 2, span = (hi2 - lo2) / 2;
+  v = fabsf(v - lo);
+  float extra = fmodf(v, span), flips = floorf(v / span);
+  return fmodf(flips, 2.0f) == 0.0f ? extra + lo : span - extra + lo;
+}
+
+OP_SHARED float gs_source(float gv, int64_t size, bool align, int padding) {
+  float v = align ? op_mul_rn((gv + 1) / 2, (float)(size - 1))
+                  : (op_mul_rn(gv + 1, (float)size) - 1) / 2;
+  if (padding == GS_PAD_BORDER) {
+    v = fminf(fmaxf(v, 0.0f), (float)(size - 1));
+  } else if (padding == GS_PAD_REFLECTION) {
+    v = align ? gs_reflect(v, 0.0f, 2.0f * (float)(size - 1))
+              : gs_reflect(v, -1.0f, 2.0f * (float)size - 1.0f);
+    v = fminf(fmaxf(v, 0.0f), (float)(size - 1));
+  }
+  return v;
+}
+
+/* The pixel at whole position (y, x) of an h x w plane, 0 outside it
+ * (compared as floats: a far or NaN position is never cast). */
+OP_SHARED float gs_tap(const float *plane, int64_t h, int64_t w, float y, float x) {
+  if (!(y >= 0 && y < (float)h && x >= 0 && x < (float)w)) return 0.0f;
+  return plane[(int64_t)y * w + (int64_t)x];
+}
+
+/* The sample of plane (h x w) at grid point (gx, gy): nearest rounds half
+ * to even, bilinear mixes the four pixels around the position. */
+OP_SHARED float gs_sample(const float *plane, int64_t h, int64_t w, float gx, float gy, int mode,
+                          int padding, bool align) {
+  float sx = gs_source(gx, w, align, padding), sy = gs_source(gy, h, align, padding);
+  if (mode == GS_NEAREST) return gs_tap(plane, h, w, nearbyintf(sy), nearbyintf(sx));
+  float x0 = floorf(sx), y0 = floorf(sy), fx = sx - x0, fy = sy - y0;
+  float top = op_mul_rn(1 - fx, gs_tap(plane, h, w, y0, x0)) +
+              op_mul_rn(fx, gs_tap(plane, h, w, y0, x0 + 1));
+  float bottom = op_mul_rn(1 - fx, gs_tap(plane, h, w, y0 + 1, x0)) +
+                 op_mul_rn(fx, gs_tap(plane, h, w, y0 + 1, x0 + 1));
+  return op_mul_rn(1 - fy, top) + op_mul_rn(fy, bottom);
 }
 
 #endif

@@ -317,21 +317,14 @@ static int avgpool_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
 
 /* ---- rows ---- */
 
-#define POOL_WINDOW_PARAMS                                                     \
-  [POOL_KERNEL] = WINDOW_PARAM_KERNEL, [POOL_STRIDE] = WINDOW_PARAM_STRIDE,      \
-  [POOL_PADS] = WINDOW_PARAM_PADS,                                              \
-  [POOL_CEIL] = {.name = "ceil_mode", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1, \
-                 .onnx_attr = "ceil_mode"}
-
 static const OpParam maxpool_params[] = {
-  POOL_WINDOW_PARAMS,
+  POOL_WINDOW_PARAMS_OF(2),
   [POOL_DILATION] = WINDOW_PARAM_DILATION,
 };
 
 static const OpParam avgpool_params[] = {
-  POOL_WINDOW_PARAMS,
-  [AVG_COUNT_PAD] = {.name = "count_include_pad", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
-                     .onnx_attr = "count_include_pad"},
+  POOL_WINDOW_PARAMS_OF(2),
+  [AVG_COUNT_PAD] = AVG_PARAM_COUNT_PAD,
 };
 
 /* A 1x1 window at stride 1 (no padding fits it) passes every element

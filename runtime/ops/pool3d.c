@@ -9,26 +9,19 @@
  * than the dilated kernel; an average over the window clipped to the
  * input, or with count_include_pad to the explicit padding. An empty
  * window (only with dilation) gives the lowest float for a max, 0 for an
- * average. Each output visits its taps depth, then row, then column
- * first, summing in float32 as it goes, and the GPU's kernel
- * (runtime/cuda/pool.cu) does the same, so the two agree to the bit.
+ * average. The float32 kernel is pool3_at_f32 (family.h) at every output,
+ * and the GPU's kernel (runtime/cuda/pool.cu) runs the same function, so
+ * the two agree to the bit.
  * Z_p as in pool.c: a max compares residues as integers, an average is
  * the sum times the inverse of the divisor. No rule and no PET mutation
  * knows these rows: the search leaves them as they are. */
-#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/modp.h"
 #include "runtime/ops/family.h"
 
-typedef struct Pool3 {
-  int64_t planes, in[3], out[3];
-  int64_t k[3], s[3], dl[3], p0[3], p1[3];
-  bool is_max, include_pad;
-} Pool3;
-
-static int pool3_geom(const Node *n, const Shape *x, Pool3 *g, Diag *d) {
+int pool3_geom(const Node *n, const Shape *x, Pool3Geom *g, Diag *d) {
   const Params *p = &n->params;
   char sx[SHAPE_STR_MAX];
   if (x->ndim != 5)
@@ -60,91 +53,61 @@ static int pool3_geom(const Node *n, const Shape *x, Pool3 *g, Diag *d) {
 }
 
 static int pool3d_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
-  Pool3 g = {0};
+  Pool3Geom g = {0};
   int rc = pool3_geom(n, &in[0], &g, d);
   if (rc) return rc;
   out[0] = shape_make(5, (int64_t[]){in[0].d[0], in[0].d[1], g.out[0], g.out[1], g.out[2]});
   return TEQ_OK;
 }
 
-/* Output position o (its three coordinates) of one plane: the taps
- * [lo, hi) on each axis that fall inside the input, where the window
- * starts (at), and the divisor of an average. */
-static int64_t pool3_window(const Pool3 *g, const int64_t *o, int64_t *at, int64_t *lo,
-                            int64_t *hi) {
-  int64_t inside = 1, padded = 1;
-  for (int a = 0; a < 3; a++) {
-    at[a] = o[a] * g->s[a] - g->p0[a];
-    tap_range(at[a], g->k[a], g->dl[a], g->in[a], &lo[a], &hi[a]);
-    int64_t end = at[a] + g->k[a], limit = g->in[a] + g->p1[a];
-    inside *= hi[a] - lo[a];
-    padded *= (end < limit ? end : limit) - at[a];
+/* The Z_p max or average at output position o of plane xp: a max
+ * compares residues as integers, an average is the sum times the
+ * inverse of the divisor (modp_inv(0) is 0: an empty window averages to
+ * 0, as in float). */
+static uint32_t pool3_at_modp(const Pool3Geom *g, const uint32_t *xp, const int64_t *o) {
+  int64_t at[3], lo[3], hi[3], count = pool3_window(g, o, at, lo, hi);
+  uint32_t acc = 0;
+  for (int64_t i = lo[0]; i < hi[0]; i++)
+    for (int64_t j = lo[1]; j < hi[1]; j++) {
+      const uint32_t *row =
+          xp + ((at[0] + i * g->dl[0]) * g->in[1] + at[1] + j * g->dl[1]) * g->in[2] + at[2];
+      for (int64_t t = lo[2]; t < hi[2]; t++) {
+        uint32_t v = row[t * g->dl[2]];
+        acc = g->is_max ? (v > acc ? v : acc) : modp_add(acc, v);
+      }
+    }
+  return g->is_max ? acc : modp_mul(acc, modp_inv(modp_from_int(count)));
+}
+
+/* Every output of every plane, in float32 or Z_p (elements of 4 bytes
+ * either way). */
+static int pool3d_eval(const Node *n, Tensor *const *in, Tensor *const *out, bool modp,
+                       Diag *d) {
+  Pool3Geom g = {0};
+  int rc = pool3_geom(n, &in[0]->shape, &g, d);
+  if (rc) return rc;
+  int64_t vol = g.in[0] * g.in[1] * g.in[2], k = 0;
+  for (int64_t pl = 0; pl < g.planes; pl++) {
+    int64_t o[3];
+    for (o[0] = 0; o[0] < g.out[0]; o[0]++)
+      for (o[1] = 0; o[1] < g.out[1]; o[1]++)
+        for (o[2] = 0; o[2] < g.out[2]; o[2]++, k++) {
+          if (modp)
+            ((uint32_t *)out[0]->data)[k] =
+                pool3_at_modp(&g, (const uint32_t *)in[0]->data + pl * vol, o);
+          else
+            ((float *)out[0]->data)[k] = pool3_at_f32(&g, (const float *)in[0]->data + pl * vol, o);
+        }
   }
-  return g->include_pad ? padded : inside;
+  return TEQ_OK;
 }
 
 static int pool3d_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
-  Pool3 g = {0};
-  int rc = pool3_geom(n, &in[0]->shape, &g, d);
-  if (rc) return rc;
-  const float *x = in[0]->data;
-  float *y = out[0]->data;
-  int64_t vol = g.in[0] * g.in[1] * g.in[2];
-  for (int64_t pl = 0; pl < g.planes; pl++) {
-    const float *xp = x + pl * vol;
-    int64_t o[3];
-    for (o[0] = 0; o[0] < g.out[0]; o[0]++)
-      for (o[1] = 0; o[1] < g.out[1]; o[1]++)
-        for (o[2] = 0; o[2] < g.out[2]; o[2]++) {
-          int64_t at[3], lo[3], hi[3], count = pool3_window(&g, o, at, lo, hi);
-          float acc = g.is_max ? -FLT_MAX : 0.0f;
-          bool empty = lo[0] == hi[0] || lo[1] == hi[1] || lo[2] == hi[2];
-          for (int64_t i = lo[0]; i < hi[0] && !empty; i++)
-            for (int64_t j = lo[1]; j < hi[1]; j++) {
-              const float *row = xp + ((at[0] + i * g.dl[0]) * g.in[1] + at[1] + j * g.dl[1]) *
-                                          g.in[2] + at[2];
-              for (int64_t t = lo[2]; t < hi[2]; t++) {
-                float v = row[t * g.dl[2]];
-                acc = g.is_max ? (v > acc ? v : acc) : acc + v;
-              }
-            }
-          if (!g.is_max) acc = empty || !count ? 0.0f : acc / (float)count;
-          *y++ = acc;
-        }
-  }
-  return TEQ_OK;
+  return pool3d_eval(n, in, out, false, d);
 }
 
 static int pool3d_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
-  Pool3 g = {0};
-  int rc = pool3_geom(n, &in[0]->shape, &g, d);
-  if (rc) return rc;
-  const uint32_t *x = in[0]->data;
-  uint32_t *y = out[0]->data;
-  int64_t vol = g.in[0] * g.in[1] * g.in[2];
-  for (int64_t pl = 0; pl < g.planes; pl++) {
-    const uint32_t *xp = x + pl * vol;
-    int64_t o[3];
-    for (o[0] = 0; o[0] < g.out[0]; o[0]++)
-      for (o[1] = 0; o[1] < g.out[1]; o[1]++)
-        for (o[2] = 0; o[2] < g.out[2]; o[2]++) {
-          int64_t at[3], lo[3], hi[3], count = pool3_window(&g, o, at, lo, hi);
-          uint64_t acc = 0; /* a max, or a sum of residues folded as it goes */
-          for (int64_t i = lo[0]; i < hi[0]; i++)
-            for (int64_t j = lo[1]; j < hi[1]; j++) {
-              const uint32_t *row = xp + ((at[0] + i * g.dl[0]) * g.in[1] + at[1] +
-                                          j * g.dl[1]) * g.in[2] + at[2];
-              for (int64_t t = lo[2]; t < hi[2]; t++) {
-                uint32_t v = row[t * g.dl[2]];
-                acc = g.is_max ? (v > acc ? v : acc) : modp_add((uint32_t)acc, v);
-              }
-            }
-          /* modp_inv(0) is 0: an empty window averages to 0, as in float. */
-          *y++ = g.is_max ? (uint32_t)acc
-                          : modp_mul((uint32_t)acc, modp_inv(modp_from_int(count)));
-        }
-  }
-  return TEQ_OK;
+  return pool3d_eval(n, in, out, true, d);
 }
 
 /* The window (kernel_shape, required, strides, pads, dilations for a max
@@ -173,26 +136,14 @@ static int pool3d_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
                         p->v[POOL_PADS].i, d);
 }
 
-#define POOL3D_WINDOW_PARAMS                                                              \
-  [POOL_KERNEL] = {.name = "kernel", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,       \
-                   .hi = SPATIAL_MAX, .onnx_attr = "kernel_shape"},                         \
-  [POOL_STRIDE] = {.name = "stride", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,       \
-                   .hi = SPATIAL_MAX, .onnx_attr = "strides"},                              \
-  [POOL_PADS] = {.name = "pads", .type = PARAM_INTS, .len = 6, .def = 0, .lo = 0,           \
-                 .hi = SPATIAL_MAX, .onnx_attr = "pads"},                                   \
-  [POOL_CEIL] = {.name = "ceil_mode", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,        \
-                 .onnx_attr = "ceil_mode"}
-
 static const OpParam maxpool3d_params[] = {
-  POOL3D_WINDOW_PARAMS,
-  [POOL_DILATION] = {.name = "dilation", .type = PARAM_INTS, .len = 3, .def = 1, .lo = 1,
-                     .hi = SPATIAL_MAX, .onnx_attr = "dilations"},
+  POOL_WINDOW_PARAMS_OF(3),
+  [POOL_DILATION] = WINDOW_PARAM_DILATION_OF(3),
 };
 
 static const OpParam avgpool3d_params[] = {
-  POOL3D_WINDOW_PARAMS,
-  [AVG_COUNT_PAD] = {.name = "count_include_pad", .type = PARAM_INT, .def = 0, .lo = 0, .hi = 1,
-                     .onnx_attr = "count_include_pad"},
+  POOL_WINDOW_PARAMS_OF(3),
+  [AVG_COUNT_PAD] = AVG_PARAM_COUNT_PAD,
 };
 
 const OpDef op_def_maxpool3d = {

@@ -11,13 +11,12 @@
  * the outer edges, as align_corners says) and then clamps it. Bilinear
  * mixes the four pixels around the position, each tap outside the input
  * reading 0; nearest rounds it half to even (ONNX's reference and
- * PyTorch). Arithmetic is float32, as in PyTorch and ONNX Runtime, and
- * the GPU's kernel (runtime/cuda/sample.cu) does the same. Bicubic is
- * refused: the node stays as it is.
+ * PyTorch). Arithmetic is float32, as in PyTorch and ONNX Runtime:
+ * gs_sample in family.h, which the GPU's kernel (runtime/cuda/sample.cu)
+ * runs too. Bicubic is refused: the node stays as it is.
  *
  * Z_p: the positions are values of a tensor, which no residue places in
  * the input, so the Z_p kernel refuses. No rule knows the operator. */
-#include <math.h>
 #include <string.h>
 
 #include "runtime/ops/family.h"
@@ -35,34 +34,6 @@ static int gs_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   return TEQ_OK;
 }
 
-/* A coordinate reflected into [lo2 / 2, hi2 / 2] (twice the bounds, so
- * that half pixels stay whole), as PyTorch's reflect_coordinates. */
-static float gs_reflect(float v, float lo2, float hi2) {
-  if (lo2 == hi2) return 0.0f;
-  float lo = lo2 / 2, span = (hi2 - lo2) / 2;
-  v = fabsf(v - lo);
-  float extra = fmodf(v, span);
-  int flips = (int)floorf(v / span);
-  return flips % 2 == 0 ? extra + lo : span - extra + lo;
-}
-
-/* Grid value g on an axis of `size` pixels, in pixels, padding applied. */
-static float gs_source(float g, int64_t size, bool align, int padding) {
-  float v = align ? (g + 1) / 2 * (float)(size - 1) : ((g + 1) * (float)size - 1) / 2;
-  if (padding == GS_PAD_BORDER) {
-    v = fminf(fmaxf(v, 0.0f), (float)(size - 1));
-  } else if (padding == GS_PAD_REFLECTION) {
-    v = align ? gs_reflect(v, 0.0f, 2.0f * (float)(size - 1))
-              : gs_reflect(v, -1.0f, 2.0f * (float)size - 1.0f);
-    v = fminf(fmaxf(v, 0.0f), (float)(size - 1));
-  }
-  return v;
-}
-
-static float gs_tap(const float *plane, int64_t h, int64_t w, int64_t y, int64_t x) {
-  return y >= 0 && y < h && x >= 0 && x < w ? plane[y * w + x] : 0.0f;
-}
-
 static int gs_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Diag *d) {
   (void)d;
   const Shape *xs = &in[0]->shape, *gsh = &in[1]->shape;
@@ -77,22 +48,8 @@ static int gs_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, Dia
     for (int64_t ch = 0; ch < c; ch++) {
       const float *plane = x + (b * c + ch) * h * w;
       const float *gb = grid + b * ho * wo * 2;
-      for (int64_t p = 0; p < ho * wo; p++) {
-        float sx = gs_source(gb[2 * p], w, align, padding);
-        float sy = gs_source(gb[2 * p + 1], h, align, padding);
-        float v;
-        if (mode == GS_NEAREST) {
-          v = gs_tap(plane, h, w, (int64_t)nearbyintf(sy), (int64_t)nearbyintf(sx));
-        } else {
-          float x0 = floorf(sx), y0 = floorf(sy), fx = sx - x0, fy = sy - y0;
-          int64_t ix = (int64_t)x0, iy = (int64_t)y0;
-          float top = (1 - fx) * gs_tap(plane, h, w, iy, ix) + fx * gs_tap(plane, h, w, iy, ix + 1);
-          float bottom = (1 - fx) * gs_tap(plane, h, w, iy + 1, ix) +
-                         fx * gs_tap(plane, h, w, iy + 1, ix + 1);
-          v = (1 - fy) * top + fy * bottom;
-        }
-        *y++ = v;
-      }
+      for (int64_t p = 0; p < ho * wo; p++)
+        *y++ = gs_sample(plane, h, w, gb[2 * p], gb[2 * p + 1], mode, padding, align);
     }
   return TEQ_OK;
 }

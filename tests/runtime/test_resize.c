@@ -292,6 +292,24 @@ static void test_grid_sample(void) {
     CHECK_MSG(y, "grid_sample case %zu: %s", k, diag_last(&d));
     tensor_unref(y);
   }
+  /* Far and NaN positions read zeros (a NaN x gives bilinear NaN
+   * weights, so NaN), or under border padding an edge pixel (a NaN clamps
+   * to 0, as fmaxf takes the number); none is cast to an integer out of
+   * its range, which C leaves undefined. */
+  const float far[] = {NAN, -1, 1e30f, -1, -1e30f, 1e30f};
+  for (int mode = 0; mode < 2; mode++) {
+    Tensor *zeros = sample(mode, 0, 1, x, far, 3, &d), *border = sample(mode, 1, 1, x, far, 3, &d);
+    const float want_border[] = {1, 3, 4}; /* (0, 0), (0, 2) and (1, 0) */
+    for (int i = 0; zeros && border && i < 3; i++) {
+      float z = ((float *)zeros->data)[i];
+      CHECK_MSG(mode == 0 && i == 0 ? isnan(z) : z == 0.0f, "mode %d, far position %d: %g",
+                mode, i, (double)z);
+      CHECK_MSG(((float *)border->data)[i] == want_border[i], "mode %d, border %d: %g", mode, i,
+                (double)((float *)border->data)[i]);
+    }
+    CHECK(zeros && border);
+    unref_all((Tensor *[]){zeros, border}, 2);
+  }
   /* Z_p: no residue says where a position is */
   Op o;
   op_init(&o, OP_GRID_SAMPLE, 2);
