@@ -185,7 +185,7 @@ void opt_inst_free(OptInst *in);
  * consumer when a graph is exported (opt_fuse_bias): not at all, with a
  * per-channel bias (an ewadd of a constant), with an activation, or with
  * both (the bias first, then the activation of the fused result). */
-enum { OPT_FUSE_NONE, OPT_FUSE_ACT = 7, OPT_FUSE_BIAS = 8, OPT_FUSE__COUNT = 16 };
+enum { OPT_FUSE_NONE, OPT_FUSE_ACT = 15, OPT_FUSE_BIAS = 16, OPT_FUSE__COUNT = 32 };
 /* OPT_FUSE_NONE + act, or OPT_FUSE_BIAS + act, act one of ACT_* (OPT_FUSE_ACT
  * masks it). */
 _Static_assert(ACT__COUNT <= OPT_FUSE_ACT + 1, "an activation must fit below OPT_FUSE_BIAS");

@@ -42,7 +42,9 @@ typedef struct OnnxImportOptions {
                                     silu, hard swish, or a clip to [0, 6]) into the conv,
                                     matmul, gemm or batchnorm it alone reads (their act
                                     parameter), nor x * sigmoid(x) into one silu
-                                    (hard_swish alike) */
+                                    (hard_swish alike), nor a hard sigmoid or
+                                    swish written out, relu6(x + 3) / 6 (times x),
+                                    into one operator */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
                                   tensor of its shape into the conv (its residual) */
   bool keep_unfused_pools; /* do not fuse a MaxPool of k x k windows at stride k that
@@ -79,6 +81,7 @@ typedef struct OnnxImportStats {
   int n_noops_removed;
   int n_layer_norms_fused;
   int n_gelus_fused;
+  int n_hard_gates_fused; /* relu6(x + 3) / 6 as hard_sigmoid, x times it as hard_swish */
   int n_swishes_fused; /* x * sigmoid(x) as silu, x * hard_sigmoid(x) as hard_swish */
   int n_activations_fused;
   int n_residuals_fused; /* each with the activation after its add (not counted above) */

@@ -13,8 +13,11 @@
 #include "runtime/graph.h"
 #include "runtime/ops/family.h"
 
-const char *const act_symbols[] = {"none",       "relu",  "sigmoid",      "tanh", "silu",
-                                   "hard_swish", "relu6", "hard_sigmoid", NULL};
+const char *const act_symbols[] = {"none",         "relu",
+                                   "sigmoid",      "tanh",
+                                   "silu",         "hard_swish",
+                                   "relu6",        "hard_sigmoid",
+                                   "hard_sigmoid_fifth", NULL};
 
 static const OpDef *const op_table[OP__COUNT] = {
 #define OP(KIND, name) [OP_##KIND] = &op_def_##name,
@@ -379,6 +382,7 @@ static const OpKind kind_of_act[ACT__COUNT] = {
   [ACT_NONE] = OP__COUNT, [ACT_RELU] = OP_RELU, [ACT_SIGMOID] = OP_SIGMOID,
   [ACT_TANH] = OP_TANH,   [ACT_SILU] = OP_SILU, [ACT_HARD_SWISH] = OP_HARD_SWISH,
   [ACT_RELU6] = OP_CLIP,  [ACT_HARD_SIGMOID] = OP_HARD_SIGMOID,
+  [ACT_HARD_SIGMOID_FIFTH] = OP_HARD_SIGMOID,
 };
 
 OpKind act_op_kind(int act) {
@@ -397,6 +401,9 @@ void act_op_params(int act, Params *p) {
     param_set_float(p, param_index(OP_CLIP, "max"), 6.0);
   } else if (act == ACT_HARD_SIGMOID) { /* PyTorch's, exported with float32 attributes */
     param_set_float(p, param_index(OP_HARD_SIGMOID, "alpha"), (double)(1.0f / 6.0f));
+    param_set_float(p, param_index(OP_HARD_SIGMOID, "beta"), 0.5);
+  } else if (act == ACT_HARD_SIGMOID_FIFTH) { /* ONNX's defaults, 0.2 and 0.5 */
+    param_set_float(p, param_index(OP_HARD_SIGMOID, "alpha"), (double)0.2f);
     param_set_float(p, param_index(OP_HARD_SIGMOID, "beta"), 0.5);
   }
 }

@@ -93,17 +93,19 @@ typedef struct Params {
  * convolutions of mobile networks (EfficientNet's silu, MobileNetV3's
  * hard swish and its squeeze-and-excitation gates' hard sigmoid, x/6 + 1/2
  * clamped to [0, 1], MobileNetV2's relu6, a clip to [0, 6]), which a
- * convolution's epilogue applies in the pass that adds its bias. */
+ * convolution's epilogue applies in the pass that adds its bias. The hard
+ * sigmoid of ONNX's default parameters, x/5 + 1/2 clamped, is the gate
+ * Paddle's and Keras's squeeze-and-excitation blocks export. */
 enum {
   ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SILU, ACT_HARD_SWISH, ACT_RELU6,
-  ACT_HARD_SIGMOID, ACT__COUNT
+  ACT_HARD_SIGMOID, ACT_HARD_SIGMOID_FIFTH, ACT__COUNT
 };
 extern TEQ_API const char *const act_symbols[];
 struct Node;
 /* The operator a fused activation stands for (OP_RELU for ACT_RELU,
  * OP_CLIP for ACT_RELU6, ...; OP__COUNT for ACT_NONE) and its parameters
- * (clip's bounds, hard sigmoid's 1/6 and 1/2; the row's defaults for the
- * others). */
+ * (clip's bounds, hard sigmoid's 1/6 or 1/5 and 1/2; the row's defaults for
+ * the others). */
 TEQ_API OpKind act_op_kind(int act);
 TEQ_API void act_op_params(int act, Params *p);
 /* The activation node n computes when fused into its producer: ACT_NONE

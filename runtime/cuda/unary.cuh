@@ -155,7 +155,8 @@ UNARY_FN __forceinline__ float act_eval(UnaryArgs f, float v) {
   case ACT_SILU: return OpSilu()(v, f);
   case ACT_HARD_SWISH: return OpHardSwish()(v, f);
   case ACT_RELU6: return OpClip()(v, f);
-  case ACT_HARD_SIGMOID: return OpHardSigmoid()(v, f);
+  case ACT_HARD_SIGMOID:
+  case ACT_HARD_SIGMOID_FIFTH: return OpHardSigmoid()(v, f);
   default: return v;
   }
 }

@@ -1175,11 +1175,12 @@ static int index_infos(Importer *im) {
 
 char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
-           "zero pads, %d BatchNorms and %d scales folded; %d layer norms, %d GELUs, %d swishes, "
-           "%d residual adds, %d activations and %d pools fused", s->n_nodes, s->n_folded,
-           s->n_opaque, s->n_noops_removed, s->n_pads_folded, s->n_batchnorm_folded,
-           s->n_scales_folded, s->n_layer_norms_fused, s->n_gelus_fused, s->n_swishes_fused,
-           s->n_residuals_fused, s->n_activations_fused, s->n_pools_fused);
+           "zero pads, %d BatchNorms and %d scales folded; %d layer norms, %d GELUs, %d hard "
+           "gates, %d swishes, %d residual adds, %d activations and %d pools fused",
+           s->n_nodes, s->n_folded, s->n_opaque, s->n_noops_removed, s->n_pads_folded,
+           s->n_batchnorm_folded, s->n_scales_folded, s->n_layer_norms_fused, s->n_gelus_fused,
+           s->n_hard_gates_fused, s->n_swishes_fused, s->n_residuals_fused,
+           s->n_activations_fused, s->n_pools_fused);
   return buf;
 }
 
@@ -1252,6 +1253,8 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   if (!o->keep_unfused_activations) {
     /* Before activations fuse into convs: the conv a swish reads twice
      * would take none, and the sigmoid is the swish's. */
+    if ((n = settled(im, onnx_pass_fuse_hard_gates(im->g, im->d))) < 0) return n;
+    im->stats.n_hard_gates_fused = n;
     if ((n = settled(im, onnx_pass_fuse_swishes(im->g, im->d))) < 0) return n;
     im->stats.n_swishes_fused = n;
   }

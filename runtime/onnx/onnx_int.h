@@ -211,6 +211,11 @@ int onnx_pass_fuse_gelu(Graph *g, Diag *d);
  * with alpha 1/6 and beta 1/2 by hard_swish(x), where the product alone
  * reads the gate; returns how many, or an error. */
 int onnx_pass_fuse_swishes(Graph *g, Diag *d);
+/* Replaces each hard swish written out as x * clip(x + 3, 0, 6) / 6 by
+ * hard_swish(x) and each gate clip(x + 3, 0, 6) / 6 by hard_sigmoid(x) with
+ * alpha 1/6 and beta 1/2 (the division may be a product by 1/6); returns
+ * how many, or an error. */
+int onnx_pass_fuse_hard_gates(Graph *g, Diag *d);
 /* Folds a constant scale of one value per output column into the constant
  * weights (and the added constant bias) of the product it follows, through
  * one transpose (ConvNeXt's layer scale); returns how many, or an error. */

@@ -498,6 +498,70 @@ int onnx_pass_fuse_swishes(Graph *g, Diag *d) {
   return replace_by_unary(g, "fusing swishes", match_swish, d);
 }
 
+/* ---- hard gates written out ----
+ * Paddle's exporter writes hard_swish(x) as x * clip(x + 3, 0, 6) / 6, four
+ * element-wise nodes over the whole activation; TensorFlow's and hand-made
+ * graphs write the gate relu6(x + 3) / 6 and multiply x by it. Each chain
+ * becomes its one operator: (x * relu6(x + 3)) / 6 hard_swish, relu6(x + 3)
+ * / 6 hard_sigmoid with PyTorch's parameters (which fuse_swishes then takes
+ * with the x * gate after it into hard_swish). Rounding differs from the
+ * chain's by an ulp or two, as a fused GELU's does from its nine nodes. */
+
+/* x when r, used once, is clip(x + 3, 0, 6) (either side of the add);
+ * else {-1}. */
+static TensorRef relu6_shifted(const Graph *g, TensorRef r, const Uses *u) {
+  const TensorRef none = {-1, 0};
+  const Node *c = &g->nodes[r.node];
+  if (c->kind != OP_CLIP || c->n_in != 1 || uses_of(u, r) != 1 || act_of_node(c) != ACT_RELU6)
+    return none;
+  TensorRef s = c->in[0];
+  const Node *a = &g->nodes[s.node];
+  if (a->kind != OP_EWADD || a->n_in != 2 || uses_of(u, s) != 1) return none;
+  for (int k = 0; k < 2; k++)
+    if (scalar_of(g, a->in[k]) == 3.0) return a->in[1 - k];
+  return none;
+}
+
+/* m when node i is m / 6 or m * (1/6) (either side); else {-1}. */
+static TensorRef sixth_of(const Graph *g, int32_t i) {
+  const Node *n = &g->nodes[i];
+  if (n->n_in == 2 && n->kind == OP_DIV && scalar_of(g, n->in[1]) == 6.0) return n->in[0];
+  if (n->n_in == 2 && n->kind == OP_EWMUL)
+    for (int s = 0; s < 2; s++)
+      if (near(scalar_of(g, n->in[s]), 1.0 / 6.0)) return n->in[1 - s];
+  return (TensorRef){-1, 0};
+}
+
+static bool match_hard_gate(const Graph *g, int32_t i, int32_t n0, const Uses *u,
+                            UnaryFound *f) {
+  (void)n0;
+  TensorRef m = sixth_of(g, i), x = {-1, 0};
+  if (m.node < 0) return false;
+  f->kind = OP_HARD_SIGMOID;
+  x = relu6_shifted(g, m, u);
+  const Node *p = &g->nodes[m.node];
+  if (x.node < 0 && p->kind == OP_EWMUL && p->n_in == 2 && uses_of(u, m) == 1) {
+    f->kind = OP_HARD_SWISH; /* (x * relu6(x + 3)) / 6 */
+    for (int s = 0; s < 2 && x.node < 0; s++) {
+      TensorRef y = relu6_shifted(g, p->in[s], u);
+      if (y.node >= 0 && same_ref(y, p->in[1 - s])) x = y;
+    }
+  }
+  /* The constants broadcast nothing: x has the chain's shape. */
+  if (x.node < 0 || !shape_equal(graph_shape(g, x), &g->nodes[i].out[0]) ||
+      g->nodes[i].dtype != DT_F32)
+    return false;
+  f->x = x;
+  f->at = i;
+  if (f->kind == OP_HARD_SIGMOID) act_op_params(ACT_HARD_SIGMOID, &f->p);
+  else params_default(OP_HARD_SWISH, &f->p);
+  return true;
+}
+
+int onnx_pass_fuse_hard_gates(Graph *g, Diag *d) {
+  return replace_by_unary(g, "fusing hard gates", match_hard_gate, d);
+}
+
 int onnx_pass_fold_zero_pads(Graph *g, Diag *d) {
   int n = 0;
   for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {

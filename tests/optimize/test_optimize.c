@@ -677,7 +677,8 @@ static void test_relu_fused(void) {
  * the same graph: the activation back as it was (a relu6 as a relu6, not
  * a clip of the row's default bounds). */
 static void test_bias_round_trip(void) {
-  static const int acts[] = {ACT_RELU, ACT_SILU, ACT_HARD_SWISH, ACT_RELU6, ACT_HARD_SIGMOID};
+  static const int acts[] = {ACT_RELU,  ACT_SILU,         ACT_HARD_SWISH,
+                             ACT_RELU6, ACT_HARD_SIGMOID, ACT_HARD_SIGMOID_FIFTH};
   for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
     Graph *g = graph_new();
     TensorRef i = input(g, "i", shape_of(4, 1, 3, 7, 7));

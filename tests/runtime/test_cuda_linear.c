@@ -104,6 +104,9 @@ static void test_conv2d(CudaDevice *dev) {
   conv_case(dev, (ConvSpec){.label = "conv2d 1x1 1x64x1x1 bias hard_sigmoid (an SE gate)",
                             S(4, 1, 64, 1, 1), S(4, 16, 64, 1, 1), true,
                             .act = ACT_HARD_SIGMOID});
+  conv_case(dev, (ConvSpec){.label = "conv2d 1x1 1x40x1x1 bias hard_sigmoid_fifth (Paddle's gate)",
+                            S(4, 1, 40, 1, 1), S(4, 10, 40, 1, 1), true,
+                            .act = ACT_HARD_SIGMOID_FIFTH});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 silu, no bias", S(4, 2, 5, 13, 11),
                             S(4, 7, 5, 3, 3), .pads = {1, 1, 1, 1}, .act = ACT_SILU});
   conv_case(dev, (ConvSpec){.label = "conv2d 2x5x13x11 bias, no act", S(4, 2, 5, 13, 11),

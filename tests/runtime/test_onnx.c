@@ -840,9 +840,10 @@ static void test_activations_fused(void) {
 
 /* The mobile networks' activations after a conv: a silu (written as
  * Sigmoid and Mul), a hard swish (an opset-14 operator), a clip to [0, 6]
- * and PyTorch's hard sigmoid (x/6 + 1/2) are fused into the conv that
- * alone feeds them; a clip to other bounds, or ONNX's default hard sigmoid
- * (0.2 x + 1/2), is not. The fused graph exports each as its own operator's ONNX
+ * PyTorch's hard sigmoid (x/6 + 1/2) and ONNX's default one (Paddle's,
+ * x/5 + 1/2) are fused into the conv that alone feeds them; a clip to
+ * other bounds, or a hard sigmoid of another alpha, is not. The fused graph
+ * exports each as its own operator's ONNX
  * form again, which imports with every fusion off to the same outputs
  * (weights large enough that the clip's 6 is reached). */
 static void test_mobile_activations_fused(void) {
@@ -856,19 +857,22 @@ static void test_mobile_activations_fused(void) {
   tensor_fill_random(b, 22);
   for (int64_t i = 0; i < tensor_numel(w); i++) ((float *)w->data)[i] *= 4.0f;
   int wi = graph_add_const(g, "w", w, &d), bi = graph_add_const(g, "b", b, &d);
-  Params p, clip6, clip5, hsig;
+  Params p, clip6, clip5, hsig, hsig4;
   params_default(OP_CONV2D, &p);
   act_op_params(ACT_RELU6, &clip6);
   act_op_params(ACT_HARD_SIGMOID, &hsig);
+  params_default(OP_HARD_SIGMOID, &hsig4);
+  param_set_float(&hsig4, param_index(OP_HARD_SIGMOID, "alpha"), 0.25);
   clip5 = clip6;
   param_set_float(&clip5, param_index(OP_CLIP, "max"), 5.0);
   TensorRef xwb[3] = {{x, 0}, {wi, 0}, {bi, 0}};
   const struct {
     OpKind kind;
     const Params *p;
-  } after[6] = {{OP_SILU, NULL},       {OP_HARD_SWISH, NULL},   {OP_CLIP, &clip6},
-                {OP_CLIP, &clip5},     {OP_HARD_SIGMOID, &hsig}, {OP_HARD_SIGMOID, NULL}};
-  for (int k = 0; k < 6; k++) {
+  } after[7] = {{OP_SILU, NULL},           {OP_HARD_SWISH, NULL},   {OP_CLIP, &clip6},
+                {OP_CLIP, &clip5},         {OP_HARD_SIGMOID, &hsig}, {OP_HARD_SIGMOID, NULL},
+                {OP_HARD_SIGMOID, &hsig4}};
+  for (int k = 0; k < 7; k++) {
     char name[16];
     snprintf(name, sizeof name, "c%d", k);
     int c = graph_add_node(g, OP_CONV2D, xwb, 3, 1, &p, name, &d);
@@ -881,13 +885,14 @@ static void test_mobile_activations_fused(void) {
   OnnxImportStats st;
   Graph *h = export_to_tmp(g, "mobile.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
-    CHECK_EQ_INT(st.n_activations_fused, 4);
+    CHECK_EQ_INT(st.n_activations_fused, 5);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_SILU), 1);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SWISH), 1);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU6), 1);
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SIGMOID), 1);
     CHECK_EQ_INT(count_kind(h, OP_CLIP), 1);         /* the clip to 5 */
-    CHECK_EQ_INT(count_kind(h, OP_HARD_SIGMOID), 1); /* ONNX's default */
+    CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_HARD_SIGMOID_FIFTH), 1); /* ONNX's default */
+    CHECK_EQ_INT(count_kind(h, OP_HARD_SIGMOID), 1);                    /* alpha 0.25 */
     check_same_outputs(g, h, &sx, 23);
     OnnxImportOptions given = ONNX_IMPORT_DEFAULTS;
     onnx_import_as_given(&given);
@@ -897,7 +902,7 @@ static void test_mobile_activations_fused(void) {
       /* Opset 13, before HardSwish: the hard swish is a HardSigmoid and a
        * Mul, as the silu is a Sigmoid and a Mul. */
       CHECK_EQ_INT(count_kind(h2, OP_CLIP), 2);
-      CHECK_EQ_INT(count_kind(h2, OP_HARD_SIGMOID), 3);
+      CHECK_EQ_INT(count_kind(h2, OP_HARD_SIGMOID), 4);
       CHECK_EQ_INT(count_kind(h2, OP_HARD_SWISH), 0);
       CHECK_EQ_INT(count_kind(h2, OP_SIGMOID), 1);
       CHECK_EQ_INT(count_kind(h2, OP_EWMUL), 2);
@@ -976,7 +981,8 @@ static void test_activations_random(void) {
       {OP_HARD_SWISH, "", ACT_HARD_SWISH}, {OP_CLIP, "min=0 max=6", ACT_RELU6},
       {OP_CLIP, "min=-1 max=6", 0},    {OP_CLIP, "max=6", 0},
       {OP_HARD_SIGMOID, "alpha=0.166666672 beta=0.5", ACT_HARD_SIGMOID},
-      {OP_HARD_SIGMOID, "", 0},        {OP_LEAKY_RELU, "", 0},
+      {OP_HARD_SIGMOID, "alpha=0.200000003 beta=0.5", ACT_HARD_SIGMOID_FIFTH},
+      {OP_HARD_SIGMOID, "alpha=0.25", 0}, {OP_LEAKY_RELU, "", 0},
     };
     int a = (int)(r[4] % (int64_t)(sizeof acts / sizeof *acts));
     int y = window_node(g, acts[a].kind, (TensorRef[]){{prod, 0}}, 1, acts[a].params, "act", &d);
@@ -1319,7 +1325,8 @@ static void test_pools_fused(void) {
  * commute with a max; written with the pool first, they came back other
  * numbers), and imported as given each computes what the graph does. */
 static void test_pooled_acts_exported(void) {
-  static const int acts[] = {ACT_SILU, ACT_HARD_SWISH, ACT_RELU6, ACT_HARD_SIGMOID, ACT_RELU};
+  static const int acts[] = {ACT_SILU,         ACT_HARD_SWISH,         ACT_RELU6,
+                             ACT_HARD_SIGMOID, ACT_HARD_SIGMOID_FIFTH, ACT_RELU};
   Diag d;
   diag_init(&d);
   Shape sx = {4, {1, 3, 8, 8}}, sw = {4, {4, 3, 3, 3}}, sb = {1, {4}}, sz = {4, {1, 4, 8, 8}};
@@ -1588,6 +1595,24 @@ static void test_swishes(void) {
   if (g) CHECK(count_kind(g, OP_SILU) == 2 && count_kind(g, OP_HARD_SWISH) == 1 &&
                count_kind(g, OP_SIGMOID) == 2 && count_kind(g, OP_HARD_SIGMOID) == 1 &&
                count_kind(g, OP_EWMUL) == 3);
+  graph_free(g);
+}
+
+/* Paddle's hard swish written out, x * clip(x + 3, 0, 6) / 6, and the gate
+ * clip(x + 3, 0, 6) / 6 (or * 1/6) alone or multiplying x, fused at import;
+ * a product of another tensor, a clip read twice and a division by 5 left
+ * as written; as given, none. */
+static void test_hard_gates(void) {
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("hard_gates", &st, &given);
+  CHECK_EQ_INT(st.n_hard_gates_fused, 3);
+  CHECK_EQ_INT(st.n_swishes_fused, 1);
+  CHECK_EQ_INT(given.n_hard_gates_fused + given.n_swishes_fused, 0);
+  if (g) CHECK_MSG(count_kind(g, OP_HARD_SWISH) == 2 && count_kind(g, OP_HARD_SIGMOID) == 1 &&
+                       count_kind(g, OP_CLIP) == 3 && count_kind(g, OP_DIV) == 3,
+                   "hard_swish %d, hard_sigmoid %d, clip %d, div %d",
+                   count_kind(g, OP_HARD_SWISH), count_kind(g, OP_HARD_SIGMOID),
+                   count_kind(g, OP_CLIP), count_kind(g, OP_DIV));
   graph_free(g);
 }
 
@@ -2072,6 +2097,7 @@ int main(void) {
   test_symbolic_dims();
   test_gelu();
   test_swishes();
+  test_hard_gates();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

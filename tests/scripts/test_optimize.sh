@@ -134,9 +134,9 @@ import json, re, sys
 r, name = json.load(open(sys.argv[1]))["import"], sys.argv[3]
 line = [l for l in open(sys.argv[2]) if l.startswith("  import ")]
 assert len(line) == 1 and r["nodes"] > 0 and min(r.values()) >= 0, (line, r)
-assert re.search(r" %d swishes, %d residual adds, %d activations and %d pools fused" % (
-    r["swishes_fused"], r["residuals_fused"], r["activations_fused"], r["pools_fused"]),
-    line[0]), (line, r)
+assert re.search(r" %d hard gates, %d swishes, %d residual adds, %d activations and %d pools fused" % (
+    r["hard_gates_fused"], r["swishes_fused"], r["residuals_fused"], r["activations_fused"],
+    r["pools_fused"]), line[0]), (line, r)
 assert (r["pools_fused"] > 0) == (name in ("tiny-cnn", "vgg19", "csrnet")), r
 assert re.search(r" %d BatchNorms and %d scales folded" % (
     r["batchnorms_folded"], r["scales_folded"]), line[0]), (line, r)

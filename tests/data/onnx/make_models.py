@@ -1027,6 +1027,45 @@ def bad_new_forms():
         [vi("x", f, [1, 2, 3, 4, 5])], [vi("y", f, None)]), check=False)
 
 
+def hard_gate_models():
+    """Hard swishes and hard sigmoids written out in element-wise nodes, as
+    Paddle's exporter writes them: x * clip(x + 3, 0, 6) / 6 (hard_swish),
+    the gate clip(3 + x, 0, 6) * (1/6) multiplied by x (hard_sigmoid, then
+    hard_swish), the gate alone (hard_sigmoid); beside them look-alikes that
+    must stay as written: the product of another tensor, a clip read twice,
+    a division by 5. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w = rand(3, 16) * 4, rand(16, 16) * 2
+    consts = [init(k, np.float32(v)) for k, v in
+              (("zero", 0), ("three", 3), ("five", 5), ("six", 6), ("sixth", 1 / 6))]
+
+    def chain(x_in, mul_by, tag, div="six"):
+        return [n("Add", [x_in, "three"], ["a" + tag]), n("Clip", ["a" + tag, "zero", "six"], ["c" + tag]),
+                n("Mul", [mul_by, "c" + tag], ["m" + tag]), n("Div", ["m" + tag, div], ["s" + tag])]
+
+    nodes = [n("MatMul", ["x", "w"], ["h"])] + chain("h", "h", "1") + [
+        n("Add", ["three", "s1"], ["a2"]), n("Clip", ["a2", "zero", "six"], ["c2"]),
+        n("Mul", ["c2", "sixth"], ["g2"]), n("Mul", ["g2", "s1"], ["s2"]),
+        n("Add", ["s2", "three"], ["a3"]), n("Clip", ["a3", "zero", "six"], ["c3"]),
+        n("Div", ["c3", "six"], ["g3"]), n("Add", ["g3", "s2"], ["t"])]
+    nodes += chain("t", "h", "4") + chain("s4", "s4", "5") + [n("Add", ["s5", "c5"], ["u"])]
+    nodes += chain("u", "u", "6", div="five")
+    save("hard_gates", helper.make_graph(nodes, "hard_gates", [vi("x", f, [3, 16])],
+                                         [vi("s6", f, [3, 16])], [init("w", w)] + consts))
+    relu6 = lambda v: np.clip(v, 0, 6)
+    h = x.astype(np.float64) @ w
+    s1 = h * relu6(h + 3) / 6
+    s2 = s1 * relu6(s1 + 3) / 6
+    t = relu6(s2 + 3) / 6 + s2
+    s4 = h * relu6(t + 3) / 6
+    c5 = relu6(s4 + 3)
+    u = s4 * c5 / 6 + c5
+    save_tensor("hard_gates.input_0.pb", x, "x")
+    save_tensor("hard_gates.output_0.pb", (u * relu6(u + 3) / 5).astype(np.float32), "s6")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1055,3 +1094,4 @@ if __name__ == "__main__":
     conv3d_model()
     pools3d_model()
     bad_new_forms()
+    hard_gate_models()
