@@ -1281,6 +1281,17 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   return TEQ_OK;
 }
 
+/* After a node was refused as malformed: where the graph's inputs had
+ * symbolic extents that were given none, the extent they got (1, say) may
+ * be what the node cannot take (PaddleOCR's classifier pools a 1x1 image
+ * by 2x2), which the warning before the error does not say. */
+static void hint_symbolic(const Importer *im) {
+  if (im->n_dims > im->n_named || im->warned_symbolic)
+    diag_error(im->d, "%s: the graph's inputs have symbolic dimensions, set to %lld above: the "
+               "model may need other extents (give them by name, as optimize's --dim NAME=N does)",
+               im->path, (long long)im->batch);
+}
+
 static int import_graph(Importer *im, const OnnxImportOptions *o) {
   int rc = check_nodes(im);
   if (rc == TEQ_OK) rc = index_infos(im);
@@ -1288,7 +1299,7 @@ static int import_graph(Importer *im, const OnnxImportOptions *o) {
   if (rc == TEQ_OK) rc = parse_dims(im, o);
   if (rc == TEQ_OK) rc = import_inputs(im);
   if (rc == TEQ_OK) rc = check_dims(im);
-  if (rc == TEQ_OK) rc = import_nodes(im);
+  if (rc == TEQ_OK && (rc = import_nodes(im)) == TEQ_ERR_INPUT) hint_symbolic(im);
   if (rc == TEQ_OK) rc = import_outputs(im);
   if (rc == TEQ_OK) warn_unsupported(im);
   if (rc == TEQ_OK) rc = run_passes(im, o);

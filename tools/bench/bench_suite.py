@@ -9,7 +9,8 @@
 
 First gen-rules at --depth and verify-rules on its database (wall time, peak RSS and the
 counts of each), unless --rules names a database made earlier. Then for every model (all:
-the papers' suite; zoo: further torchvision architectures, see export_torchvision.py):
+the papers' suite; zoo: further torchvision architectures, see export_torchvision.py, and
+PaddleOCR's trained models from the npm registry on a page of text, see fetch_npm.py):
 
   optimize    the model with those rules and PET (optimize's default; its JSON report:
               operators, estimated cost before and after, search time; its own end-to-end
@@ -62,9 +63,11 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "models"))
 import export_torchvision as tv  # noqa: E402  (the torchvision models, their seeds and inputs)
+import fetch_npm  # noqa: E402  (trained models from the npm registry, and their inputs)
 
 # The suite, smallest first. "teq": built by build-model (models PyTorch has no builder
-# for, written through Teq's own exporter); "torch": exported by export_torchvision.py.
+# for, written through Teq's own exporter); "torch": exported by export_torchvision.py;
+# "npm": trained models fetched by fetch_npm.py.
 SUITE = [
     ("tiny-cnn", "teq"),
     ("nasrnn", "teq"),
@@ -81,7 +84,7 @@ SUITE = [
     ("vgg19", "torch"),
 ]
 # Further real models no paper measures (export_torchvision.py's zoo): --models zoo.
-ZOO = [(name, "torch") for name in tv.ZOO]
+ZOO = [(name, "torch") for name in tv.ZOO] + [(name, "npm") for name in fetch_npm.MODELS]
 BUILD_SEED = 1      # build-model --seed for the Teq-built models
 INPUT_SEED = 1000   # their inputs: input i from numpy's PCG64 with seed INPUT_SEED + i
 
@@ -227,6 +230,17 @@ def prepare_torch_model(name, cache, work):
     return os.path.join(d, "model.onnx"), [("input", os.path.join(d, "input_0.bin"))]
 
 
+def prepare_npm_model(name, cache, work):
+    r = run([sys.executable, os.path.join(REPO, "tools", "models", "fetch_npm.py"), cache,
+             "--models", name], work, f"{name}.fetch")
+    if r.rc != 0:
+        raise RuntimeError(f"fetch_npm {name} failed (exit {r.rc}): {r.tail()}")
+    d = os.path.join(cache, name)
+    with open(os.path.join(d, "meta.json")) as f:
+        input_name = json.load(f)["input"]
+    return os.path.join(d, "model.onnx"), [(input_name, os.path.join(d, "input_0.bin"))]
+
+
 def rel_diff(got_dir, ref_dir, np):
     """Largest max|got - ref| / max|ref| over the outputs two runs wrote; None when a run
     wrote none."""
@@ -253,6 +267,8 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     row = {"model": name, "status": "ok"}
     if kind == "teq":
         path, inputs = prepare_teq_model(name, args.cache, tools, work, np, onnx)
+    elif kind == "npm":
+        path, inputs = prepare_npm_model(name, args.cache, work)
     else:
         path, inputs = prepare_torch_model(name, args.cache, work)
     feed = [a for n, f in inputs for a in ("--input", f"{n}={f}")]
