@@ -1241,6 +1241,8 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
   if (!o->keep_product_scales) {
     if ((n = settled(im, onnx_pass_fold_product_scales(im->g, im->d))) < 0) return n;
     im->stats.n_scales_folded = n;
+    if ((n = settled(im, onnx_pass_fold_conv_affines(im->g, im->d))) < 0) return n;
+    im->stats.n_scales_folded += n;
   }
   if (!o->keep_written_layer_norms) {
     if ((n = settled(im, onnx_pass_fuse_layer_norm(im->g, im->d))) < 0) return n;

@@ -216,6 +216,11 @@ int onnx_pass_fuse_swishes(Graph *g, Diag *d);
  * alpha 1/6 and beta 1/2 (the division may be a product by 1/6); returns
  * how many, or an error. */
 int onnx_pass_fuse_hard_gates(Graph *g, Diag *d);
+/* Folds a constant scale or shift of one value, or one per channel, after a
+ * convolution into its weights and bias, and one before a 1x1 convolution
+ * without padding likewise (PP-LCNetV3's affine blocks); returns how many,
+ * or an error. */
+int onnx_pass_fold_conv_affines(Graph *g, Diag *d);
 /* Folds a constant scale of one value per output column into the constant
  * weights (and the added constant bias) of the product it follows, through
  * one transpose (ConvNeXt's layer scale); returns how many, or an error. */

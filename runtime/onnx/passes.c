@@ -716,6 +716,149 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
   return rc < 0 ? rc : n;
 }
 
+/* ---- constant affines around convolutions ----
+ * PaddleOCR's PP-LCNetV3 follows every convolution and every activation
+ * with a learnable affine block, s x + b of two scalars, which its exporter
+ * writes as a Mul and an Add over the whole tensor. After a convolution
+ * each is the convolution with scaled weights and bias, as a BatchNorm is;
+ * before a 1x1 convolution without padding, W (s x + b) + c is (W s) x +
+ * (W b + c), exactly (a padded one would read b where it reads zeros).
+ * Either way a pass over the tensor goes. Only constants of one value, or
+ * of one per channel (axis 1), are taken. */
+
+/* The constant operand of element-wise node n (ewmul or ewadd; its index
+ * in *k) when it is one value or one per channel of n's output and the
+ * other operand has that output's shape; else NULL. */
+static const Tensor *channel_operand(const Graph *g, const Node *n, int *k) {
+  if ((n->kind != OP_EWMUL && n->kind != OP_EWADD) || n->n_in != 2 || n->n_out != 1 ||
+      n->dtype != DT_F32 || n->out[0].ndim != 4)
+    return NULL;
+  const Tensor *t = const_operand(g, n, k);
+  if (!t || !shape_equal(graph_shape(g, n->in[1 - *k]), &n->out[0])) return NULL;
+  int axis = broadcast_axis(t, &n->out[0]);
+  return axis == 1 || axis == TEQ_MAX_DIMS ? t : NULL;
+}
+
+/* Weight and bias of conv node c when both are float32 constants (the bias
+ * may be absent: *b NULL) and c has neither residual nor pool; else false. */
+static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
+  if (c->kind != OP_CONV2D || c->n_out != 1 || c->n_in < 2 || c->n_in > 3 ||
+      c->dtype != DT_F32 || op_output_pooled(c))
+    return false;
+  *w = const_input(g, c, 1, -1);
+  if (!*w || (*w)->shape.ndim != 4) return false;
+  *b = c->n_in == 3 ? const_input(g, c, 2, (*w)->shape.d[0]) : NULL;
+  return c->n_in == 2 || *b;
+}
+
+/* conv node c again on input x with weights w and bias b (taken over), in
+ * place of node at's readers; its id or an error. */
+static int reconv(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b, Diag *d) {
+  Params p = g->nodes[c].params;
+  int wi = graph_add_const(g, NULL, w, d);
+  if (wi < 0) tensor_unref(w);
+  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
+  if (bi < 0) tensor_unref(b);
+  return bi < 0 ? bi : take_over(g, at, c, OP_CONV2D, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
+}
+
+/* Copies of w and of b (zeros where there is none, [M]), or NULL both. */
+static bool clone_weights(const Tensor *w, const Tensor *b, Tensor **nw, Tensor **nb) {
+  Shape bs = shape_of(1, (int)w->shape.d[0]);
+  *nw = tensor_clone(w);
+  *nb = b ? tensor_clone(b) : tensor_new(DT_F32, &bs);
+  if (*nw && *nb) return true;
+  tensor_unref(*nw);
+  tensor_unref(*nb);
+  *nw = *nb = NULL;
+  return false;
+}
+
+/* Node i, s * conv(x) or conv(x) + b, folded into the convolution its
+ * other operand is (which it alone reads): 1, 0 where it does not apply,
+ * or an error. */
+static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
+  int k;
+  const Node *n = &g->nodes[i];
+  const Tensor *t = uses_of(u, (TensorRef){i, 0}) > 0 ? channel_operand(g, n, &k) : NULL, *w, *b;
+  int32_t c = t ? sole(g, n->in[1 - k], OP_CONV2D, u) : -1;
+  if (c < 0 || !conv_weights(g, &g->nodes[c], &w, &b) ||
+      param_int(&g->nodes[c].params, param_index(OP_CONV2D, "act")) != ACT_NONE)
+    return 0;
+  bool scale = n->kind == OP_EWMUL;
+  Tensor *nw, *nb;
+  if (!clone_weights(w, b, &nw, &nb)) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  int64_t m = w->shape.d[0], per = tensor_numel(w) / (m ? m : 1);
+  for (int64_t o = 0; o < m; o++) {
+    float v = along(t, o), *bias = (float *)nb->data + o;
+    if (!scale) {
+      *bias += v;
+      continue;
+    }
+    for (int64_t e = 0; e < per; e++) ((float *)nw->data)[o * per + e] *= v;
+    *bias *= v;
+  }
+  int id = reconv(g, i, c, g->nodes[c].in[0], nw, nb, d);
+  return id < 0 ? id : 1;
+}
+
+/* Conv node c, 1x1 without padding, folding the s * x or x + b it alone
+ * reads into its weights or bias: 1, 0 where it does not apply, or an
+ * error. Input channel j of output channel o's group is channel
+ * (o / (M / G)) * (C / G) + j of x. */
+static int fold_before_conv(Graph *g, int32_t c, const Uses *u, Diag *d) {
+  const Node *cn = &g->nodes[c];
+  const Tensor *w, *b, *t;
+  if (cn->kind != OP_CONV2D || uses_of(u, (TensorRef){c, 0}) < 1 || !conv_weights(g, cn, &w, &b) ||
+      w->shape.d[2] != 1 || w->shape.d[3] != 1)
+    return 0;
+  const ParamValue *pads = &cn->params.v[param_index(OP_CONV2D, "pads")];
+  for (int e = 0; e < pads->n; e++)
+    if (pads->i[e]) return 0;
+  int k;
+  int32_t a = cn->in[0].node;
+  if (cn->in[0].out != 0 || uses_of(u, cn->in[0]) != 1 || !(t = channel_operand(g, &g->nodes[a], &k)))
+    return 0;
+  bool scale = g->nodes[a].kind == OP_EWMUL;
+  TensorRef x = g->nodes[a].in[1 - k];
+  Tensor *nw, *nb;
+  if (!clone_weights(w, b, &nw, &nb)) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  int64_t m = w->shape.d[0], cg = w->shape.d[1];
+  int64_t groups = param_int(&cn->params, param_index(OP_CONV2D, "groups"));
+  for (int64_t o = 0; o < m; o++) {
+    int64_t first = (o / (m / groups)) * cg; /* x's channel of input j = 0 */
+    double add = 0;
+    for (int64_t j = 0; j < cg; j++) {
+      float *wj = (float *)nw->data + o * cg + j;
+      if (scale) *wj *= along(t, first + j);
+      else add += (double)*wj * along(t, first + j);
+    }
+    ((float *)nb->data)[o] += (float)add;
+  }
+  int id = reconv(g, c, c, x, nw, nb, d);
+  return id < 0 ? id : 1;
+}
+
+int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
+  int total = 0, n;
+  /* A Mul and the Add after it fold in turn: a round sees the nodes the one
+   * before left, whose readers were counted again. */
+  do {
+    Uses u;
+    if (pass_uses(g, &u, "folding scales into convolutions", d)) return TEQ_ERR_NOMEM;
+    n = 0;
+    int rc = TEQ_OK;
+    for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc >= 0; i++)
+      if ((rc = fold_after_conv(g, i, &u, d)) > 0 || (rc == 0 && (rc = fold_before_conv(g, i, &u, d)) > 0))
+        n++;
+    uses_fini(&u);
+    if (rc < 0) return rc;
+    if (n > 0 && (rc = graph_remove_dead(g)) < 0) return rc;
+    total += n;
+  } while (n > 0);
+  return total;
+}
+
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
   Uses u;
   if (pass_uses(g, &u, "fusing activations", d)) return TEQ_ERR_NOMEM;

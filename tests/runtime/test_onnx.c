@@ -1157,7 +1157,9 @@ static void test_residuals_fused(void) {
   Diag d;
   diag_init(&d);
   Graph *g = graph_new();
-  Shape sx = {4, {1, 4, 6, 6}}, sw = {4, {4, 4, 3, 3}}, sb = {1, {4}}, sc = {4, {1, 4, 1, 1}};
+  /* c varies along the rows and columns: no bias, which a constant of one
+   * value per channel would be (fold_conv_affines takes that one) */
+  Shape sx = {4, {1, 4, 6, 6}}, sw = {4, {4, 4, 3, 3}}, sb = {1, {4}}, sc = {4, {1, 1, 6, 6}};
   int x = graph_add_input(g, "x", &sx, DT_F32, &d);
   Tensor *w = tensor_new(DT_F32, &sw), *b = tensor_new(DT_F32, &sb), *c = tensor_new(DT_F32, &sc);
   tensor_fill_random(w, 11);
@@ -1613,6 +1615,23 @@ static void test_hard_gates(void) {
                    "hard_swish %d, hard_sigmoid %d, clip %d, div %d",
                    count_kind(g, OP_HARD_SWISH), count_kind(g, OP_HARD_SIGMOID),
                    count_kind(g, OP_CLIP), count_kind(g, OP_DIV));
+  graph_free(g);
+}
+
+/* PP-LCNetV3's affine blocks: a scale and a shift after a convolution
+ * folded into it, and after its relu into the 1x1 convolution (two groups,
+ * stride 2) that reads them; a scale of a convolution read twice, a shift
+ * by a whole-tensor constant and a scale before a padded convolution left
+ * as written; as given, none. */
+static void test_conv_affines(void) {
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("conv_affines", &st, &given);
+  CHECK_EQ_INT(st.n_scales_folded, 4);
+  CHECK_EQ_INT(given.n_scales_folded, 0);
+  if (g) CHECK_MSG(count_kind(g, OP_CONV2D) == 4 && count_kind(g, OP_EWMUL) == 2 &&
+                       count_kind(g, OP_EWADD) == 2,
+                   "conv2d %d, ewmul %d, ewadd %d", count_kind(g, OP_CONV2D),
+                   count_kind(g, OP_EWMUL), count_kind(g, OP_EWADD));
   graph_free(g);
 }
 
@@ -2098,6 +2117,7 @@ int main(void) {
   test_gelu();
   test_swishes();
   test_hard_gates();
+  test_conv_affines();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

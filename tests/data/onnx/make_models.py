@@ -1066,6 +1066,45 @@ def hard_gate_models():
     save_tensor("hard_gates.output_0.pb", (u * relu6(u + 3) / 5).astype(np.float32), "s6")
 
 
+def conv_affine_models():
+    """PP-LCNetV3's learnable affine blocks: a scale and a shift (one value, or
+    one per channel) after a convolution without bias, folded into it, and
+    after its relu, before a 1x1 convolution of two groups and stride 2,
+    folded into that one; beside them look-alikes that must stay as written:
+    a scale of a convolution read twice, a shift by a constant of the whole
+    tensor's shape, a scale before a padded convolution. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(1, 4, 6, 6)
+    w1, w2, b2 = rand(8, 4, 3, 3) / 2, rand(6, 4, 1, 1), rand(6)
+    w3, w4, b4 = rand(6, 6, 3, 3) / 2, rand(5, 6, 3, 3) / 2, rand(5)
+    s1, b1, s2, bs2 = np.float32([1.5]), rand(1, 8, 1, 1), rand(8, 1, 1) + 1, np.float32(-0.25)
+    s3, full, s4 = np.float32([0.75]), rand(1, 6, 3, 3), np.float32([0.5])
+    inits = [init(k, v) for k, v in (("w1", w1), ("w2", w2), ("b2", b2), ("w3", w3), ("w4", w4),
+                                     ("b4", b4), ("s1", s1), ("b1", b1), ("s2", s2), ("bs2", bs2),
+                                     ("s3", s3), ("full", full), ("s4", s4))]
+    nodes = [n("Conv", ["x", "w1"], ["h1"], pads=[1, 1, 1, 1]),
+             n("Mul", ["s1", "h1"], ["a1"]), n("Add", ["a1", "b1"], ["a2"]), n("Relu", ["a2"], ["r"]),
+             n("Mul", ["r", "s2"], ["a3"]), n("Add", ["bs2", "a3"], ["a4"]),
+             n("Conv", ["a4", "w2", "b2"], ["h2"], group=2, strides=[2, 2]),
+             n("Conv", ["h2", "w3"], ["h3"], pads=[1, 1, 1, 1]),
+             n("Mul", ["h3", "s3"], ["a5"]), n("Add", ["a5", "h3"], ["a6"]),
+             n("Add", ["a6", "full"], ["a7"]), n("Mul", ["a7", "s4"], ["a8"]),
+             n("Conv", ["a8", "w4", "b4"], ["y"], pads=[1, 1, 1, 1])]
+    save("conv_affines", helper.make_graph(nodes, "conv_affines", [vi("x", f, [1, 4, 6, 6])],
+                                           [vi("y", f, [1, 5, 3, 3])], inits))
+    d = lambda a: np.asarray(a, np.float64)
+    r = np.maximum(d(s1) * conv2d(x, w1, np.zeros(8), 1) + d(b1), 0)
+    a4 = r * d(s2) + d(bs2)
+    h2 = np.concatenate([conv2d(a4[:, 4 * g:4 * g + 4], w2[3 * g:3 * g + 3], b2[3 * g:3 * g + 3], 0)
+                         for g in range(2)], axis=1)[:, :, ::2, ::2]
+    h3 = conv2d(h2, w3, np.zeros(6), 1)
+    a8 = (h3 * d(s3) + h3 + d(full)) * d(s4)
+    save_tensor("conv_affines.input_0.pb", x, "x")
+    save_tensor("conv_affines.output_0.pb", conv2d(a8, w4, b4, 1).astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1095,3 +1134,4 @@ if __name__ == "__main__":
     pools3d_model()
     bad_new_forms()
     hard_gate_models()
+    conv_affine_models()
