@@ -14,7 +14,8 @@ want_tests=0
 
 build_pkgs=(gcc pkg-config meson ninja-build protobuf-c-compiler libprotobuf-c-dev
             libonnx-dev libopenblas-dev libz3-dev libgmp-dev libsqlite3-dev)
-test_pkgs=(libonnx-testdata python3-torchvision python3-onnx sqlite3 gnuplot-nox)
+# python3-pil draws the page of text fetch_npm.py feeds the trained models
+test_pkgs=(libonnx-testdata python3-torchvision python3-onnx python3-pil sqlite3 gnuplot-nox)
 # A machine may already have Node from elsewhere; Debian's is fine too.
 command -v node >/dev/null || test_pkgs+=(nodejs)
 command -v npm >/dev/null || test_pkgs+=(npm)
