@@ -76,6 +76,10 @@ static const char usage[] =
   "  --record FILE       write every operator configuration costed, to measure on a GPU\n"
   "  --json FILE         also write the report as JSON\n"
   "  --seed S            random inputs of the checks (default 1)\n"
+  "  --input NAME=FILE   the end-to-end check feeds input NAME from FILE (repeatable;\n"
+  "                      .pb: an ONNX TensorProto, else raw little-endian data of the\n"
+  "                      input's type and shape): a model's own data, where random\n"
+  "                      inputs fall where it was not trained (a detector's map on noise)\n"
   "  --unproved          also use rules verify-rules has not proved (never refuted ones)\n"
   "  --zp-check-flops F  check each distinct rule instance exactly in Z_p up to F\n"
   "                      operations: flops and elements moved (default 3e7; 0: never)\n"
@@ -109,6 +113,8 @@ typedef struct Args {
   long long batch;
   const char *dims[64]; /* --dim NAME=N */
   int n_dims;
+  const char *inputs[64]; /* --input NAME=FILE: the check's given inputs */
+  int n_inputs;
   bool unproved, check, dump, as_given;
   double min_gain; /* the share of the cost a result must save to replace the original */
 } Args;
@@ -254,11 +260,16 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (!v || !strchr(v, '=')) return bad("--dim '%s': expected NAME=N", v ? v : "");
       if (a->n_dims == (int)(sizeof a->dims / sizeof *a->dims)) return bad("too many --dim%s", "");
       a->dims[a->n_dims++] = v;
+    } else if (!strcmp(k, "--input")) {
+      if (!v || !strchr(v, '=') || *v == '=') return bad("--input '%s': expected NAME=FILE", v ? v : "");
+      if (a->n_inputs == (int)(sizeof a->inputs / sizeof *a->inputs)) return bad("too many --input%s", "");
+      a->inputs[a->n_inputs++] = v;
     } else {
       return bad("unknown option '%s'", k);
     }
   }
   if (!a->model) return bad("no model given%s", "");
+  if (a->n_inputs && !a->check) return bad("--input feeds the end-to-end check, which --no-check skips%s", "");
   if (!a->rules) return bad("no rule database given (--rules FILE)%s", "");
   return 0;
 }
@@ -527,13 +538,37 @@ static void check_input(Tensor *t, uint64_t seed) {
   for (int64_t e = 0, n = tensor_numel(t); e < n; e++) x[e] *= 2;
 }
 
-/* Both graphs on the same seeded random inputs: the largest relative error
- * over the outputs (see exec_relative_error), opaque nodes cut out as
- * cut_opaque says (*n_cut of them). *n_flat counts the float outputs the
- * original computes as one value everywhere (a zero-initialised head, a
- * dead branch): equal there, the models may still differ. */
-static int check_end_to_end(const Graph *a0, const Graph *b0, uint64_t seed, double *err,
-                            int *n_flat, int *n_cut, Diag *d) {
+/* The check's inputs given with --input, read once before the search so
+ * that a wrong name or size fails at once: given[i] for graph input i, or
+ * NULL where the check draws it. */
+static int read_given_inputs(const Args *a, const Graph *g, Tensor ***given, Diag *d) {
+  *given = NULL;
+  if (!a->n_inputs) return TEQ_OK;
+  int rc = onnx_check_input_specs(a->inputs, a->n_inputs, g, d);
+  if (rc) return rc;
+  *given = calloc((size_t)g->n_inputs + 1, sizeof **given);
+  if (!*given) return TEQ_ERR_NOMEM;
+  for (int32_t i = 0; i < g->n_inputs && rc == TEQ_OK; i++) {
+    const Node *in = &g->nodes[g->inputs[i]];
+    const char *file = onnx_input_spec_file(a->inputs, a->n_inputs, in->name);
+    if (file) rc = onnx_read_input_file(file, in, &(*given)[i], d);
+  }
+  return rc;
+}
+
+static void free_given_inputs(Tensor **given, int n) {
+  for (int i = 0; given && i < n; i++) tensor_unref(given[i]);
+  free(given);
+}
+
+/* Both graphs on the same inputs, given (given[i], NULL for none) or
+ * seeded random: the largest relative error over the outputs (see
+ * exec_relative_error), opaque nodes cut out as cut_opaque says (*n_cut of
+ * them). *n_flat counts the float outputs the original computes as one
+ * value everywhere (a zero-initialised head, a dead branch): equal there,
+ * the models may still differ. */
+static int check_end_to_end(const Graph *a0, const Graph *b0, Tensor *const *given, uint64_t seed,
+                            double *err, int *n_flat, int *n_cut, Diag *d) {
   if (b0->n_inputs != a0->n_inputs || b0->n_outputs != a0->n_outputs)
     return diag_error(d, "the optimized graph has %d inputs and %d outputs, the original %d and %d",
                       b0->n_inputs, b0->n_outputs, a0->n_inputs, a0->n_outputs);
@@ -546,6 +581,11 @@ static int check_end_to_end(const Graph *a0, const Graph *b0, uint64_t seed, dou
   rc = in && oa && ob ? TEQ_OK : TEQ_ERR_NOMEM;
   for (int i = 0; i < ni && rc == TEQ_OK; i++) {
     const Node *n = &a->nodes[a->inputs[i]];
+    /* The model's inputs come first; cut_opaque's stand-ins follow. */
+    if (given && i < a0->n_inputs && given[i]) {
+      in[i] = tensor_ref(given[i]);
+      continue;
+    }
     in[i] = tensor_new(n->dtype == DT_I64 ? DT_I64 : DT_F32, &n->out[0]);
     if (!in[i]) rc = TEQ_ERR_NOMEM;
     else if (n->dtype != DT_I64) check_input(in[i], seed + (uint64_t)i);
@@ -563,7 +603,7 @@ static int check_end_to_end(const Graph *a0, const Graph *b0, uint64_t seed, dou
     double e = exec_relative_error(ob[o], oa[o]);
     if (!(e <= worst)) worst = e;
     if (o < a0->n_outputs && oa[o]->dtype == DT_F32 && is_flat(oa[o])) {
-      diag_warn(d, "optimize: the original's output '%s' is %g everywhere on the check's random "
+      diag_warn(d, "optimize: the original's output '%s' is %g everywhere on the check's "
                    "inputs, so the check shows little about it", a0->output_names[o],
                 (double)((const float *)oa[o]->data)[0]);
       ++*n_flat;
@@ -604,6 +644,7 @@ typedef struct Report {
   double us_before[COST__SOURCES], us_after[COST__SOURCES]; /* microseconds by source */
   bool checked;
   bool check_file; /* the check read the file written back (else the graphs in memory) */
+  int check_given; /* graph inputs the check read from --input files */
   bool kept_original; /* the search's best came out dearer after folding, or slower measured */
   bool gpu_timed;     /* both graphs replayed on the GPU (a GPU cost model) */
   double gpu_ms_before, gpu_ms_after; /* the search's best, before any keeping of the original */
@@ -685,12 +726,13 @@ static void report_text(const Report *r, FILE *f) {
   if (!r->checked)
     fprintf(f, "  %-26s skipped (--no-check)\n", "end-to-end check");
   if (r->checked)
-    fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s%s; %s\n",
+    fprintf(f, "  %-26s largest relative error %.3g (tolerance %.3g): %s%s; %s%s\n",
             "end-to-end check", r->check_err, r->tolerance,
             r->check_err <= r->tolerance ? "ok" : "FAILED",
             r->check_flat ? ", but some outputs are one value everywhere" : "",
             r->check_file ? "the file written against the original, both as given"
-                          : "the graphs in memory (operators Teq does not know, two alike)");
+                          : "the graphs in memory (operators Teq does not know, two alike)",
+            r->check_given ? "; on the inputs --input gave" : "");
   if (r->checked && r->check_cut)
     fprintf(f, "  %-26s %d operator%s Teq cannot run cut out: inputs compared, outputs fed the "
             "same random values to both\n", "", r->check_cut, r->check_cut == 1 ? "" : "s");
@@ -805,9 +847,9 @@ static int report_json(const Report *r, const char *path, Diag *d) {
           r->fused, r->residuals, r->through_splits, r->shared);
   if (r->checked)
     fprintf(f, "  \"check\": {\"max_relative_error\": %.6g, \"tolerance\": %.6g, \"ok\": %s, "
-            "\"flat_outputs\": %d, \"opaque_cut\": %d, \"of\": \"%s\"},\n", r->check_err,
-            r->tolerance, r->check_err <= r->tolerance ? "true" : "false", r->check_flat,
-            r->check_cut, r->check_file ? "file" : "memory");
+            "\"flat_outputs\": %d, \"opaque_cut\": %d, \"of\": \"%s\", \"given_inputs\": %d},\n",
+            r->check_err, r->tolerance, r->check_err <= r->tolerance ? "true" : "false",
+            r->check_flat, r->check_cut, r->check_file ? "file" : "memory", r->check_given);
   else
     fprintf(f, "  \"check\": null,\n");
   if (r->opt->pet) {
@@ -1040,11 +1082,18 @@ int main(int argc, char **argv) {
               .min_gain = a.min_gain,
               .opt = &a.opt};
   char what[512] = "";
+  Tensor **check_in = NULL; /* --input's tensors, per graph input of g */
+  int n_check_in = 0;
   int rc = opt_rules_load(a.rules, a.unproved, &rs, &d);
   if (rc == TEQ_OK) {
     OnnxImportOptions io = import_options(&a);
     rc = onnx_import_file(a.model, &io, &g, &r.import, &d);
     if (rc == TEQ_OK) rc = require_shapes(g, a.model, &d);
+    if (rc == TEQ_OK && a.check) {
+      rc = read_given_inputs(&a, g, &check_in, &d);
+      n_check_in = check_in ? g->n_inputs : 0;
+      r.check_given = a.n_inputs;
+    }
     /* what could not be written is said before the search, not after */
     int opset;
     if (rc == TEQ_OK) rc = onnx_export_opset(g, a.model, r.import.opset, &opset, &d);
@@ -1108,7 +1157,8 @@ int main(int argc, char **argv) {
   r.check_file = opaque_pairable(g);
   if (rc == TEQ_OK && a.check && !r.check_file) {
     if (!a.opt.quiet) fprintf(stderr, "optimize: checking both graphs on the CPU executor\n");
-    rc = check_end_to_end(g, best, a.opt.seed, &r.check_err, &r.check_flat, &r.check_cut, &d);
+    rc = check_end_to_end(g, best, check_in, a.opt.seed, &r.check_err, &r.check_flat,
+                          &r.check_cut, &d);
     r.checked = rc == TEQ_OK;
   } else if (rc == TEQ_OK && a.check) {
     if (!a.opt.quiet)
@@ -1121,8 +1171,8 @@ int main(int argc, char **argv) {
     if (!orig) rc = read_for_check(&a, a.model, false, &orig, &d);
     if (rc == TEQ_OK) rc = read_for_check(&a, r.out, true, &written, &d);
     if (rc == TEQ_OK)
-      rc = check_end_to_end(orig, written, a.opt.seed, &r.check_err, &r.check_flat, &r.check_cut,
-                            &d);
+      rc = check_end_to_end(orig, written, check_in, a.opt.seed, &r.check_err, &r.check_flat,
+                            &r.check_cut, &d);
     graph_free(orig), graph_free(written);
     r.checked = rc == TEQ_OK;
   }
@@ -1142,6 +1192,7 @@ int main(int argc, char **argv) {
   if (record) fclose(record);
   opt_stats_fini(&st);
   free(out_default);
+  free_given_inputs(check_in, n_check_in);
   graph_free(g);
   graph_free(given);
   graph_free(best);

@@ -148,6 +148,17 @@ TEQ_API int onnx_read_tensor_file(const char *path, Tensor **out, char **name_ou
 /* Writes t as a serialized onnx.TensorProto named name. */
 TEQ_API int onnx_write_tensor_file(const char *path, const Tensor *t, const char *name, Diag *d);
 
+/* Input values from files, named on a command line as "NAME=FILE". The
+ * file given for the input named name among specs[0..n), or NULL: */
+TEQ_API const char *onnx_input_spec_file(const char *const *specs, int64_t n, const char *name);
+/* ... an error for a spec that is no NAME=FILE or names no input of g: */
+TEQ_API int onnx_check_input_specs(const char *const *specs, int64_t n, const Graph *g, Diag *d);
+/* ... and the value of graph input node `in` read from path: an
+ * onnx.TensorProto (.pb) of the input's type and shape, else exactly its
+ * elements as raw little-endian bytes. TEQ_ERR_IO when path cannot be
+ * opened. */
+TEQ_API int onnx_read_input_file(const char *path, const Node *in, Tensor **out, Diag *d);
+
 /* ---- for registry rows: one ONNX node being imported ---- */
 typedef struct OnnxNodeIn OnnxNodeIn;
 

