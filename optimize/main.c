@@ -261,15 +261,18 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (a->n_dims == (int)(sizeof a->dims / sizeof *a->dims)) return bad("too many --dim%s", "");
       a->dims[a->n_dims++] = v;
     } else if (!strcmp(k, "--input")) {
-      if (!v || !strchr(v, '=') || *v == '=') return bad("--input '%s': expected NAME=FILE", v ? v : "");
-      if (a->n_inputs == (int)(sizeof a->inputs / sizeof *a->inputs)) return bad("too many --input%s", "");
+      if (!v || !strchr(v, '=') || *v == '=')
+        return bad("--input '%s': expected NAME=FILE", v ? v : "");
+      if (a->n_inputs == (int)(sizeof a->inputs / sizeof *a->inputs))
+        return bad("too many --input%s", "");
       a->inputs[a->n_inputs++] = v;
     } else {
       return bad("unknown option '%s'", k);
     }
   }
   if (!a->model) return bad("no model given%s", "");
-  if (a->n_inputs && !a->check) return bad("--input feeds the end-to-end check, which --no-check skips%s", "");
+  if (a->n_inputs && !a->check)
+    return bad("--input feeds the end-to-end check, which --no-check skips%s", "");
   if (!a->rules) return bad("no rule database given (--rules FILE)%s", "");
   return 0;
 }

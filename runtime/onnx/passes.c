@@ -787,7 +787,8 @@ static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
     return 0;
   bool scale = n->kind == OP_EWMUL;
   Tensor *nw, *nb;
-  if (!clone_weights(w, b, &nw, &nb)) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  if (!clone_weights(w, b, &nw, &nb))
+    return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
   int64_t m = w->shape.d[0], per = tensor_numel(w) / (m ? m : 1);
   for (int64_t o = 0; o < m; o++) {
     float v = along(t, o), *bias = (float *)nb->data + o;
@@ -817,12 +818,14 @@ static int fold_before_conv(Graph *g, int32_t c, const Uses *u, Diag *d) {
     if (pads->i[e]) return 0;
   int k;
   int32_t a = cn->in[0].node;
-  if (cn->in[0].out != 0 || uses_of(u, cn->in[0]) != 1 || !(t = channel_operand(g, &g->nodes[a], &k)))
+  if (cn->in[0].out != 0 || uses_of(u, cn->in[0]) != 1 ||
+      !(t = channel_operand(g, &g->nodes[a], &k)))
     return 0;
   bool scale = g->nodes[a].kind == OP_EWMUL;
   TensorRef x = g->nodes[a].in[1 - k];
   Tensor *nw, *nb;
-  if (!clone_weights(w, b, &nw, &nb)) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  if (!clone_weights(w, b, &nw, &nb))
+    return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
   int64_t m = w->shape.d[0], cg = w->shape.d[1];
   int64_t groups = param_int(&cn->params, param_index(OP_CONV2D, "groups"));
   for (int64_t o = 0; o < m; o++) {
@@ -848,9 +851,10 @@ int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
     if (pass_uses(g, &u, "folding scales into convolutions", d)) return TEQ_ERR_NOMEM;
     n = 0;
     int rc = TEQ_OK;
-    for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc >= 0; i++)
-      if ((rc = fold_after_conv(g, i, &u, d)) > 0 || (rc == 0 && (rc = fold_before_conv(g, i, &u, d)) > 0))
-        n++;
+    for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc >= 0; i++) {
+      if ((rc = fold_after_conv(g, i, &u, d)) == 0) rc = fold_before_conv(g, i, &u, d);
+      n += rc > 0;
+    }
     uses_fini(&u);
     if (rc < 0) return rc;
     if (n > 0 && (rc = graph_remove_dead(g)) < 0) return rc;

@@ -43,7 +43,8 @@ static void act_modp(int act, Tensor *t) {
     [ACT_RELU] = {OP_RELU, 0, 0},   [ACT_SIGMOID] = {OP_SIGMOID, 0, 0},
     [ACT_TANH] = {OP_TANH, 0, 0},   [ACT_SILU] = {OP_SILU, 0, 0},
     [ACT_HARD_SWISH] = {OP_HARD_SWISH, 0, 0}, [ACT_RELU6] = {OP_CLIP, 0, 6},
-    [ACT_HARD_SIGMOID] = {OP_HARD_SIGMOID, 0, 0}, [ACT_HARD_SIGMOID_FIFTH] = {OP_HARD_SIGMOID, 0, 0},
+    [ACT_HARD_SIGMOID] = {OP_HARD_SIGMOID, 0, 0},
+    [ACT_HARD_SIGMOID_FIFTH] = {OP_HARD_SIGMOID, 0, 0},
   };
   if (act == ACT_NONE) return;
   Op o;

@@ -1622,9 +1622,9 @@ static void test_hard_gates(void) {
   CHECK_EQ_INT(st.n_hard_gates_fused, 3);
   CHECK_EQ_INT(st.n_swishes_fused, 1);
   CHECK_EQ_INT(given.n_hard_gates_fused + given.n_swishes_fused, 0);
-  check_kind_counts(g, "hard_gates",
-                    (KindCount[]){{OP_HARD_SWISH, 2}, {OP_HARD_SIGMOID, 1}, {OP_CLIP, 3}, {OP_DIV, 3}},
-                    4);
+  check_kind_counts(
+      g, "hard_gates",
+      (KindCount[]){{OP_HARD_SWISH, 2}, {OP_HARD_SIGMOID, 1}, {OP_CLIP, 3}, {OP_DIV, 3}}, 4);
   graph_free(g);
 }
 
