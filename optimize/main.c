@@ -260,9 +260,7 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (!v || !strchr(v, '=')) return bad("--dim '%s': expected NAME=N", v ? v : "");
       if (a->n_dims == (int)(sizeof a->dims / sizeof *a->dims)) return bad("too many --dim%s", "");
       a->dims[a->n_dims++] = v;
-    } else if (!strcmp(k, "--input")) {
-      if (!v || !strchr(v, '=') || *v == '=')
-        return bad("--input '%s': expected NAME=FILE", v ? v : "");
+    } else if (!strcmp(k, "--input")) { /* its NAME=FILE checked with the model's inputs */
       if (a->n_inputs == (int)(sizeof a->inputs / sizeof *a->inputs))
         return bad("too many --input%s", "");
       a->inputs[a->n_inputs++] = v;

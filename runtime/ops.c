@@ -402,7 +402,7 @@ void act_op_params(int act, Params *p) {
   } else if (act == ACT_HARD_SIGMOID) { /* PyTorch's, exported with float32 attributes */
     param_set_float(p, param_index(OP_HARD_SIGMOID, "alpha"), (double)(1.0f / 6.0f));
     param_set_float(p, param_index(OP_HARD_SIGMOID, "beta"), 0.5);
-  } else if (act == ACT_HARD_SIGMOID_FIFTH) { /* ONNX's defaults, 0.2 and 0.5 */
+  } else if (act == ACT_HARD_SIGMOID_FIFTH) { /* ONNX's defaults, read as float32 */
     param_set_float(p, param_index(OP_HARD_SIGMOID, "alpha"), (double)0.2f);
     param_set_float(p, param_index(OP_HARD_SIGMOID, "beta"), 0.5);
   }

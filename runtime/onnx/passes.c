@@ -118,67 +118,97 @@ static const Tensor *const_input(const Graph *g, const Node *n, int i, int64_t n
   return numel < 0 || tensor_numel(src->value) == numel ? src->value : NULL;
 }
 
+/* ---- folding into a convolution's weights ----
+ * A BatchNorm after a convolution (onnx_pass_fold_batchnorm), and a
+ * constant scale or shift before or after one (onnx_pass_fold_conv_affines),
+ * become the convolution with new weights and bias. */
+
+/* Weight and bias of conv node c when both are float32 constants (the bias
+ * may be absent: *b NULL) and c has neither residual nor pool; else false. */
+static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
+  if (c->kind != OP_CONV2D || c->n_out != 1 || c->n_in < 2 || c->n_in > 3 ||
+      c->dtype != DT_F32 || op_output_pooled(c))
+    return false;
+  *w = const_input(g, c, 1, -1);
+  if (!*w || (*w)->shape.ndim != 4) return false;
+  *b = c->n_in == 3 ? const_input(g, c, 2, (*w)->shape.d[0]) : NULL;
+  return c->n_in == 2 || *b;
+}
+
+/* conv node c again on input x with weights w and bias b (taken over), in
+ * place of node at's readers; its id or an error. */
+static int reconv(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b, Diag *d) {
+  Params p = g->nodes[c].params;
+  int wi = graph_add_const(g, NULL, w, d);
+  if (wi < 0) tensor_unref(w);
+  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
+  if (bi < 0) tensor_unref(b);
+  return bi < 0 ? bi : take_over(g, at, c, OP_CONV2D, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
+}
+
+/* Copies of w and of b (zeros where there is none, [M]), or NULL both. */
+static bool clone_weights(const Tensor *w, const Tensor *b, Tensor **nw, Tensor **nb) {
+  Shape bs = shape_of(1, (int)w->shape.d[0]);
+  *nw = tensor_clone(w);
+  *nb = b ? tensor_clone(b) : tensor_new(DT_F32, &bs);
+  if (*nw && *nb) return true;
+  tensor_unref(*nw);
+  tensor_unref(*nb);
+  *nw = *nb = NULL;
+  return false;
+}
+
+/* Conv node c with weights w and bias b (absent: 0) followed by the affine
+ * y * scale[o] + shift[o] of each output channel o (either NULL: 1 or 0),
+ * as one convolution with scaled weights and bias, in place of node at's
+ * readers: what a BatchNorm, or a constant scale and shift, after a
+ * convolution folds into. Its id or an error. */
+static int fold_channel_affine(Graph *g, int32_t at, int32_t c, const Tensor *w, const Tensor *b,
+                               const double *scale, const double *shift, Diag *d) {
+  Tensor *nw, *nb;
+  if (!clone_weights(w, b, &nw, &nb))
+    return diag_error(d, "out of memory folding into a conv"), TEQ_ERR_NOMEM;
+  int64_t m = w->shape.d[0], per = tensor_numel(w) / (m ? m : 1);
+  for (int64_t o = 0; o < m; o++) {
+    double s = scale ? scale[o] : 1.0, t = shift ? shift[o] : 0.0;
+    float *row = (float *)nw->data + o * per, *bias = (float *)nb->data + o;
+    for (int64_t e = 0; scale && e < per; e++) row[e] = (float)(row[e] * s);
+    *bias = (float)(*bias * s + t);
+  }
+  return reconv(g, at, c, g->nodes[c].in[0], nw, nb, d);
+}
+
 /* The convolution bn folds into, or -1: bn reads output 0 of a conv2d
  * without a fused activation that nothing else reads, and every weight
  * involved is a float32 constant of the right size. */
 static int32_t foldable_conv(const Graph *g, const Node *bn, const Uses *u) {
   if (bn->n_in != 5 || bn->n_out != 1 || bn->in[0].out != 0) return -1;
   int32_t c = bn->in[0].node;
-  const Node *conv = &g->nodes[c];
-  int act = param_index(OP_CONV2D, "act");
-  if (conv->kind != OP_CONV2D || uses_of(u, (TensorRef){c, 0}) != 1 || conv->n_out != 1 ||
-      op_output_pooled(conv))
+  const Tensor *w, *b;
+  if (uses_of(u, (TensorRef){c, 0}) != 1 || !conv_weights(g, &g->nodes[c], &w, &b) ||
+      param_int(&g->nodes[c].params, param_index(OP_CONV2D, "act")) != ACT_NONE)
     return -1;
-  if (act >= 0 && param_int(&conv->params, act) != ACT_NONE) return -1;
-  const Tensor *w = const_input(g, conv, 1, -1);
-  if (!w || w->shape.ndim < 1) return -1;
-  int64_t ch = w->shape.d[0];
-  if (conv->n_in > 2 && !const_input(g, conv, 2, ch)) return -1;
   for (int i = 1; i < 5; i++)
-    if (!const_input(g, bn, i, ch)) return -1;
+    if (!const_input(g, bn, i, w->shape.d[0])) return -1;
   return c;
 }
 
-/* New weight and bias tensors for conv c followed by bn. */
-static int scaled_weights(const Graph *g, const Node *conv, const Node *bn, double eps,
-                          Tensor **w_out, Tensor **b_out) {
+/* Conv node c followed by BatchNorm node bn as one conv: y * s + (beta -
+ * mean s), s = gamma / sqrt(var + eps) per channel. */
+static int fold_one(Graph *g, int32_t bn_id, int32_t c, double eps, Diag *d) {
+  const Node *conv = &g->nodes[c], *bn = &g->nodes[bn_id];
   const Tensor *w = const_input(g, conv, 1, -1), *b = const_input(g, conv, 2, -1);
   const float *gamma = const_input(g, bn, 1, -1)->data, *beta = const_input(g, bn, 2, -1)->data;
   const float *mean = const_input(g, bn, 3, -1)->data, *var = const_input(g, bn, 4, -1)->data;
-  int64_t ch = w->shape.d[0], per = tensor_numel(w) / (ch ? ch : 1);
-  Shape bs = shape_of(1, (int)ch);
-  Tensor *nw = tensor_clone(w), *nb = tensor_new(DT_F32, &bs);
-  if (!nw || !nb) {
-    tensor_unref(nw);
-    tensor_unref(nb);
-    return TEQ_ERR_NOMEM;
+  int64_t m = w->shape.d[0];
+  double *st = malloc(2 * (size_t)(m ? m : 1) * sizeof *st);
+  if (!st) return diag_error(d, "out of memory folding BatchNormalization"), TEQ_ERR_NOMEM;
+  for (int64_t o = 0; o < m; o++) {
+    st[o] = gamma[o] / sqrt((double)var[o] + eps);
+    st[m + o] = beta[o] - mean[o] * st[o];
   }
-  for (int64_t c = 0; c < ch; c++) {
-    double s = gamma[c] / sqrt((double)var[c] + eps);
-    float *row = (float *)nw->data + c * per;
-    for (int64_t k = 0; k < per; k++) row[k] = (float)(row[k] * s);
-    double bias = b ? ((const float *)b->data)[c] : 0.0;
-    ((float *)nb->data)[c] = (float)((bias - mean[c]) * s + beta[c]);
-  }
-  *w_out = nw;
-  *b_out = nb;
-  return TEQ_OK;
-}
-
-/* Adds conv' = conv with folded weights and points bn's users at it. */
-static int fold_one(Graph *g, int32_t bn_id, int32_t conv_id, double eps, Diag *d) {
-  Tensor *w, *b;
-  int rc = scaled_weights(g, &g->nodes[conv_id], &g->nodes[bn_id], eps, &w, &b);
-  if (rc != TEQ_OK) return rc;
-  Params p = g->nodes[conv_id].params; /* copied: adding nodes moves the array */
-  TensorRef x = g->nodes[conv_id].in[0];
-  /* graph_add_const keeps a tensor only when it succeeds. */
-  int wi = graph_add_const(g, NULL, w, d);
-  if (wi < 0) tensor_unref(w);
-  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
-  if (bi < 0) tensor_unref(b);
-  TensorRef in[3] = {x, {wi, 0}, {bi, 0}};
-  int id = bi < 0 ? bi : take_over(g, bn_id, conv_id, OP_CONV2D, in, 3, &p, d);
+  int id = fold_channel_affine(g, bn_id, c, w, b, st, st + m, d);
+  free(st);
   return id < 0 ? id : TEQ_OK;
 }
 
@@ -739,41 +769,6 @@ static const Tensor *channel_operand(const Graph *g, const Node *n, int *k) {
   return axis == 1 || axis == TEQ_MAX_DIMS ? t : NULL;
 }
 
-/* Weight and bias of conv node c when both are float32 constants (the bias
- * may be absent: *b NULL) and c has neither residual nor pool; else false. */
-static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
-  if (c->kind != OP_CONV2D || c->n_out != 1 || c->n_in < 2 || c->n_in > 3 ||
-      c->dtype != DT_F32 || op_output_pooled(c))
-    return false;
-  *w = const_input(g, c, 1, -1);
-  if (!*w || (*w)->shape.ndim != 4) return false;
-  *b = c->n_in == 3 ? const_input(g, c, 2, (*w)->shape.d[0]) : NULL;
-  return c->n_in == 2 || *b;
-}
-
-/* conv node c again on input x with weights w and bias b (taken over), in
- * place of node at's readers; its id or an error. */
-static int reconv(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b, Diag *d) {
-  Params p = g->nodes[c].params;
-  int wi = graph_add_const(g, NULL, w, d);
-  if (wi < 0) tensor_unref(w);
-  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
-  if (bi < 0) tensor_unref(b);
-  return bi < 0 ? bi : take_over(g, at, c, OP_CONV2D, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
-}
-
-/* Copies of w and of b (zeros where there is none, [M]), or NULL both. */
-static bool clone_weights(const Tensor *w, const Tensor *b, Tensor **nw, Tensor **nb) {
-  Shape bs = shape_of(1, (int)w->shape.d[0]);
-  *nw = tensor_clone(w);
-  *nb = b ? tensor_clone(b) : tensor_new(DT_F32, &bs);
-  if (*nw && *nb) return true;
-  tensor_unref(*nw);
-  tensor_unref(*nb);
-  *nw = *nb = NULL;
-  return false;
-}
-
 /* Node i, s * conv(x) or conv(x) + b, folded into the convolution its
  * other operand is (which it alone reads): 1, 0 where it does not apply,
  * or an error. */
@@ -785,21 +780,13 @@ static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
   if (c < 0 || !conv_weights(g, &g->nodes[c], &w, &b) ||
       param_int(&g->nodes[c].params, param_index(OP_CONV2D, "act")) != ACT_NONE)
     return 0;
+  int64_t m = w->shape.d[0];
+  double *v = malloc((size_t)(m ? m : 1) * sizeof *v);
+  if (!v) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  for (int64_t o = 0; o < m; o++) v[o] = along(t, o);
   bool scale = n->kind == OP_EWMUL;
-  Tensor *nw, *nb;
-  if (!clone_weights(w, b, &nw, &nb))
-    return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
-  int64_t m = w->shape.d[0], per = tensor_numel(w) / (m ? m : 1);
-  for (int64_t o = 0; o < m; o++) {
-    float v = along(t, o), *bias = (float *)nb->data + o;
-    if (!scale) {
-      *bias += v;
-      continue;
-    }
-    for (int64_t e = 0; e < per; e++) ((float *)nw->data)[o * per + e] *= v;
-    *bias *= v;
-  }
-  int id = reconv(g, i, c, g->nodes[c].in[0], nw, nb, d);
+  int id = fold_channel_affine(g, i, c, w, b, scale ? v : NULL, scale ? NULL : v, d);
+  free(v);
   return id < 0 ? id : 1;
 }
 

@@ -90,9 +90,10 @@ def fetch_package(work):
     return os.path.join(work, names[-1])
 
 
-def page(np, Image, ImageDraw, ImageFont, width, height):
+def page(width, height):
     """Dark text on a light page, drawn at a third of the size and enlarged: Pillow's
     built-in font is 11 pixels tall, a third of a printed line at this resolution."""
+    from PIL import Image, ImageDraw, ImageFont
     small = Image.new("RGB", (width // 3, height // 3), (250, 248, 240))
     draw = ImageDraw.Draw(small)
     font = ImageFont.load_default()
@@ -102,13 +103,12 @@ def page(np, Image, ImageDraw, ImageFont, width, height):
 
 
 def make_input(np, shape, norm):
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image
     _, _, h, w = shape
     if norm == "imagenet":
-        img = page(np, Image, ImageDraw, ImageFont, w, h)
+        img = page(w, h)
     else:  # the page's first line, cropped and resized to the line model's extent
-        full = page(np, Image, ImageDraw, ImageFont, 640, 640)
-        img = full.crop((12, 18, 540, 78)).resize((w, h), Image.BILINEAR)
+        img = page(640, 640).crop((12, 18, 540, 78)).resize((w, h), Image.BILINEAR)
     x = np.asarray(img, dtype=np.float32) / 255.0
     if norm == "imagenet":
         x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225],
