@@ -136,6 +136,14 @@ int op_registry_check(Diag *d) {
                  o->n_in_max);
       rc = TEQ_ERR_INTERNAL;
     }
+    /* A neutral constant stands for one of two element-wise operands. */
+    if (o->neutral_inputs &&
+        (o->neutral_inputs & ~3u || o->n_in_min != 2 || o->n_in_max != 2 ||
+         !(o->flags & OPF_ELEMENTWISE))) {
+      diag_error(d, "registry: %s: neutral_inputs on an operator not binary and element-wise",
+                 o->name);
+      rc = TEQ_ERR_INTERNAL;
+    }
     bool opaque = o->flags & OPF_OPAQUE;
     bool source = o->flags & OPF_SOURCE;
     if (!opaque && !o->infer_shape) {

@@ -282,6 +282,15 @@ typedef struct OpDef {
    * adds it while the output is in cache. */
   int residual_input;
 
+  /* The constant that leaves a binary element-wise operator's other input
+   * as it is, where input j may hold it (bit j of neutral_inputs): x + 0,
+   * x - 0, x * 1, x / 1. Exporters write such nodes (Paddle's swish is
+   * x * sigmoid(x * 1.0)); import drops one whose constant is that value
+   * everywhere and does not widen the other input's shape. Exact but for
+   * a zero's sign: -0 + 0 is +0. neutral_inputs 0: none. */
+  unsigned neutral_inputs;
+  double neutral;
+
   /* The inputs a model holds as weights wherever it uses the operator (bit
    * j: input j; a conv's filter and bias), 0 for none. A runtime may
    * derive from a constant once per plan (the GPU's Winograd filters), so

@@ -223,6 +223,7 @@ const OpDef op_def_ewadd = {
   .kind = OP_EWADD, .name = "ewadd", .axiom_name = "ewadd", .onnx_op = "Add",
   BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(ewadd),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_COMMUTATIVE | OPF_BROADCAST,
+  .neutral_inputs = 3u, .neutral = 0.0,
   .family = &fam_add,
 };
 
@@ -230,6 +231,7 @@ const OpDef op_def_ewmul = {
   .kind = OP_EWMUL, .name = "ewmul", .axiom_name = "ewmul", .onnx_op = "Mul",
   BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(ewmul),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_COMMUTATIVE | OPF_BROADCAST,
+  .neutral_inputs = 3u, .neutral = 1.0,
   .family = &fam_mul,
 };
 
@@ -237,6 +239,7 @@ const OpDef op_def_sub = {
   .kind = OP_SUB, .name = "sub", .onnx_op = "Sub",
   BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(sub),
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR | OPF_BROADCAST,
+  .neutral_inputs = 2u, .neutral = 0.0,
   .family = &fam_sub,
 };
 
@@ -244,6 +247,7 @@ const OpDef op_def_div = {
   .kind = OP_DIV, .name = "div", .onnx_op = "Div",
   BINARY_SIGNATURE, .eval_cuda = CUDA_EVAL(div),
   .flags = OPF_ELEMENTWISE | OPF_BROADCAST,
+  .neutral_inputs = 2u, .neutral = 1.0,
   .family = &fam_div,
 };
 
@@ -314,6 +318,7 @@ const OpDef op_def_smul = {
   .flags = OPF_ELEMENTWISE | OPF_MULTILINEAR,
   .infer_shape = smul_infer, .eval_f32 = smul_eval_f32, .eval_modp = smul_eval_modp,
   .eval_cuda = CUDA_EVAL(smul),
+  .neutral_inputs = 2u, .neutral = 1.0,
   .onnx_write = smul_onnx_write,
 };
 

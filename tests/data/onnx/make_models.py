@@ -1105,6 +1105,34 @@ def conv_affine_models():
     save_tensor("conv_affines.output_0.pb", conv2d(a8, w4, b4, 1).astype(np.float32), "y")
 
 
+def neutral_operand_models():
+    """Arithmetic with a neutral constant, as exporters write it: Paddle's
+    swish x * sigmoid(x * 1.0), then 0 + t, t - 0 and t / ones (one per
+    column), all dropped at import, so that the swish fuses; beside them
+    look-alikes that must stay: 0 - t, a division by ones that widens the
+    result to [2, 3, 16], a product by the float32 after 1. Reference in
+    double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x, w = rand(3, 16), rand(16, 16)
+    after_one = np.nextafter(np.float32(1), np.float32(2))
+    inits = [init("w", w), init("one", np.float32(1)), init("zero", np.float32(0)),
+             init("ones16", np.ones(16, np.float32)), init("ones_wide", np.ones((2, 3, 16), np.float32)),
+             init("after_one", np.float32([after_one]))]
+    nodes = [n("MatMul", ["x", "w"], ["h"]), n("Mul", ["h", "one"], ["h1"]),
+             n("Sigmoid", ["h1"], ["g"]), n("Mul", ["h", "g"], ["s"]),
+             n("Add", ["zero", "s"], ["a"]), n("Sub", ["a", "zero"], ["b"]),
+             n("Div", ["b", "ones16"], ["c"]), n("Sub", ["zero", "c"], ["d"]),
+             n("Div", ["d", "ones_wide"], ["e"]), n("Mul", ["e", "after_one"], ["y"])]
+    save("neutral_operands", helper.make_graph(nodes, "neutral_operands", [vi("x", f, [3, 16])],
+                                               [vi("y", f, [2, 3, 16])], inits))
+    h = x.astype(np.float64) @ w
+    y = np.broadcast_to(-(h / (1 + np.exp(-h))), (2, 3, 16)) * np.float64(after_one)
+    save_tensor("neutral_operands.input_0.pb", x, "x")
+    save_tensor("neutral_operands.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1135,3 +1163,4 @@ if __name__ == "__main__":
     bad_new_forms()
     hard_gate_models()
     conv_affine_models()
+    neutral_operand_models()
