@@ -34,7 +34,7 @@ typedef struct OnnxImportOptions {
                                with constant weights into them (ConvNeXt's layer scale) */
   bool keep_zero_pads; /* do not fold a Pad of zeros into the conv or average pool
                           reading it (their padding) */
-  bool keep_noops;     /* keep Identity and Dropout nodes */
+  bool keep_noops;     /* keep Identity and Dropout nodes, and x * 1, x + 0 */
   bool keep_written_layer_norms; /* do not fuse a layer normalization written out in
                                     nine operators into one layer_norm */
   bool keep_written_gelus; /* do not fuse a GELU written out in erf into one gelu */

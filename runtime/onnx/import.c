@@ -1252,6 +1252,12 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, onnx_pass_fuse_gelu(im->g, im->d))) < 0) return n;
     im->stats.n_gelus_fused = n;
   }
+  if (!o->keep_noops) {
+    /* After the layer norms, whose written gamma may be ones and beta
+     * zeros; before the swishes, which Paddle writes x * sigmoid(x * 1). */
+    if ((n = settled(im, onnx_pass_drop_neutral_operands(im->g, im->d))) < 0) return n;
+    im->stats.n_noops_removed += n;
+  }
   if (!o->keep_unfused_activations) {
     /* Before activations fuse into convs: the conv a swish reads twice
      * would take none, and the sigmoid is the swish's. */

@@ -190,6 +190,9 @@ int onnx_fold_node(OnnxNodeIn *v, Tensor **out, Diag *d);
 
 /* Bypasses every OPF_NOOP node; returns how many, or a negative error. */
 int onnx_pass_remove_noops(Graph *g, Diag *d);
+/* Bypasses every node that passes an input through because its other is
+ * a neutral constant (OpDef.neutral: x * 1, x + 0); returns how many. */
+int onnx_pass_drop_neutral_operands(Graph *g, Diag *d);
 /* Takes each Pad of zeros into the convolutions and average pools reading
  * it whose window can pad so (op_takes_pad); returns how many readers, or
  * an error. */

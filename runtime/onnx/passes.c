@@ -1,6 +1,8 @@
 /* passes.c: clean-up of a freshly imported graph.
- * Removing no-ops (Identity, inference-time Dropout, arithmetic with a
- * neutral constant: x * 1, x + 0) rewires their users to their input. A Pad of zeros read by a window that pads with zeros (a
+ * Removing no-ops (Identity, inference-time Dropout; after the written
+ * layer norms are fused, whose gamma of ones and beta of zeros they need,
+ * arithmetic with a neutral constant: x * 1, x + 0) rewires their users
+ * to their input. A Pad of zeros read by a window that pads with zeros (a
  * convolution; an average pool counting its padding) becomes more of that
  * window's own padding, which no kernel writes out. Folding
  * BatchNormalization into the convolution before it rescales each output
@@ -125,10 +127,21 @@ int onnx_pass_remove_noops(Graph *g, Diag *d) {
   int n = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const Node *nd = &g->nodes[i];
-    int x = op_def(nd->kind)->flags & OPF_NOOP && nd->n_in > 0 ? 0 : passed_through(g, nd);
-    if (x < 0) continue;
-    TensorRef src = through_noops(g, nd->in[x]);
+    if (!(op_def(nd->kind)->flags & OPF_NOOP) || nd->n_in < 1) continue;
+    TensorRef src = through_noops(g, nd->in[0]);
     for (int32_t o = 0; o < nd->n_out; o++) graph_replace_uses(g, (TensorRef){i, o}, src);
+    n++;
+  }
+  return n;
+}
+
+int onnx_pass_drop_neutral_operands(Graph *g, Diag *d) {
+  (void)d;
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    int x = passed_through(g, &g->nodes[i]);
+    if (x < 0) continue;
+    graph_replace_uses(g, (TensorRef){i, 0}, g->nodes[i].in[x]);
     n++;
   }
   return n;

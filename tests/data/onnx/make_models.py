@@ -1110,7 +1110,9 @@ def neutral_operand_models():
     swish x * sigmoid(x * 1.0), then 0 + t, t - 0 and t / ones (one per
     column), all dropped at import, so that the swish fuses; beside them
     look-alikes that must stay: 0 - t, a division by ones that widens the
-    result to [2, 3, 16], a product by the float32 after 1. Reference in
+    result to [2, 3, 16], a product by the float32 after 1. First a layer
+    normalization written out with a gamma of ones and a beta of zeros (a
+    freshly initialized one), which must still fuse whole. Reference in
     double."""
     n = helper.make_node
     vi = helper.make_tensor_value_info
@@ -1120,14 +1122,23 @@ def neutral_operand_models():
     inits = [init("w", w), init("one", np.float32(1)), init("zero", np.float32(0)),
              init("ones16", np.ones(16, np.float32)), init("ones_wide", np.ones((2, 3, 16), np.float32)),
              init("after_one", np.float32([after_one]))]
-    nodes = [n("MatMul", ["x", "w"], ["h"]), n("Mul", ["h", "one"], ["h1"]),
+    inits += [init("two", np.float32(2)), init("eps", np.float32(1e-5)),
+              init("gamma", np.ones(16, np.float32)), init("beta", np.zeros(16, np.float32))]
+    nodes = [n("ReduceMean", ["x"], ["mean"], axes=[-1]), n("Sub", ["x", "mean"], ["dev"]),
+             n("Pow", ["dev", "two"], ["dev2"]), n("ReduceMean", ["dev2"], ["var"], axes=[-1]),
+             n("Add", ["var", "eps"], ["ve"]), n("Sqrt", ["ve"], ["sd"]),
+             n("Div", ["dev", "sd"], ["nrm"]), n("Mul", ["nrm", "gamma"], ["scaled"]),
+             n("Add", ["scaled", "beta"], ["ln"]),
+             n("MatMul", ["ln", "w"], ["h"]), n("Mul", ["h", "one"], ["h1"]),
              n("Sigmoid", ["h1"], ["g"]), n("Mul", ["h", "g"], ["s"]),
              n("Add", ["zero", "s"], ["a"]), n("Sub", ["a", "zero"], ["b"]),
              n("Div", ["b", "ones16"], ["c"]), n("Sub", ["zero", "c"], ["d"]),
              n("Div", ["d", "ones_wide"], ["e"]), n("Mul", ["e", "after_one"], ["y"])]
     save("neutral_operands", helper.make_graph(nodes, "neutral_operands", [vi("x", f, [3, 16])],
                                                [vi("y", f, [2, 3, 16])], inits))
-    h = x.astype(np.float64) @ w
+    xd = x.astype(np.float64)
+    dev = xd - xd.mean(axis=-1, keepdims=True)
+    h = dev / np.sqrt((dev ** 2).mean(axis=-1, keepdims=True) + 1e-5) @ w
     y = np.broadcast_to(-(h / (1 + np.exp(-h))), (2, 3, 16)) * np.float64(after_one)
     save_tensor("neutral_operands.input_0.pb", x, "x")
     save_tensor("neutral_operands.output_0.pb", y.astype(np.float32), "y")
