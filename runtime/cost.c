@@ -13,13 +13,27 @@
  * a configuration never measured is corrected by the measured/analytic
  * ratio of the nearest measured configurations of the same operator. */
 typedef struct CostAnchor {
-  OpKind kind;
+  OpKind kind, family;    /* family: the cost family whose neighbours it is */
   int arity;              /* inputs and outputs: a 6-way concat is no 2-way one */
   double flops, bytes, us;
+  double log_flops, log_bytes; /* log(x + 1): the neighbours' distance, taken once */
   Graph *g;               /* the operator rebuilt from its key, for the bounds */
   int node;
   uint64_t part_key;      /* part_key of the node: no does_part_of either way without it */
 } CostAnchor;
+
+/* The anchors in two orders, so that an estimate reads only those that can
+ * matter to it (the H100's table holds 12,378; an estimate was a pass over
+ * all of them, twice): by_family[family_start[f] ..
+ * family_start[f + 1]) are family f's, and by_part holds every anchor
+ * ordered by kind and part key. Both keep the table's order among equals,
+ * which is the order the estimates' ties were always broken in. Built on
+ * first use after the anchors change. */
+typedef struct AnchorIndex {
+  int *by_family, *by_part;
+  int family_start[OP__COUNT + 1];
+  int n; /* the anchors indexed; -1: none */
+} AnchorIndex;
 
 typedef struct CostEntry {
   char *key;
@@ -52,6 +66,7 @@ struct CostModel {
   FILE *record;
   CostAnchor *anchors;
   int n_anchors, cap_anchors;
+  AnchorIndex index;
 };
 
 /* H100 SXM figures: 67 TFLOP/s float32 (non-tensor), 3.35 TB/s; the
@@ -78,6 +93,7 @@ CostModel *cost_model_new(void) {
     return NULL;
   }
   calib_defaults(&m->calib);
+  m->index.n = -1;
   return m;
 }
 
@@ -94,6 +110,8 @@ void cost_model_free(CostModel *m) {
   free(m->configs);
   for (int i = 0; i < m->n_anchors; i++) graph_free(m->anchors[i].g);
   free(m->anchors);
+  free(m->index.by_family);
+  free(m->index.by_part);
   free(m);
 }
 
@@ -412,6 +430,77 @@ static OpKind calib_kind(const CostCalib *c, OpKind kind) {
   return fam != kind && !c->fitted[fam] && c->fitted[kind] ? kind : fam;
 }
 
+/* An anchor's place in by_part: kind, part key, then the table's order. */
+typedef struct PartOrder {
+  OpKind kind;
+  uint64_t part_key;
+  int i;
+} PartOrder;
+
+static int part_order_cmp(const void *pa, const void *pb) {
+  const PartOrder *a = pa, *b = pb;
+  if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+  if (a->part_key != b->part_key) return a->part_key < b->part_key ? -1 : 1;
+  return (a->i > b->i) - (a->i < b->i);
+}
+
+/* Builds m's anchor index once the table is loaded; out of memory it
+ * leaves none, and the estimates read every anchor, as they did before
+ * there was one. */
+static void index_anchors(CostModel *m) {
+  AnchorIndex *x = &m->index;
+  free(x->by_family);
+  free(x->by_part);
+  x->by_family = x->by_part = NULL;
+  x->n = -1;
+  size_t n = (size_t)m->n_anchors;
+  PartOrder *order = malloc((n ? n : 1) * sizeof *order);
+  x->by_family = malloc((n ? n : 1) * sizeof *x->by_family);
+  x->by_part = malloc((n ? n : 1) * sizeof *x->by_part);
+  if (!order || !x->by_family || !x->by_part) {
+    free(order);
+    free(x->by_family);
+    free(x->by_part);
+    x->by_family = x->by_part = NULL;
+    return;
+  }
+  int count[OP__COUNT + 1] = {0};
+  for (int i = 0; i < m->n_anchors; i++) count[m->anchors[i].family + 1]++;
+  for (int f = 0; f < OP__COUNT; f++) count[f + 1] += count[f];
+  memcpy(x->family_start, count, sizeof x->family_start);
+  for (int i = 0; i < m->n_anchors; i++) x->by_family[count[m->anchors[i].family]++] = i;
+  for (int i = 0; i < m->n_anchors; i++)
+    order[i] = (PartOrder){m->anchors[i].kind, m->anchors[i].part_key, i};
+  qsort(order, n, sizeof *order, part_order_cmp);
+  for (int i = 0; i < m->n_anchors; i++) x->by_part[i] = order[i].i;
+  free(order);
+  x->n = m->n_anchors;
+}
+
+/* m's anchor index, or NULL where it is missing or out of date. */
+static const AnchorIndex *anchor_index(const CostModel *m) {
+  return m->index.n == m->n_anchors ? &m->index : NULL;
+}
+
+/* The first of the anchors of kind and part key in x->by_part, and *end
+ * past the last of them. */
+static int part_range(const CostModel *m, const AnchorIndex *x, OpKind kind, uint64_t key,
+                      int *end) {
+  int lo = 0, hi = x->n;
+  while (lo < hi) { /* the first not before (kind, key) */
+    int mid = lo + (hi - lo) / 2;
+    const CostAnchor *a = &m->anchors[x->by_part[mid]];
+    if (a->kind < kind || (a->kind == kind && a->part_key < key)) lo = mid + 1;
+    else hi = mid;
+  }
+  int e = lo;
+  while (e < x->n && m->anchors[x->by_part[e]].kind == kind &&
+         m->anchors[x->by_part[e]].part_key == key)
+    e++;
+  *end = e;
+  return lo;
+}
+
 double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, double bytes,
                      int skip) {
   const CostCalib *c = &m->calib;
@@ -421,10 +510,14 @@ double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, d
   double dist[ANCHOR_NEIGHBOURS];
   int n_best = 0;
   double lf = log(flops + 1), lb = log(bytes + 1);
-  for (int i = 0; i < m->n_anchors; i++) {
+  const AnchorIndex *x = anchor_index(m);
+  OpKind want = family_of(kind);
+  int first = x ? x->family_start[want] : 0, last = x ? x->family_start[want + 1] : m->n_anchors;
+  for (int r = first; r < last; r++) {
+    int i = x ? x->by_family[r] : r;
     const CostAnchor *a = &m->anchors[i];
-    if (family_of(a->kind) != family_of(kind) || i == skip) continue;
-    double dd = fabs(log(a->flops + 1) - lf) + fabs(log(a->bytes + 1) - lb) +
+    if (a->family != want || i == skip) continue;
+    double dd = fabs(a->log_flops - lf) + fabs(a->log_bytes - lb) +
                 ANCHOR_ARITY * abs(a->arity - arity) + (a->kind != kind ? ANCHOR_KIND : 0);
     int at = n_best < ANCHOR_NEIGHBOURS ? n_best++ : ANCHOR_NEIGHBOURS;
     while (at > 0 && dist[at - 1] > dd) {
@@ -487,10 +580,11 @@ static int add_anchor(CostModel *m, const char *key, double us) {
     }
     m->anchors = a, m->cap_anchors = cap;
   }
+  double flops = cost_node_flops(g, node), bytes = cost_node_bytes(g, node);
   m->anchors[m->n_anchors++] =
-      (CostAnchor){g->nodes[node].kind, g->nodes[node].n_in + g->nodes[node].n_out,
-                   cost_node_flops(g, node), cost_node_bytes(g, node), us, g, node,
-                   part_key(&g->nodes[node])};
+      (CostAnchor){g->nodes[node].kind, family_of(g->nodes[node].kind),
+                   g->nodes[node].n_in + g->nodes[node].n_out, flops, bytes, us,
+                   log(flops + 1), log(bytes + 1), g, node, part_key(&g->nodes[node])};
   return TEQ_OK;
 }
 
@@ -660,9 +754,10 @@ static double family_twin_us(CostModel *m, const Graph *g, int id) {
 
 /* What node id's two half twins cost as two kernels, less the launch the
  * one kernel saves (the registry's half_twin: the same operator on half
- * the output columns or channels), or INFINITY where it has none. Its
- * halves are held to their own halves in turn, down to an odd extent; each
- * configuration is priced once and remembered. */
+ * the output columns, channels or rows), the cheapest way it can be
+ * halved, or INFINITY where it has none. Its halves are held to their own
+ * halves in turn, down to odd extents; each configuration is priced once
+ * and remembered. */
 static double twice_half_us(CostModel *m, const Graph *g, int id) {
   const Node *n = &g->nodes[id];
   const OpDef *o = op_def(n->kind);
@@ -670,9 +765,13 @@ static double twice_half_us(CostModel *m, const Graph *g, int id) {
   Shape in[TWIN_MAX_IN], half[TWIN_MAX_IN];
   DType dt[TWIN_MAX_IN];
   twin_inputs(g, n, n->n_in, in, dt);
-  if (!o->half_twin(n, in, half)) return INFINITY;
-  double us = price_unrecorded(m, n->kind, &n->params, half, dt, n->n_in, n->n_out);
-  return us > 0 ? fmax(us, 2 * us - m->calib.launch_us) : INFINITY;
+  double best = INFINITY;
+  for (int way = 0; way < OP_HALF_WAYS; way++) {
+    if (!o->half_twin(n, in, way, half)) continue;
+    double us = price_unrecorded(m, n->kind, &n->params, half, dt, n->n_in, n->n_out);
+    if (us > 0) best = fmin(best, fmax(us, 2 * us - m->calib.launch_us));
+  }
+  return best;
 }
 
 /* What one element-wise pass of node id's epilogue over its output costs:
@@ -818,8 +917,10 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
   OpKind fam = calib_kind(&m->calib, n->kind);
   const CostAnchor *fuller = NULL; /* measured with an epilogue this one lacks */
   uint64_t key = part_key(n);
-  for (int i = 0; i < m->n_anchors; i++) {
-    const CostAnchor *a = &m->anchors[i];
+  const AnchorIndex *x = anchor_index(m);
+  int end = m->n_anchors;
+  for (int r = x ? part_range(m, x, n->kind, key, &end) : 0; r < end; r++) {
+    const CostAnchor *a = &m->anchors[x ? x->by_part[r] : r];
     if (a->kind != n->kind || a->part_key != key) continue; /* no part either way */
     bool part = a->flops <= flops && a->bytes <= bytes && does_part_of(a->g, a->node, g, id);
     if (part && same_inputs(a->g, a->node, g, id)) {
@@ -1027,5 +1128,6 @@ int cost_model_load_table(CostModel *m, const char *path, const char *device, Di
       rc = diag_error(d, "out of memory");
   }
   fclose(f);
+  index_anchors(m);
   return rc;
 }

@@ -132,6 +132,9 @@ TEQ_API bool op_unpooled_twin(const struct Node *n, Params *unpooled, OpKind *po
 TEQ_API bool op_bare_twin(const struct Node *n, Params *bare, int *n_bare_in, OpKind *pass,
                           Params *pass_params);
 
+/* How many ways an operator's half_twin may halve its work. */
+#define OP_HALF_WAYS 2
+
 /* ---- the row ---- */
 
 struct CudaCtx;
@@ -264,14 +267,16 @@ typedef struct OpDef {
                        int *n_part_in);
 
   /* The input shapes (half_in, n->n_in of them) at which the same operator,
-   * with the same parameters, does half of n's work at input shapes `in`:
-   * half the output columns of a product, half the output channels of a
-   * conv, so that two such halves do all of it. The cost model holds an
-   * unmeasured estimate to at most twice its half: a GPU can always run
-   * the two, and the neighbours that correct the roofline otherwise can
-   * price one product of 16 MB above two of 8 MB, which hides every merge
-   * of products from a search. NULL, or false (an odd extent): none. */
-  bool (*half_twin)(const struct Node *n, const Shape *in, Shape *half_in);
+   * with the same parameters, does half of n's work at input shapes `in`,
+   * one way of OP_HALF_WAYS to halve it: half the output columns of a
+   * product; half the output channels of a conv (way 0) or half its output
+   * rows or columns (way 1), so that two such halves do all of it. The cost model
+   * holds an unmeasured estimate to at most twice its cheapest half: a GPU
+   * can always run the two, and the neighbours that correct the roofline
+   * otherwise can price one product of 16 MB above two of 8 MB, which
+   * hides every merge of products from a search. NULL, or false (an odd
+   * extent, a way the operator lacks): none. */
+  bool (*half_twin)(const struct Node *n, const Shape *in, int way, Shape *half_in);
 
   /* The index of an optional input added element-wise to the output before
    * the fused activation (conv2d's residual Z), 0 for none. The optional

@@ -812,16 +812,47 @@ static double conv_flops(const Node *n, const Shape *in) {
   return 2.0 * full * (double)(in[1].d[1] * in[1].d[2] * in[1].d[3]);
 }
 
-/* Half the work: half of the output channels, in W and the bias (one
- * group only: a grouped conv's halves would also split its input). */
-static bool conv_half_twin(const Node *n, const Shape *in, Shape *half_in) {
-  if (param_int(&n->params, CONV_GROUPS) != 1 || in[1].ndim != 4 || in[1].d[0] < 2 ||
-      in[1].d[0] % 2)
-    return false;
+/* Output pixels above which way 1 (below) halves a conv. The tables
+ * measure torchvision's models at 224x224, and up to about that size a
+ * conv has measured neighbours enough; below it the halves by rows, each
+ * priced with its own halves in turn, priced three to five times the
+ * configurations (EfficientNet-B0's search took twice as long) for
+ * estimates that rarely moved. */
+#define CONV_HALF_ROWS_ABOVE (64 * 64)
+
+/* Half the work, two ways. Way 0: half of the output channels, in W and
+ * the bias (one group only: a grouped conv's halves would also split its
+ * input). Way 1: half of the output rows (or, with an odd count of rows,
+ * of the columns), for any groups: the same conv on input rows that make
+ * exactly half as many output rows, its padding as it is. Each half of the
+ * real split reads its own rows and a halo and pads one side only, which
+ * is the same work. The neighbours that correct the roofline had priced
+ * PaddleOCR's depthwise stride-2 conv of a 640x640 page at 88 us, where
+ * the same conv of a 448x448 page cost 12. Not with a fused pool, whose
+ * windows span the rows. */
+static bool conv_half_twin(const Node *n, const Shape *in, int way, Shape *half_in) {
+  if (in[0].ndim != 4 || in[1].ndim != 4 || n->out[0].ndim != 4) return false;
   for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
-  half_in[1].d[0] /= 2;
-  if (n->n_in > 2 && half_in[2].ndim == 1) half_in[2].d[0] /= 2;
-  if (n->n_in > 3 && half_in[3].ndim == 4) half_in[3].d[1] /= 2;
+  if (way == 0) {
+    if (param_int(&n->params, CONV_GROUPS) != 1 || in[1].d[0] < 2 || in[1].d[0] % 2) return false;
+    half_in[1].d[0] /= 2;
+    if (n->n_in > 2 && half_in[2].ndim == 1) half_in[2].d[0] /= 2;
+    if (n->n_in > 3 && half_in[3].ndim == 4) half_in[3].d[1] /= 2;
+    return true;
+  }
+  if (way != 1 || n->params.v[CONV_POOL].i[0] ||
+      n->out[0].d[2] * n->out[0].d[3] <= CONV_HALF_ROWS_ABOVE)
+    return false;
+  int axis = n->out[0].d[2] % 2 == 0 ? 0 : n->out[0].d[3] % 2 == 0 ? 1 : -1;
+  if (axis < 0) return false;
+  const int64_t *stride = n->params.v[CONV_STRIDE].i, *pads = n->params.v[CONV_PADS].i;
+  const int64_t *dilation = n->params.v[CONV_DILATION].i;
+  int64_t window = dilation[axis] * (in[1].d[2 + axis] - 1) + 1;
+  int64_t rows = (n->out[0].d[2 + axis] / 2 - 1) * stride[axis] + window - pads[axis] -
+                 pads[axis + 2];
+  if (rows < 1) return false;
+  half_in[0].d[2 + axis] = rows;
+  if (n->n_in > 3 && half_in[3].ndim == 4) half_in[3].d[2 + axis] /= 2;
   return true;
 }
 

@@ -355,10 +355,10 @@ static double matmul_flops(const Node *n, const Shape *in) {
 }
 
 /* Half the work: half of B's columns (B's last axis). */
-static bool matmul_half_twin(const Node *n, const Shape *in, Shape *half_in) {
+static bool matmul_half_twin(const Node *n, const Shape *in, int way, Shape *half_in) {
   (void)n;
   const Shape *b = &in[1];
-  if (b->ndim < 2 || b->d[b->ndim - 1] < 2 || b->d[b->ndim - 1] % 2) return false;
+  if (way != 0 || b->ndim < 2 || b->d[b->ndim - 1] < 2 || b->d[b->ndim - 1] % 2) return false;
   half_in[0] = in[0];
   half_in[1] = *b;
   half_in[1].d[b->ndim - 1] /= 2;
@@ -539,9 +539,9 @@ static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twi
 
 /* Half the work: half of the N output columns, in B (where transB puts
  * them) and in a bias C that has them. */
-static bool gemm_half_twin(const Node *n, const Shape *in, Shape *half_in) {
+static bool gemm_half_twin(const Node *n, const Shape *in, int way, Shape *half_in) {
   int64_t m = 0, k = 0, nn = 0;
-  if (gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2) return false;
+  if (way != 0 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2) return false;
   for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
   half_in[1].d[param_int(&n->params, GEMM_TRANS_B) ? 0 : 1] /= 2;
   if (n->n_in > 2) {

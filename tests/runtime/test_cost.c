@@ -242,7 +242,7 @@ static void test_bounds_by_measured_parts(void) {
   CHECK(cost_model_load_table(m, path, NULL, &d) == TEQ_OK && cost_model_anchors(m) == 2);
   Graph *grouped = grouped_conv_graph(32, 32, 2, 28, 5, &id_grouped); /* conv 0, twice */
   Graph *part = grouped_conv_graph(32, 24, 1, 28, 3, &id_part);       /* part of conv 1 */
-  Graph *free_ = grouped_conv_graph(24, 24, 1, 30, 3, &id_free);      /* bounded by neither */
+  Graph *free_ = grouped_conv_graph(24, 24, 1, 29, 3, &id_free); /* bounded by neither (odd rows) */
   CostEstimate e;
   CHECK(cost_node(m, grouped, id_grouped, &e, &d) == TEQ_OK);
   double unbounded = cost_anchored(m, OP_CONV2D, 3, cost_node_flops(grouped, id_grouped),
@@ -458,6 +458,43 @@ static void test_bounds_by_halves(const char *root) {
     printf("%s: %.2f us, its half %.2f us\n", pairs[k][0], us[0], us[1]);
     CHECK_MSG(us[1] > 0 && us[0] <= 2 * us[1] - cost_model_calib(m)->launch_us + 1e-9,
               "%s: %.2f us, above two halves of %.2f us", pairs[k][0], us[0], us[1]);
+  }
+  cost_model_free(m);
+}
+
+/* A conv of more than 64x64 output pixels is never estimated above its two
+ * halves by output rows either, whatever its groups (a depthwise conv has
+ * no half by channels): the same conv on input rows that make half its
+ * output rows, padding as it is. The
+ * neighbours alone priced PaddleOCR's depthwise stride-2 conv of a 640x640
+ * page at 88 us, where the same conv on 448x448 cost 12, and a dense conv
+ * of one input channel alike; a dilated conv's halves count its dilated
+ * window. */
+static void test_bounds_by_row_halves(const char *root) {
+  CostModel *m = table_at(root, "tools/profiles/h100.tsv", "the halves by rows");
+  if (!m) return;
+  const char *pairs[][2] = {
+    {"conv2d [1,32,320,320] [32,1,3,3] [32] {stride=(2 2) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=32 act=none}",
+     "conv2d [1,32,159,320] [32,1,3,3] [32] {stride=(2 2) pads=(1 1 1 1) dilation=(1 1) "
+     "groups=32 act=none}"},
+    {"conv2d [1,1,320,320] [32,1,3,3] {stride=(2 2) pads=(1 1 1 1) dilation=(1 1) groups=1 "
+     "act=none}",
+     "conv2d [1,1,159,320] [32,1,3,3] {stride=(2 2) pads=(1 1 1 1) dilation=(1 1) groups=1 "
+     "act=none}"},
+    {"conv2d [1,64,96,96] [64,64,3,3] {stride=(1 1) pads=(2 2 2 2) dilation=(2 2) groups=1 "
+     "act=none}",
+     "conv2d [1,64,48,96] [64,64,3,3] {stride=(1 1) pads=(2 2 2 2) dilation=(2 2) groups=1 "
+     "act=none}"},
+  };
+  double launch = cost_model_calib(m)->launch_us;
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    CostEstimate e[2] = {{0, COST_ANALYTIC}, {0, COST_ANALYTIC}};
+    price_key(m, pairs[k][0], &e[0], NULL);
+    price_key(m, pairs[k][1], &e[1], NULL);
+    printf("%s: %.2f us, its half by rows %.2f us\n", pairs[k][0], e[0].us, e[1].us);
+    CHECK_MSG(e[1].us > 0 && e[0].us <= 2 * e[1].us - launch + 1e-9,
+              "%s: %.2f us, above two halves of %.2f us", pairs[k][0], e[0].us, e[1].us);
   }
   cost_model_free(m);
 }
@@ -809,6 +846,7 @@ int main(void) {
     test_bounds_by_one_part(path);
     test_gemm_priced_as_matmul(path);
     test_bounds_by_halves(path);
+    test_bounds_by_row_halves(path);
     test_priced_from_fuller_twin(path);
     test_bounds_by_bare_twin(path);
     test_bounded_by_measured_twin(path);
