@@ -27,8 +27,9 @@ typedef struct CostAnchor {
  * all of them, twice): by_family[family_start[f] ..
  * family_start[f + 1]) are family f's, and by_part holds every anchor
  * ordered by kind and part key. Both keep the table's order among equals,
- * which is the order the estimates' ties were always broken in. Built on
- * first use after the anchors change. */
+ * which is the order the estimates' ties were always broken in. Built when
+ * a table is loaded; where it is missing (out of memory) or stale, the
+ * estimates read every anchor. */
 typedef struct AnchorIndex {
   int *by_family, *by_part;
   int family_start[OP__COUNT + 1];

@@ -1,8 +1,8 @@
 /* passes.c: clean-up of a freshly imported graph.
- * Removing no-ops (Identity, inference-time Dropout; after the written
- * layer norms are fused, whose gamma of ones and beta of zeros they need,
- * arithmetic with a neutral constant: x * 1, x + 0) rewires their users
- * to their input. A Pad of zeros read by a window that pads with zeros (a
+ * Removing no-ops (Identity, inference-time Dropout, and arithmetic with a
+ * neutral constant, x * 1 or x + 0, once the written layer norms are fused:
+ * a fresh one's gamma of ones and beta of zeros are part of its pattern)
+ * rewires their users to their input. A Pad of zeros read by a window that pads with zeros (a
  * convolution; an average pool counting its padding) becomes more of that
  * window's own padding, which no kernel writes out. Folding
  * BatchNormalization into the convolution before it rescales each output

