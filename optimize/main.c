@@ -548,7 +548,7 @@ static int read_given_inputs(const Args *a, const Graph *g, Tensor ***given, Dia
   int rc = onnx_check_input_specs(a->inputs, a->n_inputs, g, d);
   if (rc) return rc;
   *given = calloc((size_t)g->n_inputs + 1, sizeof **given);
-  if (!*given) return TEQ_ERR_NOMEM;
+  if (!*given) return diag_error(d, "out of memory reading --input"), TEQ_ERR_NOMEM;
   for (int32_t i = 0; i < g->n_inputs && rc == TEQ_OK; i++) {
     const Node *in = &g->nodes[g->inputs[i]];
     const char *file = onnx_input_spec_file(a->inputs, a->n_inputs, in->name);

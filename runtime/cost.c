@@ -27,13 +27,13 @@ typedef struct CostAnchor {
  * all of them, twice): by_family[family_start[f] ..
  * family_start[f + 1]) are family f's, and by_part holds every anchor
  * ordered by kind and part key. Both keep the table's order among equals,
- * which is the order the estimates' ties were always broken in. Built when
- * a table is loaded; where it is missing (out of memory) or stale, the
- * estimates read every anchor. */
+ * which is the order the estimates' ties were always broken in. Rebuilt
+ * whenever a table is loaded (empty before); a rebuild out of memory keeps
+ * the anchors indexed before, which the appended ones follow. */
 typedef struct AnchorIndex {
   int *by_family, *by_part;
   int family_start[OP__COUNT + 1];
-  int n; /* the anchors indexed; -1: none */
+  int n; /* the anchors indexed */
 } AnchorIndex;
 
 typedef struct CostEntry {
@@ -94,7 +94,6 @@ CostModel *cost_model_new(void) {
     return NULL;
   }
   calib_defaults(&m->calib);
-  m->index.n = -1;
   return m;
 }
 
@@ -445,26 +444,23 @@ static int part_order_cmp(const void *pa, const void *pb) {
   return (a->i > b->i) - (a->i < b->i);
 }
 
-/* Builds m's anchor index once the table is loaded; out of memory it
- * leaves none, and the estimates read every anchor, as they did before
- * there was one. */
-static void index_anchors(CostModel *m) {
+/* Builds m's anchor index anew, once a table is loaded; TEQ_ERR_NOMEM
+ * leaves the old one. */
+static int index_anchors(CostModel *m) {
+  size_t n = (size_t)m->n_anchors;
+  PartOrder *order = malloc((n ? n : 1) * sizeof *order);
+  int *by_family = malloc((n ? n : 1) * sizeof *by_family);
+  int *by_part = malloc((n ? n : 1) * sizeof *by_part);
+  if (!order || !by_family || !by_part) {
+    free(order);
+    free(by_family);
+    free(by_part);
+    return TEQ_ERR_NOMEM;
+  }
   AnchorIndex *x = &m->index;
   free(x->by_family);
   free(x->by_part);
-  x->by_family = x->by_part = NULL;
-  x->n = -1;
-  size_t n = (size_t)m->n_anchors;
-  PartOrder *order = malloc((n ? n : 1) * sizeof *order);
-  x->by_family = malloc((n ? n : 1) * sizeof *x->by_family);
-  x->by_part = malloc((n ? n : 1) * sizeof *x->by_part);
-  if (!order || !x->by_family || !x->by_part) {
-    free(order);
-    free(x->by_family);
-    free(x->by_part);
-    x->by_family = x->by_part = NULL;
-    return;
-  }
+  x->by_family = by_family, x->by_part = by_part, x->n = m->n_anchors;
   int count[OP__COUNT + 1] = {0};
   for (int i = 0; i < m->n_anchors; i++) count[m->anchors[i].family + 1]++;
   for (int f = 0; f < OP__COUNT; f++) count[f + 1] += count[f];
@@ -475,18 +471,13 @@ static void index_anchors(CostModel *m) {
   qsort(order, n, sizeof *order, part_order_cmp);
   for (int i = 0; i < m->n_anchors; i++) x->by_part[i] = order[i].i;
   free(order);
-  x->n = m->n_anchors;
+  return TEQ_OK;
 }
 
-/* m's anchor index, or NULL where it is missing or out of date. */
-static const AnchorIndex *anchor_index(const CostModel *m) {
-  return m->index.n == m->n_anchors ? &m->index : NULL;
-}
-
-/* The first of the anchors of kind and part key in x->by_part, and *end
+/* The first of the anchors of kind and part key in m's by_part, and *end
  * past the last of them. */
-static int part_range(const CostModel *m, const AnchorIndex *x, OpKind kind, uint64_t key,
-                      int *end) {
+static int part_range(const CostModel *m, OpKind kind, uint64_t key, int *end) {
+  const AnchorIndex *x = &m->index;
   int lo = 0, hi = x->n;
   while (lo < hi) { /* the first not before (kind, key) */
     int mid = lo + (hi - lo) / 2;
@@ -511,13 +502,12 @@ double cost_anchored(const CostModel *m, OpKind kind, int arity, double flops, d
   double dist[ANCHOR_NEIGHBOURS];
   int n_best = 0;
   double lf = log(flops + 1), lb = log(bytes + 1);
-  const AnchorIndex *x = anchor_index(m);
+  const AnchorIndex *x = &m->index;
   OpKind want = family_of(kind);
-  int first = x ? x->family_start[want] : 0, last = x ? x->family_start[want + 1] : m->n_anchors;
-  for (int r = first; r < last; r++) {
-    int i = x ? x->by_family[r] : r;
+  for (int r = x->family_start[want]; r < x->family_start[want + 1]; r++) {
+    int i = x->by_family[r];
     const CostAnchor *a = &m->anchors[i];
-    if (a->family != want || i == skip) continue;
+    if (i == skip) continue;
     double dd = fabs(a->log_flops - lf) + fabs(a->log_bytes - lb) +
                 ANCHOR_ARITY * abs(a->arity - arity) + (a->kind != kind ? ANCHOR_KIND : 0);
     int at = n_best < ANCHOR_NEIGHBOURS ? n_best++ : ANCHOR_NEIGHBOURS;
@@ -918,11 +908,9 @@ static double analytic_us(CostModel *m, const Graph *g, int id, CostSource *sour
   OpKind fam = calib_kind(&m->calib, n->kind);
   const CostAnchor *fuller = NULL; /* measured with an epilogue this one lacks */
   uint64_t key = part_key(n);
-  const AnchorIndex *x = anchor_index(m);
-  int end = m->n_anchors;
-  for (int r = x ? part_range(m, x, n->kind, key, &end) : 0; r < end; r++) {
-    const CostAnchor *a = &m->anchors[x ? x->by_part[r] : r];
-    if (a->kind != n->kind || a->part_key != key) continue; /* no part either way */
+  int end;
+  for (int r = part_range(m, n->kind, key, &end); r < end; r++) { /* else no part either way */
+    const CostAnchor *a = &m->anchors[m->index.by_part[r]];
     bool part = a->flops <= flops && a->bytes <= bytes && does_part_of(a->g, a->node, g, id);
     if (part && same_inputs(a->g, a->node, g, id)) {
       /* A twin measured without the fused activation or a bias: its time
@@ -1129,6 +1117,7 @@ int cost_model_load_table(CostModel *m, const char *path, const char *device, Di
       rc = diag_error(d, "out of memory");
   }
   fclose(f);
-  index_anchors(m);
+  if (index_anchors(m) != TEQ_OK && rc == TEQ_OK)
+    diag_error(d, "out of memory indexing %s", path), rc = TEQ_ERR_NOMEM;
   return rc;
 }

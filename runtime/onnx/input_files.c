@@ -25,12 +25,15 @@ const char *onnx_input_spec_file(const char *const *specs, int64_t n, const char
 
 int onnx_check_input_specs(const char *const *specs, int64_t n, const Graph *g, Diag *d) {
   for (int64_t k = 0; k < n; k++) {
-    if (!strchr(specs[k], '=') || strchr(specs[k], '=') == specs[k])
-      return diag_error(d, "--input '%s': expected NAME=FILE", specs[k]);
-    bool found = false;
-    for (int32_t i = 0; i < g->n_inputs && !found; i++)
-      found = spec_names(specs[k], g->nodes[g->inputs[i]].name);
-    if (!found) return diag_error(d, "--input %s: the model has no input of that name", specs[k]);
+    const char *eq = strchr(specs[k], '=');
+    if (!eq || eq == specs[k]) return diag_error(d, "--input '%s': expected NAME=FILE", specs[k]);
+    const char *name = NULL;
+    for (int32_t i = 0; i < g->n_inputs && !name; i++)
+      if (spec_names(specs[k], g->nodes[g->inputs[i]].name)) name = g->nodes[g->inputs[i]].name;
+    if (!name) return diag_error(d, "--input %s: the model has no input of that name", specs[k]);
+    /* the first spec of a name is the one read: a second would be ignored */
+    if (onnx_input_spec_file(specs, k, name))
+      return diag_error(d, "--input: input '%s' is given twice", name);
   }
   return TEQ_OK;
 }

@@ -2,9 +2,10 @@
  * Removing no-ops (Identity, inference-time Dropout, and arithmetic with a
  * neutral constant, x * 1 or x + 0, once the written layer norms are fused:
  * a fresh one's gamma of ones and beta of zeros are part of its pattern)
- * rewires their users to their input. A Pad of zeros read by a window that pads with zeros (a
- * convolution; an average pool counting its padding) becomes more of that
- * window's own padding, which no kernel writes out. Folding
+ * rewires their users to their input. A Pad of zeros read by a window
+ * that pads with zeros (a convolution; an average pool counting its
+ * padding) becomes more of that window's own padding, which no kernel
+ * writes out. Folding
  * BatchNormalization into the convolution before it rescales each output
  * channel of the weights and bias once, at import:
  *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
@@ -92,36 +93,6 @@ static TensorRef through_noops(const Graph *g, TensorRef r) {
   return r;
 }
 
-/* Whether input j of n is a constant holding the row's neutral value
- * everywhere (x * 1, x - 0), where the row allows it there. */
-static bool neutral_operand(const Graph *g, const Node *n, int j) {
-  const OpDef *o = op_def(n->kind);
-  if (!(o->neutral_inputs >> j & 1u)) return false;
-  const Node *src = &g->nodes[n->in[j].node];
-  if (src->kind != OP_CONST || !src->value || src->value->dtype != n->dtype) return false;
-  const Tensor *t = src->value;
-  for (int64_t k = 0; k < tensor_numel(t); k++) {
-    double v = t->dtype == DT_F32   ? ((const float *)t->data)[k]
-               : t->dtype == DT_I64 ? (double)((const int64_t *)t->data)[k]
-                                    : NAN;
-    if (v != o->neutral) return false; /* 0.0 == -0.0: either zero is x + 0's */
-  }
-  return true;
-}
-
-/* The input that binary node n passes through unchanged, its other input
- * being neutral (x * 1); -1 when there is none. Not where the constant
- * widens the result (x[3] * ones[2, 3] is two copies of x). */
-static int passed_through(const Graph *g, const Node *n) {
-  if (!op_def(n->kind)->neutral_inputs || n->n_in != 2 || n->n_out != 1) return -1;
-  for (int j = 0; j < 2; j++) {
-    TensorRef x = n->in[1 - j];
-    if (neutral_operand(g, n, j) && shape_equal(&g->nodes[x.node].out[x.out], &n->out[0]))
-      return 1 - j;
-  }
-  return -1;
-}
-
 int onnx_pass_remove_noops(Graph *g, Diag *d) {
   (void)d;
   int n = 0;
@@ -130,18 +101,6 @@ int onnx_pass_remove_noops(Graph *g, Diag *d) {
     if (!(op_def(nd->kind)->flags & OPF_NOOP) || nd->n_in < 1) continue;
     TensorRef src = through_noops(g, nd->in[0]);
     for (int32_t o = 0; o < nd->n_out; o++) graph_replace_uses(g, (TensorRef){i, o}, src);
-    n++;
-  }
-  return n;
-}
-
-int onnx_pass_drop_neutral_operands(Graph *g, Diag *d) {
-  (void)d;
-  int n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    int x = passed_through(g, &g->nodes[i]);
-    if (x < 0) continue;
-    graph_replace_uses(g, (TensorRef){i, 0}, g->nodes[i].in[x]);
     n++;
   }
   return n;
@@ -160,6 +119,39 @@ static const Tensor *const_input(const Graph *g, const Node *n, int i, int64_t n
   const Node *src = &g->nodes[n->in[i].node];
   if (src->kind != OP_CONST || !src->value || src->value->dtype != DT_F32) return NULL;
   return numel < 0 || tensor_numel(src->value) == numel ? src->value : NULL;
+}
+
+/* Whether input j of n is a float32 constant holding the row's neutral
+ * value everywhere (x * 1, x - 0), where the row allows it there. */
+static bool neutral_operand(const Graph *g, const Node *n, int j) {
+  const OpDef *o = op_def(n->kind);
+  const Tensor *t = o->neutral_inputs >> j & 1u ? const_input(g, n, j, -1) : NULL;
+  for (int64_t k = 0; t && k < tensor_numel(t); k++)
+    if (((const float *)t->data)[k] != o->neutral) return false; /* -0.0 == 0.0: x + 0's too */
+  return t != NULL;
+}
+
+/* The input that binary node n passes through unchanged, its other input
+ * being neutral (x * 1); -1 when there is none. Not where the constant
+ * widens the result (x[3] * ones[2, 3] is two copies of x). */
+static int passed_through(const Graph *g, const Node *n) {
+  if (!op_def(n->kind)->neutral_inputs || n->n_in != 2 || n->n_out != 1) return -1;
+  for (int j = 0; j < 2; j++)
+    if (neutral_operand(g, n, j) && shape_equal(graph_shape(g, n->in[1 - j]), &n->out[0]))
+      return 1 - j;
+  return -1;
+}
+
+int onnx_pass_drop_neutral_operands(Graph *g, Diag *d) {
+  (void)d;
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    int x = passed_through(g, &g->nodes[i]);
+    if (x < 0) continue;
+    graph_replace_uses(g, (TensorRef){i, 0}, g->nodes[i].in[x]);
+    n++;
+  }
+  return n;
 }
 
 /* ---- folding into a convolution's weights ----

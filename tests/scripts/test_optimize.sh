@@ -71,12 +71,15 @@ expect_status 2 "no model given" "$OPT" --rules "$db"
 expect_status 2 "--alpha" "$OPT" --rules "$db" --alpha 0.5 "$WORK/tiny.onnx"
 expect_status 2 "--cost-model" "$OPT" --rules "$db" --cost-model magic "$WORK/tiny.onnx"
 expect_status 2 "--dim 'seq': expected NAME=N" "$OPT" --rules "$db" --dim seq "$WORK/tiny.onnx"
-# --input feeds the check: a name the model lacks, a file of the wrong size, no check to feed
+# --input feeds the check: a name the model lacks, a file of the wrong size, a name
+# twice, no check to feed
 head -c 100 /dev/zero >"$WORK/short.bin"
 expect_status 2 "--input photo=.*: the model has no input of that name" \
   "$OPT" --rules "$db" --input "photo=$WORK/short.bin" "$WORK/tiny.onnx"
 expect_status 2 "short.bin: expected exactly 12288 bytes \(float32 \[1, 3, 32, 32\]\), the file has fewer" \
   "$OPT" --rules "$db" --input "image=$WORK/short.bin" "$WORK/tiny.onnx"
+expect_status 2 "--input: input 'image' is given twice" \
+  "$OPT" --rules "$db" --input "image=$WORK/short.bin" --input "image=$WORK/short.bin" "$WORK/tiny.onnx"
 expect_status 2 "--input feeds the end-to-end check, which --no-check skips" \
   "$OPT" --rules "$db" --no-check --input "image=$WORK/short.bin" "$WORK/tiny.onnx"
 expect_status 2 "no graph input has a symbolic dimension named 'seq' \(it has none\)" \

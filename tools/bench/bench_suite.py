@@ -279,7 +279,7 @@ def bench_model(name, kind, args, tools, rules_db, work, mods, gpu):
     extra = ["--record", os.path.join(work, f"{name}.configs")] if args.record else []
     extra += ["--cost-table", args.cost_table] if args.cost_table else []
     # a trained model's check on its own input: on noise a detector's map is e^-8 everywhere
-    extra += [a for n, f in inputs for a in ("--input", f"{n}={f}")] if kind == "npm" else []
+    extra += feed if kind == "npm" else []
     r = run([tools["optimize"], "--rules", rules_db, "--budget", str(args.budget),
              "--time-limit", str(args.time_limit), "--as-given", "--json", report, *extra, "-o", opt,
              path],
