@@ -44,6 +44,10 @@ struct OpMax {
 struct OpMin {
   __device__ float operator()(float x, float y) const { return x < y || x != x ? x : y; }
 };
+/* PRelu: the slope y times x where x < 0. */
+struct OpPrelu {
+  __device__ float operator()(float x, float y) const { return x >= 0.0f ? x : y * x; }
+};
 /* The second operand broadcast: sum and mean copy their input 0 with it. */
 struct OpTakeSecond {
   __device__ float operator()(float, float y) const { return y; }
@@ -330,6 +334,7 @@ BINARY_ROW(div, OpDiv)
 BINARY_ROW(pow, OpPow)
 BINARY_ROW(max, OpMax)
 BINARY_ROW(min, OpMin)
+BINARY_ROW(prelu, OpPrelu)
 
 /* smul: x times the single element of input 1, whatever its rank. */
 extern "C" int cuda_eval_smul(CUDA_KERNEL_SIGNATURE) {

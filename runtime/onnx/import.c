@@ -637,7 +637,7 @@ static const char *const elementwise_ops[] = {
     "Acos", "Acosh", "And", "Asin", "Asinh", "Atan", "Atanh", "Bernoulli", "BitShift", "BitwiseAnd",
     "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "Ceil", "Cos", "Cosh", "Equal", "Floor",
     "Greater", "GreaterOrEqual", "Hardmax", "IsInf", "IsNaN", "Less", "LessOrEqual", "Mod",
-    "Not", "Or", "PRelu", "RandomNormalLike", "RandomUniformLike", "Round", "Shrink", "Sign",
+    "Not", "Or", "RandomNormalLike", "RandomUniformLike", "Round", "Shrink", "Sign",
     "Sin", "Sinh", "Softsign", "Tan", "Where", "Xor", NULL};
 static const char *const comparison_ops[] = {"Equal", "Greater", "GreaterOrEqual", "IsInf", "IsNaN",
                                             "Less", "LessOrEqual", NULL};

@@ -1,5 +1,6 @@
 /* elementwise.c: element-wise operators: binary ones with numpy broadcasting
- * (ewadd, ewmul, sub, div, pow, max, min), the variadic sum and mean (ONNX
+ * (ewadd, ewmul, sub, div, pow, max, min; prelu, whose slope broadcasts to
+ * its input's shape and never beyond), the variadic sum and mean (ONNX
  * Sum and Mean: any number of inputs, broadcast together), TASO's scalar
  * multiply, and the unary activations. One kernel serves each group; a
  * row's .family holds its inner loops. Broadcasting first collapses the
@@ -8,7 +9,8 @@
  * [C,1,1] bias, a row vector).
  * Z_p: add, sub, neg, smul, sum and mean are exact; each non-linear unary
  * operator evaluates its own fixed polynomial stand-in (given at its row);
- * div, pow, max and min are fixed maps of the residues. Reductions and
+ * div, pow, max and min are fixed maps of the residues, prelu a fixed
+ * polynomial in x and its slope. Reductions and
  * softmax are in reduce.c, normalizations in norm.c, data movement in
  * layout.c. */
 #include <float.h>
@@ -137,8 +139,14 @@ BINARY_LOOP(div_modp, uint32_t, modp_mul(x, modp_inv(y)))
 /* The exponent is the residue y itself, read as an integer. */
 BINARY_LOOP(pow_modp, uint32_t, modp_pow(x, y))
 /* Residues compared as the integers 0..p-1. */
+/* ONNX's PRelu: x where x >= 0, else the slope y times x; a NaN stays NaN. */
+BINARY_LOOP(prelu_f32, float, x >= 0.0f ? x : y * x)
 BINARY_LOOP(max_modp, uint32_t, x > y ? x : y)
 BINARY_LOOP(min_modp, uint32_t, x < y ? x : y)
+/* x^2 + 38 x + 41 + y x: no unary stand-in's cubic, so that a prelu is
+ * told apart from any activation, and a polynomial in both operands, as the
+ * stand-ins are, so that fingerprints keep Schwartz and Zippel's bound. */
+BINARY_LOOP(prelu_modp, uint32_t, modp_add(modp_poly3(x, 0, 1, 38, 41), modp_mul(y, x)))
 /* The second operand broadcast, for float32 and residues alike: sum and
  * mean copy their input 0 with it, passed as both operands. */
 BINARY_LOOP(take_second, uint32_t, ((void)x, y))
@@ -150,6 +158,7 @@ static const BinaryFamily fam_div = {div_f32, div_modp};
 static const BinaryFamily fam_pow = {pow_f32, pow_modp};
 static const BinaryFamily fam_max = {max_f32, max_modp};
 static const BinaryFamily fam_min = {min_f32, min_modp};
+static const BinaryFamily fam_prelu = {prelu_f32, prelu_modp};
 
 static int binary_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   if (shape_broadcast(&in[0], &in[1], &out[0], NULL) != TEQ_OK) {
@@ -272,6 +281,27 @@ const OpDef op_def_min = {
   .flags = OPF_ELEMENTWISE | OPF_COMMUTATIVE | OPF_BROADCAST,
   .onnx_read = binary_onnx_read,
   .family = &fam_min,
+};
+
+/* PRelu broadcasts its slope to x's shape (ONNX's unidirectional
+ * broadcasting): a slope that would widen the result is refused. */
+static int prelu_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
+  int rc = binary_infer(n, in, out, d);
+  if (rc) return rc;
+  if (!shape_equal(&out[0], &in[0])) {
+    char sa[SHAPE_STR_MAX], sb[SHAPE_STR_MAX];
+    return op_error(n, d, "slope of shape %s does not broadcast to the input's shape %s",
+                    shape_format(&in[1], sb, sizeof sb), shape_format(&in[0], sa, sizeof sa));
+  }
+  return TEQ_OK;
+}
+
+const OpDef op_def_prelu = {
+  .kind = OP_PRELU, .name = "prelu", .onnx_op = "PRelu",
+  .n_in_min = 2, .n_in_max = 2, .n_out_min = 1, .n_out_max = 1,
+  .infer_shape = prelu_infer, .eval_f32 = binary_eval_f32, .eval_modp = binary_eval_modp,
+  .eval_cuda = CUDA_EVAL(prelu), .flags = OPF_ELEMENTWISE | OPF_BROADCAST,
+  .family = &fam_prelu,
 };
 
 /* ---- smul: TASO's scalar multiply ---- */

@@ -27,7 +27,7 @@
 #include "tests/check.h"
 
 /* Raise this when more node tests pass; never lower it. */
-#define PASS_FLOOR 341
+#define PASS_FLOOR 343
 
 enum { RAN_PASS, RAN_FAIL, SKIPPED };
 

@@ -157,6 +157,29 @@ static void test_nan(void) {
   }
 }
 
+/* prelu: the slope broadcast to x's shape alone (per channel as models
+ * export it, a row, one slope, one per element), and NaNs in x. */
+static void test_prelu(void) {
+  const Pair pairs[] = {
+      {shape_of(4, 2, 5, 13, 11), shape_of(3, 5, 1, 1)},
+      {shape_of(4, 4, 64, 64, 64), shape_of(3, 64, 1, 1)},
+      {shape_of(4, 2, 5, 13, 11), shape_of(1, 11)},
+      {shape_of(4, 2, 5, 13, 11), shape_of(0)},
+      {shape_of(1, 1000003), shape_of(1, 1000003)},
+  };
+  for (size_t p = 0; p < sizeof pairs / sizeof *pairs; p++) {
+    Shape in[2] = {pairs[p].a, pairs[p].b};
+    CudaCase c = make(OP_PRELU, 2, in, NULL);
+    cuda_check_case(dev, &c);
+  }
+  Shape in[2] = {shape_of(2, 7, 9), shape_of(2, 7, 1)};
+  Tensor *t = special_values(in[0]);
+  CudaCase c = make(OP_PRELU, 2, in, "NaN, -NaN, -0, inf");
+  c.consts[0] = t;
+  cuda_check_case(dev, &c);
+  tensor_unref(t);
+}
+
 static void test_smul(void) {
   const Pair pairs[] = {
       {shape_of(4, 2, 5, 13, 11), shape_of(0)},
@@ -345,6 +368,7 @@ int main(void) {
   test_int64_operand();
   test_nan();
   test_smul();
+  test_prelu();
   test_unary();
   test_unary_params();
   test_variadic();

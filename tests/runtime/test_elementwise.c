@@ -129,6 +129,53 @@ static void test_broadcast(void) {
                   shape_of(6, 2, 2, 2, 2, 2, 2), 13);
 }
 
+/* ---- prelu: a slope broadcast to x's shape, never beyond ---- */
+
+static void check_prelu(Shape sx, Shape ss, uint64_t seed) {
+  Diag d;
+  diag_init(&d);
+  Tensor *x = random_f32(sx, seed), *slope = random_f32(ss, seed + 1), *y = NULL;
+  int rc = run_op(OP_PRELU, NULL, (Tensor *[]){x, slope}, 2, false, &y, &d);
+  CHECK_MSG(rc == TEQ_OK, "%s", diag_last(&d));
+  if (rc == TEQ_OK) {
+    CHECK(shape_equal(&y->shape, &sx));
+    int64_t c[TEQ_MAX_DIMS] = {0}, bad = 0, negative = 0;
+    for (int64_t i = 0; i < tensor_numel(y); i++) {
+      float v = elem_f32(x, i), a = elem_f32(slope, broadcast_index(&ss, c, sx.ndim));
+      float want = v >= 0 ? v : a * v; /* one product: exact */
+      if (elem_f32(y, i) != want) bad++;
+      negative += v < 0;
+      for (int j = sx.ndim - 1; j >= 0 && ++c[j] == sx.d[j]; j--) c[j] = 0;
+    }
+    CHECK_MSG(bad == 0 && negative > 0, "prelu: %lld wrong of %lld (%lld negative)",
+              (long long)bad, (long long)tensor_numel(y), (long long)negative);
+  }
+  tensor_unref(x), tensor_unref(slope), tensor_unref(y);
+  diag_fini(&d);
+}
+
+static void test_prelu(void) {
+  check_prelu(shape_of(4, 2, 3, 4, 5), shape_of(3, 3, 1, 1), 40); /* per channel, as exported */
+  check_prelu(shape_of(4, 2, 3, 4, 5), shape_of(1, 5), 41);       /* ONNX's broadcast example */
+  check_prelu(shape_of(4, 2, 3, 4, 5), shape_of(0), 42);          /* one slope */
+  check_prelu(shape_of(2, 7, 9), shape_of(2, 7, 9), 43);          /* a slope per element */
+  /* A slope that would widen x is refused, by name. */
+  Diag d;
+  diag_init(&d);
+  Shape out, in[2] = {shape_of(3, 3, 1, 5), shape_of(3, 3, 4, 5)};
+  CHECK_EQ_INT(infer_op(OP_PRELU, NULL, in, 2, 1, &out, &d), TEQ_ERR_INPUT);
+  CHECK_MSG(strstr(diag_last(&d), "prelu: slope of shape [3, 4, 5] does not broadcast to the "
+                                  "input's shape [3, 1, 5]") != NULL, "%s", diag_last(&d));
+  /* A NaN stays NaN whatever its slope. */
+  Shape one = shape_of(1, 1);
+  Tensor *x = tensor_new(DT_F32, &one), *a = tensor_new(DT_F32, &one), *y = NULL;
+  *(float *)x->data = NAN, *(float *)a->data = 0.0f;
+  CHECK_EQ_INT(run_op(OP_PRELU, NULL, (Tensor *[]){x, a}, 2, false, &y, &d), TEQ_OK);
+  CHECK(y && isnan(elem_f32(y, 0)));
+  tensor_unref(x), tensor_unref(a), tensor_unref(y);
+  diag_fini(&d);
+}
+
 /* ---- unary float kernels against libm in double ---- */
 
 static double ref_relu(double x) { return x > 0 ? x : 0; }
@@ -485,6 +532,7 @@ static void test_modp_nonlinear_binary(void) {
   CHECK_EQ_INT(run_modp_binary(OP_EWADD, MODP_P - 1, 5), 4);
   CHECK_EQ_INT(run_modp_binary(OP_SUB, 1, 2), MODP_P - 1);
   CHECK_EQ_INT(run_modp_binary(OP_EWMUL, MODP_P - 1, MODP_P - 1), 1);
+  CHECK_EQ_INT(run_modp_binary(OP_PRELU, 2, 3), 4 + 76 + 41 + 6); /* x^2 + 38 x + 41 + y x */
 }
 
 /* ---- stand-ins ---- */
@@ -730,6 +778,7 @@ static void test_errors(void) {
 int main(void) {
   test_hand();
   test_broadcast();
+  test_prelu();
   test_unary_f32();
   test_unary_extremes();
   test_sigmoid_sweep();

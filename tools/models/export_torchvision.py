@@ -100,6 +100,44 @@ def build_transformer(torch, torchvision):
     return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
 
 
+def build_iresnet50(torch, torchvision):
+    """InsightFace's ArcFace backbone, IResNet-50, on 112x112 faces: each block is
+    BN, 3x3 conv, BN, PReLU, 3x3 conv (the stride), BN, plus the shortcut; the embedding
+    is a BN, a flatten, a linear layer of 512 and a BatchNorm1d. Trained PReLU slopes
+    differ per channel, so they are drawn, not left at their shared initial 0.25."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.BatchNorm2d(cin), nn.Conv2d(cin, cout, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(cout), nn.PReLU(cout),
+                nn.Conv2d(cout, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout))
+            self.short = None
+            if stride != 1 or cin != cout:
+                self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                           nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            return self.body(x) + (self.short(x) if self.short is not None else x)
+
+    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.PReLU(64)]
+    cin = 64
+    for cout, blocks in ((64, 3), (128, 4), (256, 14), (512, 3)):
+        for b in range(blocks):
+            layers.append(Block(cin, cout, 2 if b == 0 else 1))
+            cin = cout
+    layers += [nn.BatchNorm2d(512), nn.Flatten(), nn.Linear(512 * 7 * 7, 512),
+               nn.BatchNorm1d(512)]
+    model = nn.Sequential(*layers)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.PReLU):
+                m.weight.uniform_(0.05, 0.45)
+    return model
+
+
 # name -> (builder, input shape, input seed, export options)
 #   keep_bn: export BatchNormalization nodes instead of letting torch fold them into Conv
 #   grad_path: trace with autograd enabled so torch 1.13 takes the composite (standard-ops)
@@ -129,7 +167,7 @@ MODELS = collections.OrderedDict([
 # windows, whose attention masks the exporter builds from shapes with ScatterND, and
 # MaxViT's block and grid attention, written with Einsum, and the video networks'
 # convolutions and pools over three axes (R3D-18: 8 frames of 112x112; S3D: 16 of
-# 224x224).
+# 224x224), and the PReLUs and pre-activation BatchNorms of face recognition's IResNet.
 # init_zero: ViT's classification head starts at zero, which would make every output 0
 # and every comparison vacuous; such weights are drawn at random instead.
 ZOO = collections.OrderedDict([
@@ -149,6 +187,7 @@ ZOO = collections.OrderedDict([
     ("maxvit_t", (build_torchvision("maxvit_t"), (1, 3, 224, 224), 31, {})),
     ("r3d_18", (build_torchvision("r3d_18", "video"), (1, 3, 8, 112, 112), 32, {})),
     ("s3d", (build_torchvision("s3d", "video"), (1, 3, 16, 224, 224), 33, {})),
+    ("iresnet50", (build_iresnet50, (1, 3, 112, 112), 34, {})),
 ])
 ALL = collections.OrderedDict(list(MODELS.items()) + list(ZOO.items()))
 
