@@ -1270,6 +1270,15 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, graph_fuse_residuals(im->g, im->d))) < 0) return n;
     im->stats.n_residuals_fused = n;
   }
+  if (!o->keep_batchnorm || !o->keep_product_scales) {
+    /* After the residual adds: a border residual would take their place. */
+    int bn;
+    n = onnx_pass_fold_affines_into_convs(im->g, !o->keep_batchnorm, !o->keep_product_scales,
+                                          &bn, im->d);
+    if ((n = settled(im, n)) < 0) return n;
+    im->stats.n_batchnorm_folded += bn;
+    im->stats.n_scales_folded += n - bn;
+  }
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
     im->stats.n_activations_fused = n;

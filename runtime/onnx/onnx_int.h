@@ -220,10 +220,17 @@ int onnx_pass_fuse_swishes(Graph *g, Diag *d);
  * how many, or an error. */
 int onnx_pass_fuse_hard_gates(Graph *g, Diag *d);
 /* Folds a constant scale or shift of one value, or one per channel, after a
- * convolution into its weights and bias, and one before a 1x1 convolution
- * without padding likewise (PP-LCNetV3's affine blocks); returns how many,
- * or an error. */
+ * convolution into its weights and bias (PP-LCNetV3's affine blocks);
+ * returns how many, or an error. */
 int onnx_pass_fold_conv_affines(Graph *g, Diag *d);
+/* Folds a BatchNorm (where batchnorms) or a constant scale or shift of one
+ * value or one per channel (where scales) that a convolution alone reads
+ * into its weights and bias, and, where its padding reads zeros the shift
+ * never saw, a constant residual (IResNet's BatchNorms before each block's
+ * first convolution); returns how many, *n_batchnorms of them BatchNorms,
+ * or an error. */
+int onnx_pass_fold_affines_into_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                      Diag *d);
 /* Folds a constant scale of one value per output column into the constant
  * weights (and the added constant bias) of the product it follows, through
  * one transpose (ConvNeXt's layer scale); returns how many, or an error. */

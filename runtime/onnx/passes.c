@@ -10,22 +10,24 @@
  * channel of the weights and bias once, at import:
  *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
  *   s[c] = gamma[c] / sqrt(var[c] + eps),
- * which is exact in real arithmetic. A layer normalization that an
- * exporter wrote out in nine operators (PyTorch below opset 17: ReduceMean,
- * Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta) becomes
- * the one operator it computes, also exact in real arithmetic, and so does
- * a GELU written out in erf (x / sqrt 2, Erf, + 1, times x, times 1/2, as
- * PyTorch below opset 20 and most exporters write it) or in tanh (its
- * approximation, as GPT-2's is written). An activation that is the only
- * reader of a convolution or product becomes that operator's fused act:
- * an exporter (Teq's own among them) writes a fused activation as a second
- * node, and every runtime fuses it back, so a graph priced or timed with
- * the two apart would charge a kernel nobody runs (the residual adds fold
- * before, graph_fuse_residuals, with the activation after each). A max
- * pool whose windows tile the convolution's output (VGG's 2x2 at stride 2)
- * becomes the conv's pool, last, after its activation. Parameters are
- * found by name through the registry rows, never by index. Dead nodes are
- * removed by the caller. */
+ * which is exact in real arithmetic; a BatchNorm, or a constant scale or
+ * shift, before a convolution folds into it too, with a constant residual
+ * where its padding reads zeros the shift never saw. A layer normalization
+ * that an exporter wrote out in nine operators (PyTorch below opset 17:
+ * ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add
+ * beta) becomes the one operator it computes, also exact in real
+ * arithmetic, and so does a GELU written out in erf (x / sqrt 2, Erf, + 1,
+ * times x, times 1/2, as PyTorch below opset 20 and most exporters write
+ * it) or in tanh (its approximation, as GPT-2's is written). An activation
+ * that is the only reader of a convolution or product becomes that
+ * operator's fused act: an exporter (Teq's own among them) writes a fused
+ * activation as a second node, and every runtime fuses it back, so a graph
+ * priced or timed with the two apart would charge a kernel nobody runs (the
+ * residual adds fold before, graph_fuse_residuals, with the activation
+ * after each). A max pool whose windows tile the convolution's output
+ * (VGG's 2x2 at stride 2) becomes the conv's pool, last, after its
+ * activation. Parameters are found by name through the registry rows, never
+ * by index. Dead nodes are removed by the caller. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -787,10 +789,9 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
  * with a learnable affine block, s x + b of two scalars, which its exporter
  * writes as a Mul and an Add over the whole tensor. After a convolution
  * each is the convolution with scaled weights and bias, as a BatchNorm is;
- * before a 1x1 convolution without padding, W (s x + b) + c is (W s) x +
- * (W b + c), exactly (a padded one would read b where it reads zeros).
- * Either way a pass over the tensor goes. Only constants of one value, or
- * of one per channel (axis 1), are taken. */
+ * before one, onnx_pass_fold_affines_into_convs takes it. Either way a
+ * pass over the tensor goes. Only constants of one value, or of one per
+ * channel (axis 1), are taken. */
 
 /* The constant operand of element-wise node n (ewmul or ewadd; its index
  * in *k) when it is one value or one per channel of n's output and the
@@ -826,57 +827,26 @@ static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
   return id < 0 ? id : 1;
 }
 
-/* Conv node c, 1x1 without padding, folding the s * x or x + b it alone
- * reads into its weights or bias: 1, 0 where it does not apply, or an
- * error. Input channel j of output channel o's group is channel
- * (o / (M / G)) * (C / G) + j of x. */
-static int fold_before_conv(Graph *g, int32_t c, const Uses *u, Diag *d) {
-  const Node *cn = &g->nodes[c];
-  const Tensor *w, *b, *t;
-  if (cn->kind != OP_CONV2D || uses_of(u, (TensorRef){c, 0}) < 1 || !conv_weights(g, cn, &w, &b) ||
-      w->shape.d[2] != 1 || w->shape.d[3] != 1)
-    return 0;
-  const ParamValue *pads = &cn->params.v[param_index(OP_CONV2D, "pads")];
-  for (int e = 0; e < pads->n; e++)
-    if (pads->i[e]) return 0;
-  int k;
-  int32_t a = cn->in[0].node;
-  if (cn->in[0].out != 0 || uses_of(u, cn->in[0]) != 1 ||
-      !(t = channel_operand(g, &g->nodes[a], &k)))
-    return 0;
-  bool scale = g->nodes[a].kind == OP_EWMUL;
-  TensorRef x = g->nodes[a].in[1 - k];
-  Tensor *nw, *nb;
-  if (!clone_weights(w, b, &nw, &nb))
-    return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
-  int64_t m = w->shape.d[0], cg = w->shape.d[1];
-  int64_t groups = param_int(&cn->params, param_index(OP_CONV2D, "groups"));
-  for (int64_t o = 0; o < m; o++) {
-    int64_t first = (o / (m / groups)) * cg; /* x's channel of input j = 0 */
-    double add = 0;
-    for (int64_t j = 0; j < cg; j++) {
-      float *wj = (float *)nw->data + o * cg + j;
-      if (scale) *wj *= along(t, first + j);
-      else add += (double)*wj * along(t, first + j);
-    }
-    ((float *)nb->data)[o] += (float)add;
-  }
-  int id = reconv(g, c, c, x, nw, nb, d);
-  return id < 0 ? id : 1;
-}
+/* A fold of one node: 0 where it does not apply, a positive tag (what it
+ * folded) where it did, or an error. */
+typedef int (*FoldOne)(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d);
 
-int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
+/* fold on every node of g, in rounds until one folds nothing: a round sees
+ * the nodes the one before made, whose readers are counted anew, so that a
+ * Mul and the Add beside it fold in turn. tally[tag - 1] counts the folds
+ * of each tag up to n_tags. Returns how many folded, or an error. */
+static int fold_rounds(Graph *g, const char *what, FoldOne fold, const void *how, int *tally,
+                       int n_tags, Diag *d) {
   int total = 0, n;
-  /* A Mul and the Add after it fold in turn: a round sees the nodes the one
-   * before left, whose readers were counted again. */
   do {
     Uses u;
-    if (pass_uses(g, &u, "folding scales into convolutions", d)) return TEQ_ERR_NOMEM;
+    if (pass_uses(g, &u, what, d)) return TEQ_ERR_NOMEM;
     n = 0;
     int rc = TEQ_OK;
     for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc >= 0; i++) {
-      if ((rc = fold_after_conv(g, i, &u, d)) == 0) rc = fold_before_conv(g, i, &u, d);
+      rc = fold(g, i, &u, how, d);
       n += rc > 0;
+      if (rc > 0 && rc <= n_tags) tally[rc - 1]++;
     }
     uses_fini(&u);
     if (rc < 0) return rc;
@@ -884,6 +854,245 @@ int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
     total += n;
   } while (n > 0);
   return total;
+}
+
+static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
+  (void)how;
+  return fold_after_conv(g, i, u, d);
+}
+
+int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
+  return fold_rounds(g, "folding scales into convolutions", fold_after_conv_one, NULL, NULL, 0, d);
+}
+
+/* ---- affines before a convolution ----
+ * A BatchNorm, or a constant scale or shift of one value or one per
+ * channel, that a convolution alone reads (IResNet's BatchNorm at the head
+ * of each block; PP-LCNetV3's affine blocks after an activation) folds into
+ * that convolution. With x' = s x + t per input channel, and the padding's
+ * zeros put in after the affine, as the model does,
+ *   conv(pad(x'), W) = conv(pad(x), W s) + conv(pad(t), W).
+ * The second term depends on the weights alone. At an output pixel whose
+ * window lies inside the image it is the sum over every tap and channel
+ * of W t, one value per output channel, which joins the bias. Where the
+ * window reaches into the padding, those taps read zeros instead, and what
+ * they would have added is taken off again by a constant residual (conv2d's
+ * input Z) of the output's shape, zero inside. Exact in real arithmetic.
+ * The residual is made where the convolution has none or holds such a
+ * constant already; the pass runs after graph_fuse_residuals, so a
+ * convolution whose output an add of another tensor took keeps that add
+ * fused, and a shift before it that would need a residual stays as written
+ * (an add is dearer than the BatchNorm it would save). */
+
+/* What an affine before a convolution computes of each input channel:
+ * s x + t (s NULL: 1; t NULL: 0). */
+typedef struct ChannelAffine {
+  TensorRef x; /* the tensor it scales and shifts */
+  double *s, *t;
+  bool batchnorm;
+} ChannelAffine;
+
+/* Node a as a per-channel affine of C channels into *f (arrays the caller
+ * frees): an ewmul or ewadd of a constant of one value or one per channel,
+ * or an inference BatchNorm without a fused act; 1, 0 where it is neither,
+ * or an error. */
+static int channel_affine(const Graph *g, const Node *a, int64_t c, ChannelAffine *f, Diag *d) {
+  memset(f, 0, sizeof *f);
+  const Tensor *k[4] = {NULL};
+  int j = -1;
+  if (a->kind == OP_BATCHNORM) {
+    if (a->n_in != 5 || a->n_out != 1 || a->dtype != DT_F32 || a->out[0].ndim != 4 ||
+        param_int(&a->params, param_index(OP_BATCHNORM, "act")) != ACT_NONE)
+      return 0;
+    for (int i = 0; i < 4; i++)
+      if (!(k[i] = const_input(g, a, i + 1, c))) return 0;
+  } else if (!(k[0] = channel_operand(g, a, &j))) {
+    return 0;
+  }
+  bool scale = a->kind != OP_EWADD, shift = a->kind != OP_EWMUL;
+  f->s = scale ? malloc((size_t)c * sizeof *f->s) : NULL;
+  f->t = shift ? malloc((size_t)c * sizeof *f->t) : NULL;
+  if ((scale && !f->s) || (shift && !f->t)) {
+    free(f->s), free(f->t);
+    return diag_error(d, "out of memory folding into a convolution"), TEQ_ERR_NOMEM;
+  }
+  if (a->kind == OP_BATCHNORM) {
+    double eps = param_float(&a->params, param_index(OP_BATCHNORM, "epsilon"));
+    const float *gamma = k[0]->data, *beta = k[1]->data, *mean = k[2]->data, *var = k[3]->data;
+    for (int64_t i = 0; i < c; i++) {
+      f->s[i] = gamma[i] / sqrt((double)var[i] + eps);
+      f->t[i] = beta[i] - mean[i] * f->s[i];
+    }
+  } else {
+    for (int64_t i = 0; i < c; i++) (scale ? f->s : f->t)[i] = along(k[0], i);
+  }
+  for (int64_t i = 0; i < c; i++)
+    if ((f->s && !isfinite(f->s[i])) || (f->t && !isfinite(f->t[i]))) {
+      free(f->s), free(f->t);
+      return 0;
+    }
+  f->x = a->kind == OP_BATCHNORM ? a->in[0] : a->in[1 - j];
+  f->batchnorm = a->kind == OP_BATCHNORM;
+  return 1;
+}
+
+/* The convolution's geometry as the border needs it. */
+typedef struct ConvWindow {
+  int64_t n, m, cg, kh, kw, h, w, oh, ow, sh, sw, ph, pw, dh, dw, groups;
+} ConvWindow;
+
+/* Whether input row (or column) i * s - p + k * dl of an extent of n lies
+ * inside it. */
+static bool tap_inside(int64_t i, int64_t k, int64_t s, int64_t p, int64_t dl, int64_t n) {
+  int64_t r = i * s - p + k * dl;
+  return r >= 0 && r < n;
+}
+
+/* What the shift t adds through weights w at output pixel (i, j) of
+ * channel o, less what it adds inside the image: minus the taps that fall
+ * in the padding, each sum_c W[o, c, ki, kj] t[c] (tw[o][ki][kj]). */
+static double border_term(const ConvWindow *v, const double *tw, int64_t o, int64_t i, int64_t j) {
+  double off = 0;
+  for (int64_t ki = 0; ki < v->kh; ki++)
+    for (int64_t kj = 0; kj < v->kw; kj++)
+      if (!tap_inside(i, ki, v->sh, v->ph, v->dh, v->h) ||
+          !tap_inside(j, kj, v->sw, v->pw, v->dw, v->w))
+        off -= tw[(o * v->kh + ki) * v->kw + kj];
+  return off;
+}
+
+/* The constant residual that the shift leaves at the border, added to z0
+ * (the convolution's constant residual, or NULL), into *z: NULL where every
+ * window of every pixel lies inside the image (nothing to add), 1 made, or
+ * an error. tw as border_term takes it. */
+static int border_residual(const ConvWindow *v, const double *tw, const Tensor *z0, Tensor **z,
+                           Diag *d) {
+  *z = NULL;
+  bool any = false;
+  for (int64_t o = 0; o < v->m && !any; o++)
+    for (int64_t i = 0; i < v->oh && !any; i++)
+      for (int64_t j = 0; j < v->ow && !any; j++) any = border_term(v, tw, o, i, j) != 0;
+  if (!any) return 0;
+  Shape zs = shape_of(4, v->n, v->m, v->oh, v->ow);
+  if (!(*z = z0 ? tensor_clone(z0) : tensor_new(DT_F32, &zs)))
+    return diag_error(d, "out of memory folding into a convolution"), TEQ_ERR_NOMEM;
+  float *zd = (*z)->data;
+  int64_t plane = v->oh * v->ow;
+  for (int64_t o = 0; o < v->m; o++)
+    for (int64_t i = 0; i < v->oh; i++)
+      for (int64_t j = 0; j < v->ow; j++) {
+        float off = (float)border_term(v, tw, o, i, j);
+        for (int64_t b = 0; off != 0 && b < v->n; b++)
+          zd[(b * v->m + o) * plane + i * v->ow + j] += off;
+      }
+  return 1;
+}
+
+/* Conv node c with the affine f of its input folded in: weights w, bias b
+ * (NULL: zero), constant residual z0 (NULL: none), dyn where its residual
+ * is not a constant (no border can join it then). In place of c's readers;
+ * its id, 0 where a border is needed and impossible, or an error. */
+static int fold_affine(Graph *g, int32_t c, const ChannelAffine *f, const ConvWindow *v,
+                       const Tensor *w, const Tensor *b, const Tensor *z0, bool dyn, Diag *d) {
+  int64_t per = v->kh * v->kw, m = v->m;
+  double *tw = f->t ? calloc((size_t)(m * per), sizeof *tw) : NULL;
+  Tensor *nw = NULL, *nb = NULL, *z = NULL;
+  if ((f->t && !tw) || !clone_weights(w, b, &nw, &nb)) {
+    free(tw);
+    return diag_error(d, "out of memory folding into a convolution"), TEQ_ERR_NOMEM;
+  }
+  for (int64_t o = 0; o < m; o++) {
+    int64_t first = (o / (m / v->groups)) * v->cg; /* x's channel of input j = 0 */
+    double inside = 0;
+    for (int64_t j = 0; j < v->cg; j++)
+      for (int64_t e = 0; e < per; e++) {
+        float *wj = (float *)nw->data + (o * v->cg + j) * per + e;
+        if (f->t) {
+          double add = (double)*wj * f->t[first + j];
+          tw[o * per + e] += add;
+          inside += add;
+        }
+        if (f->s) *wj = (float)(*wj * f->s[first + j]);
+      }
+    float *bo = (float *)nb->data + o;
+    *bo = (float)(*bo + inside);
+  }
+  int rc = f->t ? border_residual(v, tw, z0, &z, d) : 0;
+  free(tw);
+  if (rc < 0 || (z && dyn)) {
+    tensor_unref(nw), tensor_unref(nb), tensor_unref(z);
+    return rc < 0 ? rc : 0;
+  }
+  const Node *cn = &g->nodes[c];
+  Params p = cn->params;
+  TensorRef in[4] = {f->x, {-1, 0}, {-1, 0}, cn->n_in > 3 ? cn->in[3] : (TensorRef){-1, 0}};
+  int n_in = z || cn->n_in > 3 ? 4 : 3;
+  Tensor *made[3] = {nw, nb, z};
+  for (int k = 0; k < 3; k++) {
+    if (!made[k]) continue;
+    int id = graph_add_const(g, NULL, made[k], d);
+    if (id < 0) {
+      for (int r = k; r < 3; r++) tensor_unref(made[r]);
+      return id;
+    }
+    in[k + 1] = (TensorRef){id, 0};
+  }
+  return take_over(g, c, c, OP_CONV2D, in, n_in, &p, d);
+}
+
+/* Conv node c folding the affine it alone reads: 1 for a BatchNorm, 2 for
+ * a scale or shift, 0 where it does not apply, or an error. (fold_affine's
+ * new node is never node 0: it comes after the nodes it reads.) */
+static int fold_before_conv(Graph *g, int32_t c, const Uses *u, bool batchnorms, bool scales,
+                            Diag *d) {
+  const Node *cn = &g->nodes[c];
+  if (cn->kind != OP_CONV2D || cn->n_out != 1 || cn->n_in < 2 || cn->dtype != DT_F32 ||
+      op_output_pooled(cn) || uses_of(u, (TensorRef){c, 0}) < 1 || cn->in[0].out != 0 ||
+      uses_of(u, cn->in[0]) != 1)
+    return 0;
+  const Node *a = &g->nodes[cn->in[0].node];
+  if (!(a->kind == OP_BATCHNORM ? batchnorms : scales)) return 0;
+  const Tensor *w = const_input(g, cn, 1, -1);
+  if (!w || w->shape.ndim != 4) return 0;
+  const Tensor *b = cn->n_in > 2 ? const_input(g, cn, 2, w->shape.d[0]) : NULL;
+  const Tensor *z0 = cn->n_in > 3 ? const_input(g, cn, 3, shape_numel(&cn->out[0])) : NULL;
+  const Shape *xs = &a->out[0], *ys = &cn->out[0];
+  if ((cn->n_in > 2 && !b) || xs->ndim != 4 || ys->ndim != 4) return 0;
+  const Params *p = &cn->params;
+  int si = param_index(OP_CONV2D, "stride"), pi = param_index(OP_CONV2D, "pads");
+  int di = param_index(OP_CONV2D, "dilation");
+  ConvWindow v = {.n = ys->d[0], .m = ys->d[1], .cg = w->shape.d[1], .kh = w->shape.d[2],
+                  .kw = w->shape.d[3], .h = xs->d[2], .w = xs->d[3], .oh = ys->d[2],
+                  .ow = ys->d[3], .sh = p->v[si].i[0], .sw = p->v[si].i[1],
+                  .ph = p->v[pi].i[0], .pw = p->v[pi].i[1], .dh = p->v[di].i[0],
+                  .dw = p->v[di].i[1], .groups = param_int(p, param_index(OP_CONV2D, "groups"))};
+  if (v.cg * v.groups != xs->d[1] || v.m != w->shape.d[0]) return 0;
+  ChannelAffine f;
+  int rc = channel_affine(g, a, xs->d[1], &f, d);
+  if (rc <= 0) return rc;
+  rc = fold_affine(g, c, &f, &v, w, b, z0, cn->n_in > 3 && !z0, d);
+  free(f.s), free(f.t);
+  return rc <= 0 ? rc : f.batchnorm ? 1 : 2;
+}
+
+/* Which affines fold_before_conv takes. */
+typedef struct BeforeConv {
+  bool batchnorms, scales;
+} BeforeConv;
+
+static int fold_before_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
+  const BeforeConv *b = how;
+  return fold_before_conv(g, i, u, b->batchnorms, b->scales, d);
+}
+
+int onnx_pass_fold_affines_into_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                      Diag *d) {
+  int tally[2] = {0, 0}; /* BatchNorms, scales and shifts */
+  BeforeConv how = {batchnorms, scales};
+  int n = fold_rounds(g, "folding affines into convolutions", fold_before_conv_one, &how, tally, 2,
+                      d);
+  *n_batchnorms = tally[0];
+  return n;
 }
 
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {

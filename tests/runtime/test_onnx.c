@@ -1629,17 +1629,47 @@ static void test_hard_gates(void) {
 }
 
 /* PP-LCNetV3's affine blocks: a scale and a shift after a convolution
- * folded into it, and after its relu into the 1x1 convolution (two groups,
- * stride 2) that reads them; a scale of a convolution read twice, a shift
- * by a whole-tensor constant and a scale before a padded convolution left
- * as written; as given, none. */
+ * folded into it, after its relu into the 1x1 convolution (two groups,
+ * stride 2) that reads them, and a scale before a padded convolution into
+ * that one; a scale of a convolution read twice and a shift by a
+ * whole-tensor constant left as written; as given, none. */
 static void test_conv_affines(void) {
   OnnxImportStats st, given;
   Graph *g = check_fusion_model("conv_affines", &st, &given);
-  CHECK_EQ_INT(st.n_scales_folded, 4);
+  CHECK_EQ_INT(st.n_scales_folded, 5);
   CHECK_EQ_INT(given.n_scales_folded, 0);
   check_kind_counts(g, "conv_affines",
-                    (KindCount[]){{OP_CONV2D, 4}, {OP_EWMUL, 2}, {OP_EWADD, 2}}, 3);
+                    (KindCount[]){{OP_CONV2D, 4}, {OP_EWMUL, 1}, {OP_EWADD, 2}}, 3);
+  graph_free(g);
+}
+
+/* Affines before convolutions: a BatchNorm before a padded, strided one
+ * and a shift and scale before a padded, grouped, dilated one fold in,
+ * each with a constant residual for the border; a BatchNorm before a 1x1
+ * one folds into its bias alone. A BatchNorm before a convolution that
+ * took a residual add, and one the graph returns, stay; as given, none
+ * fold. */
+static void test_affines_before_convs(void) {
+  OnnxImportStats st, given;
+  Graph *g = check_fusion_model("affines_before_convs", &st, &given);
+  CHECK_EQ_INT(st.n_batchnorm_folded, 2);
+  CHECK_EQ_INT(st.n_scales_folded, 2);
+  CHECK_EQ_INT(st.n_residuals_fused, 1);
+  CHECK_EQ_INT(given.n_batchnorm_folded + given.n_scales_folded, 0);
+  check_kind_counts(g, "affines_before_convs",
+                    (KindCount[]){{OP_CONV2D, 5}, {OP_BATCHNORM, 2}, {OP_EWMUL, 0}, {OP_EWADD, 0}},
+                    4);
+  /* The two padded convolutions that folded a shift read a constant
+   * residual; the 1x1 one reads none, the one with the add reads it. */
+  int constant_z = 0, no_z = 0;
+  for (int32_t i = 0; g && i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if (n->kind != OP_CONV2D) continue;
+    no_z += n->n_in < 4;
+    constant_z += n->n_in == 4 && g->nodes[n->in[3].node].kind == OP_CONST;
+  }
+  CHECK_MSG(constant_z == 2 && no_z == 2, "%d convolutions with a constant residual, %d with none",
+            constant_z, no_z);
   graph_free(g);
 }
 
@@ -2146,6 +2176,7 @@ int main(void) {
   test_hard_gates();
   test_neutral_operands();
   test_conv_affines();
+  test_affines_before_convs();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

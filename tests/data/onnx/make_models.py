@@ -1070,9 +1070,10 @@ def conv_affine_models():
     """PP-LCNetV3's learnable affine blocks: a scale and a shift (one value, or
     one per channel) after a convolution without bias, folded into it, and
     after its relu, before a 1x1 convolution of two groups and stride 2,
-    folded into that one; beside them look-alikes that must stay as written:
-    a scale of a convolution read twice, a shift by a constant of the whole
-    tensor's shape, a scale before a padded convolution. Reference in double."""
+    folded into that one, and a scale before a padded convolution, folded
+    too; beside them look-alikes that must stay as written: a scale of a
+    convolution read twice, a shift by a constant of the whole tensor's
+    shape. Reference in double."""
     n = helper.make_node
     vi = helper.make_tensor_value_info
     f = TensorProto.FLOAT
@@ -1144,6 +1145,62 @@ def neutral_operand_models():
     save_tensor("neutral_operands.output_0.pb", y.astype(np.float32), "y")
 
 
+def affines_before_convs_model():
+    """IResNet's BatchNorm before a padded convolution, folded into it with a
+    constant residual at the border (stride 2, odd extents); a shift and a
+    scale after a relu, before a padded convolution of two groups, dilation
+    2 and uneven padding, folded in turn; a BatchNorm before a 1x1
+    convolution, folded without one. Beside them look-alikes that must stay:
+    a BatchNorm before a padded convolution whose output an add of another
+    tensor takes (its residual), one the graph also returns. Reference in
+    double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+
+    def bn_params(name, c):
+        return [(name + "_g", rand(c) + 1.5), (name + "_b", rand(c)), (name + "_m", rand(c)),
+                (name + "_v", np.abs(rand(c)) + 0.5)]
+
+    def bn(v, name):
+        g, b, m, var = (params[name + k].reshape(1, -1, 1, 1).astype(np.float64)
+                        for k in ("_g", "_b", "_m", "_v"))
+        return (v - m) / np.sqrt(var + 1e-5) * g + b
+
+    def conv(v, w, b, group, stride, pads, dilation):
+        return conv3d(v[:, :, None], w[:, :, None], b, group, (1,) + stride,
+                      (0, pads[0], pads[1], 0, pads[2], pads[3]), (1,) + dilation)[:, :, 0]
+
+    x = rand(1, 4, 11, 10)
+    wa, wb, bb = rand(6, 4, 3, 3) / 2, rand(6, 3, 3, 3) / 2, rand(6)
+    wc, wd, we = rand(6, 6, 3, 3) / 2, rand(5, 6, 1, 1) / 2, rand(5, 5, 3, 3) / 8
+    t, sc = rand(1, 6, 1, 1), np.float32([0.75])
+    params = dict(bn_params("bn1", 4) + bn_params("bn2", 6) + bn_params("bn3", 6) +
+                  bn_params("bn4", 5) + [("wa", wa), ("wb", wb), ("bb", bb), ("wc", wc),
+                                         ("wd", wd), ("we", we), ("t", t), ("sc", sc)])
+    inits = [init(k, v) for k, v in params.items()]
+    bn_node = lambda i, o, name: n("BatchNormalization", [i] + [name + k for k in
+                                                              ("_g", "_b", "_m", "_v")], [o])
+    nodes = [bn_node("x", "n1", "bn1"),
+             n("Conv", ["n1", "wa"], ["ha"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             n("Relu", ["ha"], ["ra"]), n("Add", ["ra", "t"], ["a1"]), n("Mul", ["a1", "sc"], ["a2"]),
+             n("Conv", ["a2", "wb", "bb"], ["hb"], group=2, pads=[2, 1, 0, 2], dilations=[2, 2]),
+             bn_node("hb", "n2", "bn2"), n("Conv", ["n2", "wc"], ["hc"], pads=[1, 1, 1, 1]),
+             n("Add", ["hc", "hb"], ["r"]), bn_node("r", "n3", "bn3"),
+             n("Conv", ["n3", "wd"], ["hd"]), n("Relu", ["hd"], ["rd"]), bn_node("rd", "y2", "bn4"),
+             n("Conv", ["y2", "we"], ["y"], pads=[1, 1, 1, 1])]
+    save("affines_before_convs", helper.make_graph(
+        nodes, "affines_before_convs", [vi("x", f, [1, 4, 11, 10])],
+        [vi("y", f, [1, 5, 4, 4]), vi("y2", f, [1, 5, 4, 4])], inits))
+    ha = conv(bn(x.astype(np.float64), "bn1"), wa, None, 1, (2, 2), (1, 1, 1, 1), (1, 1))
+    hb = conv((np.maximum(ha, 0) + t) * np.float64(sc[0]), wb, bb, 2, (1, 1), (2, 1, 0, 2), (2, 2))
+    r = conv(bn(hb, "bn2"), wc, None, 1, (1, 1), (1, 1, 1, 1), (1, 1)) + hb
+    hd = conv(bn(r, "bn3"), wd, None, 1, (1, 1), (0, 0, 0, 0), (1, 1))
+    y = conv(bn(np.maximum(hd, 0), "bn4"), we, None, 1, (1, 1), (1, 1, 1, 1), (1, 1))
+    save_tensor("affines_before_convs.input_0.pb", x, "x")
+    save_tensor("affines_before_convs.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1175,3 +1232,4 @@ if __name__ == "__main__":
     hard_gate_models()
     conv_affine_models()
     neutral_operand_models()
+    affines_before_convs_model()
