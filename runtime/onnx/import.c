@@ -1234,14 +1234,16 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, onnx_pass_fold_zero_pads(im->g, im->d))) < 0) return n;
     im->stats.n_pads_folded = n;
   }
-  if (!o->keep_batchnorm) {
-    if ((n = settled(im, onnx_pass_fold_batchnorm(im->g, im->d))) < 0) return n;
-    im->stats.n_batchnorm_folded = n;
+  if (!o->keep_batchnorm || !o->keep_product_scales) {
+    int bn;
+    n = onnx_pass_fold_affines_after_convs(im->g, !o->keep_batchnorm, !o->keep_product_scales,
+                                           &bn, im->d);
+    if ((n = settled(im, n)) < 0) return n;
+    im->stats.n_batchnorm_folded = bn;
+    im->stats.n_scales_folded = n - bn;
   }
   if (!o->keep_product_scales) {
     if ((n = settled(im, onnx_pass_fold_product_scales(im->g, im->d))) < 0) return n;
-    im->stats.n_scales_folded = n;
-    if ((n = settled(im, onnx_pass_fold_conv_affines(im->g, im->d))) < 0) return n;
     im->stats.n_scales_folded += n;
   }
   if (!o->keep_written_layer_norms) {

@@ -197,10 +197,6 @@ int onnx_pass_drop_neutral_operands(Graph *g, Diag *d);
  * it whose window can pad so (op_takes_pad); returns how many readers, or
  * an error. */
 int onnx_pass_fold_zero_pads(Graph *g, Diag *d);
-/* Folds BatchNormalization into the convolution before it where that
- * convolution feeds nothing else and all weights are constants; returns how
- * many, or a negative error. */
-int onnx_pass_fold_batchnorm(Graph *g, Diag *d);
 /* Replaces each layer normalization written out in nine operators (mean,
  * subtract, square, mean, add epsilon, sqrt, divide, scale, shift) by one
  * layer_norm; returns how many, or an error. */
@@ -219,10 +215,14 @@ int onnx_pass_fuse_swishes(Graph *g, Diag *d);
  * alpha 1/6 and beta 1/2 (the division may be a product by 1/6); returns
  * how many, or an error. */
 int onnx_pass_fuse_hard_gates(Graph *g, Diag *d);
-/* Folds a constant scale or shift of one value, or one per channel, after a
- * convolution into its weights and bias (PP-LCNetV3's affine blocks);
- * returns how many, or an error. */
-int onnx_pass_fold_conv_affines(Graph *g, Diag *d);
+/* Folds a BatchNorm (where batchnorms) or a constant scale or shift of one
+ * value or one per channel (where scales) after a convolution or a
+ * transposed one, which feeds nothing else and whose weights are constants,
+ * into its weights and bias (PP-LCNetV3's affine blocks; a bias Paddle adds
+ * after a ConvTranspose, then its BatchNorm); returns how many,
+ * *n_batchnorms of them BatchNorms, or an error. */
+int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                       Diag *d);
 /* Folds a BatchNorm (where batchnorms) or a constant scale or shift of one
  * value or one per channel (where scales) that a convolution alone reads
  * into its weights and bias, and, where its padding reads zeros the shift

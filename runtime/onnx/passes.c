@@ -108,14 +108,6 @@ int onnx_pass_remove_noops(Graph *g, Diag *d) {
   return n;
 }
 
-/* The index of kind's parameter read from ONNX attribute attr, or -1. */
-static int param_of_attr(OpKind kind, const char *attr) {
-  const OpDef *o = op_def(kind);
-  for (int i = 0; i < o->n_params; i++)
-    if (o->params[i].onnx_attr && strcmp(o->params[i].onnx_attr, attr) == 0) return i;
-  return -1;
-}
-
 static const Tensor *const_input(const Graph *g, const Node *n, int i, int64_t numel) {
   if (i >= n->n_in) return NULL;
   const Node *src = &g->nodes[n->in[i].node];
@@ -157,36 +149,62 @@ int onnx_pass_drop_neutral_operands(Graph *g, Diag *d) {
 }
 
 /* ---- folding into a convolution's weights ----
- * A BatchNorm after a convolution (onnx_pass_fold_batchnorm), and a
- * constant scale or shift before or after one (onnx_pass_fold_conv_affines),
- * become the convolution with new weights and bias. */
+ * A BatchNorm, or a constant scale or shift, after a convolution or a
+ * transposed one (onnx_pass_fold_affines_after_convs) or before a
+ * convolution (onnx_pass_fold_affines_into_convs) becomes the convolution
+ * with new weights and bias. */
 
-/* Weight and bias of conv node c when both are float32 constants (the bias
- * may be absent: *b NULL) and c has neither residual nor pool; else false. */
+/* Output channels of conv2d or conv_transpose node c, whose weights are w:
+ * conv2d's W is [M, C/G, kh, kw], conv_transpose's [C, M/G, kh, kw]. */
+static int64_t out_channels(const Node *c, const Tensor *w) {
+  if (c->kind == OP_CONV2D) return w->shape.d[0];
+  return w->shape.d[1] * param_int(&c->params, param_index(OP_CONV_TRANSPOSE, "groups"));
+}
+
+/* The output channel that weight element e of c (weights w) adds to:
+ * conv2d's row; conv_transpose's column j of its group's rows. */
+static int64_t weight_out_channel(const Node *c, const Tensor *w, int64_t e) {
+  int64_t taps = w->shape.d[2] * w->shape.d[3];
+  if (c->kind == OP_CONV2D) return e / (w->shape.d[1] * taps);
+  int64_t mg = w->shape.d[1], m = out_channels(c, w);
+  int64_t cg = w->shape.d[0] / (m / mg), ci = e / (mg * taps);
+  return (ci / cg) * mg + (e / taps) % mg;
+}
+
+/* Whether node c applies a fused activation (conv_transpose has none). */
+static bool fused_act(const Node *c) {
+  int i = param_index(c->kind, "act");
+  return i >= 0 && param_int(&c->params, i) != ACT_NONE;
+}
+
+/* Weight and bias of conv2d or conv_transpose node c when both are float32
+ * constants (the bias may be absent: *b NULL) and c has neither residual
+ * nor pool; else false. */
 static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
-  if (c->kind != OP_CONV2D || c->n_out != 1 || c->n_in < 2 || c->n_in > 3 ||
-      c->dtype != DT_F32 || op_output_pooled(c))
+  if ((c->kind != OP_CONV2D && c->kind != OP_CONV_TRANSPOSE) || c->n_out != 1 || c->n_in < 2 ||
+      c->n_in > 3 || c->dtype != DT_F32 || op_output_pooled(c))
     return false;
   *w = const_input(g, c, 1, -1);
   if (!*w || (*w)->shape.ndim != 4) return false;
-  *b = c->n_in == 3 ? const_input(g, c, 2, (*w)->shape.d[0]) : NULL;
+  *b = c->n_in == 3 ? const_input(g, c, 2, out_channels(c, *w)) : NULL;
   return c->n_in == 2 || *b;
 }
 
-/* conv node c again on input x with weights w and bias b (taken over), in
- * place of node at's readers; its id or an error. */
+/* conv node c again (of its kind) on input x with weights w and bias b
+ * (taken over), in place of node at's readers; its id or an error. */
 static int reconv(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b, Diag *d) {
   Params p = g->nodes[c].params;
+  OpKind kind = g->nodes[c].kind;
   int wi = graph_add_const(g, NULL, w, d);
   if (wi < 0) tensor_unref(w);
   int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
   if (bi < 0) tensor_unref(b);
-  return bi < 0 ? bi : take_over(g, at, c, OP_CONV2D, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
+  return bi < 0 ? bi : take_over(g, at, c, kind, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
 }
 
-/* Copies of w and of b (zeros where there is none, [M]), or NULL both. */
-static bool clone_weights(const Tensor *w, const Tensor *b, Tensor **nw, Tensor **nb) {
-  Shape bs = shape_of(1, (int)w->shape.d[0]);
+/* Copies of w and of b (zeros where there is none, [m]), or NULL both. */
+static bool clone_weights(const Tensor *w, const Tensor *b, int64_t m, Tensor **nw, Tensor **nb) {
+  Shape bs = shape_of(1, m);
   *nw = tensor_clone(w);
   *nb = b ? tensor_clone(b) : tensor_new(DT_F32, &bs);
   if (*nw && *nb) return true;
@@ -204,30 +222,30 @@ static bool clone_weights(const Tensor *w, const Tensor *b, Tensor **nw, Tensor 
 static int fold_channel_affine(Graph *g, int32_t at, int32_t c, const Tensor *w, const Tensor *b,
                                const double *scale, const double *shift, Diag *d) {
   Tensor *nw, *nb;
-  if (!clone_weights(w, b, &nw, &nb))
+  const Node *cn = &g->nodes[c];
+  int64_t m = out_channels(cn, w);
+  if (!clone_weights(w, b, m, &nw, &nb))
     return diag_error(d, "out of memory folding into a conv"), TEQ_ERR_NOMEM;
-  int64_t m = w->shape.d[0], per = tensor_numel(w) / (m ? m : 1);
-  for (int64_t o = 0; o < m; o++) {
-    double s = scale ? scale[o] : 1.0, t = shift ? shift[o] : 0.0;
-    float *row = (float *)nw->data + o * per, *bias = (float *)nb->data + o;
-    for (int64_t e = 0; scale && e < per; e++) row[e] = (float)(row[e] * s);
-    *bias = (float)(*bias * s + t);
-  }
-  return reconv(g, at, c, g->nodes[c].in[0], nw, nb, d);
+  float *wd = nw->data, *bias = nb->data;
+  for (int64_t e = 0; scale && e < tensor_numel(nw); e++)
+    wd[e] = (float)(wd[e] * scale[weight_out_channel(cn, w, e)]);
+  for (int64_t o = 0; o < m; o++)
+    bias[o] = (float)(bias[o] * (scale ? scale[o] : 1.0) + (shift ? shift[o] : 0.0));
+  return reconv(g, at, c, cn->in[0], nw, nb, d);
 }
 
-/* The convolution bn folds into, or -1: bn reads output 0 of a conv2d
- * without a fused activation that nothing else reads, and every weight
- * involved is a float32 constant of the right size. */
+/* The convolution bn folds into, or -1: bn reads output 0 of a conv2d or
+ * conv_transpose without a fused activation that nothing else reads, and
+ * every weight involved is a float32 constant of the right size. */
 static int32_t foldable_conv(const Graph *g, const Node *bn, const Uses *u) {
   if (bn->n_in != 5 || bn->n_out != 1 || bn->in[0].out != 0) return -1;
   int32_t c = bn->in[0].node;
   const Tensor *w, *b;
   if (uses_of(u, (TensorRef){c, 0}) != 1 || !conv_weights(g, &g->nodes[c], &w, &b) ||
-      param_int(&g->nodes[c].params, param_index(OP_CONV2D, "act")) != ACT_NONE)
+      fused_act(&g->nodes[c]))
     return -1;
   for (int i = 1; i < 5; i++)
-    if (!const_input(g, bn, i, w->shape.d[0])) return -1;
+    if (!const_input(g, bn, i, out_channels(&g->nodes[c], w))) return -1;
   return c;
 }
 
@@ -238,7 +256,7 @@ static int fold_one(Graph *g, int32_t bn_id, int32_t c, double eps, Diag *d) {
   const Tensor *w = const_input(g, conv, 1, -1), *b = const_input(g, conv, 2, -1);
   const float *gamma = const_input(g, bn, 1, -1)->data, *beta = const_input(g, bn, 2, -1)->data;
   const float *mean = const_input(g, bn, 3, -1)->data, *var = const_input(g, bn, 4, -1)->data;
-  int64_t m = w->shape.d[0];
+  int64_t m = out_channels(conv, w);
   double *st = malloc(2 * (size_t)(m ? m : 1) * sizeof *st);
   if (!st) return diag_error(d, "out of memory folding BatchNormalization"), TEQ_ERR_NOMEM;
   for (int64_t o = 0; o < m; o++) {
@@ -248,23 +266,6 @@ static int fold_one(Graph *g, int32_t bn_id, int32_t c, double eps, Diag *d) {
   int id = fold_channel_affine(g, bn_id, c, w, b, st, st + m, d);
   free(st);
   return id < 0 ? id : TEQ_OK;
-}
-
-int onnx_pass_fold_batchnorm(Graph *g, Diag *d) {
-  int eps_i = param_of_attr(OP_BATCHNORM, "epsilon");
-  /* Without a bias input or a known epsilon there is nothing exact to do. */
-  if (op_def(OP_CONV2D)->n_in_max < 3 || eps_i < 0) return 0;
-  Uses u;
-  if (pass_uses(g, &u, "folding BatchNormalization", d)) return TEQ_ERR_NOMEM;
-  int n = 0, rc = TEQ_OK;
-  for (int32_t i = 0, n0 = g->n_nodes; i < n0 && rc == TEQ_OK; i++) {
-    if (g->nodes[i].kind != OP_BATCHNORM) continue;
-    int32_t c = foldable_conv(g, &g->nodes[i], &u);
-    if (c >= 0 && (rc = fold_one(g, i, c, param_float(&g->nodes[i].params, eps_i), d)) == TEQ_OK)
-      n++;
-  }
-  uses_fini(&u);
-  return rc == TEQ_OK ? n : rc;
 }
 
 /* ---- layer normalization written out ---- */
@@ -814,10 +815,9 @@ static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
   const Node *n = &g->nodes[i];
   const Tensor *t = uses_of(u, (TensorRef){i, 0}) > 0 ? channel_operand(g, n, &k) : NULL, *w, *b;
   int32_t c = t ? sole(g, n->in[1 - k], OP_CONV2D, u) : -1;
-  if (c < 0 || !conv_weights(g, &g->nodes[c], &w, &b) ||
-      param_int(&g->nodes[c].params, param_index(OP_CONV2D, "act")) != ACT_NONE)
-    return 0;
-  int64_t m = w->shape.d[0];
+  if (t && c < 0) c = sole(g, n->in[1 - k], OP_CONV_TRANSPOSE, u);
+  if (c < 0 || !conv_weights(g, &g->nodes[c], &w, &b) || fused_act(&g->nodes[c])) return 0;
+  int64_t m = out_channels(&g->nodes[c], w);
   double *v = malloc((size_t)(m ? m : 1) * sizeof *v);
   if (!v) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
   for (int64_t o = 0; o < m; o++) v[o] = along(t, o);
@@ -856,13 +856,35 @@ static int fold_rounds(Graph *g, const char *what, FoldOne fold, const void *how
   return total;
 }
 
+/* Which affines a pass folds into convolutions. */
+typedef struct AffineKinds {
+  bool batchnorms, scales;
+} AffineKinds;
+
+/* Node i, a BatchNorm or a constant scale or shift after the convolution
+ * it alone reads, folded into it: 1 for a BatchNorm, 2 for a scale or
+ * shift, 0 where it does not apply, or an error. */
 static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
-  (void)how;
-  return fold_after_conv(g, i, u, d);
+  const AffineKinds *k = how;
+  const Node *n = &g->nodes[i];
+  if (n->kind == OP_BATCHNORM) {
+    int32_t c = k->batchnorms && uses_of(u, (TensorRef){i, 0}) > 0 ? foldable_conv(g, n, u) : -1;
+    if (c < 0) return 0;
+    int rc = fold_one(g, i, c, param_float(&n->params, param_index(OP_BATCHNORM, "epsilon")), d);
+    return rc < 0 ? rc : 1;
+  }
+  int rc = k->scales ? fold_after_conv(g, i, u, d) : 0;
+  return rc > 0 ? 2 : rc;
 }
 
-int onnx_pass_fold_conv_affines(Graph *g, Diag *d) {
-  return fold_rounds(g, "folding scales into convolutions", fold_after_conv_one, NULL, NULL, 0, d);
+int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                       Diag *d) {
+  int tally[2] = {0, 0}; /* BatchNorms, scales and shifts */
+  AffineKinds how = {batchnorms, scales};
+  int n = fold_rounds(g, "folding affines into convolutions", fold_after_conv_one, &how, tally, 2,
+                      d);
+  *n_batchnorms = tally[0];
+  return n;
 }
 
 /* ---- affines before a convolution ----
@@ -997,7 +1019,7 @@ static int fold_affine(Graph *g, int32_t c, const ChannelAffine *f, const ConvWi
   int64_t per = v->kh * v->kw, m = v->m;
   double *tw = f->t ? calloc((size_t)(m * per), sizeof *tw) : NULL;
   Tensor *nw = NULL, *nb = NULL, *z = NULL;
-  if ((f->t && !tw) || !clone_weights(w, b, &nw, &nb)) {
+  if ((f->t && !tw) || !clone_weights(w, b, m, &nw, &nb)) {
     free(tw);
     return diag_error(d, "out of memory folding into a convolution"), TEQ_ERR_NOMEM;
   }
@@ -1075,20 +1097,15 @@ static int fold_before_conv(Graph *g, int32_t c, const Uses *u, bool batchnorms,
   return rc <= 0 ? rc : f.batchnorm ? 1 : 2;
 }
 
-/* Which affines fold_before_conv takes. */
-typedef struct BeforeConv {
-  bool batchnorms, scales;
-} BeforeConv;
-
 static int fold_before_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
-  const BeforeConv *b = how;
-  return fold_before_conv(g, i, u, b->batchnorms, b->scales, d);
+  const AffineKinds *k = how;
+  return fold_before_conv(g, i, u, k->batchnorms, k->scales, d);
 }
 
 int onnx_pass_fold_affines_into_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
                                       Diag *d) {
   int tally[2] = {0, 0}; /* BatchNorms, scales and shifts */
-  BeforeConv how = {batchnorms, scales};
+  AffineKinds how = {batchnorms, scales};
   int n = fold_rounds(g, "folding affines into convolutions", fold_before_conv_one, &how, tally, 2,
                       d);
   *n_batchnorms = tally[0];

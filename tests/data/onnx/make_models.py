@@ -1201,6 +1201,56 @@ def affines_before_convs_model():
     save_tensor("affines_before_convs.output_0.pb", y.astype(np.float32), "y")
 
 
+def conv_transpose2d(x, w, b, group, stride, pads):
+    """ConvTranspose's definition in double: W [C, M/group, kh, kw], pads
+    [top, left, bottom, right] cropped from the full output."""
+    n, c, h, wd = x.shape
+    _, mg, kh, kw = w.shape
+    cg = c // group
+    full = np.zeros((n, mg * group, (h - 1) * stride + kh, (wd - 1) * stride + kw))
+    for ci in range(c):
+        o0 = (ci // cg) * mg
+        for i in range(kh):
+            for j in range(kw):
+                full[:, o0:o0 + mg, i:i + (h - 1) * stride + 1:stride,
+                     j:j + (wd - 1) * stride + 1:stride] += (
+                    x[:, ci:ci + 1].astype(np.float64) * w[ci, :, i, j].reshape(1, mg, 1, 1))
+    y = full[:, :, pads[0]:full.shape[2] - pads[2], pads[1]:full.shape[3] - pads[3]]
+    return y + (0 if b is None else b.reshape(1, -1, 1, 1))
+
+
+def conv_transpose_affines_model():
+    """A text detector's head as Paddle writes it: a ConvTranspose of two
+    groups without a bias, then the bias added per channel, a BatchNorm and
+    a relu; a second ConvTranspose with its own bias, then a scale of one
+    value. The add, the BatchNorm and the scale fold into the transposed
+    convolutions; the relu stays. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(1, 4, 5, 6)
+    w1, c1, w2, b2 = rand(4, 3, 2, 2), rand(1, 6, 1, 1), rand(6, 2, 3, 3) / 2, rand(2)
+    g, beta, mean, var = rand(6) + 1.5, rand(6), rand(6), np.abs(rand(6)) + 0.5
+    sc = np.float32([0.5])
+    inits = [init(k, v) for k, v in (("w1", w1), ("c1", c1), ("w2", w2), ("b2", b2), ("g", g),
+                                     ("beta", beta), ("mean", mean), ("var", var), ("sc", sc))]
+    nodes = [n("ConvTranspose", ["x", "w1"], ["t1"], group=2, strides=[2, 2]),
+             n("Add", ["t1", "c1"], ["a1"]),
+             n("BatchNormalization", ["a1", "g", "beta", "mean", "var"], ["n1"]),
+             n("Relu", ["n1"], ["r1"]),
+             n("ConvTranspose", ["r1", "w2", "b2"], ["t2"], strides=[2, 2], pads=[1, 0, 0, 1]),
+             n("Mul", ["sc", "t2"], ["y"])]
+    save("conv_transpose_affines", helper.make_graph(
+        nodes, "conv_transpose_affines", [vi("x", f, [1, 4, 5, 6])], [vi("y", f, [1, 2, 20, 24])],
+        inits))
+    a1 = conv_transpose2d(x, w1, None, 2, 2, (0, 0, 0, 0)) + c1
+    bn = ((a1 - mean.reshape(1, 6, 1, 1)) / np.sqrt(var.reshape(1, 6, 1, 1) + 1e-5)
+          * g.reshape(1, 6, 1, 1) + beta.reshape(1, 6, 1, 1))
+    y = conv_transpose2d(np.maximum(bn, 0), w2, b2, 1, 2, (1, 0, 0, 1)) * np.float64(sc[0])
+    save_tensor("conv_transpose_affines.input_0.pb", x, "x")
+    save_tensor("conv_transpose_affines.output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1233,3 +1283,4 @@ if __name__ == "__main__":
     conv_affine_models()
     neutral_operand_models()
     affines_before_convs_model()
+    conv_transpose_affines_model()
