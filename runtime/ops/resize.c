@@ -1,7 +1,8 @@
 /* resize.c: ONNX Resize (opset 11 and later) of a 4-D NCHW tensor over H
  * and W: nearest-neighbour (four rounding rules) or bilinear, under the
  * coordinate transformations half_pixel, pytorch_half_pixel, align_corners
- * and asymmetric.
+ * and asymmetric; and the older Upsample (opset 9) and Resize of opset
+ * 10, which upsample under asymmetric coordinates, rounding down.
  *
  * An output coordinate x maps to x_in = f(x, scale, in, out) in double, as
  * in the ONNX reference; scale is the one given (scales input), or out/in
@@ -201,15 +202,16 @@ static int read_four(OnnxNodeIn *v, int i, const char *what, double out[4], bool
   *present = false;
   if (!onnx_in_has_input(v, i)) return TEQ_OK;
   const Tensor *t = onnx_in_const_input(v, i);
-  if (!t) return onnx_in_unsupported(v, d, "Resize %s (input %d) is computed, not a constant",
-                                     what, i);
+  if (!t) return onnx_in_unsupported(v, d, "%s %s (input %d) is computed, not a constant",
+                                     onnx_in_op_type(v), what, i);
   if (tensor_numel(t) == 0) {
     onnx_in_consume_input(v, i);
     return TEQ_OK;
   }
   if (tensor_numel(t) != 4)
-    return onnx_in_unsupported(v, d, "Resize %s (input %d) with %lld values: only 4-D input "
-                               "is supported", what, i, (long long)tensor_numel(t));
+    return onnx_in_unsupported(v, d, "%s %s (input %d) with %lld values: only 4-D input "
+                               "is supported", onnx_in_op_type(v), what, i,
+                               (long long)tensor_numel(t));
   for (int k = 0; k < 4; k++)
     out[k] = t->dtype == DT_I64 ? (double)((const int64_t *)t->data)[k]
                                 : (double)((const float *)t->data)[k];
@@ -226,10 +228,42 @@ static int require_int(OnnxNodeIn *v, const char *attr, int64_t want, Diag *d) {
   return TEQ_OK;
 }
 
+/* Upsample of opset 9 (deprecated at 10) and Resize of opset 10: X and a
+ * constant scales input, mode nearest or linear. An output pixel x reads
+ * the input at x / scale (asymmetric), the nearest pixel the one below it,
+ * as ONNX Runtime computes these forms. Only upsampling is taken: a
+ * nearest Resize-10 that shrinks rounds otherwise there. Upsample before
+ * opset 9 holds its scales in an attribute, and is refused. */
+static int resize_old_read(OnnxNodeIn *v, Params *p, Diag *d) {
+  const char *op = onnx_in_op_type(v);
+  if (onnx_in_opset(v) < 9)
+    return onnx_in_unsupported(v, d, "%s of opset %d: only the opset 9 form (scales an input) "
+                               "is supported", op, onnx_in_opset(v));
+  int mode, rc;
+  double scales[4];
+  bool has_scales;
+  if ((rc = read_symbol(v, "mode", mode_symbols, MODE_NEAREST, &mode, d))) return rc;
+  const Shape *x = onnx_in_input_shape(v, 0);
+  if (!x || x->ndim != 4)
+    return onnx_in_unsupported(v, d, "%s needs a 4-D input of known shape", op);
+  if ((rc = read_four(v, 1, "scales", scales, &has_scales, d))) return rc;
+  if (!has_scales) return onnx_in_error(v, d, "%s needs its scales (input 1)", op);
+  if (scales[0] != 1 || scales[1] != 1)
+    return onnx_in_unsupported(v, d, "%s of the N or C dimension: only H and W", op);
+  if (!(scales[2] >= 1 && scales[3] >= 1))
+    return onnx_in_unsupported(v, d, "%s by scales (%g %g): only upsampling (scales >= 1) is "
+                               "supported in this form", op, scales[2], scales[3]);
+  param_set_int(p, RS_MODE, mode);
+  param_set_int(p, RS_COORD, COORD_ASYMMETRIC);
+  param_set_int(p, RS_NEAREST, NEAREST_FLOOR);
+  param_set_float(p, RS_SCALE_H, scales[2]);
+  param_set_float(p, RS_SCALE_W, scales[3]);
+  return TEQ_OK;
+}
+
 static int resize_onnx_read(OnnxNodeIn *v, Params *p, Diag *d) {
-  if (onnx_in_opset(v) < 11)
-    return onnx_in_unsupported(v, d, "Resize of opset %d: only the opset 11+ form is supported",
-                               onnx_in_opset(v));
+  if (onnx_in_opset(v) < 11 || strcmp(onnx_in_op_type(v), "Upsample") == 0)
+    return resize_old_read(v, p, d);
   int mode, coord, rule, rc;
   const char *s;
   double a, scales[4] = {1, 1, 1, 1}, sizes[4] = {0};
@@ -333,8 +367,10 @@ static const OpParam resize_params[] = {
   [RS_SCALE_W] = {.name = "scale_w", .type = PARAM_FLOAT, .fdef = 1.0},
 };
 
+static const char *const resize_aliases[] = {"Upsample", NULL};
+
 const OpDef op_def_resize = {
-  .kind = OP_RESIZE, .name = "resize", .onnx_op = "Resize",
+  .kind = OP_RESIZE, .name = "resize", .onnx_op = "Resize", .onnx_aliases = resize_aliases,
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = resize_params, .n_params = 6,
   .flags = OPF_MULTILINEAR,

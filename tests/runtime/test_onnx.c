@@ -1691,6 +1691,20 @@ static void test_conv_transpose_affines(void) {
   graph_free(g);
 }
 
+/* Upsample of opset 9 and Resize of opset 10 read as resize (asymmetric,
+ * nearest rounding down, as ONNX Runtime computes them), against a
+ * reference in double; written back as Resize of opset 13. */
+static void test_upsample_forms(void) {
+  const char *models[] = {"upsample9", "upsample10"};
+  for (int k = 0; k < 2; k++) {
+    tensor_unref(check_reference(models[k], NULL, NULL));
+    check_round_trip(models[k]);
+    Graph *g = import_model(models[k]);
+    check_kind_counts(g, models[k], (KindCount[]){{OP_RESIZE, 2}}, 1);
+    graph_free(g);
+  }
+}
+
 /* x * 1, 0 + t, t - 0 and t / ones dropped as given too, so that Paddle's
  * swish x * sigmoid(x * 1) fuses into its product; 0 - t, a division
  * that widens its result and a product by the float after 1 kept. A
@@ -2052,6 +2066,10 @@ static void test_bad_files(void) {
             "expected [N, C, H, W] and [N, Ho, Wo, 2]");
   check_bad(data("bad_pool3d_kernel.onnx", p), TEQ_ERR_INPUT, "node 'pool' (MaxPool)",
             "kernel_shape needs three extents");
+  check_bad(data("bad_resize10_shrink.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'resize' (Resize)",
+            "only upsampling (scales >= 1)");
+  check_bad(data("bad_upsample7.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'up' (Upsample)",
+            "Upsample of opset 7: only the opset 9 form");
   check_bad(data("bad_dropout_mask.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",
             "mask output is read");
   check_bad(data("bad_dropout_training.onnx", p), TEQ_ERR_UNSUPPORTED, "node 'drop' (Dropout)",
@@ -2196,6 +2214,7 @@ int main(void) {
   test_conv_affines();
   test_affines_before_convs();
   test_conv_transpose_affines();
+  test_upsample_forms();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

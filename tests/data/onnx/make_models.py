@@ -1025,6 +1025,14 @@ def bad_new_forms():
     save("bad_pool3d_kernel", helper.make_graph(
         [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2])], "g",
         [vi("x", f, [1, 2, 3, 4, 5])], [vi("y", f, None)]), check=False)
+    # Resize of opset 10 that shrinks, and Upsample of opset 7 (scales an attribute)
+    save("bad_resize10_shrink", helper.make_graph(
+        [helper.make_node("Resize", ["x", "s"], ["y"], name="resize")], "g",
+        [vi("x", f, [1, 2, 4, 4])], [vi("y", f, None)], [init("s", np.float32([1, 1, 0.5, 0.5]))]),
+        opset=10, check=False)
+    save("bad_upsample7", helper.make_graph(
+        [helper.make_node("Upsample", ["x"], ["y"], name="up", scales=[1.0, 1.0, 2.0, 2.0])], "g",
+        [vi("x", f, [1, 2, 4, 4])], [vi("y", f, None)]), opset=7, check=False)
 
 
 def hard_gate_models():
@@ -1251,6 +1259,46 @@ def conv_transpose_affines_model():
     save_tensor("conv_transpose_affines.output_0.pb", y.astype(np.float32), "y")
 
 
+def upsample_asymmetric(x, sh, sw, linear):
+    """Upsample-9 and Resize-10 as ONNX Runtime computes them, in double:
+    output pixel i reads the input at i / scale; nearest takes the pixel
+    below, linear mixes the two around it (clamped to the input)."""
+    n, c, h, w = x.shape
+    oh, ow = int(np.floor(h * sh)), int(np.floor(w * sw))
+
+    def taps(o, s, size):
+        pos = np.minimum(np.arange(o) / s, size - 1)
+        lo = np.floor(pos).astype(int)
+        return lo, np.minimum(lo + 1, size - 1), pos - lo
+
+    (r0, r1, fr), (c0, c1, fc) = taps(oh, sh, h), taps(ow, sw, w)
+    xd = x.astype(np.float64)
+    if not linear:
+        return xd[:, :, r0][:, :, :, c0]
+    rows = xd[:, :, r0] * (1 - fr)[:, None] + xd[:, :, r1] * fr[:, None]
+    return rows[:, :, :, c0] * (1 - fc) + rows[:, :, :, c1] * fc
+
+
+def upsample_models():
+    """The upsampling forms before Resize-11: Upsample of opset 9 (nearest
+    by (2, 3), then linear by 2) and Resize of opset 10 (nearest by 2, then
+    linear by (1.5, 2)), each read as resize. Reference in double."""
+    n = helper.make_node
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    x = rand(1, 2, 3, 4)
+    for op, opset, s1, s2 in (("Upsample", 9, (2, 3), (2, 2)), ("Resize", 10, (2, 2), (1.5, 2))):
+        name = "upsample%d" % opset
+        inits = [init("s1", np.float32([1, 1, *s1])), init("s2", np.float32([1, 1, *s2]))]
+        nodes = [n(op, ["x", "s1"], ["u"], mode="nearest"), n(op, ["u", "s2"], ["y"], mode="linear")]
+        u = upsample_asymmetric(x, s1[0], s1[1], False)
+        y = upsample_asymmetric(u, s2[0], s2[1], True)
+        save(name, helper.make_graph(nodes, name, [vi("x", f, [1, 2, 3, 4])],
+                                     [vi("y", f, list(y.shape))], inits), opset=opset)
+        save_tensor(name + ".input_0.pb", x, "x")
+        save_tensor(name + ".output_0.pb", y.astype(np.float32), "y")
+
+
 if __name__ == "__main__":
     conv_bn()
     shape_fold(13)
@@ -1284,3 +1332,4 @@ if __name__ == "__main__":
     neutral_operand_models()
     affines_before_convs_model()
     conv_transpose_affines_model()
+    upsample_models()
