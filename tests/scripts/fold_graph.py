@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """fold_graph.py SEED OUT.onnx: one random small graph, the same for a seed, of the forms
 Teq's import folds or fuses and look-alikes it must leave: convolutions (1, 2 or C groups,
-1x1 or 3x3, padded or not, stride 1 or 2, with or without a bias, some also read as a
-graph output) among Muls and Adds by a constant of one value, one per channel or one per
-element (either operand first), relus, Paddle's hard swish written out in four nodes and
-hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and shape (NAME AxBxC).
-test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
+1x1 or 3x3, padded or not, stride 1 or 2, dilation 1 or 2, with or without a bias, some
+also read as a graph output) and transposed convolutions (1 or C groups, 2x2 or 3x3,
+stride 1 or 2) among BatchNorms and Muls and Adds by a constant of one value, one per
+channel or one per element (either operand first), relus, Paddle's hard swish written out
+in four nodes and hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and
+shape (NAME AxBxC). test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
 import sys
 
 import numpy as np
@@ -50,12 +51,14 @@ def main():
     c, h, w, n = int(r.choice([2, 4, 6])), int(r.integers(3, 9)), int(r.integers(3, 9)), int(r.choice([1, 2]))
     shape, cur, outputs = [n, c, h, w], "x", []
     for _ in range(int(r.integers(3, 8))):
-        step = r.integers(0, 4)
+        step = r.integers(0, 6)
         if step <= 1:  # a convolution
             groups = int(r.choice([g for g in (1, 2, c) if c % g == 0]))
             m = groups * int(r.choice([1, 2]))
             k, pad, stride = int(r.choice([1, 1, 3])), int(r.integers(0, 2)), int(r.choice([1, 1, 2]))
-            oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+            dilation = int(r.choice([1, 1, 2])) if k > 1 else 1
+            span = (k - 1) * dilation + 1
+            oh, ow = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
             if oh < 1 or ow < 1:
                 continue
             weight = r.uniform(-1, 1, [m, c // groups, k, k]) / np.sqrt(c // groups * k * k)
@@ -63,10 +66,31 @@ def main():
             if r.random() < 0.6:
                 ins.append(b.const("b", r.uniform(-1, 1, [m])))
             cur = b.node("Conv", ins, "conv", group=groups, kernel_shape=[k, k], pads=[pad] * 4,
-                         strides=[stride, stride])
+                         strides=[stride, stride], dilations=[dilation, dilation])
             c, h, w = m, oh, ow
             if r.random() < 0.2:  # read twice: nothing may fold into it
                 outputs.append(cur)
+        elif step == 4:  # a BatchNorm
+            stats = [r.uniform(0.5, 2, [c]), r.uniform(-1, 1, [c]), r.uniform(-1, 1, [c]),
+                     r.uniform(0.5, 2, [c])]
+            cur = b.node("BatchNormalization", [cur] + [b.const(p, v) for p, v in
+                                                         zip(("g", "beta", "mean", "var"), stats)],
+                         "bn")
+        elif step == 5:  # a transposed convolution
+            groups = int(r.choice([1, c]))
+            m = groups * int(r.choice([1, 2]))
+            k, stride = int(r.choice([2, 3])), int(r.choice([1, 2])) if max(h, w) <= 6 else 1
+            pad = int(r.integers(0, 2))
+            oh, ow = (h - 1) * stride + k - 2 * pad, (w - 1) * stride + k - 2 * pad
+            if oh < 1 or ow < 1:
+                continue
+            weight = r.uniform(-1, 1, [c, m // groups, k, k]) / np.sqrt(c // groups * k * k)
+            ins = [cur, b.const("w", weight)]
+            if r.random() < 0.5:
+                ins.append(b.const("b", r.uniform(-1, 1, [m])))
+            cur = b.node("ConvTranspose", ins, "convt", group=groups, kernel_shape=[k, k],
+                         pads=[pad] * 4, strides=[stride, stride])
+            c, h, w = m, oh, ow
         elif step == 2:  # an affine: a Mul, an Add or both, the constant either side
             for op in (["Mul", "Add"] if r.random() < 0.5 else [str(r.choice(["Mul", "Add"]))]):
                 k = b.const("s", affine_constant(r, c, h, w))
