@@ -877,14 +877,20 @@ static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *h
   return rc > 0 ? 2 : rc;
 }
 
-int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
-                                       Diag *d) {
-  int tally[2] = {0, 0}; /* BatchNorms, scales and shifts */
+/* fold_rounds over fold, which tags a BatchNorm 1 and a scale or shift 2;
+ * how many folded, *n_batchnorms of them BatchNorms, or an error. */
+static int fold_affines(Graph *g, FoldOne fold, bool batchnorms, bool scales, int *n_batchnorms,
+                        Diag *d) {
+  int tally[2] = {0, 0};
   AffineKinds how = {batchnorms, scales};
-  int n = fold_rounds(g, "folding affines into convolutions", fold_after_conv_one, &how, tally, 2,
-                      d);
+  int n = fold_rounds(g, "folding affines into convolutions", fold, &how, tally, 2, d);
   *n_batchnorms = tally[0];
   return n;
+}
+
+int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                       Diag *d) {
+  return fold_affines(g, fold_after_conv_one, batchnorms, scales, n_batchnorms, d);
 }
 
 /* ---- affines before a convolution ----
@@ -1104,12 +1110,7 @@ static int fold_before_conv_one(Graph *g, int32_t i, const Uses *u, const void *
 
 int onnx_pass_fold_affines_into_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
                                       Diag *d) {
-  int tally[2] = {0, 0}; /* BatchNorms, scales and shifts */
-  AffineKinds how = {batchnorms, scales};
-  int n = fold_rounds(g, "folding affines into convolutions", fold_before_conv_one, &how, tally, 2,
-                      d);
-  *n_batchnorms = tally[0];
-  return n;
+  return fold_affines(g, fold_before_conv_one, batchnorms, scales, n_batchnorms, d);
 }
 
 int onnx_pass_fuse_activations(Graph *g, Diag *d) {
