@@ -989,10 +989,17 @@ static double border_term(const ConvWindow *v, const double *tw, int64_t o, int6
   return off;
 }
 
+/* The largest border residual made, in elements (64 MB): one is as large
+ * as the convolution's output, a constant the model then carries (PP-OCRv4's
+ * detector on a 640x640 page: 4.7 MB of weights, 22 MB with its residuals),
+ * so none is made for a batch of large images. */
+#define BORDER_RESIDUAL_MAX (INT64_C(1) << 24)
+
 /* The constant residual that the shift leaves at the border, added to z0
  * (the convolution's constant residual, or NULL), into *z: NULL where every
- * window of every pixel lies inside the image (nothing to add), 1 made, or
- * an error. tw as border_term takes it. */
+ * window of every pixel lies inside the image (nothing to add), 1 made, 2
+ * where one is needed but would pass BORDER_RESIDUAL_MAX, or an error. tw
+ * as border_term takes it. */
 static int border_residual(const ConvWindow *v, const double *tw, const Tensor *z0, Tensor **z,
                            Diag *d) {
   *z = NULL;
@@ -1001,6 +1008,7 @@ static int border_residual(const ConvWindow *v, const double *tw, const Tensor *
     for (int64_t i = 0; i < v->oh && !any; i++)
       for (int64_t j = 0; j < v->ow && !any; j++) any = border_term(v, tw, o, i, j) != 0;
   if (!any) return 0;
+  if (v->n * v->m * v->oh * v->ow > BORDER_RESIDUAL_MAX) return 2;
   Shape zs = shape_of(4, v->n, v->m, v->oh, v->ow);
   if (!(*z = z0 ? tensor_clone(z0) : tensor_new(DT_F32, &zs)))
     return diag_error(d, "out of memory folding into a convolution"), TEQ_ERR_NOMEM;
@@ -1047,7 +1055,7 @@ static int fold_affine(Graph *g, int32_t c, const ChannelAffine *f, const ConvWi
   }
   int rc = f->t ? border_residual(v, tw, z0, &z, d) : 0;
   free(tw);
-  if (rc < 0 || (z && dyn)) {
+  if (rc < 0 || rc == 2 || (z && dyn)) {
     tensor_unref(nw), tensor_unref(nb), tensor_unref(z);
     return rc < 0 ? rc : 0;
   }
