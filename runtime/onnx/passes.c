@@ -5,9 +5,9 @@
  * rewires their users to their input. A Pad of zeros read by a window
  * that pads with zeros (a convolution; an average pool counting its
  * padding) becomes more of that window's own padding, which no kernel
- * writes out. Folding
- * BatchNormalization into the convolution before it rescales each output
- * channel of the weights and bias once, at import:
+ * writes out. Folding BatchNormalization into the convolution (or
+ * transposed one) before it rescales each output channel of the weights
+ * and bias once, at import:
  *   W'[c] = W[c] * s[c],  b'[c] = (b[c] - mean[c]) * s[c] + beta[c],
  *   s[c] = gamma[c] / sqrt(var[c] + eps),
  * which is exact in real arithmetic; a BatchNorm, or a constant scale or

@@ -10,9 +10,8 @@
  * Z_p: add, sub, neg, smul, sum and mean are exact; each non-linear unary
  * operator evaluates its own fixed polynomial stand-in (given at its row);
  * div, pow, max and min are fixed maps of the residues, prelu a fixed
- * polynomial in x and its slope. Reductions and
- * softmax are in reduce.c, normalizations in norm.c, data movement in
- * layout.c. */
+ * polynomial in x and its slope. Reductions and softmax are in reduce.c,
+ * normalizations in norm.c, data movement in layout.c. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -131,6 +130,8 @@ BINARY_LOOP(pow_f32, float, powf(x, y))
  * a NaN on either side comes out as NaN, as in numpy. */
 BINARY_LOOP(max_f32, float, x > y || x != x ? x : y)
 BINARY_LOOP(min_f32, float, x < y || x != x ? x : y)
+/* ONNX's PRelu: x where x >= 0, else the slope y times x; a NaN stays NaN. */
+BINARY_LOOP(prelu_f32, float, x >= 0.0f ? x : y * x)
 BINARY_LOOP(add_modp, uint32_t, modp_add(x, y))
 BINARY_LOOP(mul_modp, uint32_t, modp_mul(x, y))
 BINARY_LOOP(sub_modp, uint32_t, modp_sub(x, y))
@@ -139,8 +140,6 @@ BINARY_LOOP(div_modp, uint32_t, modp_mul(x, modp_inv(y)))
 /* The exponent is the residue y itself, read as an integer. */
 BINARY_LOOP(pow_modp, uint32_t, modp_pow(x, y))
 /* Residues compared as the integers 0..p-1. */
-/* ONNX's PRelu: x where x >= 0, else the slope y times x; a NaN stays NaN. */
-BINARY_LOOP(prelu_f32, float, x >= 0.0f ? x : y * x)
 BINARY_LOOP(max_modp, uint32_t, x > y ? x : y)
 BINARY_LOOP(min_modp, uint32_t, x < y ? x : y)
 /* x^2 + 38 x + 41 + y x: no unary stand-in's cubic, so that a prelu is
