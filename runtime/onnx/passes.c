@@ -161,13 +161,13 @@ static int64_t out_channels(const Node *c, const Tensor *w) {
   return w->shape.d[1] * param_int(&c->params, param_index(OP_CONV_TRANSPOSE, "groups"));
 }
 
-/* The output channel that weight element e of c (weights w) adds to:
- * conv2d's row; conv_transpose's column j of its group's rows. */
-static int64_t weight_out_channel(const Node *c, const Tensor *w, int64_t e) {
+/* The output channel that weight element e of c (weights w, m output
+ * channels) adds to: conv2d's row; conv_transpose's column j of its
+ * group's rows. */
+static int64_t weight_out_channel(const Node *c, const Tensor *w, int64_t m, int64_t e) {
   int64_t taps = w->shape.d[2] * w->shape.d[3];
   if (c->kind == OP_CONV2D) return e / (w->shape.d[1] * taps);
-  int64_t mg = w->shape.d[1], m = out_channels(c, w);
-  int64_t cg = w->shape.d[0] / (m / mg), ci = e / (mg * taps);
+  int64_t mg = w->shape.d[1], cg = w->shape.d[0] / (m / mg), ci = e / (mg * taps);
   return (ci / cg) * mg + (e / taps) % mg;
 }
 
@@ -228,44 +228,10 @@ static int fold_channel_affine(Graph *g, int32_t at, int32_t c, const Tensor *w,
     return diag_error(d, "out of memory folding into a conv"), TEQ_ERR_NOMEM;
   float *wd = nw->data, *bias = nb->data;
   for (int64_t e = 0; scale && e < tensor_numel(nw); e++)
-    wd[e] = (float)(wd[e] * scale[weight_out_channel(cn, w, e)]);
+    wd[e] = (float)(wd[e] * scale[weight_out_channel(cn, w, m, e)]);
   for (int64_t o = 0; o < m; o++)
     bias[o] = (float)(bias[o] * (scale ? scale[o] : 1.0) + (shift ? shift[o] : 0.0));
   return reconv(g, at, c, cn->in[0], nw, nb, d);
-}
-
-/* The convolution bn folds into, or -1: bn reads output 0 of a conv2d or
- * conv_transpose without a fused activation that nothing else reads, and
- * every weight involved is a float32 constant of the right size. */
-static int32_t foldable_conv(const Graph *g, const Node *bn, const Uses *u) {
-  if (bn->n_in != 5 || bn->n_out != 1 || bn->in[0].out != 0) return -1;
-  int32_t c = bn->in[0].node;
-  const Tensor *w, *b;
-  if (uses_of(u, (TensorRef){c, 0}) != 1 || !conv_weights(g, &g->nodes[c], &w, &b) ||
-      fused_act(&g->nodes[c]))
-    return -1;
-  for (int i = 1; i < 5; i++)
-    if (!const_input(g, bn, i, out_channels(&g->nodes[c], w))) return -1;
-  return c;
-}
-
-/* Conv node c followed by BatchNorm node bn as one conv: y * s + (beta -
- * mean s), s = gamma / sqrt(var + eps) per channel. */
-static int fold_one(Graph *g, int32_t bn_id, int32_t c, double eps, Diag *d) {
-  const Node *conv = &g->nodes[c], *bn = &g->nodes[bn_id];
-  const Tensor *w = const_input(g, conv, 1, -1), *b = const_input(g, conv, 2, -1);
-  const float *gamma = const_input(g, bn, 1, -1)->data, *beta = const_input(g, bn, 2, -1)->data;
-  const float *mean = const_input(g, bn, 3, -1)->data, *var = const_input(g, bn, 4, -1)->data;
-  int64_t m = out_channels(conv, w);
-  double *st = malloc(2 * (size_t)(m ? m : 1) * sizeof *st);
-  if (!st) return diag_error(d, "out of memory folding BatchNormalization"), TEQ_ERR_NOMEM;
-  for (int64_t o = 0; o < m; o++) {
-    st[o] = gamma[o] / sqrt((double)var[o] + eps);
-    st[m + o] = beta[o] - mean[o] * st[o];
-  }
-  int id = fold_channel_affine(g, bn_id, c, w, b, st, st + m, d);
-  free(st);
-  return id < 0 ? id : TEQ_OK;
 }
 
 /* ---- layer normalization written out ---- */
@@ -789,8 +755,8 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
  * PaddleOCR's PP-LCNetV3 follows every convolution and every activation
  * with a learnable affine block, s x + b of two scalars, which its exporter
  * writes as a Mul and an Add over the whole tensor. After a convolution
- * each is the convolution with scaled weights and bias, as a BatchNorm is;
- * before one, onnx_pass_fold_affines_into_convs takes it. Either way a
+ * each is the convolution with scaled weights and bias, as a BatchNorm is,
+ * and before one too ("affines around a convolution" below). Either way a
  * pass over the tensor goes. Only constants of one value, or of one per
  * channel (axis 1), are taken. */
 
@@ -805,26 +771,6 @@ static const Tensor *channel_operand(const Graph *g, const Node *n, int *k) {
   if (!t || !shape_equal(graph_shape(g, n->in[1 - *k]), &n->out[0])) return NULL;
   int axis = broadcast_axis(t, &n->out[0]);
   return axis == 1 || axis == TEQ_MAX_DIMS ? t : NULL;
-}
-
-/* Node i, s * conv(x) or conv(x) + b, folded into the convolution its
- * other operand is (which it alone reads): 1, 0 where it does not apply,
- * or an error. */
-static int fold_after_conv(Graph *g, int32_t i, const Uses *u, Diag *d) {
-  int k;
-  const Node *n = &g->nodes[i];
-  const Tensor *t = uses_of(u, (TensorRef){i, 0}) > 0 ? channel_operand(g, n, &k) : NULL, *w, *b;
-  int32_t c = t ? sole(g, n->in[1 - k], OP_CONV2D, u) : -1;
-  if (t && c < 0) c = sole(g, n->in[1 - k], OP_CONV_TRANSPOSE, u);
-  if (c < 0 || !conv_weights(g, &g->nodes[c], &w, &b) || fused_act(&g->nodes[c])) return 0;
-  int64_t m = out_channels(&g->nodes[c], w);
-  double *v = malloc((size_t)(m ? m : 1) * sizeof *v);
-  if (!v) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
-  for (int64_t o = 0; o < m; o++) v[o] = along(t, o);
-  bool scale = n->kind == OP_EWMUL;
-  int id = fold_channel_affine(g, i, c, w, b, scale ? v : NULL, scale ? NULL : v, d);
-  free(v);
-  return id < 0 ? id : 1;
 }
 
 /* A fold of one node: 0 where it does not apply, a positive tag (what it
@@ -861,22 +807,6 @@ typedef struct AffineKinds {
   bool batchnorms, scales;
 } AffineKinds;
 
-/* Node i, a BatchNorm or a constant scale or shift after the convolution
- * it alone reads, folded into it: 1 for a BatchNorm, 2 for a scale or
- * shift, 0 where it does not apply, or an error. */
-static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
-  const AffineKinds *k = how;
-  const Node *n = &g->nodes[i];
-  if (n->kind == OP_BATCHNORM) {
-    int32_t c = k->batchnorms && uses_of(u, (TensorRef){i, 0}) > 0 ? foldable_conv(g, n, u) : -1;
-    if (c < 0) return 0;
-    int rc = fold_one(g, i, c, param_float(&n->params, param_index(OP_BATCHNORM, "epsilon")), d);
-    return rc < 0 ? rc : 1;
-  }
-  int rc = k->scales ? fold_after_conv(g, i, u, d) : 0;
-  return rc > 0 ? 2 : rc;
-}
-
 /* fold_rounds over fold, which tags a BatchNorm 1 and a scale or shift 2;
  * how many folded, *n_batchnorms of them BatchNorms, or an error. */
 static int fold_affines(Graph *g, FoldOne fold, bool batchnorms, bool scales, int *n_batchnorms,
@@ -888,17 +818,15 @@ static int fold_affines(Graph *g, FoldOne fold, bool batchnorms, bool scales, in
   return n;
 }
 
-int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
-                                       Diag *d) {
-  return fold_affines(g, fold_after_conv_one, batchnorms, scales, n_batchnorms, d);
-}
-
-/* ---- affines before a convolution ----
+/* ---- affines around a convolution ----
  * A BatchNorm, or a constant scale or shift of one value or one per
- * channel, that a convolution alone reads (IResNet's BatchNorm at the head
- * of each block; PP-LCNetV3's affine blocks after an activation) folds into
- * that convolution. With x' = s x + t per input channel, and the padding's
- * zeros put in after the affine, as the model does,
+ * channel (channel_affine recognizes all three), folds into a convolution.
+ * After a conv2d or conv_transpose whose output it alone reads, it rescales
+ * each output channel's weights and bias (fold_channel_affine). Before a
+ * conv2d that alone reads it (IResNet's BatchNorm at the head of each block;
+ * PP-LCNetV3's affine blocks after an activation), with x' = s x + t per
+ * input channel and the padding's zeros put in after the affine, as the
+ * model does,
  *   conv(pad(x'), W) = conv(pad(x), W s) + conv(pad(t), W).
  * The second term depends on the weights alone. At an output pixel whose
  * window lies inside the image it is the sum over every tap and channel
@@ -910,9 +838,11 @@ int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, i
  * constant already; the pass runs after graph_fuse_residuals, so a
  * convolution whose output an add of another tensor took keeps that add
  * fused, and a shift before it that would need a residual stays as written
- * (an add is dearer than the BatchNorm it would save). */
+ * (an add is dearer than the BatchNorm it would save). The folds after
+ * convolutions run earlier (onnx_pass_fold_affines_after_convs), so that
+ * an affine between two convolutions folds into the one before it. */
 
-/* What an affine before a convolution computes of each input channel:
+/* What a per-channel affine computes of each channel of its input x:
  * s x + t (s NULL: 1; t NULL: 0). */
 typedef struct ChannelAffine {
   TensorRef x; /* the tensor it scales and shifts */
@@ -962,6 +892,36 @@ static int channel_affine(const Graph *g, const Node *a, int64_t c, ChannelAffin
   f->x = a->kind == OP_BATCHNORM ? a->in[0] : a->in[1 - j];
   f->batchnorm = a->kind == OP_BATCHNORM;
   return 1;
+}
+
+/* Node i, an affine (channel_affine) of the output of a conv2d or
+ * conv_transpose that it alone reads, folded into that convolution's
+ * weights and bias: 1 for a BatchNorm, 2 for a scale or shift, 0 where it
+ * does not apply, or an error. */
+static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
+  const AffineKinds *k = how;
+  const Node *n = &g->nodes[i];
+  if (!(n->kind == OP_BATCHNORM ? k->batchnorms : k->scales) || n->n_out != 1 ||
+      n->out[0].ndim != 4 || uses_of(u, (TensorRef){i, 0}) < 1)
+    return 0;
+  ChannelAffine f;
+  int rc = channel_affine(g, n, n->out[0].d[1], &f, d);
+  if (rc <= 0) return rc;
+  int32_t c = f.x.out == 0 && uses_of(u, f.x) == 1 ? f.x.node : -1;
+  const Tensor *w, *b;
+  rc = 0;
+  if (c >= 0 && conv_weights(g, &g->nodes[c], &w, &b) && !fused_act(&g->nodes[c]) &&
+      out_channels(&g->nodes[c], w) == n->out[0].d[1]) {
+    int id = fold_channel_affine(g, i, c, w, b, f.s, f.t, d);
+    rc = id < 0 ? id : f.batchnorm ? 1 : 2;
+  }
+  free(f.s), free(f.t);
+  return rc;
+}
+
+int onnx_pass_fold_affines_after_convs(Graph *g, bool batchnorms, bool scales, int *n_batchnorms,
+                                       Diag *d) {
+  return fold_affines(g, fold_after_conv_one, batchnorms, scales, n_batchnorms, d);
 }
 
 /* The convolution's geometry as the border needs it. */

@@ -541,7 +541,8 @@ static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twi
  * them) and in a bias C that has them. */
 static bool gemm_half_twin(const Node *n, const Shape *in, int way, Shape *half_in) {
   int64_t m = 0, k = 0, nn = 0;
-  if (way != 0 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2) return false;
+  if (way != 0 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2)
+    return false;
   for (int j = 0; j < n->n_in; j++) half_in[j] = in[j];
   half_in[1].d[param_int(&n->params, GEMM_TRANS_B) ? 0 : 1] /= 2;
   if (n->n_in > 2) {
