@@ -950,9 +950,10 @@ static double border_term(const ConvWindow *v, const double *tw, int64_t o, int6
 }
 
 /* The largest border residual made, in elements (64 MB): one is as large
- * as the convolution's output, a constant the model then carries (PP-OCRv4's
+ * as the convolution's output, a constant the runtime then holds (PP-OCRv4's
  * detector on a 640x640 page: 4.7 MB of weights, 22 MB with its residuals),
- * so none is made for a batch of large images. */
+ * so none is made for a batch of large images. A written model carries
+ * only its distinct rows and columns (export.c's write_as_slices). */
 #define BORDER_RESIDUAL_MAX (INT64_C(1) << 24)
 
 /* The constant residual that the shift leaves at the border, added to z0

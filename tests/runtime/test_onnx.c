@@ -1730,6 +1730,104 @@ static void test_border_residual_cap(void) {
   }
 }
 
+/* The file size of path, or -1. */
+static long file_bytes(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* The constant node read as input k of the first node of kind k0 in g, or
+ * NULL. */
+static const Tensor *constant_input(const Graph *g, OpKind k0, int k) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const Node *n = &g->nodes[i];
+    if (n->kind != k0 || n->n_in <= k) continue;
+    const Node *c = &g->nodes[n->in[k].node];
+    return c->kind == OP_CONST ? c->value : NULL;
+  }
+  return NULL;
+}
+
+/* A constant that repeats along its axes is written as its distinct slices
+ * and Gathers, and read back to the bit: the border residual of a
+ * BatchNorm folded before a padded convolution (zero inside; 256 KB dense),
+ * and a constant of repeated rows with a -0 where the others hold 0, which
+ * must survive as its own slice. One that does not repeat is written as it
+ * is. */
+static void test_constants_as_slices(void) {
+  Diag d;
+  diag_init(&d);
+  char q[PATH_BUF];
+  /* The border residual: BN, then a 3x3 convolution with padding. */
+  Graph *g = graph_new();
+  Shape sx = {4, {1, 16, 64, 64}};
+  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+  TensorRef in[5] = {{x, 0}};
+  for (int j = 1; j < 5; j++) { /* scale, bias, mean, variance */
+    Tensor *c = tensor_new(DT_F32, &(Shape){1, {16}});
+    for (int e = 0; e < 16; e++) ((float *)c->data)[e] = 0.5f + 0.125f * (float)((e + j) % 5);
+    in[j] = (TensorRef){graph_add_const(g, NULL, c, &d), 0};
+  }
+  int bn = graph_add_node(g, OP_BATCHNORM, in, 5, 1, NULL, "bn", &d);
+  Tensor *w = tensor_new(DT_F32, &(Shape){4, {16, 16, 3, 3}});
+  tensor_fill_random(w, 19);
+  Params cp;
+  params_default(OP_CONV2D, &cp);
+  param_set_ints(&cp, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef cin[2] = {{bn, 0}, {graph_add_const(g, "w", w, &d), 0}};
+  int y = graph_add_node(g, OP_CONV2D, cin, 2, 1, &cp, "conv", &d);
+  graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+  OnnxImportStats st;
+  Graph *folded = export_to_tmp(g, "slices_in.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+  Graph *back = folded && export_to_tmp(folded, "slices_out.onnx", q) == TEQ_OK
+                    ? import(q, NULL, &st, &d)
+                    : NULL;
+  const Tensor *z0 = folded ? constant_input(folded, OP_CONV2D, 3) : NULL;
+  const Tensor *z1 = back ? constant_input(back, OP_CONV2D, 3) : NULL;
+  CHECK_MSG(z0 && z1, "a convolution reading a constant residual before (%p) and after (%p)",
+            (const void *)z0, (const void *)z1);
+  if (z0 && z1) {
+    CHECK(shape_equal(&z0->shape, &z1->shape) &&
+          memcmp(z0->data, z1->data, (size_t)tensor_numel(z0) * sizeof(float)) == 0);
+    /* The weights (9.2 KB) and a few hundred bytes of slices and indices. */
+    long bytes = file_bytes(q);
+    CHECK_MSG(bytes > 0 && bytes < 16 * 1024, "%ld bytes written", bytes);
+  }
+  if (back) check_same_outputs(folded, back, &sx, 23);
+  graph_free(back);
+  graph_free(folded);
+  graph_free(g);
+
+  /* Rows alike but one, which holds a -0: x + c, exported and read back. */
+  for (int repeats = 0; repeats < 2; repeats++) {
+    g = graph_new();
+    Shape sc = {2, {256, 128}};
+    x = graph_add_input(g, "x", &sc, DT_F32, &d);
+    Tensor *c = tensor_new(DT_F32, &sc);
+    if (repeats) {
+      for (int64_t r = 0; r < 256; r++)
+        for (int64_t k = 0; k < 128; k++) ((float *)c->data)[r * 128 + k] = (float)(k % 7);
+      ((float *)c->data)[200 * 128 + 7] = -0.0f; /* the others hold +0 there */
+    } else {
+      tensor_fill_random(c, 29);
+    }
+    TensorRef ain[2] = {{x, 0}, {graph_add_const(g, "c", c, &d), 0}};
+    int a = graph_add_node(g, OP_EWADD, ain, 2, 1, NULL, "add", &d);
+    graph_add_output(g, (TensorRef){a, 0}, "y", &d);
+    back = export_to_tmp(g, "slices_rows.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
+    const Tensor *c1 = back ? constant_input(back, OP_EWADD, 1) : NULL;
+    CHECK_MSG(c1 && shape_equal(&c1->shape, &sc) &&
+                  memcmp(c1->data, c->data, (size_t)tensor_numel(c) * sizeof(float)) == 0,
+              "the constant read back differs (repeats %d)", repeats);
+    long bytes = file_bytes(q);
+    CHECK_MSG(repeats ? bytes > 0 && bytes < 8 * 1024 : bytes > 128 * 1024, "%ld bytes written",
+              bytes);
+    graph_free(back);
+    graph_free(g);
+  }
+  diag_fini(&d);
+}
+
 /* Upsample of opset 9 and Resize of opset 10 read as resize (asymmetric,
  * nearest rounding down, as ONNX Runtime computes them), against a
  * reference in double; written back as Resize of opset 13. */
@@ -2255,6 +2353,7 @@ int main(void) {
   test_conv_transpose_affines();
   test_upsample_forms();
   test_border_residual_cap();
+  test_constants_as_slices();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();
