@@ -789,11 +789,12 @@ static int report_json(const Report *r, const char *path, Diag *d) {
   fprintf(f, ",\n  \"import\": {\"nodes\": %d, \"folded\": %d, \"noops_removed\": %d, "
           "\"pads_folded\": %d, \"batchnorms_folded\": %d, \"scales_folded\": %d, "
           "\"layer_norms_fused\": %d, \"gelus_fused\": %d, \"hard_gates_fused\": %d, "
-          "\"swishes_fused\": %d, \"residuals_fused\": %d, \"activations_fused\": %d, "
-          "\"pools_fused\": %d}",
+          "\"swishes_fused\": %d, \"biases_fused\": %d, \"residuals_fused\": %d, "
+          "\"activations_fused\": %d, \"pools_fused\": %d}",
           im->n_nodes, im->n_folded, im->n_noops_removed, im->n_pads_folded,
           im->n_batchnorm_folded, im->n_scales_folded, im->n_layer_norms_fused,
-          im->n_gelus_fused, im->n_hard_gates_fused, im->n_swishes_fused, im->n_residuals_fused,
+          im->n_gelus_fused, im->n_hard_gates_fused, im->n_swishes_fused, im->n_biases_fused,
+          im->n_residuals_fused,
           im->n_activations_fused, im->n_pools_fused);
   fprintf(f, ",\n  \"rules\": ");
   json_string(f, r->rules_path);

@@ -45,6 +45,8 @@ typedef struct OnnxImportOptions {
                                     (hard_swish alike), nor a hard sigmoid or
                                     swish written out, relu6(x + 3) / 6 (times x),
                                     into one operator */
+  bool keep_product_biases; /* do not fuse an Add of one value per column that alone
+                               reads a matmul of a matrix into a gemm with that bias */
   bool keep_unfused_residuals; /* do not fuse an Add of a conv it alone reads and a
                                   tensor of its shape into the conv (its residual) */
   bool keep_unfused_pools; /* do not fuse a MaxPool of k x k windows at stride k that
@@ -60,13 +62,14 @@ typedef struct OnnxImportOptions {
 #define ONNX_IMPORT_DEFAULTS ((OnnxImportOptions){.batch = 1})
 
 /* The model as given: every import-time fusion off (zero Pads, BatchNormalization,
- * scales after products, activations, residual adds, pools, written-out layer norms and GELUs each stay
+ * scales and biases after products, activations, residual adds, pools, written-out layer norms and
+ * GELUs each stay
  * their own operators), as TASO's and Tensat's benchmark graphs run. What
  * a speedup measured from the default import leaves out. */
 static inline void onnx_import_as_given(OnnxImportOptions *o) {
   o->keep_batchnorm = o->keep_unfused_activations = o->keep_unfused_residuals = true;
   o->keep_unfused_pools = true;
-  o->keep_product_scales = true;
+  o->keep_product_scales = o->keep_product_biases = true;
   o->keep_zero_pads = true;
   o->keep_written_layer_norms = o->keep_written_gelus = true;
 }
@@ -84,6 +87,7 @@ typedef struct OnnxImportStats {
   int n_hard_gates_fused; /* relu6(x + 3) / 6 as hard_sigmoid, x times it as hard_swish */
   int n_swishes_fused; /* x * sigmoid(x) as silu, x * hard_sigmoid(x) as hard_swish */
   int n_activations_fused;
+  int n_biases_fused;  /* Adds of a bias taken into the products before them (gemm's C) */
   int n_residuals_fused; /* each with the activation after its add (not counted above) */
   int n_pools_fused;   /* max pools taken into the convs before them */
   int opset;           /* the model's default-domain opset */

@@ -1176,10 +1176,11 @@ static int index_infos(Importer *im) {
 char *onnx_import_stats_format(const OnnxImportStats *s, char *buf, size_t size) {
   snprintf(buf, size, "%d nodes: %d folded into constants, %d opaque, %d no-ops removed, %d "
            "zero pads, %d BatchNorms and %d scales folded; %d layer norms, %d GELUs, %d hard "
-           "gates, %d swishes, %d residual adds, %d activations and %d pools fused",
+           "gates, %d swishes, %d product biases, %d residual adds, %d activations and %d pools "
+           "fused",
            s->n_nodes, s->n_folded, s->n_opaque, s->n_noops_removed, s->n_pads_folded,
            s->n_batchnorm_folded, s->n_scales_folded, s->n_layer_norms_fused, s->n_gelus_fused,
-           s->n_hard_gates_fused, s->n_swishes_fused, s->n_residuals_fused,
+           s->n_hard_gates_fused, s->n_swishes_fused, s->n_biases_fused, s->n_residuals_fused,
            s->n_activations_fused, s->n_pools_fused);
   return buf;
 }
@@ -1280,6 +1281,11 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, n)) < 0) return n;
     im->stats.n_batchnorm_folded += bn;
     im->stats.n_scales_folded += n - bn;
+  }
+  if (!o->keep_product_biases) {
+    /* Before the activations: a relu after the bias then fuses too. */
+    if ((n = settled(im, onnx_pass_fuse_product_biases(im->g, im->d))) < 0) return n;
+    im->stats.n_biases_fused = n;
   }
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;

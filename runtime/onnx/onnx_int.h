@@ -235,6 +235,10 @@ int onnx_pass_fold_affines_into_convs(Graph *g, bool batchnorms, bool scales, in
  * weights (and the added constant bias) of the product it follows, through
  * one transpose (ConvNeXt's layer scale); returns how many, or an error. */
 int onnx_pass_fold_product_scales(Graph *g, Diag *d);
+/* An Add of one value per column that alone reads a matmul of a matrix
+ * [k, n] becomes a gemm with that bias (its C), through reshapes where the
+ * product has more than two dimensions; returns how many, or an error. */
+int onnx_pass_fuse_product_biases(Graph *g, Diag *d);
 /* An activation (act_of_node: a relu, sigmoid, tanh, silu, hard swish, a
  * clip to [0, 6], PyTorch's hard sigmoid) that alone reads a conv2d, matmul,
  * gemm or batchnorm (a row with an act parameter) becomes its fused act;

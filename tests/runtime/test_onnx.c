@@ -1460,10 +1460,12 @@ static void test_large_weights(void) {
   Tensor *in = tensor_new(DT_F32, &sx), *want = NULL;
   tensor_fill_random(in, 13);
   CHECK_EQ_INT(exec_run(g, EXEC_F32, &in, &want, &d), TEQ_OK);
+  OnnxImportOptions as_given = ONNX_IMPORT_DEFAULTS; /* the bias stays an Add: the same sums */
+  onnx_import_as_given(&as_given);
   for (int k = 0; k < 2 && rc == TEQ_OK; k++) {
     if (k == 1 && child < 0) break;
     OnnxImportStats st;
-    Graph *h = import(paths[k], NULL, &st, &d);
+    Graph *h = import(paths[k], &as_given, &st, &d);
     Tensor *got = NULL;
     if (h) CHECK_EQ_INT(exec_run(h, EXEC_F32, &in, &got, &d), TEQ_OK);
     CHECK_MSG(want && got && max_abs_err(want, got) == 0, "%s: outputs differ", paths[k]);
@@ -1826,6 +1828,67 @@ static void test_constants_as_slices(void) {
     graph_free(g);
   }
   diag_fini(&d);
+}
+
+/* A product's bias: x [2, 5, 8] times W [8, 6] plus a bias, then a relu,
+ * becomes one gemm (x seen as [10, 8], the bias its C, the relu its act)
+ * between reshapes, with the outputs as given. Left as written: a bias
+ * that varies along the rows, and a product that is also a graph output.
+ * A two-dimensional x takes no reshape; a bias written first is taken
+ * too; so is a second linear layer reading the first (the pass's second
+ * round: it reads a reshape the first made). */
+static void test_product_biases(void) {
+  enum { PLAIN, ROWS, SHARED, FLAT, BIAS_FIRST, CHAIN, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = c == FLAT ? (Shape){2, {5, 8}} : (Shape){3, {2, 5, 8}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    Tensor *w = tensor_new(DT_F32, &(Shape){2, {8, 6}});
+    Tensor *b = tensor_new(DT_F32, c == ROWS ? &(Shape){2, {5, 1}} : &(Shape){1, {6}});
+    tensor_fill_random(w, 31);
+    tensor_fill_random(b, 37);
+    TensorRef min[2] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0}};
+    int p = graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "prod", &d);
+    TensorRef bias = {graph_add_const(g, "b", b, &d), 0};
+    TensorRef ain[2] = {{p, 0}, bias};
+    if (c == BIAS_FIRST) ain[0] = bias, ain[1] = (TensorRef){p, 0};
+    int a = graph_add_node(g, OP_EWADD, ain, 2, 1, NULL, "add", &d);
+    if (c == CHAIN) {
+      Tensor *w2 = tensor_new(DT_F32, &(Shape){2, {6, 6}}), *b2 = tensor_new(DT_F32, &(Shape){1, {6}});
+      tensor_fill_random(w2, 43);
+      tensor_fill_random(b2, 47);
+      TensorRef in2[2] = {{a, 0}, {graph_add_const(g, "w2", w2, &d), 0}};
+      int p2 = graph_add_node(g, OP_MATMUL, in2, 2, 1, NULL, "prod2", &d);
+      TensorRef a2in[2] = {{p2, 0}, {graph_add_const(g, "b2", b2, &d), 0}};
+      a = graph_add_node(g, OP_EWADD, a2in, 2, 1, NULL, "add2", &d);
+    }
+    int r = graph_add_node(g, OP_RELU, (TensorRef[]){{a, 0}}, 1, 1, NULL, "relu", &d);
+    graph_add_output(g, (TensorRef){r, 0}, "y", &d);
+    if (c == SHARED) graph_add_output(g, (TensorRef){p, 0}, "p", &d);
+    OnnxImportStats st, st_given;
+    Graph *h = written_and_read(g, "product_bias.onnx", NULL, false, &st, &d);
+    Graph *given = written_and_read(g, "product_bias.onnx", NULL, true, &st_given, &d);
+    int fused = c == CHAIN ? 2 : c == PLAIN || c == FLAT || c == BIAS_FIRST;
+    if (h && given) {
+      CHECK_MSG(st.n_biases_fused == fused, "case %d: %d fused", c, st.n_biases_fused);
+      CHECK_EQ_INT(st_given.n_biases_fused, 0);
+      CHECK_EQ_INT(count_kind(h, OP_GEMM), fused);
+      CHECK_EQ_INT(count_kind(h, OP_EWADD), !fused);
+      CHECK_EQ_INT(count_kind(h, OP_RESHAPE), fused && c != FLAT ? 2 * fused : 0);
+      int relus = 0; /* fused into the last gemm */
+      for (int32_t i = 0; fused && i < h->n_nodes; i++)
+        if (h->nodes[i].kind == OP_GEMM)
+          relus += param_int(&h->nodes[i].params, param_index(OP_GEMM, "act")) == ACT_RELU;
+      CHECK_EQ_INT(relus, fused ? 1 : 0);
+      check_outputs_within(given, h, &sx, 41, 1e-6);
+    }
+    graph_free(given);
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
 }
 
 /* Upsample of opset 9 and Resize of opset 10 read as resize (asymmetric,
@@ -2354,6 +2417,7 @@ int main(void) {
   test_upsample_forms();
   test_border_residual_cap();
   test_constants_as_slices();
+  test_product_biases();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

@@ -3,8 +3,10 @@
 Teq's import folds or fuses and look-alikes it must leave: convolutions (1, 2 or C groups,
 1x1 or 3x3, padded or not, stride 1 or 2, dilation 1 or 2, with or without a bias, some
 also read as a graph output) and transposed convolutions (1 or C groups, 2x2 or 3x3,
-stride 1 or 2) among BatchNorms and Muls and Adds by a constant of one value, one per
-channel or one per element (either operand first), relus, Paddle's hard swish written out
+stride 1 or 2) and linear layers along the last axis (MatMul, a bias of one value per
+column or per row, some products also read as a graph output) among BatchNorms and Muls
+and Adds by a constant of one value, one per channel or one per element (either operand
+first), relus, Paddle's hard swish written out
 in four nodes and hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and
 shape (NAME AxBxC). test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
 import sys
@@ -51,7 +53,7 @@ def main():
     c, h, w, n = int(r.choice([2, 4, 6])), int(r.integers(3, 9)), int(r.integers(3, 9)), int(r.choice([1, 2]))
     shape, cur, outputs = [n, c, h, w], "x", []
     for _ in range(int(r.integers(3, 8))):
-        step = r.integers(0, 6)
+        step = r.integers(0, 7)
         if step <= 1:  # a convolution
             groups = int(r.choice([g for g in (1, 2, c) if c % g == 0]))
             m = groups * int(r.choice([1, 2]))
@@ -91,6 +93,18 @@ def main():
             cur = b.node("ConvTranspose", ins, "convt", group=groups, kernel_shape=[k, k],
                          pads=[pad] * 4, strides=[stride, stride])
             c, h, w = m, oh, ow
+        elif step == 6:  # a linear layer along the last axis: MatMul, a bias, maybe a relu
+            w2 = int(r.integers(2, 9))
+            weight = r.uniform(-1, 1, [w, w2]) / np.sqrt(w)
+            prod = b.node("MatMul", [cur, b.const("lw", weight)], "mm")
+            if r.random() < 0.2:  # read twice: the bias must stay an Add
+                outputs.append(prod)
+            # One per column, which fuses; one per row, which must stay.
+            k = b.const("lb", r.uniform(-1, 1, [w2] if r.random() < 0.7 else [h, 1]))
+            cur = b.node("Add", [prod, k] if r.random() < 0.5 else [k, prod], "lin")
+            if r.random() < 0.5:
+                cur = b.node("Relu", [cur], "relu")
+            w = w2
         elif step == 2:  # an affine: a Mul, an Add or both, the constant either side
             for op in (["Mul", "Add"] if r.random() < 0.5 else [str(r.choice(["Mul", "Add"]))]):
                 k = b.const("s", affine_constant(r, c, h, w))
