@@ -31,7 +31,9 @@ typedef struct OnnxImportOptions {
   int n_dims;
   bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
   bool keep_product_scales; /* do not fold a constant per-column scale after a product
-                               with constant weights into them (ConvNeXt's layer scale) */
+                               with constant weights into them (ConvNeXt's layer scale),
+                               nor one value scaling some of its columns (attention's
+                               queries), nor constant affines around convolutions */
   bool keep_zero_pads; /* do not fold a Pad of zeros into the conv or average pool
                           reading it (their padding) */
   bool keep_noops;     /* keep Identity and Dropout nodes, and x * 1, x + 0 */

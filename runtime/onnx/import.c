@@ -1287,6 +1287,11 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, onnx_pass_fuse_product_biases(im->g, im->d))) < 0) return n;
     im->stats.n_biases_fused = n;
   }
+  if (!o->keep_product_scales) {
+    /* After the biases: a query's bias is scaled with its weights. */
+    if ((n = settled(im, onnx_pass_fold_head_scales(im->g, im->d))) < 0) return n;
+    im->stats.n_scales_folded += n;
+  }
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
     im->stats.n_activations_fused = n;

@@ -239,6 +239,11 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d);
  * [k, n] becomes a gemm with that bias (its C), through reshapes where the
  * product has more than two dimensions; returns how many, or an error. */
 int onnx_pass_fuse_product_biases(Graph *g, Diag *d);
+/* A Mul or Div by one value whose input reshapes, transposes and splits
+ * cut from some whole columns of a product of constant weights (attention's
+ * queries scaled by 1/sqrt(width)) folds into those columns' weights and
+ * bias; returns how many, or an error. */
+int onnx_pass_fold_head_scales(Graph *g, Diag *d);
 /* An activation (act_of_node: a relu, sigmoid, tanh, silu, hard swish, a
  * clip to [0, 6], PyTorch's hard sigmoid) that alone reads a conv2d, matmul,
  * gemm or batchnorm (a row with an act parameter) becomes its fused act;

@@ -19,20 +19,23 @@
  * arithmetic, and so does a GELU written out in erf (x / sqrt 2, Erf, + 1,
  * times x, times 1/2, as PyTorch below opset 20 and most exporters write
  * it) or in tanh (its approximation, as GPT-2's is written). A bias added
- * to a product alone becomes a gemm's C. An activation that is the only
- * reader of a convolution or product (or of a reshape of one) becomes that
- * operator's fused act: an exporter (Teq's own among them) writes a fused
- * activation as a second node, and every runtime fuses it back, so a graph
- * priced or timed with the two apart would charge a kernel nobody runs (the
- * residual adds fold before, graph_fuse_residuals, with the activation
- * after each). A max pool whose windows tile the convolution's output
- * (VGG's 2x2 at stride 2) becomes the conv's pool, last, after its
- * activation. Parameters are found by name through the registry rows, never
- * by index. Dead nodes are removed by the caller. */
+ * to a product alone becomes a gemm's C, and attention's scale on the
+ * queries a product made goes into their columns of its weights. An
+ * activation that is the only reader of a convolution or product (or of a
+ * reshape of one) becomes that operator's fused act: an exporter (Teq's
+ * own among them) writes a fused activation as a second node, and every
+ * runtime fuses it back, so a graph priced or timed with the two apart
+ * would charge a kernel nobody runs (the residual adds fold before,
+ * graph_fuse_residuals, with the activation after each). A max pool
+ * whose windows tile the convolution's output (VGG's 2x2 at stride 2)
+ * becomes the conv's pool, last, after its activation. Parameters are
+ * found by name through the registry rows, never by index. Dead nodes are
+ * removed by the caller. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "runtime/onnx/onnx_int.h"
 
 /* Each output's readers as counted when a pass begins (graph_use_counts).
@@ -1227,6 +1230,246 @@ int onnx_pass_fuse_product_biases(Graph *g, Diag *d) {
     total += n;
   }
   return n < 0 ? n : total;
+}
+
+/* ---- a scale on some of a product's columns ----
+ * Attention divides its queries by the square root of their width after
+ * one product has made queries, keys and values together and slices (or
+ * a split), reshapes and transposes have cut them apart (PyTorch's
+ * nn.MultiheadAttention): a pass over the queries of its own. A scale of
+ * one value (x * s, or x / s) whose input such a chain cuts from a product
+ * of constant weights (a matmul, or a gemm with a bias of one value per
+ * column) scales every element of some of the product's columns, so those
+ * columns of the weights and bias take it instead. Which columns: the
+ * chain run on a tensor of the product's shape holding each element's
+ * column. These operators move elements or part them, never copy one, so
+ * the fold holds where the scale reaches every element of its columns and
+ * the chain's other readers (the keys' and values' slices) none of them. */
+
+#define SCALE_CHAIN_MAX 8 /* nodes between a product and its scale */
+
+/* Output k of node c of g run on in (a layout operator: its other inputs,
+ * a gather's indices, are constants): a new tensor in *out, or an error. */
+static int run_layout(const Graph *g, const Node *c, Tensor *in, int k, Tensor **out, Diag *d) {
+  Graph *s = graph_new();
+  if (!s) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  TensorRef r[2] = {{graph_add_const(s, NULL, tensor_ref(in), d), 0}};
+  int rc = r[0].node;
+  if (rc < 0) tensor_unref(in);
+  if (rc >= 0 && c->n_in == 2) {
+    Tensor *idx = tensor_ref(g->nodes[c->in[1].node].value);
+    r[1] = (TensorRef){rc = graph_add_const(s, NULL, idx, d), 0};
+    if (rc < 0) tensor_unref(idx);
+  }
+  if (rc >= 0) rc = graph_add_node(s, c->kind, r, c->n_in, c->n_out, &c->params, NULL, d);
+  if (rc >= 0) rc = graph_add_output(s, (TensorRef){rc, k}, "columns", d);
+  if (rc >= 0) rc = exec_run(s, EXEC_F32, NULL, out, d);
+  graph_free(s);
+  return rc < 0 ? rc : TEQ_OK;
+}
+
+/* Each column held by t (a probe: elements are their columns) marked v in
+ * cols, counted in count where not NULL. */
+static void mark_columns(const Tensor *t, uint8_t *cols, uint8_t v, int64_t *count) {
+  for (int64_t i = 0; i < tensor_numel(t); i++) {
+    int64_t c = (int64_t)((const float *)t->data)[i];
+    cols[c] |= v;
+    if (count) count[c]++;
+  }
+}
+
+/* The chain from a product to its scale: at[0] reads the product, at[k]
+ * reads at[k - 1]'s output out[k - 1], the last's output out[n - 1] is the
+ * scale's input. Where a node's input has other readers, every one is a
+ * slice (siblings: the keys' and values'). */
+typedef struct ScaleChain {
+  int32_t product, at[SCALE_CHAIN_MAX], out[SCALE_CHAIN_MAX];
+  int n;
+} ScaleChain;
+
+/* Whether gather node c of g takes up to 64 constant indices, none
+ * negative, none twice. */
+static bool gathers_distinct(const Graph *g, const Node *c) {
+  const Node *src = c->n_in == 2 ? &g->nodes[c->in[1].node] : NULL;
+  if (!src || src->kind != OP_CONST || !src->value || src->value->dtype != DT_I64) return false;
+  const int64_t *v = src->value->data;
+  int64_t n = tensor_numel(src->value);
+  for (int64_t i = 0; i < n && i < 64; i++) { /* -1 and the last would be one element */
+    if (v[i] < 0) return false;
+    for (int64_t j = 0; j < i; j++)
+      if (v[i] == v[j]) return false;
+  }
+  return n <= 64;
+}
+
+/* Whether node c of g cuts its input 0 without copying an element; with
+ * one output (a sibling beside the chain), a slice or a gather. */
+static bool cuts(const Graph *g, const Node *c, bool one_output) {
+  if (c->kind == OP_SLICE) return c->n_in == 1;
+  if (c->kind == OP_GATHER) return gathers_distinct(g, c);
+  return !one_output && c->n_in == 1 &&
+         (c->kind == OP_RESHAPE || c->kind == OP_TRANSPOSE || c->kind == OP_SPLIT);
+}
+
+/* Whether every reader of r in g but chain node next is a slice or a
+ * gather of r, reading it once. */
+static bool only_cuts_beside(const Graph *g, TensorRef r, int32_t next) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const Node *c = &g->nodes[i];
+    for (int j = 0; j < c->n_in; j++)
+      if (c->in[j].node == r.node && c->in[j].out == r.out && i != next &&
+          (j != 0 || !cuts(g, c, true)))
+        return false;
+  }
+  for (int32_t j = 0; j < g->n_outputs; j++)
+    if (g->outputs[j].node == r.node && g->outputs[j].out == r.out) return false;
+  return true;
+}
+
+/* The columns of the product's output that reach the scale through chain
+ * h, 1 in cols. 1 when each reaches it whole and no sibling slice reads
+ * one, 0 when not, or an error. */
+static int columns_reaching(const Graph *g, const ScaleChain *h, uint8_t *cols, Diag *d) {
+  const Shape *ps = &g->nodes[h->product].out[0];
+  int64_t width = ps->d[ps->ndim - 1], total = shape_numel(ps);
+  Tensor *cur = tensor_new_uninit(DT_F32, ps);
+  int64_t *count = calloc((size_t)width, sizeof *count);
+  int rc = cur && count ? TEQ_OK : diag_error(d, "out of memory folding a scale");
+  for (int64_t i = 0; rc == TEQ_OK && i < total; i++) ((float *)cur->data)[i] = (float)(i % width);
+  memset(cols, 0, (size_t)width);
+  TensorRef r = {h->product, 0};
+  for (int k = 0; rc == TEQ_OK && k < h->n; k++) {
+    const Node *c = &g->nodes[h->at[k]];
+    for (int32_t i = 0; i < g->n_nodes && rc == TEQ_OK; i++) { /* siblings: their columns */
+      const Node *sib = &g->nodes[i];
+      if (i == h->at[k] || sib->n_in < 1 || sib->in[0].node != r.node ||
+          sib->in[0].out != r.out || !cuts(g, sib, true))
+        continue;
+      Tensor *t = NULL;
+      if ((rc = run_layout(g, sib, cur, 0, &t, d)) == TEQ_OK) mark_columns(t, cols, 2, NULL);
+      tensor_unref(t);
+    }
+    Tensor *next = NULL;
+    if (rc == TEQ_OK) rc = run_layout(g, c, cur, h->out[k], &next, d);
+    tensor_unref(cur);
+    cur = next;
+    r = (TensorRef){h->at[k], h->out[k]};
+  }
+  int whole = 1;
+  if (rc == TEQ_OK) {
+    mark_columns(cur, cols, 1, count);
+    for (int64_t c = 0; c < width; c++) {
+      whole &= cols[c] != 3 && (count[c] == 0 || count[c] == total / width);
+      cols[c] &= 1;
+    }
+  }
+  tensor_unref(cur);
+  free(count);
+  return rc < 0 ? rc : whole;
+}
+
+/* Folds scale node m (a Mul or Div of one value) into the columns of the
+ * product its input is cut from; 1 if it did, 0 where it does not apply,
+ * or an error. */
+static int fold_head_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
+  const Node *mn = &g->nodes[m];
+  int k = 1;
+  const Tensor *sc = mn->kind == OP_DIV ? const_input(g, mn, 1, 1)
+                     : mn->kind == OP_EWMUL && mn->n_in == 2 ? const_operand(g, mn, &k)
+                                                             : NULL;
+  if (!sc || tensor_numel(sc) != 1 || mn->dtype != DT_F32 || mn->n_in != 2) return 0;
+  TensorRef q = mn->in[mn->kind == OP_DIV ? 0 : 1 - k];
+  if (!shape_equal(graph_shape(g, q), &mn->out[0]) || uses_of(u, q) != 1) return 0;
+  ScaleChain h = {.n = 0};
+  int32_t rev[SCALE_CHAIN_MAX], rev_out[SCALE_CHAIN_MAX], next = m;
+  TensorRef r = q;
+  for (; cuts(g, &g->nodes[r.node], false); next = r.node, r = g->nodes[r.node].in[0]) {
+    if (h.n == SCALE_CHAIN_MAX || uses_of(u, r) < 1 ||
+        (uses_of(u, r) > 1 && !only_cuts_beside(g, r, next)))
+      return 0;
+    rev[h.n] = r.node, rev_out[h.n++] = r.out;
+  }
+  const Node *pn = &g->nodes[r.node];
+  if (h.n == 0 || r.out != 0 || uses_of(u, r) < 1 || pn->dtype != DT_F32 || pn->n_out != 1 ||
+      (pn->kind != OP_MATMUL && pn->kind != OP_GEMM) ||
+      param_int(&pn->params, param_index(pn->kind, "act")) != ACT_NONE ||
+      (uses_of(u, r) > 1 && !only_cuts_beside(g, r, next)))
+    return 0;
+  for (int j = 0; j < h.n; j++) h.at[j] = rev[h.n - 1 - j], h.out[j] = rev_out[h.n - 1 - j];
+  h.product = r.node;
+  bool gemm = pn->kind == OP_GEMM;
+  const Shape *ps = &pn->out[0];
+  int64_t width = ps->d[ps->ndim - 1];
+  const Tensor *w = const_input(g, pn, 1, -1);
+  const Tensor *c = gemm && pn->n_in > 2 ? const_input(g, pn, 2, width) : NULL;
+  bool trans_b = gemm && param_int(&pn->params, param_index(OP_GEMM, "transB"));
+  if (!w || w->shape.ndim != 2 || w->shape.d[trans_b ? 0 : 1] != width ||
+      (gemm && pn->n_in > 2 && !c) || pn->n_in > 3 || width > (INT64_C(1) << 24))
+    return 0;
+  uint8_t *cols = malloc((size_t)width);
+  if (!cols) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
+  int32_t p = r.node;
+  int rc = columns_reaching(g, &h, cols, d);
+  Tensor *nw = rc == 1 ? tensor_clone(w) : NULL, *nc = rc == 1 && c ? tensor_clone(c) : NULL;
+  if (rc == 1 && (!nw || (c && !nc))) {
+    diag_error(d, "out of memory folding a scale");
+    rc = TEQ_ERR_NOMEM;
+  }
+  if (rc == 1) {
+    bool div = mn->kind == OP_DIV;
+    float s = ((const float *)sc->data)[0];
+    int64_t depth = w->shape.d[trans_b ? 1 : 0];
+    for (int64_t j = 0; j < width; j++) {
+      if (!cols[j]) continue;
+      for (int64_t e = 0; e < depth; e++) {
+        float *v = (float *)nw->data + (trans_b ? j * depth + e : e * width + j);
+        *v = div ? *v / s : *v * s;
+      }
+      if (nc) ((float *)nc->data)[j] = div ? ((float *)nc->data)[j] / s : ((float *)nc->data)[j] * s;
+    }
+  }
+  free(cols);
+  if (rc != 1) {
+    tensor_unref(nw);
+    tensor_unref(nc);
+    return rc;
+  }
+  const Node *pp = &g->nodes[p];
+  TensorRef in[3] = {pp->in[0], {0, 0}, {0, 0}};
+  int n_in = pp->n_in;
+  Params params = pp->params;
+  int wi = graph_add_const(g, NULL, nw, d);
+  if (wi < 0) {
+    tensor_unref(nw);
+    tensor_unref(nc);
+    return wi;
+  }
+  in[1] = (TensorRef){wi, 0};
+  if (nc) {
+    int ci = graph_add_const(g, NULL, nc, d);
+    if (ci < 0) {
+      tensor_unref(nc);
+      return ci;
+    }
+    in[2] = (TensorRef){ci, 0};
+  }
+  int id = take_over(g, p, p, g->nodes[p].kind, in, n_in, &params, d);
+  if (id < 0) return id;
+  graph_replace_uses(g, (TensorRef){m, 0}, q);
+  return 1;
+}
+
+int onnx_pass_fold_head_scales(Graph *g, Diag *d) {
+  Uses u;
+  if (pass_uses(g, &u, "folding scales into products", d)) return TEQ_ERR_NOMEM;
+  int n = 0, rc = TEQ_OK;
+  for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {
+    if (g->nodes[i].kind != OP_EWMUL && g->nodes[i].kind != OP_DIV) continue;
+    if ((rc = fold_head_scale(g, i, &u, d)) < 0) break;
+    n += rc;
+  }
+  uses_fini(&u);
+  return rc < 0 ? rc : n;
 }
 
 /* The window k of maxpool node m when it is k x k at stride k, unpadded

@@ -1891,6 +1891,97 @@ static void test_product_biases(void) {
   }
 }
 
+/* A node of kind on input r of g with integer-list parameters (name,
+ * values) set: its output k. */
+static TensorRef layout_node(Graph *g, OpKind kind, TensorRef r, int k, int n_out, const char *p1,
+                             const int64_t *v1, int n1, const char *p2, const int64_t *v2, int n2,
+                             Diag *d) {
+  Params p;
+  params_default(kind, &p);
+  if (p1) param_set_ints(&p, param_index(kind, p1), v1, n1);
+  if (p2) param_set_ints(&p, param_index(kind, p2), v2, n2);
+  return (TensorRef){graph_add_node(g, kind, &r, 1, n_out, &p, NULL, d), k};
+}
+
+/* Columns [from, to) of rows [0, rows) of the [4, 24] tensor r in g. */
+static TensorRef columns_of(Graph *g, TensorRef r, int64_t rows, int64_t from, int64_t to,
+                            Diag *d) {
+  Params p;
+  params_default(OP_SLICE, &p);
+  param_set_ints(&p, param_index(OP_SLICE, "starts"), (int64_t[]){0, from}, 2);
+  param_set_ints(&p, param_index(OP_SLICE, "ends"), (int64_t[]){rows, to}, 2);
+  param_set_ints(&p, param_index(OP_SLICE, "steps"), (int64_t[]){1, 1}, 2);
+  return (TensorRef){graph_add_node(g, OP_SLICE, &r, 1, 1, &p, NULL, d), 0};
+}
+
+/* Attention's query scale folds into its columns of the product that made
+ * queries, keys and values together: x [4, 8] times W [8, 24], cut by a
+ * reshape, a transpose and a split, by three slices, or by three gathers,
+ * and the query divided or multiplied by one value. Left as written: a key
+ * slice that overlaps the query's columns, a query of half the rows, and a
+ * gather that takes one element twice. Each against the graph as given. */
+static void test_head_scales(void) {
+  enum { SPLIT, SLICES, GATHERS, OVERLAP, HALF_ROWS, GATHER_TWICE, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = {2, {4, 8}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    Tensor *w = tensor_new(DT_F32, &(Shape){2, {8, 24}});
+    tensor_fill_random(w, 53);
+    TensorRef min[2] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0}};
+    TensorRef p = {graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "qkv", &d), 0}, q, k, v;
+    if (c == SPLIT || c == GATHERS || c == GATHER_TWICE) {
+      TensorRef r = layout_node(g, OP_RESHAPE, p, 0, 1, "shape", (int64_t[]){4, 3, 8}, 3, NULL,
+                                NULL, 0, &d);
+      TensorRef t = layout_node(g, OP_TRANSPOSE, r, 0, 1, "perm", (int64_t[]){1, 0, 2}, 3, NULL,
+                                NULL, 0, &d);
+      if (c == SPLIT) {
+        const int64_t sizes[3] = {1, 1, 1};
+        q = layout_node(g, OP_SPLIT, t, 0, 3, "axis", (int64_t[]){0}, 1, "sizes", sizes, 3, &d);
+        k = (TensorRef){q.node, 1}, v = (TensorRef){q.node, 2};
+      } else {
+        TensorRef got[3];
+        for (int j = 0; j < 3; j++) {
+          Tensor *idx = tensor_new(DT_I64, c == GATHER_TWICE && j == 0 ? &(Shape){1, {2}}
+                                                                      : &(Shape){0, {0}});
+          ((int64_t *)idx->data)[0] = j;
+          if (tensor_numel(idx) == 2) ((int64_t *)idx->data)[1] = j;
+          TensorRef gin[2] = {t, {graph_add_const(g, NULL, idx, &d), 0}};
+          got[j] = (TensorRef){graph_add_node(g, OP_GATHER, gin, 2, 1, NULL, NULL, &d), 0};
+        }
+        q = got[0], k = got[1], v = got[2];
+      }
+    } else {
+      q = columns_of(g, p, c == HALF_ROWS ? 2 : 4, 0, 8, &d);
+      k = columns_of(g, p, 4, c == OVERLAP ? 4 : 8, 16, &d);
+      v = columns_of(g, p, 4, 16, 24, &d);
+    }
+    Tensor *s = tensor_new(DT_F32, &(Shape){0, {0}});
+    ((float *)s->data)[0] = c % 2 ? 0.375f : 2.5f;
+    TensorRef sin[2] = {q, {graph_add_const(g, "scale", s, &d), 0}};
+    int scaled = graph_add_node(g, c % 2 ? OP_EWMUL : OP_DIV, sin, 2, 1, NULL, "scaled", &d);
+    graph_add_output(g, (TensorRef){scaled, 0}, "q", &d);
+    graph_add_output(g, k, "k", &d);
+    graph_add_output(g, v, "v", &d);
+    OnnxImportStats st, st_given;
+    Graph *h = written_and_read(g, "head_scale.onnx", NULL, false, &st, &d);
+    Graph *given = written_and_read(g, "head_scale.onnx", NULL, true, &st_given, &d);
+    bool folded = c == SPLIT || c == SLICES || c == GATHERS;
+    if (h && given) {
+      CHECK_MSG(st.n_scales_folded == folded, "case %d: %d folded", c, st.n_scales_folded);
+      CHECK_EQ_INT(st_given.n_scales_folded, 0);
+      CHECK_EQ_INT(count_kind(h, OP_DIV) + count_kind(h, OP_EWMUL), !folded);
+      check_outputs_within(given, h, &sx, 59, 1e-6);
+    }
+    graph_free(given);
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
+}
+
 /* Upsample of opset 9 and Resize of opset 10 read as resize (asymmetric,
  * nearest rounding down, as ONNX Runtime computes them), against a
  * reference in double; written back as Resize of opset 13. */
@@ -2418,6 +2509,7 @@ int main(void) {
   test_border_residual_cap();
   test_constants_as_slices();
   test_product_biases();
+  test_head_scales();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();

@@ -2,13 +2,14 @@
 """fold_graph.py SEED OUT.onnx: one random small graph, the same for a seed, of the forms
 Teq's import folds or fuses and look-alikes it must leave: convolutions (1, 2 or C groups,
 1x1 or 3x3, padded or not, stride 1 or 2, dilation 1 or 2, with or without a bias, some
-also read as a graph output) and transposed convolutions (1 or C groups, 2x2 or 3x3,
-stride 1 or 2) and linear layers along the last axis (MatMul, a bias of one value per
-column or per row, some products also read as a graph output) among BatchNorms and Muls
-and Adds by a constant of one value, one per channel or one per element (either operand
-first), relus, Paddle's hard swish written out
-in four nodes and hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and
-shape (NAME AxBxC). test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
+also read as a graph output), transposed convolutions (1 or C groups, 2x2 or 3x3, stride 1
+or 2), linear layers along the last axis (MatMul, a bias of one value per column or per
+row, some products also read as a graph output) and attention's queries, keys and values
+sliced from one product, the queries scaled (the keys sometimes overlapping the queries'
+columns), among BatchNorms and Muls and Adds by a constant of one value, one per channel
+or one per element (either operand first), relus, Paddle's hard swish written out in four
+nodes and hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and shape
+(NAME AxBxC). test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
 import sys
 
 import numpy as np
@@ -26,6 +27,11 @@ class Builder:
     def const(self, prefix, value):
         n = self.name(prefix)
         self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), n))
+        return n
+
+    def const_i64(self, prefix, value):
+        n = self.name(prefix)
+        self.inits.append(numpy_helper.from_array(np.asarray(value, np.int64), n))
         return n
 
     def node(self, op, inputs, prefix, **attrs):
@@ -53,7 +59,7 @@ def main():
     c, h, w, n = int(r.choice([2, 4, 6])), int(r.integers(3, 9)), int(r.integers(3, 9)), int(r.choice([1, 2]))
     shape, cur, outputs = [n, c, h, w], "x", []
     for _ in range(int(r.integers(3, 8))):
-        step = r.integers(0, 7)
+        step = r.integers(0, 8)
         if step <= 1:  # a convolution
             groups = int(r.choice([g for g in (1, 2, c) if c % g == 0]))
             m = groups * int(r.choice([1, 2]))
@@ -104,6 +110,19 @@ def main():
             cur = b.node("Add", [prod, k] if r.random() < 0.5 else [k, prod], "lin")
             if r.random() < 0.5:
                 cur = b.node("Relu", [cur], "relu")
+            w = w2
+        elif step == 7:  # attention's cut: queries, keys, values sliced from one product
+            w2 = int(r.integers(2, 6))
+            weight = r.uniform(-1, 1, [w, 3 * w2]) / np.sqrt(w)
+            prod = b.node("MatMul", [cur, b.const("qkv", weight)], "qkv")
+            k_from = w2 - 1 if r.random() < 0.3 else w2  # keys overlapping the queries: must stay
+            parts = []
+            for lo in (0, k_from, 2 * w2):
+                parts.append(b.node("Slice", [prod, b.const_i64("lo", [lo]), b.const_i64("hi", [lo + w2]),
+                                              b.const_i64("ax", [3])], "cut"))
+            s = b.const("scale", float(r.choice([0.125, 0.3, 2.5])))
+            parts[0] = b.node(str(r.choice(["Mul", "Div"])), [parts[0], s], "scaled")
+            cur = b.node("Add", [b.node("Add", parts[:2], "qk"), parts[2]], "qkv_sum")
             w = w2
         elif step == 2:  # an affine: a Mul, an Add or both, the constant either side
             for op in (["Mul", "Add"] if r.random() < 0.5 else [str(r.choice(["Mul", "Add"]))]):
