@@ -1184,7 +1184,10 @@ static int fuse_product_bias(Graph *g, int32_t a, const Uses *u, const int32_t *
     x = (TensorRef){xi, 0};
   }
   TensorRef in[3] = {x, w, {bi, 0}};
-  if (flat) return take_over(g, a, prod.node, OP_GEMM, in, 3, &gp, d) < 0 ? TEQ_ERR_NOMEM : 1;
+  if (flat) {
+    int id = take_over(g, a, prod.node, OP_GEMM, in, 3, &gp, d);
+    return id < 0 ? id : 1;
+  }
   char *name = g->nodes[prod.node].name ? strdup(g->nodes[prod.node].name) : NULL;
   int gi = graph_add_node(g, OP_GEMM, in, 3, 1, &gp, name, d);
   free(name);
@@ -1425,7 +1428,8 @@ static int fold_head_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
         float *v = (float *)nw->data + (trans_b ? j * depth + e : e * width + j);
         *v = div ? *v / s : *v * s;
       }
-      if (nc) ((float *)nc->data)[j] = div ? ((float *)nc->data)[j] / s : ((float *)nc->data)[j] * s;
+      float *cv = nc ? (float *)nc->data + j : NULL;
+      if (cv) *cv = div ? *cv / s : *cv * s;
     }
   }
   free(cols);
@@ -1459,17 +1463,17 @@ static int fold_head_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
   return 1;
 }
 
+static int fold_head_scale_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
+  (void)how;
+  OpKind k = g->nodes[i].kind;
+  return k == OP_EWMUL || k == OP_DIV ? fold_head_scale(g, i, u, d) : 0;
+}
+
+/* In rounds: where the keys are scaled too, their chain reads the product
+ * the queries' fold made, whose readers the next round counts. */
 int onnx_pass_fold_head_scales(Graph *g, Diag *d) {
-  Uses u;
-  if (pass_uses(g, &u, "folding scales into products", d)) return TEQ_ERR_NOMEM;
-  int n = 0, rc = TEQ_OK;
-  for (int32_t i = 0, n0 = g->n_nodes; i < n0; i++) {
-    if (g->nodes[i].kind != OP_EWMUL && g->nodes[i].kind != OP_DIV) continue;
-    if ((rc = fold_head_scale(g, i, &u, d)) < 0) break;
-    n += rc;
-  }
-  uses_fini(&u);
-  return rc < 0 ? rc : n;
+  int tally = 0;
+  return fold_rounds(g, "folding scales into products", fold_head_scale_one, NULL, &tally, 1, d);
 }
 
 /* The window k of maxpool node m when it is k x k at stride k, unpadded

@@ -1693,6 +1693,30 @@ static void test_conv_transpose_affines(void) {
   graph_free(g);
 }
 
+/* A BatchNorm of 16 channels on input x of shape sx, then a 3x3
+ * convolution to 16 channels with padding 1 (weights drawn from seed),
+ * the graph's output y. */
+static Graph *bn_before_padded_conv(const Shape *sx, uint64_t seed, Diag *d) {
+  Graph *g = graph_new();
+  int x = graph_add_input(g, "x", sx, DT_F32, d);
+  TensorRef in[5] = {{x, 0}};
+  for (int j = 1; j < 5; j++) { /* scale, bias, mean, variance */
+    Tensor *c = tensor_new(DT_F32, &(Shape){1, {16}});
+    for (int e = 0; e < 16; e++) ((float *)c->data)[e] = 0.5f + 0.125f * (float)((e + j) % 5);
+    in[j] = (TensorRef){graph_add_const(g, NULL, c, d), 0};
+  }
+  int bn = graph_add_node(g, OP_BATCHNORM, in, 5, 1, NULL, "bn", d);
+  Tensor *w = tensor_new(DT_F32, &(Shape){4, {16, 16, 3, 3}});
+  tensor_fill_random(w, seed);
+  Params cp;
+  params_default(OP_CONV2D, &cp);
+  param_set_ints(&cp, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
+  TensorRef cin[2] = {{bn, 0}, {graph_add_const(g, "w", w, d), 0}};
+  int y = graph_add_node(g, OP_CONV2D, cin, 2, 1, &cp, "conv", d);
+  graph_add_output(g, (TensorRef){y, 0}, "y", d);
+  return g;
+}
+
 /* A BatchNorm before a padded convolution folds with a border residual of
  * the output's size, a constant the model carries: up to 16M elements
  * (64 MB), not for [1, 16, 1025, 1024]. Import only: nothing runs. */
@@ -1700,24 +1724,8 @@ static void test_border_residual_cap(void) {
   for (int big = 0; big < 2; big++) {
     Diag d;
     diag_init(&d);
-    Graph *g = graph_new();
     Shape sx = {4, {1, 16, big ? 1025 : 64, big ? 1024 : 64}};
-    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
-    TensorRef in[5] = {{x, 0}};
-    for (int j = 1; j < 5; j++) { /* scale, bias, mean, variance */
-      Tensor *c = tensor_new(DT_F32, &(Shape){1, {16}});
-      for (int e = 0; e < 16; e++) ((float *)c->data)[e] = 0.5f + 0.125f * (float)((e + j) % 5);
-      in[j] = (TensorRef){graph_add_const(g, NULL, c, &d), 0};
-    }
-    int bn = graph_add_node(g, OP_BATCHNORM, in, 5, 1, NULL, "bn", &d);
-    Tensor *w = tensor_new(DT_F32, &(Shape){4, {16, 16, 3, 3}});
-    tensor_fill_random(w, 17);
-    Params cp;
-    params_default(OP_CONV2D, &cp);
-    param_set_ints(&cp, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
-    TensorRef cin[2] = {{bn, 0}, {graph_add_const(g, "w", w, &d), 0}};
-    int y = graph_add_node(g, OP_CONV2D, cin, 2, 1, &cp, "conv", &d);
-    graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+    Graph *g = bn_before_padded_conv(&sx, 17, &d);
     char q[PATH_BUF];
     OnnxImportStats st;
     Graph *h = export_to_tmp(g, "border_cap.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
@@ -1761,24 +1769,8 @@ static void test_constants_as_slices(void) {
   diag_init(&d);
   char q[PATH_BUF];
   /* The border residual: BN, then a 3x3 convolution with padding. */
-  Graph *g = graph_new();
   Shape sx = {4, {1, 16, 64, 64}};
-  int x = graph_add_input(g, "x", &sx, DT_F32, &d);
-  TensorRef in[5] = {{x, 0}};
-  for (int j = 1; j < 5; j++) { /* scale, bias, mean, variance */
-    Tensor *c = tensor_new(DT_F32, &(Shape){1, {16}});
-    for (int e = 0; e < 16; e++) ((float *)c->data)[e] = 0.5f + 0.125f * (float)((e + j) % 5);
-    in[j] = (TensorRef){graph_add_const(g, NULL, c, &d), 0};
-  }
-  int bn = graph_add_node(g, OP_BATCHNORM, in, 5, 1, NULL, "bn", &d);
-  Tensor *w = tensor_new(DT_F32, &(Shape){4, {16, 16, 3, 3}});
-  tensor_fill_random(w, 19);
-  Params cp;
-  params_default(OP_CONV2D, &cp);
-  param_set_ints(&cp, param_index(OP_CONV2D, "pads"), (int64_t[]){1, 1, 1, 1}, 4);
-  TensorRef cin[2] = {{bn, 0}, {graph_add_const(g, "w", w, &d), 0}};
-  int y = graph_add_node(g, OP_CONV2D, cin, 2, 1, &cp, "conv", &d);
-  graph_add_output(g, (TensorRef){y, 0}, "y", &d);
+  Graph *g = bn_before_padded_conv(&sx, 19, &d);
   OnnxImportStats st;
   Graph *folded = export_to_tmp(g, "slices_in.onnx", q) == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   Graph *back = folded && export_to_tmp(folded, "slices_out.onnx", q) == TEQ_OK
@@ -1804,7 +1796,7 @@ static void test_constants_as_slices(void) {
   for (int repeats = 0; repeats < 2; repeats++) {
     g = graph_new();
     Shape sc = {2, {256, 128}};
-    x = graph_add_input(g, "x", &sc, DT_F32, &d);
+    int x = graph_add_input(g, "x", &sc, DT_F32, &d);
     Tensor *c = tensor_new(DT_F32, &sc);
     if (repeats) {
       for (int64_t r = 0; r < 256; r++)
@@ -1856,7 +1848,8 @@ static void test_product_biases(void) {
     if (c == BIAS_FIRST) ain[0] = bias, ain[1] = (TensorRef){p, 0};
     int a = graph_add_node(g, OP_EWADD, ain, 2, 1, NULL, "add", &d);
     if (c == CHAIN) {
-      Tensor *w2 = tensor_new(DT_F32, &(Shape){2, {6, 6}}), *b2 = tensor_new(DT_F32, &(Shape){1, {6}});
+      Tensor *w2 = tensor_new(DT_F32, &(Shape){2, {6, 6}});
+      Tensor *b2 = tensor_new(DT_F32, &(Shape){1, {6}});
       tensor_fill_random(w2, 43);
       tensor_fill_random(b2, 47);
       TensorRef in2[2] = {{a, 0}, {graph_add_const(g, "w2", w2, &d), 0}};
@@ -1917,11 +1910,12 @@ static TensorRef columns_of(Graph *g, TensorRef r, int64_t rows, int64_t from, i
 /* Attention's query scale folds into its columns of the product that made
  * queries, keys and values together: x [4, 8] times W [8, 24], cut by a
  * reshape, a transpose and a split, by three slices, or by three gathers,
- * and the query divided or multiplied by one value. Left as written: a key
+ * and the query divided or multiplied by one value (and the keys too, in
+ * a second round). Left as written: a key
  * slice that overlaps the query's columns, a query of half the rows, and a
  * gather that takes one element twice. Each against the graph as given. */
 static void test_head_scales(void) {
-  enum { SPLIT, SLICES, GATHERS, OVERLAP, HALF_ROWS, GATHER_TWICE, N_CASES };
+  enum { SPLIT, SLICES, GATHERS, OVERLAP, HALF_ROWS, GATHER_TWICE, KEYS_TOO, N_CASES };
   for (int c = 0; c < N_CASES; c++) {
     Diag d;
     diag_init(&d);
@@ -1932,12 +1926,12 @@ static void test_head_scales(void) {
     tensor_fill_random(w, 53);
     TensorRef min[2] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0}};
     TensorRef p = {graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "qkv", &d), 0}, q, k, v;
-    if (c == SPLIT || c == GATHERS || c == GATHER_TWICE) {
+    if (c == SPLIT || c == GATHERS || c == GATHER_TWICE || c == KEYS_TOO) {
       TensorRef r = layout_node(g, OP_RESHAPE, p, 0, 1, "shape", (int64_t[]){4, 3, 8}, 3, NULL,
                                 NULL, 0, &d);
       TensorRef t = layout_node(g, OP_TRANSPOSE, r, 0, 1, "perm", (int64_t[]){1, 0, 2}, 3, NULL,
                                 NULL, 0, &d);
-      if (c == SPLIT) {
+      if (c == SPLIT || c == KEYS_TOO) {
         const int64_t sizes[3] = {1, 1, 1};
         q = layout_node(g, OP_SPLIT, t, 0, 3, "axis", (int64_t[]){0}, 1, "sizes", sizes, 3, &d);
         k = (TensorRef){q.node, 1}, v = (TensorRef){q.node, 2};
@@ -1962,13 +1956,17 @@ static void test_head_scales(void) {
     ((float *)s->data)[0] = c % 2 ? 0.375f : 2.5f;
     TensorRef sin[2] = {q, {graph_add_const(g, "scale", s, &d), 0}};
     int scaled = graph_add_node(g, c % 2 ? OP_EWMUL : OP_DIV, sin, 2, 1, NULL, "scaled", &d);
+    if (c == KEYS_TOO) { /* a second fold, on the product the first made */
+      TensorRef kin[2] = {k, {graph_add_const(g, "k_scale", tensor_ref(s), &d), 0}};
+      k = (TensorRef){graph_add_node(g, OP_EWMUL, kin, 2, 1, NULL, "k_scaled", &d), 0};
+    }
     graph_add_output(g, (TensorRef){scaled, 0}, "q", &d);
     graph_add_output(g, k, "k", &d);
     graph_add_output(g, v, "v", &d);
     OnnxImportStats st, st_given;
     Graph *h = written_and_read(g, "head_scale.onnx", NULL, false, &st, &d);
     Graph *given = written_and_read(g, "head_scale.onnx", NULL, true, &st_given, &d);
-    bool folded = c == SPLIT || c == SLICES || c == GATHERS;
+    int folded = c == KEYS_TOO ? 2 : c == SPLIT || c == SLICES || c == GATHERS;
     if (h && given) {
       CHECK_MSG(st.n_scales_folded == folded, "case %d: %d folded", c, st.n_scales_folded);
       CHECK_EQ_INT(st_given.n_scales_folded, 0);
