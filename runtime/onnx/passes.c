@@ -1250,6 +1250,10 @@ int onnx_pass_fuse_product_biases(Graph *g, Diag *d) {
  * the chain's other readers (the keys' and values' slices) none of them. */
 
 #define SCALE_CHAIN_MAX 8 /* nodes between a product and its scale */
+/* The largest product whose columns are traced, in elements (64 MB): the
+ * trace runs the chain on a tensor of the product's shape, and a batch of
+ * long sequences is left as written rather than copied a few times. */
+#define SCALE_PROBE_MAX (INT64_C(1) << 24)
 
 /* Output k of node c of g run on in (a layout operator: its other inputs,
  * a gather's indices, are constants): a new tensor in *out, or an error. */
@@ -1407,7 +1411,7 @@ static int fold_head_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
   const Tensor *c = gemm && pn->n_in > 2 ? const_input(g, pn, 2, width) : NULL;
   bool trans_b = gemm && param_int(&pn->params, param_index(OP_GEMM, "transB"));
   if (!w || w->shape.ndim != 2 || w->shape.d[trans_b ? 0 : 1] != width ||
-      (gemm && pn->n_in > 2 && !c) || pn->n_in > 3 || width > (INT64_C(1) << 24))
+      (gemm && pn->n_in > 2 && !c) || pn->n_in > 3 || shape_numel(ps) > SCALE_PROBE_MAX)
     return 0;
   uint8_t *cols = malloc((size_t)width);
   if (!cols) return diag_error(d, "out of memory folding a scale"), TEQ_ERR_NOMEM;
