@@ -29,7 +29,7 @@ typedef struct OnnxImportOptions {
    * name no graph input has is an error, as is a malformed entry. */
   const char *const *dims;
   int n_dims;
-  bool keep_batchnorm; /* do not fold BatchNormalization into convolutions */
+  bool keep_batchnorm; /* do not fold BatchNormalization into convolutions or gemms */
   bool keep_product_scales; /* do not fold a constant per-column scale after a product
                                with constant weights into them (ConvNeXt's layer scale),
                                nor one value scaling some of its columns (attention's

@@ -153,22 +153,31 @@ int onnx_pass_drop_neutral_operands(Graph *g, Diag *d) {
 }
 
 /* ---- folding into a convolution's weights ----
- * A BatchNorm, or a constant scale or shift, after a convolution or a
- * transposed one (onnx_pass_fold_affines_after_convs) or before a
- * convolution (onnx_pass_fold_affines_into_convs) becomes the convolution
- * with new weights and bias. */
+ * A BatchNorm, or a constant scale or shift, after a convolution, a
+ * transposed one or a gemm (onnx_pass_fold_affines_after_convs; a gemm's
+ * channels are its output's columns: a face recognizer's BatchNorm1d after
+ * its embedding) or before a convolution (onnx_pass_fold_affines_into_convs)
+ * becomes the convolution with new weights and bias. */
 
-/* Output channels of conv2d or conv_transpose node c, whose weights are w:
- * conv2d's W is [M, C/G, kh, kw], conv_transpose's [C, M/G, kh, kw]. */
+/* Whether gemm node c's B is stored transposed, [N, K]. */
+static bool gemm_trans_b(const Node *c) {
+  return param_int(&c->params, param_index(OP_GEMM, "transB")) != 0;
+}
+
+/* Output channels of conv2d, conv_transpose or gemm node c, whose weights
+ * are w: conv2d's W is [M, C/G, kh, kw], conv_transpose's [C, M/G, kh, kw],
+ * gemm's B [K, N] or, transposed, [N, K]. */
 static int64_t out_channels(const Node *c, const Tensor *w) {
   if (c->kind == OP_CONV2D) return w->shape.d[0];
+  if (c->kind == OP_GEMM) return w->shape.d[gemm_trans_b(c) ? 0 : 1];
   return w->shape.d[1] * param_int(&c->params, param_index(OP_CONV_TRANSPOSE, "groups"));
 }
 
 /* The output channel that weight element e of c (weights w, m output
  * channels) adds to: conv2d's row; conv_transpose's column j of its
- * group's rows. */
+ * group's rows; gemm's column of B (a row where it is transposed). */
 static int64_t weight_out_channel(const Node *c, const Tensor *w, int64_t m, int64_t e) {
+  if (c->kind == OP_GEMM) return gemm_trans_b(c) ? e / w->shape.d[1] : e % m;
   int64_t taps = w->shape.d[2] * w->shape.d[3];
   if (c->kind == OP_CONV2D) return e / (w->shape.d[1] * taps);
   int64_t mg = w->shape.d[1], cg = w->shape.d[0] / (m / mg), ci = e / (mg * taps);
@@ -181,16 +190,22 @@ static bool fused_act(const Node *c) {
   return i >= 0 && param_int(&c->params, i) != ACT_NONE;
 }
 
-/* Weight and bias of conv2d or conv_transpose node c when both are float32
- * constants (the bias may be absent: *b NULL) and c has neither residual
- * nor pool; else false. */
+/* Weight and bias of conv2d, conv_transpose or gemm node c when both are
+ * float32 constants (the bias may be absent: *b NULL) and c has neither
+ * residual nor pool; a gemm's alpha and beta 1 and its C one value per
+ * column. Else false. */
 static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
-  if ((c->kind != OP_CONV2D && c->kind != OP_CONV_TRANSPOSE) || c->n_out != 1 || c->n_in < 2 ||
-      c->n_in > 3 || c->dtype != DT_F32 || op_output_pooled(c))
+  bool gemm = c->kind == OP_GEMM;
+  if ((c->kind != OP_CONV2D && c->kind != OP_CONV_TRANSPOSE && !gemm) || c->n_out != 1 ||
+      c->n_in < 2 || c->n_in > 3 || c->dtype != DT_F32 || op_output_pooled(c))
+    return false;
+  if (gemm && (param_float(&c->params, param_index(OP_GEMM, "alpha")) != 1.0 ||
+               param_float(&c->params, param_index(OP_GEMM, "beta")) != 1.0))
     return false;
   *w = const_input(g, c, 1, -1);
-  if (!*w || (*w)->shape.ndim != 4) return false;
+  if (!*w || (*w)->shape.ndim != (gemm ? 2 : 4)) return false;
   *b = c->n_in == 3 ? const_input(g, c, 2, out_channels(c, *w)) : NULL;
+  if (gemm && *b && (*b)->shape.ndim == 2 && (*b)->shape.d[0] != 1) return false; /* per row */
   return c->n_in == 2 || *b;
 }
 
@@ -769,7 +784,7 @@ int onnx_pass_fold_product_scales(Graph *g, Diag *d) {
  * other operand has that output's shape; else NULL. */
 static const Tensor *channel_operand(const Graph *g, const Node *n, int *k) {
   if ((n->kind != OP_EWMUL && n->kind != OP_EWADD) || n->n_in != 2 || n->n_out != 1 ||
-      n->dtype != DT_F32 || n->out[0].ndim != 4)
+      n->dtype != DT_F32 || (n->out[0].ndim != 4 && n->out[0].ndim != 2))
     return NULL;
   const Tensor *t = const_operand(g, n, k);
   if (!t || !shape_equal(graph_shape(g, n->in[1 - *k]), &n->out[0])) return NULL;
@@ -863,7 +878,8 @@ static int channel_affine(const Graph *g, const Node *a, int64_t c, ChannelAffin
   const Tensor *k[4] = {NULL};
   int j = -1;
   if (a->kind == OP_BATCHNORM) {
-    if (a->n_in != 5 || a->n_out != 1 || a->dtype != DT_F32 || a->out[0].ndim != 4 ||
+    if (a->n_in != 5 || a->n_out != 1 || a->dtype != DT_F32 ||
+        (a->out[0].ndim != 4 && a->out[0].ndim != 2) ||
         param_int(&a->params, param_index(OP_BATCHNORM, "act")) != ACT_NONE)
       return 0;
     for (int i = 0; i < 4; i++)
@@ -898,15 +914,15 @@ static int channel_affine(const Graph *g, const Node *a, int64_t c, ChannelAffin
   return 1;
 }
 
-/* Node i, an affine (channel_affine) of the output of a conv2d or
- * conv_transpose that it alone reads, folded into that convolution's
+/* Node i, an affine (channel_affine) of the output of a conv2d,
+ * conv_transpose or gemm that it alone reads, folded into that operator's
  * weights and bias: 1 for a BatchNorm, 2 for a scale or shift, 0 where it
  * does not apply, or an error. */
 static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
   const AffineKinds *k = how;
   const Node *n = &g->nodes[i];
   if (!(n->kind == OP_BATCHNORM ? k->batchnorms : k->scales) || n->n_out != 1 ||
-      n->out[0].ndim != 4 || uses_of(u, (TensorRef){i, 0}) < 1)
+      (n->out[0].ndim != 4 && n->out[0].ndim != 2) || uses_of(u, (TensorRef){i, 0}) < 1)
     return 0;
   ChannelAffine f;
   int rc = channel_affine(g, n, n->out[0].d[1], &f, d);
@@ -1076,8 +1092,74 @@ static int fold_before_conv(Graph *g, int32_t c, const Uses *u, bool batchnorms,
   return rc <= 0 ? rc : f.batchnorm ? 1 : 2;
 }
 
+/* Gemm node c reading, through a reshape that flattens each sample
+ * ([N, C, ...] to [N, C x ...]) or directly, the per-channel affine a
+ * alone reads (IResNet's BatchNorm before its embedding): no padding, so
+ *   (s x + t) W = x (s W) + t W,
+ * B's inputs of channel ch scaled by s[ch] and t W added to the bias.
+ * Returns as fold_before_conv does. */
+static int fold_before_gemm(Graph *g, int32_t c, const Uses *u, bool batchnorms, bool scales,
+                            Diag *d) {
+  const Node *cn = &g->nodes[c];
+  const Tensor *w, *b;
+  if (cn->kind != OP_GEMM || !conv_weights(g, cn, &w, &b) ||
+      param_int(&cn->params, param_index(OP_GEMM, "transA")) || cn->in[0].out != 0 ||
+      uses_of(u, cn->in[0]) != 1)
+    return 0;
+  int32_t view = -1;
+  TensorRef r = cn->in[0];
+  const Shape *ys = &g->nodes[r.node].out[0];
+  if (g->nodes[r.node].kind == OP_RESHAPE) {
+    const Shape *xs = graph_shape(g, g->nodes[r.node].in[0]);
+    if (ys->ndim != 2 || xs->ndim < 2 || xs->d[0] != ys->d[0]) return 0;
+    view = r.node;
+    r = g->nodes[view].in[0];
+    if (r.out != 0 || uses_of(u, r) != 1) return 0;
+  }
+  const Node *a = &g->nodes[r.node];
+  if (!(a->kind == OP_BATCHNORM ? batchnorms : scales) || a->out[0].ndim < 2) return 0;
+  bool trans_b = gemm_trans_b(cn);
+  int64_t channels = a->out[0].d[1], n = out_channels(cn, w), k = w->shape.d[trans_b ? 1 : 0];
+  int64_t per = shape_numel(&a->out[0]) / a->out[0].d[0] / channels; /* elements of a channel */
+  if (channels * per != k || (view < 0 && a->out[0].ndim != 2)) return 0;
+  ChannelAffine f;
+  int rc = channel_affine(g, a, channels, &f, d);
+  if (rc <= 0) return rc;
+  Tensor *nw, *nb;
+  if (!clone_weights(w, b, n, &nw, &nb)) {
+    free(f.s), free(f.t);
+    return diag_error(d, "out of memory folding into a gemm"), TEQ_ERR_NOMEM;
+  }
+  float *wd = nw->data, *bias = nb->data;
+  for (int64_t j = 0; j < n; j++) {
+    double shift = 0;
+    for (int64_t e = 0; e < k; e++) {
+      float *v = wd + (trans_b ? j * k + e : e * n + j);
+      if (f.t) shift += (double)*v * f.t[e / per];
+      if (f.s) *v = (float)(*v * f.s[e / per]);
+    }
+    bias[j] = (float)(bias[j] + shift);
+  }
+  bool batchnorm = f.batchnorm;
+  TensorRef x = f.x;
+  free(f.s), free(f.t);
+  if (view >= 0) {
+    Params vp = g->nodes[view].params;
+    int vi = graph_add_node(g, OP_RESHAPE, &x, 1, 1, &vp, NULL, d);
+    if (vi < 0) {
+      tensor_unref(nw);
+      tensor_unref(nb);
+      return vi;
+    }
+    x = (TensorRef){vi, 0};
+  }
+  int id = reconv(g, c, c, x, nw, nb, d);
+  return id < 0 ? id : batchnorm ? 1 : 2;
+}
+
 static int fold_before_conv_one(Graph *g, int32_t i, const Uses *u, const void *how, Diag *d) {
   const AffineKinds *k = how;
+  if (g->nodes[i].kind == OP_GEMM) return fold_before_gemm(g, i, u, k->batchnorms, k->scales, d);
   return fold_before_conv(g, i, u, k->batchnorms, k->scales, d);
 }
 

@@ -1980,6 +1980,66 @@ static void test_head_scales(void) {
   }
 }
 
+/* A BatchNorm of the given channels on x, its constants drawn from seed:
+ * the node's id. */
+static int batchnorm_of(Graph *g, TensorRef x, int64_t channels, uint64_t seed, Diag *d) {
+  TensorRef in[5] = {x};
+  for (int j = 1; j < 5; j++) { /* scale, bias, mean, variance */
+    Tensor *c = tensor_new(DT_F32, &(Shape){1, {channels}});
+    tensor_fill_random(c, seed + (uint64_t)j);
+    for (int64_t e = 0; j == 4 && e < channels; e++) /* a variance: positive */
+      ((float *)c->data)[e] = 0.5f + ((float *)c->data)[e] * ((float *)c->data)[e];
+    in[j] = (TensorRef){graph_add_const(g, NULL, c, d), 0};
+  }
+  return graph_add_node(g, OP_BATCHNORM, in, 5, 1, NULL, NULL, d);
+}
+
+/* BatchNorms around a gemm, IResNet's embedding: a BatchNorm over
+ * [2, 4, 3, 3], flattened per sample, into the gemm's weights, and a
+ * BatchNorm1d after it into its weights and bias; both against the graph
+ * as given. A flatten across the samples ([2, 4, 3, 3] as [1, 72]) keeps
+ * its BatchNorm. */
+static void test_batchnorms_around_gemms(void) {
+  for (int across = 0; across < 2; across++) {
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = {4, {2, 4, 3, 3}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    int bn = batchnorm_of(g, (TensorRef){x, 0}, 4, 61, &d);
+    Params rp;
+    params_default(OP_RESHAPE, &rp);
+    const int64_t flat[2] = {across ? 1 : 2, across ? 72 : 36};
+    param_set_ints(&rp, param_index(OP_RESHAPE, "shape"), flat, 2);
+    int r = graph_add_node(g, OP_RESHAPE, (TensorRef[]){{bn, 0}}, 1, 1, &rp, NULL, &d);
+    Tensor *w = tensor_new(DT_F32, &(Shape){2, {5, flat[1]}});
+    Tensor *c = tensor_new(DT_F32, &(Shape){1, {5}});
+    tensor_fill_random(w, 67);
+    tensor_fill_random(c, 71);
+    Params gp;
+    params_default(OP_GEMM, &gp);
+    param_set_int(&gp, param_index(OP_GEMM, "transB"), 1);
+    TensorRef gin[3] = {
+        {r, 0}, {graph_add_const(g, "w", w, &d), 0}, {graph_add_const(g, "c", c, &d), 0}};
+    int y = graph_add_node(g, OP_GEMM, gin, 3, 1, &gp, "embedding", &d);
+    int bn1 = batchnorm_of(g, (TensorRef){y, 0}, 5, 73, &d);
+    graph_add_output(g, (TensorRef){bn1, 0}, "y", &d);
+    OnnxImportStats st, st_given;
+    Graph *h = written_and_read(g, "bn_gemm.onnx", NULL, false, &st, &d);
+    Graph *given = written_and_read(g, "bn_gemm.onnx", NULL, true, &st_given, &d);
+    if (h && given) {
+      CHECK_EQ_INT(st.n_batchnorm_folded, across ? 1 : 2);
+      CHECK_EQ_INT(count_kind(h, OP_BATCHNORM), across ? 1 : 0);
+      CHECK_EQ_INT(count_kind(given, OP_BATCHNORM), 2);
+      check_outputs_within(given, h, &sx, 79, 1e-5);
+    }
+    graph_free(given);
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
+}
+
 /* Upsample of opset 9 and Resize of opset 10 read as resize (asymmetric,
  * nearest rounding down, as ONNX Runtime computes them), against a
  * reference in double; written back as Resize of opset 13. */
@@ -2508,6 +2568,7 @@ int main(void) {
   test_constants_as_slices();
   test_product_biases();
   test_head_scales();
+  test_batchnorms_around_gemms();
   test_bn_relu();
   test_maxpool_storage_order();
   test_reduce_noop();
