@@ -40,6 +40,9 @@ enum {
   OPF_OPAQUE = 1u << 8,       /* carried through untouched; no kernels */
   OPF_WEIGHT_ONLY = 1u << 9,  /* meant to be applied to weights (enlarge) */
   OPF_INT64_OUT = 1u << 10,   /* every output holds int64 (indices: argmax, argmin) */
+  OPF_NO_COPIES = 1u << 11,   /* layout only, one input, and no element of it in two places
+                                 of the outputs: moves or parts, never copies (a gather's
+                                 copies depend on its indices, so it has none) */
 };
 
 /* ---- parameters ---- */

@@ -772,15 +772,9 @@ static int distinct_slices(const Tensor *t, int axis, Tensor **packed, Tensor **
   int64_t n_rep = 0;
   for (size_t k = 0; rc == 0 && k < cap; k++) table[k] = -1;
   for (int64_t i = 0; rc == 0 && i < n; i++) {
-    uint64_t h = 1469598103934665603u; /* FNV-1a over the slice's 32-bit words */
-    for (int64_t o = 0; o < outer; o++) {
-      const uint8_t *p = base + (size_t)o * row + (size_t)i * block;
-      for (size_t b = 0; b + 4 <= block; b += 4) {
-        uint32_t w;
-        memcpy(&w, p + b, 4);
-        h = (h ^ w) * 1099511628211u;
-      }
-    }
+    uint64_t h = 0;
+    for (int64_t o = 0; o < outer; o++)
+      h = hash_bytes(h, base + (size_t)o * row + (size_t)i * block, block);
     size_t k = (size_t)(h ^ (h >> 29)) & (cap - 1);
     int64_t c = -1;
     for (; table[k] >= 0; k = (k + 1) & (cap - 1)) {

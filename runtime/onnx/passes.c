@@ -194,7 +194,7 @@ static bool fused_act(const Node *c) {
  * float32 constants (the bias may be absent: *b NULL) and c has neither
  * residual nor pool; a gemm's alpha and beta 1 and its C one value per
  * column. Else false. */
-static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
+static bool layer_weights(const Graph *g, const Node *c, const Tensor **w, const Tensor **b) {
   bool gemm = c->kind == OP_GEMM;
   if ((c->kind != OP_CONV2D && c->kind != OP_CONV_TRANSPOSE && !gemm) || c->n_out != 1 ||
       c->n_in < 2 || c->n_in > 3 || c->dtype != DT_F32 || op_output_pooled(c))
@@ -209,9 +209,10 @@ static bool conv_weights(const Graph *g, const Node *c, const Tensor **w, const 
   return c->n_in == 2 || *b;
 }
 
-/* conv node c again (of its kind) on input x with weights w and bias b
- * (taken over), in place of node at's readers; its id or an error. */
-static int reconv(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b, Diag *d) {
+/* Node c (a layer_weights kind) again on input x with weights w and bias
+ * b (taken over), in place of node at's readers; its id or an error. */
+static int remake_with_weights(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b,
+                               Diag *d) {
   Params p = g->nodes[c].params;
   OpKind kind = g->nodes[c].kind;
   int wi = graph_add_const(g, NULL, w, d);
@@ -233,11 +234,11 @@ static bool clone_weights(const Tensor *w, const Tensor *b, int64_t m, Tensor **
   return false;
 }
 
-/* Conv node c with weights w and bias b (absent: 0) followed by the affine
- * y * scale[o] + shift[o] of each output channel o (either NULL: 1 or 0),
- * as one convolution with scaled weights and bias, in place of node at's
- * readers: what a BatchNorm, or a constant scale and shift, after a
- * convolution folds into. Its id or an error. */
+/* Node c (a conv or gemm, layer_weights) with weights w and bias b
+ * (absent: 0) followed by the affine y * scale[o] + shift[o] of each
+ * output channel o (either NULL: 1 or 0), as one node with scaled weights
+ * and bias, in place of node at's readers: what a BatchNorm, or a
+ * constant scale and shift, after it folds into. Its id or an error. */
 static int fold_channel_affine(Graph *g, int32_t at, int32_t c, const Tensor *w, const Tensor *b,
                                const double *scale, const double *shift, Diag *d) {
   Tensor *nw, *nb;
@@ -250,7 +251,7 @@ static int fold_channel_affine(Graph *g, int32_t at, int32_t c, const Tensor *w,
     wd[e] = (float)(wd[e] * scale[weight_out_channel(cn, w, m, e)]);
   for (int64_t o = 0; o < m; o++)
     bias[o] = (float)(bias[o] * (scale ? scale[o] : 1.0) + (shift ? shift[o] : 0.0));
-  return reconv(g, at, c, cn->in[0], nw, nb, d);
+  return remake_with_weights(g, at, c, cn->in[0], nw, nb, d);
 }
 
 /* ---- layer normalization written out ---- */
@@ -930,7 +931,7 @@ static int fold_after_conv_one(Graph *g, int32_t i, const Uses *u, const void *h
   int32_t c = f.x.out == 0 && uses_of(u, f.x) == 1 ? f.x.node : -1;
   const Tensor *w, *b;
   rc = 0;
-  if (c >= 0 && conv_weights(g, &g->nodes[c], &w, &b) && !fused_act(&g->nodes[c]) &&
+  if (c >= 0 && layer_weights(g, &g->nodes[c], &w, &b) && !fused_act(&g->nodes[c]) &&
       out_channels(&g->nodes[c], w) == n->out[0].d[1]) {
     int id = fold_channel_affine(g, i, c, w, b, f.s, f.t, d);
     rc = id < 0 ? id : f.batchnorm ? 1 : 2;
@@ -1102,7 +1103,7 @@ static int fold_before_gemm(Graph *g, int32_t c, const Uses *u, bool batchnorms,
                             Diag *d) {
   const Node *cn = &g->nodes[c];
   const Tensor *w, *b;
-  if (cn->kind != OP_GEMM || !conv_weights(g, cn, &w, &b) ||
+  if (cn->kind != OP_GEMM || !layer_weights(g, cn, &w, &b) ||
       param_int(&cn->params, param_index(OP_GEMM, "transA")) || cn->in[0].out != 0 ||
       uses_of(u, cn->in[0]) != 1)
     return 0;
@@ -1153,7 +1154,7 @@ static int fold_before_gemm(Graph *g, int32_t c, const Uses *u, bool batchnorms,
     }
     x = (TensorRef){vi, 0};
   }
-  int id = reconv(g, c, c, x, nw, nb, d);
+  int id = remake_with_weights(g, c, c, x, nw, nb, d);
   return id < 0 ? id : batchnorm ? 1 : 2;
 }
 
@@ -1369,8 +1370,8 @@ static void mark_columns(const Tensor *t, uint8_t *cols, uint8_t v, int64_t *cou
 
 /* The chain from a product to its scale: at[0] reads the product, at[k]
  * reads at[k - 1]'s output out[k - 1], the last's output out[n - 1] is the
- * scale's input. Where a node's input has other readers, every one is a
- * slice (siblings: the keys' and values'). */
+ * scale's input. Where a node's input has other readers, each cuts it
+ * too (siblings: the keys' and values' slices). */
 typedef struct ScaleChain {
   int32_t product, at[SCALE_CHAIN_MAX], out[SCALE_CHAIN_MAX];
   int n;
@@ -1391,17 +1392,17 @@ static bool gathers_distinct(const Graph *g, const Node *c) {
   return n <= 64;
 }
 
-/* Whether node c of g cuts its input 0 without copying an element; with
- * one output (a sibling beside the chain), a slice or a gather. */
+/* Whether node c of g cuts its input 0 without copying an element (the
+ * registry's OPF_NO_COPIES, or a gather of distinct indices); with one
+ * output, where it reads beside the chain. */
 static bool cuts(const Graph *g, const Node *c, bool one_output) {
-  if (c->kind == OP_SLICE) return c->n_in == 1;
   if (c->kind == OP_GATHER) return gathers_distinct(g, c);
-  return !one_output && c->n_in == 1 &&
-         (c->kind == OP_RESHAPE || c->kind == OP_TRANSPOSE || c->kind == OP_SPLIT);
+  return op_def(c->kind)->flags & OPF_NO_COPIES && c->n_in == 1 &&
+         (!one_output || c->n_out == 1);
 }
 
-/* Whether every reader of r in g but chain node next is a slice or a
- * gather of r, reading it once. */
+/* Whether every reader of r in g but chain node next cuts it (cuts, with
+ * one output), reading it once. */
 static bool only_cuts_beside(const Graph *g, TensorRef r, int32_t next) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const Node *c = &g->nodes[i];
