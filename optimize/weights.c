@@ -32,7 +32,8 @@ bool *opt_weight_only(const Graph *g, const int32_t *order) {
   return w;
 }
 
-/* Both costs: with as_run, less the nodes g's producers write in place. */
+/* Both costs: with as_run, less the nodes g's producers write in place
+ * and those whose values their readers read by strides. */
 static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
                       int counts[COST__SOURCES], double us_by_source[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
@@ -41,7 +42,9 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   bool *w = rc ? NULL : opt_weight_only(g, order);
   /* The search prices every candidate it builds here: no homes unless asked. */
   int32_t *home = rc || !as_run ? NULL : graph_piece_homes(g);
+  GraphStrided st = {0};
   if (!rc && (!w || (as_run && !home))) rc = TEQ_ERR_NOMEM;
+  if (!rc && as_run) rc = graph_strided(g, &st);
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
   if (us_by_source)
@@ -49,7 +52,7 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
     const Node *n = &g->nodes[id];
     if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE ||
-        (as_run && graph_node_in_place(g, id, home, w, NULL)))
+        (as_run && (graph_node_in_place(g, id, home, w, NULL) || st.strided[id])))
       continue;
     CostEstimate e;
     rc = cost_node(cm, g, id, &e, d);
@@ -61,6 +64,7 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   free(order);
   free(w);
   free(home);
+  graph_strided_fini(&st);
   if (rc == TEQ_OK) *us = total;
   return rc;
 }

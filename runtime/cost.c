@@ -1041,7 +1041,9 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   char *needed = calloc((size_t)g->n_nodes + 1, 1);
   int32_t *home = graph_piece_homes(g);
-  int rc = order && needed && home ? graph_topo_order(g, order) : TEQ_ERR_NOMEM;
+  GraphStrided st = {0};
+  int rc = order && needed && home ? graph_strided(g, &st) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = graph_topo_order(g, order);
   if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
   else if (rc) rc = diag_error(d, "graph has a cycle");
   *us = 0;
@@ -1051,7 +1053,9 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
     const Node *n = &g->nodes[order[k]];
     if (!needed[order[k]]) continue;
     for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
-    if (costs_nothing(n) || graph_node_in_place(g, order[k], home, NULL, NULL)) continue;
+    if (costs_nothing(n) || graph_node_in_place(g, order[k], home, NULL, NULL) ||
+        st.strided[order[k]])
+      continue;
     CostEstimate e;
     if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
     *us += e.us;
@@ -1060,6 +1064,7 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
   free(order);
   free(needed);
   free(home);
+  graph_strided_fini(&st);
   return rc;
 }
 

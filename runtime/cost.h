@@ -82,7 +82,8 @@ TEQ_API bool cost_node_is_free(const Graph *g, int id);
  * is priced as its kernel here, and left out by the sums over graphs. */
 TEQ_API int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d);
 /* The sum over the nodes g's outputs need, less those its producers
- * write in place (graph_node_in_place), which run no kernel in g; counts[s]
+ * write in place (graph_node_in_place) and those whose values their
+ * readers read by strides (graph_strided), which run no kernel in g; counts[s]
  * says how many node costs came from source s. */
 TEQ_API int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES],
                        Diag *d);

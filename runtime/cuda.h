@@ -144,5 +144,16 @@ TEQ_API int cuda_profile_node(CudaDevice *dev, const Graph *g, int id, int repea
  * the configuration, or a build without CUDA. */
 TEQ_API int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out,
                                 Diag *d);
+/* A batched matmul node n as the GPU runs it with operands read or its
+ * output written by strides (graph_strided), on the host: shapes[j] and
+ * data[j] operand j's shape and element 0, strides[j] its element strides
+ * (NULL: dense), the product's arguments as the device passes cuBLAS run
+ * as loops, into y (n's output shape) laid out with y_strides (NULL:
+ * dense). TEQ_ERR_UNSUPPORTED where n's row does not read or write those
+ * strides (reads_strided, writes_strided), for a product the GPU stacks
+ * into one tall matrix, or in a build without CUDA. */
+TEQ_API int cuda_matmul_on_host(const Node *n, const Shape *shapes, const float *const *data,
+                                const int64_t *const *strides, float *y,
+                                const int64_t *y_strides, Diag *d);
 
 #endif

@@ -908,3 +908,227 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
   return rc == TEQ_OK ? fused : rc;
 }
 
+
+/* ---- values read by strides ---- */
+
+/* The strides a dense view of shape `to` has over a value of shape `from`
+ * laid out with strides fs, element for element in order: false where no
+ * strides can say it (merging axes that do not follow one another in
+ * memory). Axes are taken in chunks whose elements step uniformly; each
+ * chunk of `from` must be covered by whole axes of `to`. */
+static bool view_strides(const Shape *from, const int64_t *fs, const Shape *to, int64_t *ts) {
+  int64_t nf = shape_numel(from);
+  if (nf != shape_numel(to) || nf == 0) return false;
+  int vd = to->ndim - 1;
+  int64_t chunk_step = from->ndim ? fs[from->ndim - 1] : 1, chunk = 1, covered = 1;
+  for (int fd = from->ndim - 1; fd >= 0; fd--) {
+    chunk *= from->d[fd];
+    bool chunk_ends = fd == 0 || (from->d[fd - 1] != 1 && fs[fd - 1] != chunk * chunk_step);
+    if (!chunk_ends) continue;
+    while (vd >= 0 && (covered < chunk || to->d[vd] == 1)) {
+      ts[vd] = covered * chunk_step;
+      covered *= to->d[vd];
+      vd--;
+    }
+    if (covered != chunk) return false;
+    if (fd > 0) chunk_step = fs[fd - 1], chunk = 1, covered = 1;
+  }
+  for (; vd >= 0; vd--) ts[vd] = 1; /* leading extents of 1 */
+  return true;
+}
+
+/* The run [first, first + numel(to)) of a value of shape `from` laid out
+ * with strides fs, as a value of shape `to`: its strides ts and where its
+ * element 0 is (*at, an element offset), or false. The run is a box of
+ * `from`: whole rows of the axes after some axis a, a range along a, one
+ * index along each axis before it. */
+static bool run_strides(const Shape *from, const int64_t *fs, int64_t first, const Shape *to,
+                        int64_t *ts, int64_t *at) {
+  int64_t count = shape_numel(to), inner = 1;
+  for (int a = from->ndim - 1; a >= 0; inner *= from->d[a], a--) {
+    if (first % inner || count % inner) continue;
+    int64_t along = count / inner, idx = first / inner;
+    if (idx % from->d[a] + along > from->d[a]) continue;
+    Shape box = *from;
+    int64_t off = 0, rest = idx;
+    for (int i = a; i >= 0; i--) {
+      off += rest % from->d[i] * fs[i];
+      rest /= from->d[i];
+      box.d[i] = i == a ? along : 1;
+    }
+    *at = off;
+    return view_strides(&box, fs, to, ts);
+  }
+  return false;
+}
+
+void graph_strided_fini(GraphStrided *s) {
+  free(s->offset), free(s->base), free(s->first), free(s->strides), free(s->strided);
+  memset(s, 0, sizeof *s);
+}
+
+/* Whether slot v (node id's output) may be read by strides: no graph
+ * output, and each reader a node read strided itself (its input 0) or
+ * one whose kernel reads it so (the reader row's reads_strided). */
+static bool strided_readers_take(const Graph *g, const GraphStrided *s, const int32_t *rstart,
+                                 const int32_t *readers, int id) {
+  for (int o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o].node == id) return false;
+  for (int k = rstart[id]; k < rstart[id + 1]; k++) {
+    const Node *r = &g->nodes[readers[k]];
+    const OpDef *def = op_def(r->kind);
+    for (int j = 0; j < r->n_in; j++) {
+      if (r->in[j].node != id) continue;
+      if (j == 0 && s->strided[readers[k]]) continue;
+      int v = s->offset[id] + r->in[j].out;
+      Shape in[8];
+      if (!def->reads_strided || r->n_in > 8) return false;
+      for (int i = 0; i < r->n_in; i++) in[i] = *graph_shape(g, r->in[i]);
+      if (!def->reads_strided(r, in, j, s->strides + (size_t)v * TEQ_MAX_DIMS)) return false;
+    }
+  }
+  return true;
+}
+
+/* One pass in topological order: each node not refused whose outputs
+ * strides can say from its input's layout is marked strided, with its
+ * slots' layouts. A view of a strided value that strides cannot say
+ * refuses that value's node (it must be dense); returns whether any was. */
+static bool strided_forward(const Graph *g, GraphStrided *s, const int32_t *order,
+                            uint8_t *refused, int64_t *firsts) {
+  bool more = false;
+  for (int k = 0; k < g->n_nodes; k++) {
+    int id = order[k];
+    const Node *n = &g->nodes[id];
+    const OpDef *def = op_def(n->kind);
+    s->strided[id] = 0;
+    for (int j = 0; j < n->n_out; j++) s->base[s->offset[id] + j] = -1;
+    if (n->n_in < 1) continue;
+    int src = s->offset[n->in[0].node] + n->in[0].out;
+    const Shape *in = graph_shape(g, n->in[0]);
+    bool in_strided = s->base[src] >= 0;
+    if (refused[id] || n->dtype != DT_F32 || n->opaque) {
+      /* A view is where its input is: a dense one needs a dense input. */
+      if (in_strided && graph_node_is_view(g, id, NULL)) refused[n->in[0].node] = 1, more = true;
+      continue;
+    }
+    int64_t dense[TEQ_MAX_DIMS];
+    const int64_t *from = s->strides + (size_t)src * TEQ_MAX_DIMS;
+    if (!in_strided) shape_strides(in, dense), from = dense;
+    int base = in_strided ? s->base[src] : src;
+    int64_t at = in_strided ? s->first[src] : 0;
+    bool is_view = graph_node_is_view(g, id, firsts);
+    if (def->strided && n->n_out == 1 && (in_strided || !is_view) && shape_numel(in) > 0) {
+      int v = s->offset[id];
+      def->strided(n, in, from, s->strides + (size_t)v * TEQ_MAX_DIMS);
+      s->base[v] = base, s->first[v] = at;
+      s->strided[id] = 1;
+    } else if (in_strided && is_view) {
+      bool ok = true;
+      for (int j = 0; j < n->n_out && ok; j++) {
+        int v = s->offset[id] + j;
+        int64_t off = 0;
+        ok = run_strides(in, from, firsts[j], &n->out[j], s->strides + (size_t)v * TEQ_MAX_DIMS,
+                         &off) &&
+             ((at + off) * (int64_t)sizeof(float)) % OP_PLACE_ALIGN == 0;
+        s->base[v] = base, s->first[v] = at + off;
+      }
+      if (ok) {
+        s->strided[id] = 1;
+      } else {
+        for (int j = 0; j < n->n_out; j++) s->base[s->offset[id] + j] = -1;
+        refused[n->in[0].node] = 1, more = true;
+      }
+    }
+  }
+  return more;
+}
+
+int graph_strided(const Graph *g, GraphStrided *s) {
+  memset(s, 0, sizeof *s);
+  int nn = g->n_nodes, max_out = 1;
+  int32_t *uses = graph_use_counts(g, &s->offset);
+  free(uses);
+  int32_t *order = malloc(((size_t)nn + 1) * sizeof *order);
+  int32_t *rstart = calloc((size_t)nn + 2, sizeof *rstart), *readers = NULL;
+  uint8_t *refused = calloc((size_t)nn + 1, 1);
+  for (int id = 0; id < nn; id++)
+    if (g->nodes[id].n_out > max_out) max_out = g->nodes[id].n_out;
+  int64_t *firsts = malloc((size_t)max_out * sizeof *firsts);
+  int rc = uses && order && rstart && refused && firsts ? TEQ_OK : TEQ_ERR_NOMEM;
+  int ns = rc ? 0 : s->offset[nn];
+  if (rc == TEQ_OK) {
+    s->base = malloc(((size_t)ns + 1) * sizeof *s->base);
+    s->first = calloc((size_t)ns + 1, sizeof *s->first);
+    s->strides = calloc(((size_t)ns + 1) * TEQ_MAX_DIMS, sizeof *s->strides);
+    s->strided = calloc((size_t)nn + 1, 1);
+    if (!s->base || !s->first || !s->strides || !s->strided) rc = TEQ_ERR_NOMEM;
+  }
+  if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK) rc = TEQ_ERR_INPUT;
+  /* Each node's readers, one entry per edge. */
+  int edges = 0;
+  for (int id = 0; rc == TEQ_OK && id < nn; id++)
+    for (int j = 0; j < g->nodes[id].n_in; j++) rstart[g->nodes[id].in[j].node + 1]++, edges++;
+  if (rc == TEQ_OK && !(readers = malloc(((size_t)edges + 1) * sizeof *readers)))
+    rc = TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) {
+    for (int id = 0; id < nn; id++) rstart[id + 1] += rstart[id];
+    int32_t *fill = calloc((size_t)nn + 1, sizeof *fill);
+    if (!fill) rc = TEQ_ERR_NOMEM;
+    for (int id = 0; rc == TEQ_OK && id < nn; id++)
+      for (int j = 0; j < g->nodes[id].n_in; j++) {
+        int p = g->nodes[id].in[j].node;
+        readers[rstart[p] + fill[p]++] = id;
+      }
+    free(fill);
+  }
+  /* Refusals only grow, so this ends: after a pass in each direction that
+   * refuses nothing, every strided value's readers take it. Readers are
+   * decided before what they read (reverse order), so a refusal counts
+   * at once for the nodes before it. */
+  for (bool more = rc == TEQ_OK; more;) {
+    if ((more = strided_forward(g, s, order, refused, firsts))) continue;
+    for (int k = nn - 1; k >= 0; k--) {
+      int id = order[k];
+      if (!s->strided[id] || strided_readers_take(g, s, rstart, readers, id)) continue;
+      refused[id] = 1, s->strided[id] = 0, more = true;
+    }
+  }
+  /* Then the other way: a transpose still a kernel whose input's producer
+   * it alone reads, and whose row writes strided, is written by that
+   * producer through the inverse strides, straight into its memory. */
+  for (int id = 0; rc == TEQ_OK && id < nn; id++) {
+    const Node *t = &g->nodes[id];
+    if (s->strided[id] || !op_def(t->kind)->strided || t->n_out != 1 || t->dtype != DT_F32 ||
+        graph_node_is_view(g, id, NULL))
+      continue;
+    int pid = t->in[0].node, u = s->offset[pid] + t->in[0].out;
+    const Node *pn = &g->nodes[pid];
+    const OpDef *pdef = op_def(pn->kind);
+    if (!pdef->writes_strided || pn->n_out != 1 || s->base[u] >= 0 || pn->n_in > 8 ||
+        rstart[pid + 1] - rstart[pid] != 1 || !graph_node_owns_output(g, pid))
+      continue;
+    bool output = false;
+    for (int o = 0; o < g->n_outputs; o++) output = output || g->outputs[o].node == pid;
+    if (output) continue;
+    /* Output axis i of t is input axis from[i]: the hook, given each input
+     * axis's number as its stride, says which. Input axis from[i] then
+     * steps as output axis i does in t's dense output. */
+    const Shape *in = graph_shape(g, t->in[0]);
+    int r = in->ndim;
+    int64_t axis[TEQ_MAX_DIMS], from[TEQ_MAX_DIMS], ts[TEQ_MAX_DIMS], ws[TEQ_MAX_DIMS];
+    for (int i = 0; i < r; i++) axis[i] = i;
+    op_def(t->kind)->strided(t, in, axis, from);
+    shape_strides(&t->out[0], ts);
+    for (int i = 0; i < r; i++) ws[from[i]] = ts[i];
+    Shape pin[8];
+    for (int j = 0; j < pn->n_in; j++) pin[j] = *graph_shape(g, pn->in[j]);
+    if (!pdef->writes_strided(pn, pin, ws)) continue;
+    s->base[u] = s->offset[id], s->first[u] = 0;
+    memcpy(s->strides + (size_t)u * TEQ_MAX_DIMS, ws, sizeof ws);
+    s->strided[id] = 1;
+  }
+  free(order), free(rstart), free(readers), free(refused), free(firsts);
+  if (rc) graph_strided_fini(s);
+  return rc;
+}

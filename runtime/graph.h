@@ -176,6 +176,33 @@ TEQ_API int32_t *graph_piece_homes(const Graph *g);
  * node nothing, so both ask here. */
 TEQ_API bool graph_node_in_place(const Graph *g, int id, const int32_t *home,
                                  const bool *weight, int64_t *first);
+/* Values read or written by strides. A transpose's output is its input
+ * read through permuted strides (the row's strided hook), and a run of
+ * such a value (a view: a split's piece, a reshape) is too, where strides
+ * can say it. Where every reader of such a value reads it strided (the
+ * reader row's reads_strided: the GPU's matmul) and it is no graph output,
+ * the node that makes it needs no kernel: a runtime that lays values out
+ * by plan aliases it to the dense value it reads. The other way round, a
+ * transpose that stays a kernel needs none either where the producer of
+ * its input, which it alone reads, writes that input through the inverse
+ * strides straight into the transpose's output (the producer row's
+ * writes_strided: a matmul's heads put back among the tokens).
+ * Per value slot (graph_use_counts' offsets): base, the dense slot whose
+ * memory it is in (-1: its own); first, the element of base its element 0
+ * is; strides, TEQ_MAX_DIMS element strides into base. Per node: strided,
+ * no kernel (its outputs read by strides, or written by its producer).
+ * The cost model charges such nodes nothing and the GPU planner aliases
+ * them, so both ask here. */
+typedef struct GraphStrided {
+  int32_t *offset;  /* n_nodes + 1 */
+  int32_t *base;
+  int64_t *first;
+  int64_t *strides; /* TEQ_MAX_DIMS per slot */
+  uint8_t *strided; /* per node */
+} GraphStrided;
+/* TEQ_ERR_NOMEM when memory runs out, TEQ_ERR_INPUT for a cycle. */
+TEQ_API int graph_strided(const Graph *g, GraphStrided *s);
+TEQ_API void graph_strided_fini(GraphStrided *s);
 /* Counts nodes that compute (not inputs, constants or no-ops). */
 TEQ_API int graph_count_ops(const Graph *g);
 

@@ -229,6 +229,26 @@ typedef struct OpDef {
    * about the producers. */
   bool (*assembled)(const struct Node *n, const Shape *in, int64_t *first);
 
+  /* For a layout operator that only reorders its input's axes (a
+   * transpose): output 0, at input shapes `in`, read straight from input
+   * 0 through other strides. from: input 0's element strides, one per
+   * axis of in[0]; to receives output 0's. A runtime that lays values out
+   * by plan then gives it no kernel where every reader reads it strided
+   * (graph_strided). NULL: never. */
+  void (*strided)(const struct Node *n, const Shape *in, const int64_t *from, int64_t *to);
+
+  /* Whether n's GPU kernel reads input j, of shape in[j], laid out with
+   * element strides `strides` (one per axis) instead of densely: a
+   * matmul's operand through cuBLAS's leading dimension and batch stride.
+   * NULL: every input dense. */
+  bool (*reads_strided)(const struct Node *n, const Shape *in, int j, const int64_t *strides);
+
+  /* Whether n's GPU kernel writes its output 0 (n's output shape) laid
+   * out with element strides `strides` into memory another value owns: a
+   * matmul's product through cuBLAS's ldc and batch stride, straight into
+   * the transpose that alone reads it. NULL: it writes dense. */
+  bool (*writes_strided)(const struct Node *n, const Shape *in, const int64_t *strides);
+
   /* Whether n does nothing but put zeros around input 0: true, with pads
    * (2 x rank values, ONNX order: every axis's begin, then every axis's
    * end, none negative). A constant Pad of 0 is one. NULL: never. */

@@ -1,6 +1,6 @@
 /* plan.c: the memory plan of a graph on a device (plan.h). One pass in
- * topological order sorts the needed nodes into steps, constants, views and
- * nodes written in place; aliases are resolved to the value that owns
+ * topological order sorts the needed nodes into steps, constants, views,
+ * nodes written in place and strided values; aliases are resolved to the value that owns
  * their memory; each owner's live range is its steps' and its aliases';
  * and the arena is packed biggest first. */
 #include "runtime/plan.h"
@@ -27,6 +27,8 @@ void mem_plan_fini(MemPlan *p) {
   free(p->bytes);
   free(p->first);
   free(p->last);
+  free(p->strided);
+  free(p->strides);
   memset(p, 0, sizeof *p);
 }
 
@@ -136,6 +138,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
   for (int id = 0; id < nn; id++)
     if (g->nodes[id].n_out > max_out) max_out = g->nodes[id].n_out;
   int64_t *view_first = malloc((size_t)max_out * sizeof *view_first);
+  GraphStrided st = {0};
   int rc = uses && order && needed && in_place && view_first ? TEQ_OK : TEQ_ERR_NOMEM;
   int ns = rc == TEQ_OK ? (p->n_slots = p->offset[nn]) : 0;
   if (rc == TEQ_OK) {
@@ -148,12 +151,15 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
     p->bytes = calloc((size_t)ns + 1, sizeof *p->bytes);
     p->first = malloc(((size_t)ns + 1) * sizeof *p->first);
     p->last = malloc(((size_t)ns + 1) * sizeof *p->last);
+    p->strided = calloc((size_t)ns + 1, sizeof *p->strided);
+    p->strides = calloc(((size_t)ns + 1) * TEQ_MAX_DIMS, sizeof *p->strides);
     if (!p->steps || !p->inputs || !p->outputs || !p->where || !p->root || !p->at ||
-        !p->bytes || !p->first || !p->last)
+        !p->bytes || !p->first || !p->last || !p->strided || !p->strides)
       rc = TEQ_ERR_NOMEM;
   }
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = diag_error(d, "graph has a cycle");
+  if (rc == TEQ_OK) rc = graph_strided(g, &st);
   if (rc == TEQ_OK) {
     /* first and last hold each value's defining step and last reader
      * (-1: none) until the arena's live ranges replace them. */
@@ -188,6 +194,19 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
       p->where[s0] = MEM_ARENA;
     } else if (n->kind == OP_CONST || ((o->flags & OPF_SOURCE) && o->eval_f32)) {
       p->where[s0] = MEM_CONST; /* a source's tensor is computed once, by the device */
+    } else if (st.strided[id]) {
+      /* No step. A transpose its producer writes owns its memory (the
+       * producer's output is the alias); any other is read by strides. */
+      for (int j = 0; j < n->n_out; j++) {
+        int v = s0 + j;
+        if (st.base[v] < 0) continue;
+        p->where[v] = MEM_ALIAS;
+        p->root[v] = st.base[v];
+        p->at[v] = st.first[v] * elem;
+        p->strided[v] = 1;
+        memcpy(p->strides + (size_t)v * TEQ_MAX_DIMS, st.strides + (size_t)v * TEQ_MAX_DIMS,
+               TEQ_MAX_DIMS * sizeof *p->strides);
+      }
     } else if (graph_node_is_view(g, id, view_first)) {
       int src = p->offset[n->in[0].node] + n->in[0].out;
       int64_t base = 0;
@@ -203,6 +222,16 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
       for (int j = 0; j < n->n_in; j++)
         p->last[p->offset[n->in[j].node] + n->in[j].out] = p->n_steps;
       p->steps[p->n_steps++] = id;
+      for (int j = 0; j < n->n_out; j++) { /* written by strides into its reader's memory */
+        int v = s0 + j;
+        if (st.base[v] < 0) continue;
+        p->where[v] = MEM_ALIAS;
+        p->root[v] = st.base[v];
+        p->at[v] = st.first[v] * elem;
+        p->strided[v] = 1;
+        memcpy(p->strides + (size_t)v * TEQ_MAX_DIMS, st.strides + (size_t)v * TEQ_MAX_DIMS,
+               TEQ_MAX_DIMS * sizeof *p->strides);
+      }
     }
   }
   if (rc == TEQ_OK) {
@@ -252,6 +281,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
   free(needed);
   free(in_place);
   free(view_first);
+  graph_strided_fini(&st);
   if (rc) mem_plan_fini(p);
   return rc;
 }

@@ -9,10 +9,13 @@
  *   consts  a block of its own for constants, and for source nodes
  *           (OPF_SOURCE: constant tensors such as C_pool) computed once;
  *   alias   no memory of its own: a view (op_view) is a run of its input,
- *           and a piece of a node written in place (graph_node_in_place) is
- *           its run of that node's output. An alias names the value that
- *           owns the memory (never an alias) and the byte offset into it.
- * Views and nodes written in place are no steps.
+ *           a piece of a node written in place (graph_node_in_place) is
+ *           its run of that node's output, and a value its readers read by
+ *           strides (graph_strided: a transpose a matmul reads) is the
+ *           value it reorders, read through its strides. An alias names
+ *           the value that owns the memory (never an alias) and the byte
+ *           offset into it of its element 0.
+ * Views, nodes written in place and strided values are no steps.
  *
  * The GPU runtime (runtime/cuda/device.cu) lays its memory out by this plan;
  * it is host code so that any machine tests it (tests/runtime/test_plan.c). */
@@ -41,6 +44,8 @@ typedef struct MemPlan {
   int64_t *at;       /* bytes into the arena, the constants' block, or root's value */
   int64_t *bytes;    /* its size (at least 4: no value has no address) */
   int32_t *first, *last; /* MEM_ARENA: the steps it is live over (-1 and n_steps: throughout) */
+  uint8_t *strided;  /* an alias read by strides (graph_strided) */
+  int64_t *strides;  /* where strided: TEQ_MAX_DIMS element strides into root's memory */
   int64_t arena_bytes, const_bytes;
 } MemPlan;
 

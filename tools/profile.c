@@ -527,7 +527,8 @@ static int do_calibrate(int argc, char **argv, Diag *d) {
 typedef struct NodeCost {
   int id;
   CostEstimate e;
-  bool in_place; /* its producers write it (graph_node_in_place): no kernel, 0 us */
+  const char *no_kernel; /* "in place" (graph_node_in_place) or "strided" (graph_strided):
+                          * no kernel, 0 us; else NULL */
 } NodeCost;
 
 static int by_cost_desc(const void *a, const void *b) {
@@ -589,10 +590,12 @@ static int do_cost(int argc, char **argv, Diag *d) {
   if (rc == TEQ_OK && table) rc = cost_model_load_table(m, table, NULL, d);
   if (rc == TEQ_OK && gpu && (rc = cuda_device_open(&dev, d)) == TEQ_OK) cost_model_use_gpu(m, dev);
   int32_t *home = NULL;
+  GraphStrided st = {0};
   if (rc == TEQ_OK && !(costs = calloc((size_t)g->n_nodes + 1, sizeof *costs))) rc = TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && !(home = graph_piece_homes(g))) rc = TEQ_ERR_NOMEM;
-  int n = 0, n_in_place = 0, counts[COST__SOURCES] = {0};
-  double total = 0, in_place_us = 0;
+  if (rc == TEQ_OK && (rc = graph_strided(g, &st)) != TEQ_OK) diag_error(d, "out of memory");
+  int n = 0, n_in_place = 0, n_strided = 0, counts[COST__SOURCES] = {0};
+  double total = 0, in_place_us = 0, strided_us = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
     if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
     costs[n].id = id;
@@ -601,7 +604,12 @@ static int do_cost(int argc, char **argv, Diag *d) {
       in_place_us += costs[n].e.us;
       n_in_place++;
       costs[n].e.us = 0;
-      costs[n].in_place = true;
+      costs[n].no_kernel = "in place";
+    } else if (st.strided[id]) {
+      strided_us += costs[n].e.us;
+      n_strided++;
+      costs[n].e.us = 0;
+      costs[n].no_kernel = "strided";
     } else {
       total += costs[n].e.us;
       counts[costs[n].e.source]++;
@@ -618,16 +626,20 @@ static int do_cost(int argc, char **argv, Diag *d) {
     if (n_in_place)
       printf("  %d written in place by their producers, no kernel (%.1f us as kernels)\n",
              n_in_place, in_place_us);
+    if (n_strided)
+      printf("  %d read by strides by their readers, no kernel (%.1f us as kernels)\n",
+             n_strided, strided_us);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);
       printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us,
-             costs[k].in_place ? "in place" : cost_source_name(costs[k].e.source), key);
+             costs[k].no_kernel ? costs[k].no_kernel : cost_source_name(costs[k].e.source), key);
     }
     if (n > shown) printf("      ... %d more (--all lists them)\n", n - shown);
     print_cost_by_kind(g, costs, n, total);
   }
   free(home);
+  graph_strided_fini(&st);
   free(costs);
   cost_model_free(m);
   cuda_device_close(dev);

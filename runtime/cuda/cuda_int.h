@@ -84,6 +84,10 @@ struct CudaTensor {
   void *data;
   Shape shape;
   DType dtype;
+  /* NULL: dense. Else the element strides (one per axis) of a value its
+   * reader reads by strides (graph_strided), data its element 0: only a
+   * row whose reads_strided hook takes it is given one. */
+  const int64_t *strides = nullptr;
 };
 
 struct CudaCtx {

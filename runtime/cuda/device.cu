@@ -302,6 +302,7 @@ struct CudaPlan {
   cudaGraphExec_t exec = nullptr;
   int exec_repeat = 0;            /* how many passes the captured graph makes */
   std::vector<Derived> derived;   /* what kernels derived from constants, kept */
+  std::vector<int64_t> strides;   /* by value slot, TEQ_MAX_DIMS each: what strided values' point at */
   CudaCtx cx;
 };
 
@@ -505,6 +506,40 @@ static int plan_memory(CudaPlan *p, const MemPlan &mp, Diag *d) {
     if (mp.where[s] == MEM_ARENA) p->values[s].data = (char *)p->arena + mp.at[s];
   for (int s = 0; s < mp.n_slots; s++)
     if (mp.where[s] == MEM_ALIAS) p->values[s].data = (char *)p->values[mp.root[s]].data + mp.at[s];
+  p->strides.assign(mp.strides, mp.strides + (size_t)mp.n_slots * TEQ_MAX_DIMS);
+  for (int s = 0; s < mp.n_slots; s++)
+    if (mp.strided[s]) p->values[s].strides = p->strides.data() + (size_t)s * TEQ_MAX_DIMS;
+  /* A strided value goes only to kernels that read or write it so
+   * (graph_strided asked them); anything else is the planner's mistake,
+   * not the model's. */
+  for (int i = 0; i < mp.n_steps; i++) {
+    const Node *n = &g->nodes[mp.steps[i]];
+    const OpDef *def = op_def(n->kind);
+    Shape in[8];
+    for (int j = 0; j < n->n_in && j < 8; j++) in[j] = *graph_shape(g, n->in[j]);
+    for (int j = 0; j < n->n_in; j++) {
+      int s = mp.offset[n->in[j].node] + n->in[j].out;
+      if (!mp.strided[s]) continue;
+      if (n->n_in <= 8 && def->reads_strided &&
+          def->reads_strided(n, in, j, p->values[s].strides))
+        continue;
+      char label[GRAPH_LABEL_MAX];
+      graph_node_label(g, mp.steps[i], label, sizeof label);
+      diag_error(d, "node %s: planned to read input %d by strides, which it cannot", label, j);
+      return TEQ_ERR_INTERNAL;
+    }
+    for (int j = 0; j < n->n_out; j++) {
+      int s = mp.offset[mp.steps[i]] + j;
+      if (!mp.strided[s]) continue;
+      if (j == 0 && n->n_in <= 8 && def->writes_strided &&
+          def->writes_strided(n, in, p->values[s].strides))
+        continue;
+      char label[GRAPH_LABEL_MAX];
+      graph_node_label(g, mp.steps[i], label, sizeof label);
+      diag_error(d, "node %s: planned to write output %d by strides, which it cannot", label, j);
+      return TEQ_ERR_INTERNAL;
+    }
+  }
   return TEQ_OK;
 }
 

@@ -38,28 +38,6 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
 /* ---- matmul ---- */
 
-/* Whether batch dims [from, nb) of one operand (strides s) step through
- * memory as one uniform stride per flattened batch index; *step gets it:
- * 0 for an operand broadcast over all of them, its matrix size for one
- * laid out densely across them. */
-static bool uniform_suffix(const MatmulPlan &p, const int64_t *s, int64_t matrix, int from,
-                           int64_t *step) {
-  const int64_t candidates[2] = {0, matrix};
-  for (int64_t cand : candidates) {
-    bool ok = true;
-    int64_t inner = 1;
-    for (int i = p.nb - 1; i >= from && ok; i--) {
-      ok = p.bd[i] == 1 || s[i] == cand * inner;
-      inner *= p.bd[i];
-    }
-    if (ok) {
-      *step = cand;
-      return true;
-    }
-  }
-  return false;
-}
-
 /* The cuBLASLt descriptors of one product, released however it ends. */
 struct LtProduct {
   cublasLtMatmulDesc_t op = nullptr;
@@ -223,6 +201,56 @@ static int tall_way(const Node *n, CudaCtx *cx, int rows, int cols, int k, const
   return TEQ_OK;
 }
 
+/* The batched products of a matmul into dense c: each operand as cuBLAS
+ * reads it (matmul_operand: dense, or through the strides of a value read
+ * so, graph_strided), one strided batched call over the longest suffix of
+ * batch dims both step through uniformly, once per entry of the dims
+ * before it. run(product) is the device's call, or the host's loops that
+ * check these arguments (cuda_matmul_on_host). */
+template <class Run>
+static int batched_products(const Node *n, const MatmulPlan &p, const CudaTensor *in,
+                            const CudaTensor &out, Run run, Diag *d) {
+  MatmulOperand a, b, c;
+  int from;
+  int64_t step_a, step_b, inner = 1;
+  if (!matmul_operand(&p, &in[0].shape, in[0].strides, 0, &a) ||
+      !matmul_operand(&p, &in[1].shape, in[1].strides, 1, &b) || !fits_int(a.ld) ||
+      !fits_int(b.ld))
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands laid out as cuBLAS cannot read");
+  matmul_uniform_suffix(&p, a.s, b.s, &from, &step_a, &step_b);
+  if (!matmul_output(&p, out.strides, from, &c) || !fits_int(c.ld))
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "an output laid out as cuBLAS cannot write");
+  /* C's step over the suffix: its stride at the innermost dim longer than
+   * 1, per entry of the dims inside it. */
+  int64_t step_c = p.m * p.n, within = 1;
+  for (int i = p.nb - 1; i >= from; within *= p.bd[i], i--)
+    if (p.bd[i] != 1) {
+      step_c = c.s[i] / within;
+      break;
+    }
+  for (int i = from; i < p.nb; i++) inner *= p.bd[i];
+  if (!fits_int(inner))
+    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED, "%lld batch entries: too many for cuBLAS",
+                        (long long)inner);
+  MatmulPlan q = p; /* the batch offsets through each operand's own strides */
+  memcpy(q.sa, a.s, sizeof q.sa);
+  memcpy(q.sb, b.s, sizeof q.sb);
+  const float *pa = (const float *)in[0].data, *pb = (const float *)in[1].data;
+  const long long one_entry = inner == 1 ? 0 : 1; /* a single entry: the plain call */
+  float *pc = (float *)out.data;
+  for (int64_t outer = 0; outer < p.count / inner; outer++) {
+    int64_t oa, ob, oc = 0, t = outer * inner;
+    matmul_batch_offsets(&q, t, &oa, &ob);
+    for (int i = p.nb - 1; i >= 0; i--) oc += t % p.bd[i] * c.s[i], t /= p.bd[i];
+    CudaProduct pr = {(int)p.m, (int)p.n, (int)p.k, (int)inner, pa + oa, (int)a.ld,
+                      one_entry * step_a, pb + ob, (int)b.ld, one_entry * step_b,
+                      pc + oc, (int)c.ld, one_entry * step_c, a.t, b.t};
+    int rc = run(pr);
+    if (rc) return rc;
+  }
+  return TEQ_OK;
+}
+
 extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   int64_t total = shape_numel(&out[0].shape);
@@ -243,15 +271,14 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
     return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED,
                         "product of [%lld, %lld] by [%lld, %lld] is too large for cuBLAS",
                         (long long)p.m, (long long)p.k, (long long)p.k, (long long)p.n);
-  const int m = (int)p.m, k = (int)p.k, nn = (int)p.n;
+  const int k = (int)p.k, nn = (int)p.n;
 
   /* B shared by every batch entry and A not broadcast (the plan's flat_a):
    * A's entries stack into one tall matrix, one GEMM (the common x @ W).
-   * Not uniform_suffix: where every batch extent is 1, or there is none (a
+   * Not matmul_uniform_suffix: where every batch extent is 1, or there is none (a
    * 2-D x W, BERT's [1, 64, 1024] x [1024, 1024]), it reports A's step as
    * 0, and such products never reached the tall product or its splits. */
-  int64_t step_a = 0, step_b = 0;
-  if (p.flat_a && fits_int(p.count * p.m)) {
+  if (p.flat_a && !in[0].strides && !in[1].strides && fits_int(p.count * p.m)) {
     int rows = (int)(p.count * p.m), splits = 1;
     if ((rc = tall_way(n, cx, rows, nn, k, a, b, c, act, &splits, d))) return rc;
     return tall_product(cx, splits, rows, nn, k, a, b, c, act, d);
@@ -259,27 +286,42 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   /* Otherwise the longest suffix of batch dims over which both operands
    * step uniformly runs as one strided-batched GEMM, once per entry of the
    * remaining outer dims ([2,1,5,7] x [3,7,4]: 2 calls of 3). */
-  int from = p.nb;
-  while (from > 0 && uniform_suffix(p, p.sa, p.m * p.k, from - 1, &step_a) &&
-         uniform_suffix(p, p.sb, p.k * p.n, from - 1, &step_b))
-    from--;
-  uniform_suffix(p, p.sa, p.m * p.k, from, &step_a);
-  uniform_suffix(p, p.sb, p.k * p.n, from, &step_b);
-  int64_t inner = 1;
-  for (int i = from; i < p.nb; i++) inner *= p.bd[i];
-  if (!fits_int(inner))
-    return cuda_op_error(n, d, TEQ_ERR_UNSUPPORTED, "%lld batch entries: too many for cuBLAS",
-                        (long long)inner);
-  for (int64_t outer = 0; outer < p.count / inner; outer++) {
-    int64_t oa, ob;
-    matmul_batch_offsets(&p, outer * inner, &oa, &ob);
-    float *co = c + outer * inner * p.m * p.n;
-    long long one_entry = inner == 1 ? 0 : 1; /* a single entry: the plain call */
-    if ((rc = cuda_product(cx, {m, nn, k, (int)inner, a + oa, k, one_entry * step_a, b + ob, nn,
-                                one_entry * step_b, co, nn, one_entry * p.m * p.n}, d)))
-      return rc;
+  rc = batched_products(n, p, in, out[0],
+                        [&](const CudaProduct &pr) { return cuda_product(cx, pr, d); }, d);
+  /* A product written by strides has no activation (writes_strided). */
+  return rc ? rc : cuda_act_apply(cx, act, c, total, d);
+}
+
+extern "C" int cuda_matmul_on_host(const Node *n, const Shape *shapes, const float *const *data,
+                                   const int64_t *const *strides, float *y,
+                                   const int64_t *y_strides, Diag *d) {
+  CudaTensor in[2], out = {y, n->out[0], DT_F32, y_strides};
+  for (int j = 0; j < 2; j++) in[j] = {(void *)data[j], shapes[j], DT_F32, strides[j]};
+  for (int j = 0; j < 2; j++)
+    if (strides[j] && !op_def(n->kind)->reads_strided(n, shapes, j, strides[j])) {
+      diag_error(d, "matmul: operand %d's strides are not ones cuBLAS reads", j);
+      return TEQ_ERR_UNSUPPORTED;
+    }
+  if (y_strides && !op_def(n->kind)->writes_strided(n, shapes, y_strides)) {
+    diag_error(d, "matmul: the output's strides are not ones cuBLAS writes");
+    return TEQ_ERR_UNSUPPORTED;
   }
-  return cuda_act_apply(cx, act, c, total, d);
+  MatmulPlan p;
+  int rc = matmul_plan(n, &shapes[0], &shapes[1], &p, d);
+  if (rc) return rc;
+  if (p.flat_a || !p.m || !p.n || !p.k || !fits_int(p.m) || !fits_int(p.n) || !fits_int(p.k)) {
+    diag_error(d, "matmul: the host check takes batched products of nonzero extents");
+    return TEQ_ERR_UNSUPPORTED;
+  }
+  rc = batched_products(n, p, in, out, [](const CudaProduct &pr) {
+    cuda_product_on_host(pr);
+    return TEQ_OK;
+  }, d);
+  if (rc) return rc;
+  UnaryArgs act = fused_act_args((int)param_int(&n->params, MATMUL_ACT));
+  int64_t total = p.count * p.m * p.n;
+  for (int64_t t = 0; t < total && !y_strides; t++) y[t] = act_eval(act, y[t]);
+  return TEQ_OK;
 }
 
 /* ---- gemm ---- */

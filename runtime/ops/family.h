@@ -217,6 +217,32 @@ typedef struct MatmulPlan {
 int matmul_plan(const Node *n, const Shape *a, const Shape *b, MatmulPlan *p, Diag *d);
 /* Offsets of A and B for the batch entry whose flattened index is t. */
 void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *ob);
+/* The batch dims [*from, nb) over which A and B step uniformly, sa and sb
+ * their element strides per batch dim (0 where broadcast): one strided
+ * batched product covers them, A stepping *step_a and B *step_b, once per
+ * entry of the dims before. */
+void matmul_uniform_suffix(const MatmulPlan *p, const int64_t *sa, const int64_t *sb, int *from,
+                           int64_t *step_a, int64_t *step_b);
+/* One operand of a product as cuBLAS reads it: its matrix stored
+ * transposed (t: the rows along the unit stride) or not, with leading
+ * dimension ld, and its element stride per batch dim of the plan (0
+ * where broadcast). */
+typedef struct MatmulOperand {
+  bool t;
+  int64_t ld;
+  int64_t s[TEQ_MAX_DIMS];
+} MatmulOperand;
+/* Operand j (0: A, 1: B) of shape sh under plan p, laid out with element
+ * strides st (NULL: dense; then p's strides): false where neither of its
+ * matrix's axes has a unit stride, or the other's stride is too short. */
+bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int j,
+                    MatmulOperand *o);
+/* The output [batch..., m, n] as cuBLAS writes it, laid out with element
+ * strides st (NULL: dense): ld, and its stride per batch dim, which must
+ * step uniformly over the dims [from, nb) one strided batched call
+ * covers; false where its columns are not next to each other or it does
+ * not step so. */
+bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o);
 
 /* A unary element-wise row's kernels (elementwise.c) for an operator of
  * that kind with parameters p, float32 and Z_p; xs may be ys. Fused

@@ -331,6 +331,14 @@ static int64_t transpose_source_of(const Node *n, const Shape *in, int64_t f, in
   return from;
 }
 
+/* Output axis i is input axis perm[i]: its stride is that axis's. */
+static void transpose_strided(const Node *n, const Shape *in, const int64_t *from, int64_t *to) {
+  int r = in[0].ndim;
+  int64_t perm[TEQ_MAX_DIMS];
+  transpose_perm(n, r, perm);
+  for (int i = 0; i < r; i++) to[i] = from[perm[i]];
+}
+
 const OpDef op_def_transpose = {
   .kind = OP_TRANSPOSE, .name = "transpose", .axiom_name = "transpose", .onnx_op = "Transpose",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
@@ -338,7 +346,8 @@ const OpDef op_def_transpose = {
   .flags = OPF_LAYOUT_ONLY | OPF_NO_COPIES | OPF_MULTILINEAR,
   .infer_shape = transpose_infer, .eval_f32 = transpose_eval, .eval_modp = transpose_eval,
   .onnx_write = transpose_onnx_write, .canonical = transpose_canonical,
-  .view = transpose_view, .source_of = transpose_source_of, .eval_cuda = CUDA_EVAL(transpose),
+  .view = transpose_view, .source_of = transpose_source_of, .strided = transpose_strided,
+  .eval_cuda = CUDA_EVAL(transpose),
 };
 
 /* ---- reshape (and ONNX Flatten, Squeeze, Unsqueeze) ---- */

@@ -266,6 +266,119 @@ void matmul_batch_offsets(const MatmulPlan *p, int64_t t, int64_t *oa, int64_t *
   }
 }
 
+void matmul_uniform_suffix(const MatmulPlan *p, const int64_t *sa, const int64_t *sb, int *from,
+                           int64_t *step_a, int64_t *step_b) {
+  const int64_t *s[2] = {sa, sb};
+  int64_t step[2] = {0, 0};
+  bool set[2] = {false, false};
+  int f = p->nb;
+  int64_t inner = 1;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    bool ok = true;
+    int64_t cand[2];
+    for (int o = 0; o < 2 && ok; o++) {
+      cand[o] = set[o] || p->bd[i] == 1 ? step[o] : s[o][i] / inner;
+      ok = p->bd[i] == 1 || s[o][i] == cand[o] * inner;
+    }
+    if (!ok) break;
+    for (int o = 0; o < 2 && p->bd[i] != 1; o++) step[o] = cand[o], set[o] = true;
+    f = i;
+    inner *= p->bd[i];
+  }
+  *from = f, *step_a = step[0], *step_b = step[1];
+}
+
+bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int j,
+                    MatmulOperand *o) {
+  int r = sh->ndim;
+  int64_t rows = j == 0 ? p->m : p->k, cols = j == 0 ? p->k : p->n;
+  const int64_t *dense = j == 0 ? p->sa : p->sb;
+  memset(o, 0, sizeof *o);
+  if (!st) {
+    o->ld = cols > 1 ? cols : 1;
+    memcpy(o->s, dense, sizeof o->s);
+    return true;
+  }
+  if (r < 2) return false;
+  /* An axis of extent 1 is never stepped along: its stride is free. */
+  int64_t sr = rows == 1 ? 0 : st[r - 2], sc = cols == 1 ? 0 : st[r - 1];
+  if (cols == 1 || sc == 1) {
+    o->t = false, o->ld = rows == 1 ? (cols > 1 ? cols : 1) : sr;
+    if (o->ld < cols || o->ld < 1) return false;
+  } else if (rows == 1 || sr == 1) {
+    o->t = true, o->ld = sc;
+    if (o->ld < rows) return false;
+  } else {
+    return false;
+  }
+  int nb = r - 2;
+  for (int i = 0; i < p->nb; i++) {
+    int axis = i - (p->nb - nb);
+    o->s[i] = axis < 0 || sh->d[axis] == 1 ? 0 : st[axis];
+  }
+  return true;
+}
+
+/* A strided operand (graph_strided) where cuBLAS takes it as it is: a
+ * matrix with one unit stride, in as many strided batched calls as the
+ * dense operand needs; not a product whose A the GPU stacks into one tall
+ * matrix, whose rows must follow one another. */
+static bool matmul_reads_strided(const Node *n, const Shape *in, int j, const int64_t *strides) {
+  MatmulPlan p;
+  MatmulOperand a, b, o;
+  if (n->dtype != DT_F32 || j < 0 || j > 1 || in[0].ndim < 2 || in[1].ndim < 2 ||
+      matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK || p.flat_a || p.m > INT_MAX ||
+      p.n > INT_MAX || p.k > INT_MAX || p.count == 0 || !p.m || !p.n || !p.k ||
+      !matmul_operand(&p, &in[j], strides, j, &o) || o.ld > INT_MAX)
+    return false;
+  matmul_operand(&p, &in[0], NULL, 0, &a);
+  matmul_operand(&p, &in[1], NULL, 1, &b);
+  int from_dense, from;
+  int64_t step_a, step_b;
+  matmul_uniform_suffix(&p, a.s, b.s, &from_dense, &step_a, &step_b);
+  matmul_uniform_suffix(&p, j == 0 ? o.s : a.s, j == 1 ? o.s : b.s, &from, &step_a, &step_b);
+  return from == from_dense;
+}
+
+bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o) {
+  memset(o, 0, sizeof *o);
+  int r = p->nb + 2;
+  if (!st) {
+    o->ld = p->n > 1 ? p->n : 1;
+    int64_t entries = 1;
+    for (int i = p->nb - 1; i >= 0; i--) o->s[i] = entries * p->m * p->n, entries *= p->bd[i];
+    return true;
+  }
+  if (p->n > 1 && st[r - 1] != 1) return false;
+  o->ld = p->m == 1 ? (p->n > 1 ? p->n : 1) : st[r - 2];
+  if (o->ld < p->n) return false;
+  int64_t step = -1, inner = 1;
+  for (int i = 0; i < p->nb; i++) o->s[i] = p->bd[i] == 1 ? 0 : st[i];
+  for (int i = p->nb - 1; i >= from; inner *= p->bd[i], i--) {
+    if (p->bd[i] == 1) continue;
+    if (step < 0) step = o->s[i] / inner;
+    if (o->s[i] != step * inner) return false;
+  }
+  return true;
+}
+
+/* A product written strided: no activation (the GPU applies one over the
+ * dense output after the products), and the same calls as dense. */
+static bool matmul_writes_strided(const Node *n, const Shape *in, const int64_t *strides) {
+  MatmulPlan p;
+  MatmulOperand a, b, c;
+  if (n->dtype != DT_F32 || param_int(&n->params, MATMUL_ACT) != ACT_NONE || in[0].ndim < 2 ||
+      in[1].ndim < 2 || matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK || p.flat_a ||
+      p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || !p.count || !p.m || !p.n || !p.k)
+    return false;
+  int from;
+  int64_t step_a, step_b;
+  matmul_operand(&p, &in[0], NULL, 0, &a);
+  matmul_operand(&p, &in[1], NULL, 1, &b);
+  matmul_uniform_suffix(&p, a.s, b.s, &from, &step_a, &step_b);
+  return matmul_output(&p, strides, from, &c) && c.ld <= INT_MAX;
+}
+
 static int matmul_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
   MatmulPlan p;
   int rc = matmul_plan(n, &in[0], &in[1], &p, d);
@@ -383,6 +496,7 @@ const OpDef op_def_matmul = {
   .eval_f32 = matmul_eval_f32, .eval_modp = matmul_eval_modp,
   .eval_modp_at = matmul_eval_modp_at, .eval_cuda = CUDA_EVAL(matmul), .flops = matmul_flops,
   .onnx_write = matmul_onnx_write, .half_twin = matmul_half_twin,
+  .reads_strided = matmul_reads_strided, .writes_strided = matmul_writes_strided,
 };
 
 /* ---- gemm(transA, transB, alpha, beta, act): act(alpha * A' B' + beta * C) ----

@@ -1,0 +1,371 @@
+/* test_strided.c: values read by strides (graph.h: graph_strided). A
+ * transpose a matmul reads, or a split of one, runs no kernel on the GPU:
+ * the plan aliases it to the value it reorders and the matmul's cuBLAS
+ * call reads it through leading dimensions and batch strides.
+ *
+ * Which nodes are strided is checked on attention as BERT's search leaves
+ * it (heads hoisted above the split of Q, K and V, K's keys last) and on
+ * the cases that must stay kernels. What they compute is checked by running
+ * the GPU's plan on the host: the arena and its aliases as mem_plan_build
+ * lays them out, each step's CPU kernel reading and writing its slots
+ * there, and each matmul with a strided operand as the device calls cuBLAS
+ * (cuda_matmul_on_host), against the CPU executor on the same graph. */
+#include <string.h>
+
+#include "runtime/cost.h"
+#include "runtime/cuda.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+#include "tests/check.h"
+#include "tests/cuda_check.h"
+#include "tests/tensor_check.h"
+
+static Diag D;
+
+static int node(Graph *g, OpKind k, const TensorRef *in, int n_in, int n_out, const Params *p) {
+  int id = graph_add_node(g, k, in, n_in, n_out, p, NULL, &D);
+  CHECK_MSG(id >= 0, "%s: %s", op_def(k)->name, diag_last(&D));
+  return id;
+}
+
+static int transpose(Graph *g, TensorRef x, const int64_t *perm, int r) {
+  Params p;
+  params_default(OP_TRANSPOSE, &p);
+  param_set_ints(&p, 0, perm, r);
+  return node(g, OP_TRANSPOSE, &x, 1, 1, &p);
+}
+
+static int reshape(Graph *g, TensorRef x, const int64_t *dims, int r) {
+  Params p;
+  params_default(OP_RESHAPE, &p);
+  param_set_ints(&p, 0, dims, r);
+  return node(g, OP_RESHAPE, &x, 1, 1, &p);
+}
+
+static int matmul(Graph *g, TensorRef a, TensorRef b) {
+  return node(g, OP_MATMUL, (TensorRef[]){a, b}, 2, 1, NULL);
+}
+
+/* Attention over s tokens of h heads of width w, as the search leaves
+ * BERT's: x W [s, 3 h w] reshaped [s, 3h, w] and transposed to heads
+ * first, split into Q, K and V along the heads, K's keys last; scores,
+ * softmax, V; the heads back to tokens. The last transpose is read by a
+ * reshape to the output. relu_k: K's transpose also read by a relu, an
+ * output (a kernel must write it then). */
+typedef struct Attention {
+  Graph *g;
+  int heads_first, split, keys_last, scores, values, back;
+} Attention;
+
+static Attention attention(int s, int h, int w, bool relu_k) {
+  Attention a = {graph_new(), 0, 0, 0, 0, 0, 0};
+  Graph *g = a.g;
+  Shape xs = shape_of(2, s, h * w * 1), ws = shape_of(2, h * w, 3 * h * w);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  int wt = graph_add_const(g, "w", random_f32(ws, 7), &D);
+  int qkv = matmul(g, (TensorRef){x, 0}, (TensorRef){wt, 0});
+  int r = reshape(g, (TensorRef){qkv, 0}, (int64_t[]){s, 3 * h, w}, 3);
+  a.heads_first = transpose(g, (TensorRef){r, 0}, (int64_t[]){1, 0, 2}, 3);
+  Params sp;
+  params_default(OP_SPLIT, &sp);
+  param_set_int(&sp, 0, 0);
+  param_set_ints(&sp, 1, (int64_t[]){h, h, h}, 3);
+  a.split = node(g, OP_SPLIT, (TensorRef[]){{a.heads_first, 0}}, 1, 3, &sp);
+  a.keys_last = transpose(g, (TensorRef){a.split, 1}, (int64_t[]){0, 2, 1}, 3);
+  a.scores = matmul(g, (TensorRef){a.split, 0}, (TensorRef){a.keys_last, 0});
+  Params smp;
+  params_default(OP_SOFTMAX, &smp);
+  param_set_int(&smp, 0, 2);
+  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
+  a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){1, 0, 2}, 3);
+  int y = reshape(g, (TensorRef){a.back, 0}, (int64_t[]){s, h * w}, 2);
+  graph_add_output(g, (TensorRef){y, 0}, "y", &D);
+  if (relu_k) {
+    int k = node(g, OP_RELU, (TensorRef[]){{a.keys_last, 0}}, 1, 1, NULL);
+    graph_add_output(g, (TensorRef){k, 0}, "k", &D);
+  }
+  CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
+  return a;
+}
+
+/* ---- the plan, run on the host ---- */
+
+/* Runs g as the GPU's plan lays it out, on the host; outputs[j] gets a
+ * new tensor per graph output. Returns how many steps read an operand by
+ * strides, or -1 on failure (checked). */
+static int run_plan_on_host(const Graph *g, Tensor *const *inputs, Tensor **outputs) {
+  MemPlan p;
+  Diag d;
+  diag_init(&d);
+  int rc = mem_plan_build(g, &p, &d);
+  CHECK_MSG(rc == TEQ_OK, "plan: %s", diag_last(&d));
+  if (rc) {
+    diag_fini(&d);
+    return -1;
+  }
+  char *arena = malloc((size_t)p.arena_bytes + 16), *consts = malloc((size_t)p.const_bytes + 16);
+  memset(arena, 0xff, (size_t)p.arena_bytes); /* NaNs: an element nobody wrote shows */
+  char **where = calloc((size_t)p.n_slots + 1, sizeof *where);
+  for (int s = 0; s < p.n_slots; s++) {
+    if (p.where[s] == MEM_ARENA) where[s] = arena + p.at[s];
+    if (p.where[s] == MEM_CONST) where[s] = consts + p.at[s];
+  }
+  for (int s = 0; s < p.n_slots; s++)
+    if (p.where[s] == MEM_ALIAS) where[s] = where[p.root[s]] + p.at[s];
+  for (int id = 0; id < g->n_nodes; id++)
+    if (g->nodes[id].kind == OP_CONST && p.where[p.offset[id]] == MEM_CONST)
+      memcpy(where[p.offset[id]], g->nodes[id].value->data, tensor_bytes(g->nodes[id].value));
+  for (int i = 0; i < p.n_inputs; i++)
+    memcpy(where[p.inputs[i]], inputs[i]->data, tensor_bytes(inputs[i]));
+  int strided_steps = 0;
+  for (int k = 0; k < p.n_steps && rc == TEQ_OK; k++) {
+    const Node *n = &g->nodes[p.steps[k]];
+    int s0 = p.offset[p.steps[k]];
+    bool strided = p.strided[s0];
+    for (int j = 0; j < n->n_in; j++) {
+      int v = p.offset[n->in[j].node] + n->in[j].out;
+      strided = strided || p.strided[v];
+    }
+    if (strided) { /* as the device runs it: cuBLAS's arguments, as loops */
+      CHECK(n->kind == OP_MATMUL);
+      Shape shapes[2];
+      const float *data[2];
+      const int64_t *strides[2];
+      for (int j = 0; j < 2; j++) {
+        int v = p.offset[n->in[j].node] + n->in[j].out;
+        shapes[j] = *graph_shape(g, n->in[j]);
+        data[j] = (const float *)where[v];
+        strides[j] = p.strided[v] ? p.strides + (size_t)v * TEQ_MAX_DIMS : NULL;
+      }
+      rc = cuda_matmul_on_host(n, shapes, data, strides, (float *)where[s0],
+                               p.strided[s0] ? p.strides + (size_t)s0 * TEQ_MAX_DIMS : NULL, &d);
+      CHECK_MSG(rc == TEQ_OK, "strided matmul on the host: %s", diag_last(&d));
+      strided_steps++;
+      continue;
+    }
+    Tensor *in[8] = {0}, *out[8] = {0};
+    for (int j = 0; j < n->n_in; j++) {
+      int v = p.offset[n->in[j].node] + n->in[j].out;
+      in[j] = tensor_new(DT_F32, graph_shape(g, n->in[j]));
+      memcpy(in[j]->data, where[v], tensor_bytes(in[j]));
+    }
+    for (int j = 0; j < n->n_out; j++) out[j] = tensor_new(DT_F32, &n->out[j]);
+    rc = op_def(n->kind)->eval_f32(n, in, out, &d);
+    CHECK_MSG(rc == TEQ_OK, "step %d: %s", k, diag_last(&d));
+    for (int j = 0; j < n->n_out && rc == TEQ_OK; j++)
+      memcpy(where[s0 + j], out[j]->data, tensor_bytes(out[j]));
+    unref_all(in, n->n_in);
+    unref_all(out, n->n_out);
+  }
+  for (int i = 0; i < p.n_outputs; i++) {
+    const TensorRef *o = &g->outputs[i];
+    outputs[i] = tensor_new(DT_F32, graph_shape(g, *o));
+    memcpy(outputs[i]->data, where[p.outputs[i]], tensor_bytes(outputs[i]));
+  }
+  free(where), free(arena), free(consts);
+  mem_plan_fini(&p);
+  diag_fini(&d);
+  return rc == TEQ_OK ? strided_steps : -1;
+}
+
+/* g's outputs from the plan run on the host against the CPU executor's;
+ * returns the plan's strided matmul steps. */
+static int plan_agrees(const Graph *g, const char *what) {
+  Shape xs = *graph_shape(g, (TensorRef){g->inputs[0], 0});
+  Tensor *x = random_f32(xs, 11);
+  Tensor *want[4] = {0}, *got[4] = {0};
+  int rc = exec_run(g, EXEC_F32, &x, want, &D);
+  CHECK_MSG(rc == TEQ_OK, "%s: %s", what, diag_last(&D));
+  int steps = rc == TEQ_OK ? run_plan_on_host(g, &x, got) : -1;
+  for (int i = 0; steps >= 0 && i < g->n_outputs; i++)
+    CHECK_MSG(max_rel_err(got[i], want[i]) < 1e-5, "%s: output %d differs by %g", what, i,
+              max_rel_err(got[i], want[i]));
+  unref_all(want, g->n_outputs);
+  unref_all(got, steps >= 0 ? g->n_outputs : 0);
+  tensor_unref(x);
+  return steps;
+}
+
+/* ---- tests ---- */
+
+/* BERT's attention: the heads-first transpose, the split of it and K's
+ * keys-last transpose cost nothing and run as the matmuls' strides; the
+ * transpose back to tokens, which a reshape reads, costs nothing too: the
+ * product of the values writes its heads straight among the tokens. */
+static void test_attention(void) {
+  Attention a = attention(12, 3, 8, false);
+  GraphStrided st;
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  CHECK(st.strided[a.heads_first] && st.strided[a.split] && st.strided[a.keys_last]);
+  CHECK(st.strided[a.back] && !st.strided[a.scores] && !st.strided[a.values]);
+  /* The values' product [3, 12, 8] written into [12, 3, 8]: (h, t, d) at
+   * 8 h + 24 t + d. */
+  int v = st.offset[a.values], b = st.offset[a.back];
+  CHECK(st.base[v] == b && st.first[v] == 0 && st.base[b] < 0);
+  CHECK(st.strides[v * TEQ_MAX_DIMS + 0] == 8 && st.strides[v * TEQ_MAX_DIMS + 1] == 24 &&
+        st.strides[v * TEQ_MAX_DIMS + 2] == 1);
+  /* K is heads [3, 12, 8] of x W [12, 72], read keys last: [3, 8, 12],
+   * element (h, d, t) at 24 + 8 h + d + 72 t of the product. */
+  int k = st.offset[a.keys_last];
+  CHECK_EQ_INT(st.first[k], 24);
+  CHECK(st.strides[k * TEQ_MAX_DIMS + 0] == 8 && st.strides[k * TEQ_MAX_DIMS + 1] == 1 &&
+        st.strides[k * TEQ_MAX_DIMS + 2] == 72);
+  graph_strided_fini(&st);
+  /* The cost of a graph leaves them out, as it leaves out views. */
+  CostModel *m = cost_model_new();
+  double us = 0, alone = 0;
+  int counts[COST__SOURCES];
+  CostEstimate e;
+  CHECK(cost_graph(m, a.g, &us, counts, &D) == TEQ_OK);
+  double sum = 0;
+  for (int id = 0; id < a.g->n_nodes; id++) {
+    if (cost_node(m, a.g, id, &e, &D) != TEQ_OK) continue;
+    sum += e.us;
+    if (id == a.heads_first || id == a.keys_last || id == a.back) alone += e.us;
+  }
+  CHECK_MSG(alone > 0 && fabs(sum - alone - us) < 1e-9 * sum, "%g = %g - %g?", us, sum, alone);
+  cost_model_free(m);
+  if (cuda_kernels_built("the strided products on the host"))
+    CHECK_EQ_INT(plan_agrees(a.g, "attention"), 2);
+  graph_free(a.g);
+}
+
+/* K's transpose also read by a relu (and so an output) is a kernel; a
+ * kernel reads its input dense, so the split it reads from is one, and
+ * the heads-first transpose too: the split's pieces are all views of it.
+ * The values' product still writes its heads among the tokens. */
+static void test_a_reader_that_cannot(void) {
+  Attention a = attention(10, 2, 4, true);
+  GraphStrided st;
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  CHECK(!st.strided[a.keys_last] && !st.strided[a.heads_first] && !st.strided[a.split]);
+  CHECK(st.strided[a.back]);
+  graph_strided_fini(&st);
+  if (cuda_kernels_built("the strided products on the host"))
+    CHECK_EQ_INT(plan_agrees(a.g, "a relu of K"), 1);
+  graph_free(a.g);
+}
+
+/* What strides cannot say, or cuBLAS cannot read, stays a kernel: a
+ * reshape merging axes that do not follow one another in memory; a
+ * product the GPU stacks into one tall matrix (x^T W); a transpose that is
+ * a graph output; a matrix with no unit stride. */
+static void test_what_stays_a_kernel(void) {
+  Graph *g = graph_new();
+  Shape xs = shape_of(3, 4, 6, 8);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  /* [4, 6, 8] -> [6, 4, 8] -> [6, 32]: axes 4 and 8 are 48 apart, not 8. */
+  int t1 = transpose(g, (TensorRef){x, 0}, (int64_t[]){1, 0, 2}, 3);
+  int r1 = reshape(g, (TensorRef){t1, 0}, (int64_t[]){6, 32}, 2);
+  int w = graph_add_const(g, "w", random_f32(shape_of(2, 32, 5), 3), &D);
+  int p1 = matmul(g, (TensorRef){r1, 0}, (TensorRef){w, 0});
+  graph_add_output(g, (TensorRef){p1, 0}, "p1", &D);
+  /* x^T W, [4, 8, 6] x [6, 3]: B shared, A stacked into rows. */
+  int t2 = transpose(g, (TensorRef){x, 0}, (int64_t[]){0, 2, 1}, 3);
+  int w2 = graph_add_const(g, "w2", random_f32(shape_of(2, 6, 3), 4), &D);
+  int p2 = matmul(g, (TensorRef){t2, 0}, (TensorRef){w2, 0});
+  graph_add_output(g, (TensorRef){p2, 0}, "p2", &D);
+  /* A transpose that is an output. */
+  int t3 = transpose(g, (TensorRef){x, 0}, (int64_t[]){0, 2, 1}, 3);
+  graph_add_output(g, (TensorRef){t3, 0}, "t3", &D);
+  int p3 = matmul(g, (TensorRef){t3, 0}, (TensorRef){x, 0});
+  graph_add_output(g, (TensorRef){p3, 0}, "p3", &D);
+  /* [4, 6, 8] -> [8, 4, 6]: the matrices [4, 6] step 1 along neither
+   * (48 and 8); the batch axis does. */
+  int t4 = transpose(g, (TensorRef){x, 0}, (int64_t[]){2, 0, 1}, 3);
+  int w4 = graph_add_const(g, "w4", random_f32(shape_of(3, 8, 6, 2), 5), &D);
+  int p4 = matmul(g, (TensorRef){t4, 0}, (TensorRef){w4, 0});
+  graph_add_output(g, (TensorRef){p4, 0}, "p4", &D);
+  /* But [4, 6, 8] -> [4, 8, 6] as B of [4, 3, 8] x: read transposed. */
+  Shape zs = shape_of(3, 4, 3, 8);
+  int z = graph_add_input(g, "z", &zs, DT_F32, &D);
+  int t5 = transpose(g, (TensorRef){x, 0}, (int64_t[]){0, 2, 1}, 3);
+  int p5 = matmul(g, (TensorRef){z, 0}, (TensorRef){t5, 0});
+  graph_add_output(g, (TensorRef){p5, 0}, "p5", &D);
+  CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
+  GraphStrided st;
+  CHECK(graph_strided(g, &st) == TEQ_OK);
+  CHECK(!st.strided[t1]);
+  CHECK(!st.strided[r1]);
+  CHECK(!st.strided[t2]);
+  CHECK(!st.strided[t3]);
+  CHECK(!st.strided[t4]);
+  CHECK(st.strided[t5]);
+  graph_strided_fini(&st);
+  graph_free(g);
+}
+
+/* Chains: a transpose of a transpose, a split of a transposed value cut
+ * along the batch axis (each piece a box at an offset), a reshape that
+ * strides can say, the same value read by two matmuls, a product written
+ * into its transpose; over shapes and perms drawn at random, the plan on
+ * the host against the executor. */
+static void test_random_chains(void) {
+  if (!cuda_kernels_built("the strided products on the host")) return;
+  uint64_t state = 1;
+  int strided_nodes = 0, strided_steps = 0;
+  for (int seed = 0; seed < 300; seed++) {
+    Graph *g = graph_new();
+    int64_t d[3];
+    for (int i = 0; i < 3; i++) d[i] = 1 + (int64_t)(rng_next(&state) % 5) * 2;
+    Shape xs = shape_make(3, d);
+    int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+    /* Two transposes in a row (their composition any perm of three). */
+    int64_t perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    int t = transpose(g, (TensorRef){x, 0}, perms[rng_next(&state) % 6], 3);
+    if (rng_next(&state) % 2) t = transpose(g, (TensorRef){t, 0}, perms[rng_next(&state) % 6], 3);
+    TensorRef v = {t, 0};
+    Shape vs = *graph_shape(g, v);
+    if (vs.d[0] % 2 == 0 && rng_next(&state) % 2) { /* halves along the batch axis */
+      Params sp;
+      params_default(OP_SPLIT, &sp);
+      param_set_int(&sp, 0, 0);
+      param_set_ints(&sp, 1, (int64_t[]){vs.d[0] / 2, vs.d[0] / 2}, 2);
+      int s = node(g, OP_SPLIT, &v, 1, 2, &sp);
+      v = (TensorRef){s, (int)(rng_next(&state) % 2)};
+      vs = *graph_shape(g, v);
+    }
+    if (rng_next(&state) % 3 == 0) { /* [b, r, c] -> [1, b, r, c] */
+      int r = reshape(g, v, (int64_t[]){1, vs.d[0], vs.d[1], vs.d[2]}, 4);
+      v = (TensorRef){r, 0};
+      vs = *graph_shape(g, v);
+    }
+    int r = vs.ndim;
+    Shape bs = vs, as = vs;
+    bs.d[r - 2] = vs.d[r - 1], bs.d[r - 1] = 3;
+    as.d[r - 1] = vs.d[r - 2], as.d[r - 2] = 2;
+    int b = graph_add_const(g, "b", random_f32(bs, (uint64_t)seed), &D);
+    int a = graph_add_const(g, "a", random_f32(as, (uint64_t)seed + 1000), &D);
+    int p = matmul(g, v, (TensorRef){b, 0});
+    int q = matmul(g, (TensorRef){a, 0}, v);
+    if (r == 3 && rng_next(&state) % 2) /* written into its transpose */
+      p = transpose(g, (TensorRef){p, 0}, perms[rng_next(&state) % 6], 3);
+    graph_add_output(g, (TensorRef){p, 0}, "p", &D);
+    graph_add_output(g, (TensorRef){q, 0}, "q", &D);
+    CHECK_MSG(graph_check(g, &D) == TEQ_OK, "seed %d: %s", seed, diag_last(&D));
+    GraphStrided st;
+    CHECK(graph_strided(g, &st) == TEQ_OK);
+    for (int id = 0; id < g->n_nodes; id++) strided_nodes += st.strided[id];
+    graph_strided_fini(&st);
+    char what[32];
+    snprintf(what, sizeof what, "seed %d", seed);
+    int steps = plan_agrees(g, what);
+    strided_steps += steps > 0 ? steps : 0;
+    graph_free(g);
+  }
+  /* Enough of them read by strides to have been tested. */
+  printf("%d strided nodes, %d strided steps\n", strided_nodes, strided_steps);
+  CHECK_MSG(strided_nodes > 150 && strided_steps > 150, "%d strided nodes, %d strided steps",
+            strided_nodes, strided_steps);
+}
+
+int main(void) {
+  diag_init(&D);
+  test_attention();
+  test_a_reader_that_cannot();
+  test_what_stays_a_kernel();
+  test_random_chains();
+  diag_fini(&D);
+  return check_exit();
+}
