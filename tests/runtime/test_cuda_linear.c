@@ -19,8 +19,11 @@
  * one tall GEMM is cuBLASLt's epilogue), the tall product's ways pinned,
  * whole or split along K; gemm (its bias and relu in cuBLASLt's epilogue
  * or not, each pinned) with transposes, alpha and beta, and C as a
- * scalar, [1], [N], [M, 1], [1, N] and [M, N]. */
+ * scalar, [1], [N], [M, 1], [1, N] and [M, N]; attention whose transposes
+ * the products read and write by strides. */
 #include "tests/cuda_check.h"
+#include "tests/tensor_check.h"
+#include "tests/attention_graph.h"
 
 #define SHAPES(...) ((const Shape[]){__VA_ARGS__})
 #define S(...) shape_of(__VA_ARGS__)
@@ -713,8 +716,41 @@ static void test_gemm(CudaDevice *dev) {
   pinned_gemm_case(dev, "cublasLt:relu epilogue", "gemm no C relu", a, b, NULL, 0, 0, ACT_RELU);
 }
 
+/* Attention as BERT's search leaves it: the heads-first transpose, its
+ * split and K's keys-last transpose read by the matmuls' strides, the
+ * transpose back to tokens written by the values' product; four steps
+ * (the three products and the softmax), outputs as the CPU's. With K's
+ * transpose also an output, everything before it is a kernel. */
+static void test_strided_attention(CudaDevice *dev) {
+  diag_init(&D);
+  const struct {
+    int s, h, w;
+    bool relu_k;
+    int steps;
+  } cases[] = {{64, 16, 64, false, 4}, {197, 12, 64, false, 4}, {10, 2, 4, true, 7}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    Attention a = attention(cases[c].s, cases[c].h, cases[c].w, cases[c].relu_k);
+    char label[64];
+    snprintf(label, sizeof label, "attention s=%d h=%d w=%d%s", cases[c].s, cases[c].h,
+             cases[c].w, cases[c].relu_k ? " K read" : "");
+    cuda_check_seeds(dev, a.g, false, 1e-4, label);
+    CudaPlan *plan = NULL;
+    Diag d;
+    diag_init(&d);
+    int rc = cuda_plan_new(dev, a.g, &plan, &d);
+    CHECK_MSG(rc == TEQ_OK && cuda_plan_n_steps(plan) == cases[c].steps, "%s: %d steps, not %d %s",
+              label, rc == TEQ_OK ? cuda_plan_n_steps(plan) : -1, cases[c].steps,
+              d.text ? d.text : "");
+    cuda_plan_free(plan);
+    diag_fini(&d);
+    graph_free(a.g);
+  }
+  diag_fini(&D);
+}
+
 int main(void) {
   CudaDevice *dev = cuda_check_open();
+  test_strided_attention(dev);
   test_conv2d(dev);
   test_conv2d_ways(dev);
   test_conv3d(dev);

@@ -19,75 +19,7 @@
 #include "tests/check.h"
 #include "tests/cuda_check.h"
 #include "tests/tensor_check.h"
-
-static Diag D;
-
-static int node(Graph *g, OpKind k, const TensorRef *in, int n_in, int n_out, const Params *p) {
-  int id = graph_add_node(g, k, in, n_in, n_out, p, NULL, &D);
-  CHECK_MSG(id >= 0, "%s: %s", op_def(k)->name, diag_last(&D));
-  return id;
-}
-
-static int transpose(Graph *g, TensorRef x, const int64_t *perm, int r) {
-  Params p;
-  params_default(OP_TRANSPOSE, &p);
-  param_set_ints(&p, 0, perm, r);
-  return node(g, OP_TRANSPOSE, &x, 1, 1, &p);
-}
-
-static int reshape(Graph *g, TensorRef x, const int64_t *dims, int r) {
-  Params p;
-  params_default(OP_RESHAPE, &p);
-  param_set_ints(&p, 0, dims, r);
-  return node(g, OP_RESHAPE, &x, 1, 1, &p);
-}
-
-static int matmul(Graph *g, TensorRef a, TensorRef b) {
-  return node(g, OP_MATMUL, (TensorRef[]){a, b}, 2, 1, NULL);
-}
-
-/* Attention over s tokens of h heads of width w, as the search leaves
- * BERT's: x W [s, 3 h w] reshaped [s, 3h, w] and transposed to heads
- * first, split into Q, K and V along the heads, K's keys last; scores,
- * softmax, V; the heads back to tokens. The last transpose is read by a
- * reshape to the output. relu_k: K's transpose also read by a relu, an
- * output (a kernel must write it then). */
-typedef struct Attention {
-  Graph *g;
-  int heads_first, split, keys_last, scores, values, back;
-} Attention;
-
-static Attention attention(int s, int h, int w, bool relu_k) {
-  Attention a = {graph_new(), 0, 0, 0, 0, 0, 0};
-  Graph *g = a.g;
-  Shape xs = shape_of(2, s, h * w * 1), ws = shape_of(2, h * w, 3 * h * w);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  int wt = graph_add_const(g, "w", random_f32(ws, 7), &D);
-  int qkv = matmul(g, (TensorRef){x, 0}, (TensorRef){wt, 0});
-  int r = reshape(g, (TensorRef){qkv, 0}, (int64_t[]){s, 3 * h, w}, 3);
-  a.heads_first = transpose(g, (TensorRef){r, 0}, (int64_t[]){1, 0, 2}, 3);
-  Params sp;
-  params_default(OP_SPLIT, &sp);
-  param_set_int(&sp, 0, 0);
-  param_set_ints(&sp, 1, (int64_t[]){h, h, h}, 3);
-  a.split = node(g, OP_SPLIT, (TensorRef[]){{a.heads_first, 0}}, 1, 3, &sp);
-  a.keys_last = transpose(g, (TensorRef){a.split, 1}, (int64_t[]){0, 2, 1}, 3);
-  a.scores = matmul(g, (TensorRef){a.split, 0}, (TensorRef){a.keys_last, 0});
-  Params smp;
-  params_default(OP_SOFTMAX, &smp);
-  param_set_int(&smp, 0, 2);
-  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
-  a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
-  a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){1, 0, 2}, 3);
-  int y = reshape(g, (TensorRef){a.back, 0}, (int64_t[]){s, h * w}, 2);
-  graph_add_output(g, (TensorRef){y, 0}, "y", &D);
-  if (relu_k) {
-    int k = node(g, OP_RELU, (TensorRef[]){{a.keys_last, 0}}, 1, 1, NULL);
-    graph_add_output(g, (TensorRef){k, 0}, "k", &D);
-  }
-  CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
-  return a;
-}
+#include "tests/attention_graph.h"
 
 /* ---- the plan, run on the host ---- */
 
@@ -169,6 +101,15 @@ static int run_plan_on_host(const Graph *g, Tensor *const *inputs, Tensor **outp
   return rc == TEQ_OK ? strided_steps : -1;
 }
 
+/* The steps of g's plan: the kernels the GPU runs. */
+static int plan_steps(const Graph *g) {
+  MemPlan p;
+  if (mem_plan_build(g, &p, &D) != TEQ_OK) return -1;
+  int n = p.n_steps;
+  mem_plan_fini(&p);
+  return n;
+}
+
 /* g's outputs from the plan run on the host against the CPU executor's;
  * returns the plan's strided matmul steps. */
 static int plan_agrees(const Graph *g, const char *what) {
@@ -226,6 +167,7 @@ static void test_attention(void) {
   }
   CHECK_MSG(alone > 0 && fabs(sum - alone - us) < 1e-9 * sum, "%g = %g - %g?", us, sum, alone);
   cost_model_free(m);
+  CHECK_EQ_INT(plan_steps(a.g), 4); /* the three products and the softmax */
   if (cuda_kernels_built("the strided products on the host"))
     CHECK_EQ_INT(plan_agrees(a.g, "attention"), 2);
   graph_free(a.g);
@@ -242,6 +184,7 @@ static void test_a_reader_that_cannot(void) {
   CHECK(!st.strided[a.keys_last] && !st.strided[a.heads_first] && !st.strided[a.split]);
   CHECK(st.strided[a.back]);
   graph_strided_fini(&st);
+  CHECK_EQ_INT(plan_steps(a.g), 7);
   if (cuda_kernels_built("the strided products on the host"))
     CHECK_EQ_INT(plan_agrees(a.g, "a relu of K"), 1);
   graph_free(a.g);
