@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/modp.h"
+#include "runtime/plan.h"
 
 Tensor *exec_f32_to_modp(const Tensor *t, Diag *d) {
   Tensor *r = tensor_new(DT_MODP, &t->shape);
@@ -866,5 +868,122 @@ int exec_points_run(const ExecPoints *p, Tensor *const *inputs, uint32_t *const 
   for (int i = 0; r.values && i < n_slots; i++) tensor_unref(r.values[i]);
   for (int k = 0; at && k < p->n_pt; k++) free(at[k]);
   free(r.values), free(claims), free(at);
+  return rc;
+}
+
+/* ---- the GPU's memory plan, run on the host ---- */
+
+/* Step k of plan p: its inputs copied out of their slots (views of the
+ * plan's memory would alias what the step writes), its kernel, its
+ * outputs copied into their slots. */
+static int planned_step(const Graph *g, const MemPlan *p, char *const *at, int id, Diag *d) {
+  const Node *n = &g->nodes[id];
+  const OpDef *o = op_def(n->kind);
+  char label[GRAPH_LABEL_MAX];
+  graph_node_label(g, id, label, sizeof label);
+  if (!o->eval_f32)
+    return diag_error(d, "node %s: %s cannot be run by the CPU executor", label,
+                      n->opaque ? "an opaque operator" : "the operator");
+  int rc = TEQ_OK;
+  Tensor **t = calloc((size_t)(n->n_in + n->n_out) + 1, sizeof *t), **out = t + n->n_in;
+  if (!t) return TEQ_ERR_NOMEM;
+  for (int j = 0; j < n->n_in && !rc; j++) {
+    int s = p->offset[n->in[j].node] + n->in[j].out;
+    DType dt = g->nodes[n->in[j].node].dtype == DT_I64 ? DT_I64 : DT_F32;
+    if (!(t[j] = tensor_new_uninit(dt, graph_shape(g, n->in[j])))) rc = TEQ_ERR_NOMEM;
+    else memcpy(t[j]->data, at[s], tensor_bytes(t[j]));
+  }
+  for (int j = 0; j < n->n_out && !rc; j++)
+    if (!(out[j] = tensor_new_uninit(n->dtype == DT_I64 ? DT_I64 : DT_F32, &n->out[j])))
+      rc = TEQ_ERR_NOMEM;
+  if (rc == TEQ_ERR_NOMEM) diag_error(d, "node %s: out of memory", label);
+  if (!rc && (rc = o->eval_f32(n, t, out, d))) diag_error(d, "node %s failed", label);
+  for (int j = 0; j < n->n_out && !rc; j++)
+    memcpy(at[p->offset[id] + j], out[j]->data, tensor_bytes(out[j]));
+  for (int j = 0; j < n->n_in + n->n_out; j++) tensor_unref(t[j]);
+  free(t);
+  return rc;
+}
+
+/* A matmul step with an operand or its output laid out by strides, as the
+ * device runs it. */
+static int planned_strided_product(const Graph *g, const MemPlan *p, char *const *at, int id,
+                                   Diag *d) {
+  const Node *n = &g->nodes[id];
+  Shape shapes[2];
+  const float *data[2];
+  const int64_t *strides[2];
+  for (int j = 0; j < 2; j++) {
+    int s = p->offset[n->in[j].node] + n->in[j].out;
+    shapes[j] = *graph_shape(g, n->in[j]);
+    data[j] = (const float *)at[s];
+    strides[j] = p->strided[s] ? p->strides + (size_t)s * TEQ_MAX_DIMS : NULL;
+  }
+  int y = p->offset[id];
+  return cuda_matmul_on_host(n, shapes, data, strides, (float *)at[y],
+                             p->strided[y] ? p->strides + (size_t)y * TEQ_MAX_DIMS : NULL, d);
+}
+
+int exec_run_planned(const Graph *g, Tensor *const *inputs, Tensor **outputs, int *strided_steps,
+                     Diag *d) {
+  MemPlan p;
+  int rc = mem_plan_build(g, &p, d);
+  if (rc) return rc;
+  char *arena = malloc((size_t)p.arena_bytes + 1), *consts = malloc((size_t)p.const_bytes + 1);
+  char **at = calloc((size_t)p.n_slots + 1, sizeof *at);
+  int n_strided = 0;
+  if (!arena || !consts || !at) rc = diag_error(d, "out of memory for the plan's memory");
+  if (!rc) {
+    memset(arena, 0xff, (size_t)p.arena_bytes); /* NaN: an element nobody wrote shows */
+    for (int s = 0; s < p.n_slots; s++)
+      if (p.where[s] == MEM_ARENA) at[s] = arena + p.at[s];
+      else if (p.where[s] == MEM_CONST) at[s] = consts + p.at[s];
+    for (int s = 0; s < p.n_slots; s++)
+      if (p.where[s] == MEM_ALIAS) at[s] = at[p.root[s]] + p.at[s];
+  }
+  /* Constants, and sources' tensors computed once, as the device uploads them. */
+  for (int id = 0; !rc && id < g->n_nodes; id++) {
+    const Node *n = &g->nodes[id];
+    int s = p.offset[id];
+    if (n->n_out < 1 || p.where[s] != MEM_CONST) continue;
+    if (n->kind == OP_CONST) {
+      memcpy(at[s], n->value->data, tensor_bytes(n->value));
+      continue;
+    }
+    Tensor *t = tensor_new(DT_F32, &n->out[0]);
+    rc = t ? op_def(n->kind)->eval_f32(n, NULL, &t, d) : diag_error(d, "out of memory");
+    if (!rc) memcpy(at[s], t->data, tensor_bytes(t));
+    tensor_unref(t);
+  }
+  for (int i = 0; !rc && i < g->n_inputs; i++) {
+    const Node *x = &g->nodes[g->inputs[i]];
+    char want[SHAPE_STR_MAX], got[SHAPE_STR_MAX];
+    if (!shape_equal(&inputs[i]->shape, &x->out[0]) || inputs[i]->dtype != (x->dtype == DT_I64 ? DT_I64 : DT_F32))
+      rc = diag_error(d, "input %d is %s %s, the graph's %s", i, dtype_name(inputs[i]->dtype),
+                      shape_format(&inputs[i]->shape, got, sizeof got),
+                      shape_format(&x->out[0], want, sizeof want));
+    else memcpy(at[p.offset[g->inputs[i]]], inputs[i]->data, tensor_bytes(inputs[i]));
+  }
+  for (int k = 0; !rc && k < p.n_steps; k++) {
+    int id = p.steps[k];
+    const Node *n = &g->nodes[id];
+    bool strided = p.strided[p.offset[id]];
+    for (int j = 0; j < n->n_in; j++) strided = strided || p.strided[p.offset[n->in[j].node] + n->in[j].out];
+    if (strided) n_strided++;
+    rc = strided ? planned_strided_product(g, &p, at, id, d) : planned_step(g, &p, at, id, d);
+  }
+  for (int i = 0; !rc && i < g->n_outputs; i++) {
+    const TensorRef *o = &g->outputs[i];
+    DType dt = g->nodes[o->node].dtype == DT_I64 ? DT_I64 : DT_F32;
+    if (!(outputs[i] = tensor_new_uninit(dt, graph_shape(g, *o)))) {
+      for (int j = 0; j < i; j++) tensor_unref(outputs[j]), outputs[j] = NULL;
+      rc = diag_error(d, "out of memory");
+    } else {
+      memcpy(outputs[i]->data, at[p.outputs[i]], tensor_bytes(outputs[i]));
+    }
+  }
+  if (!rc && strided_steps) *strided_steps = n_strided;
+  free(arena), free(consts), free(at);
+  mem_plan_fini(&p);
   return rc;
 }

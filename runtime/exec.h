@@ -29,6 +29,22 @@ typedef enum ExecMode { EXEC_F32, EXEC_MODP } ExecMode;
 TEQ_API int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tensor **outputs,
                      Diag *d);
 
+/* Runs g in float32 as the GPU runtime's memory plan lays it out
+ * (runtime/plan.h), on the host: the arena and the constants' block as
+ * mem_plan_build places them (the arena's bytes NaN until written), views,
+ * pieces written in place and values read or written by strides as
+ * aliases into them; each step's CPU kernel reads its inputs from, and
+ * writes its outputs to, its slots there, and each matmul with an operand
+ * or output laid out by strides runs as the device calls cuBLAS
+ * (cuda_matmul_on_host). What a plan gets wrong (an alias at the wrong
+ * place, a value placed over one still to be read, wrong strides) shows as
+ * outputs that differ from exec_run's. Outputs as exec_run gives them;
+ * *strided_steps (NULL: not wanted) gets how many steps ran by strides.
+ * TEQ_ERR_UNSUPPORTED for an operator the CPU cannot run, or a strided
+ * step in a build without CUDA. */
+TEQ_API int exec_run_planned(const Graph *g, Tensor *const *inputs, Tensor **outputs,
+                             int *strided_steps, Diag *d);
+
 /* ---- a few positions of the outputs, in Z_p ----
  * PET's random tests compare a handful of positions per box of each
  * output, while running a convolution whole costs all its sums. A plan

@@ -627,7 +627,8 @@ static int do_cost(int argc, char **argv, Diag *d) {
       printf("  %d written in place by their producers, no kernel (%.1f us as kernels)\n",
              n_in_place, in_place_us);
     if (n_strided)
-      printf("  %d read by strides by their readers, no kernel (%.1f us as kernels)\n",
+      printf("  %d read or written through strides (graph_strided), no kernel (%.1f us as "
+             "kernels)\n",
              n_strided, strided_us);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];

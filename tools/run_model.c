@@ -2,12 +2,15 @@
  * CPU executor or the GPU, print a checksum per output and the time per run.
  *   run-model [--input NAME=FILE]... [--seed S] [--batch N] [--repeat N]
  *             [--output-dir DIR] [--save OUT.onnx] [--modp] [--quiet]
- *             [--gpu [--warmup N] [--check] [--steps]] MODEL.onnx
+ *             [--gpu [--warmup N] [--check] [--steps]] [--planned] MODEL.onnx
  * On the GPU the time is the median of --repeat replays of the whole graph
  * between CUDA events, after --warmup; --check also runs the CPU executor
  * and fails when an output differs by more than 1e-4 of its largest
  * magnitude; --steps prints each kernel's time inside a run of the whole
  * graph beside its time run alone (how the cost model measures it).
+ * --planned runs the graph again as the GPU's memory plan lays it out, on
+ * the host, and fails as --check does: a machine without a GPU checks the
+ * plan's aliases, offsets and strides on a real model.
  * Inputs not given as files are seeded random tensors (input i gets seed
  * S+i), so two runs of the same command print the same numbers. Results go
  * to stdout, import statistics and messages to stderr; bad arguments or a
@@ -41,7 +44,7 @@ typedef struct RunOptions {
   const char *output_dir;
   const char *save;
   int64_t modp, quiet;
-  int64_t gpu, warmup, check, steps, as_given;
+  int64_t gpu, warmup, check, steps, as_given, planned;
   const char *model;
 } RunOptions;
 
@@ -82,6 +85,9 @@ static const OptRow option_rows[] = {
      "with --gpu: compare with the CPU executor; fail above 1e-4 relative error"},
     {"steps", OPT_FLAG, offsetof(RunOptions, steps), 0, 0, 0, 1,
      "with --gpu: each kernel's time in a run of the graph and run alone, slowest first"},
+    {"planned", OPT_FLAG, offsetof(RunOptions, planned), 0, 0, 0, 1,
+     "also run as the GPU's memory plan lays it out, on the host (no GPU needed); compare "
+     "with the CPU executor; fail above 1e-4 relative error"},
     {"as-given", OPT_FLAG, offsetof(RunOptions, as_given), 0, 0, 0, 1,
      "no import-time fusion: BatchNorm, activations, layer norms and GELUs as in the file"},
 };
@@ -204,6 +210,27 @@ static int make_inputs(const RunOptions *o, const Graph *g, Tensor **inputs, Dia
 }
 
 /* ---- running and reporting ---- */
+
+/* --planned: g run again as the GPU's plan lays it out, on the host
+ * (exec_run_planned), against the CPU executor's outputs. */
+static int run_planned(const Graph *g, Tensor **inputs, Tensor **cpu, Diag *d) {
+  Tensor **planned = calloc((size_t)g->n_outputs + 1, sizeof *planned);
+  int strided = 0;
+  int rc = planned ? exec_run_planned(g, inputs, planned, &strided, d) : TEQ_ERR_NOMEM;
+  double worst = 0;
+  for (int32_t j = 0; rc == TEQ_OK && j < g->n_outputs; j++) {
+    double e = exec_relative_error(planned[j], cpu[j]);
+    if (!(e <= worst)) worst = e;
+  }
+  for (int32_t j = 0; planned && j < g->n_outputs; j++) tensor_unref(planned[j]);
+  free(planned);
+  if (rc != TEQ_OK) return rc;
+  printf("planned on the host vs cpu: largest relative error %.3g (%d products by strides)\n",
+         worst, strided);
+  if (!(worst <= 1e-4))
+    rc = fail(d, TEQ_ERR_INTERNAL, "the plan's outputs differ by %.3g (tolerance 1e-4)", worst);
+  return rc;
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -403,7 +430,11 @@ static int run_model(const RunOptions *o, Diag *d) {
     rc = fail(d, TEQ_ERR_INPUT, "--%s compares with the GPU run: add --gpu", o->check ? "check" : "steps");
   if (rc == TEQ_OK && run) rc = o->gpu ? run_gpu(o, g, inputs, outputs, &ms, d)
                                        : run_timed(o, g, inputs, outputs, &ms, d);
+  if (rc == TEQ_OK && run && o->planned && (o->gpu || o->modp))
+    rc = fail(d, TEQ_ERR_INPUT, "--planned compares with the CPU executor's float32 run: drop --%s",
+              o->gpu ? "gpu" : "modp");
   if (rc == TEQ_OK && run) print_results(g, outputs, o, ms);
+  if (rc == TEQ_OK && run && o->planned) rc = run_planned(g, inputs, outputs, d);
   if (rc == TEQ_OK && run && o->output_dir) rc = write_outputs(o->output_dir, g, outputs, d);
   for (int32_t i = 0; inputs && i < g->n_inputs; i++) tensor_unref(inputs[i]);
   for (int32_t j = 0; outputs && j < g->n_outputs; j++) tensor_unref(outputs[j]);

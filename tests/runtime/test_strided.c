@@ -6,10 +6,10 @@
  * Which nodes are strided is checked on attention as BERT's search leaves
  * it (heads hoisted above the split of Q, K and V, K's keys last) and on
  * the cases that must stay kernels. What they compute is checked by running
- * the GPU's plan on the host: the arena and its aliases as mem_plan_build
- * lays them out, each step's CPU kernel reading and writing its slots
- * there, and each matmul with a strided operand as the device calls cuBLAS
- * (cuda_matmul_on_host), against the CPU executor on the same graph. */
+ * the GPU's plan on the host (exec_run_planned: the arena and its aliases
+ * as mem_plan_build lays them out, each step's CPU kernel reading and
+ * writing its slots there, each matmul with a strided operand or output as
+ * the device calls cuBLAS) against the CPU executor on the same graph. */
 #include <string.h>
 
 #include "runtime/cost.h"
@@ -23,84 +23,6 @@
 
 /* ---- the plan, run on the host ---- */
 
-/* Runs g as the GPU's plan lays it out, on the host; outputs[j] gets a
- * new tensor per graph output. Returns how many steps read an operand by
- * strides, or -1 on failure (checked). */
-static int run_plan_on_host(const Graph *g, Tensor *const *inputs, Tensor **outputs) {
-  MemPlan p;
-  Diag d;
-  diag_init(&d);
-  int rc = mem_plan_build(g, &p, &d);
-  CHECK_MSG(rc == TEQ_OK, "plan: %s", diag_last(&d));
-  if (rc) {
-    diag_fini(&d);
-    return -1;
-  }
-  char *arena = malloc((size_t)p.arena_bytes + 16), *consts = malloc((size_t)p.const_bytes + 16);
-  memset(arena, 0xff, (size_t)p.arena_bytes); /* NaNs: an element nobody wrote shows */
-  char **where = calloc((size_t)p.n_slots + 1, sizeof *where);
-  for (int s = 0; s < p.n_slots; s++) {
-    if (p.where[s] == MEM_ARENA) where[s] = arena + p.at[s];
-    if (p.where[s] == MEM_CONST) where[s] = consts + p.at[s];
-  }
-  for (int s = 0; s < p.n_slots; s++)
-    if (p.where[s] == MEM_ALIAS) where[s] = where[p.root[s]] + p.at[s];
-  for (int id = 0; id < g->n_nodes; id++)
-    if (g->nodes[id].kind == OP_CONST && p.where[p.offset[id]] == MEM_CONST)
-      memcpy(where[p.offset[id]], g->nodes[id].value->data, tensor_bytes(g->nodes[id].value));
-  for (int i = 0; i < p.n_inputs; i++)
-    memcpy(where[p.inputs[i]], inputs[i]->data, tensor_bytes(inputs[i]));
-  int strided_steps = 0;
-  for (int k = 0; k < p.n_steps && rc == TEQ_OK; k++) {
-    const Node *n = &g->nodes[p.steps[k]];
-    int s0 = p.offset[p.steps[k]];
-    bool strided = p.strided[s0];
-    for (int j = 0; j < n->n_in; j++) {
-      int v = p.offset[n->in[j].node] + n->in[j].out;
-      strided = strided || p.strided[v];
-    }
-    if (strided) { /* as the device runs it: cuBLAS's arguments, as loops */
-      CHECK(n->kind == OP_MATMUL);
-      Shape shapes[2];
-      const float *data[2];
-      const int64_t *strides[2];
-      for (int j = 0; j < 2; j++) {
-        int v = p.offset[n->in[j].node] + n->in[j].out;
-        shapes[j] = *graph_shape(g, n->in[j]);
-        data[j] = (const float *)where[v];
-        strides[j] = p.strided[v] ? p.strides + (size_t)v * TEQ_MAX_DIMS : NULL;
-      }
-      rc = cuda_matmul_on_host(n, shapes, data, strides, (float *)where[s0],
-                               p.strided[s0] ? p.strides + (size_t)s0 * TEQ_MAX_DIMS : NULL, &d);
-      CHECK_MSG(rc == TEQ_OK, "strided matmul on the host: %s", diag_last(&d));
-      strided_steps++;
-      continue;
-    }
-    Tensor *in[8] = {0}, *out[8] = {0};
-    for (int j = 0; j < n->n_in; j++) {
-      int v = p.offset[n->in[j].node] + n->in[j].out;
-      in[j] = tensor_new(DT_F32, graph_shape(g, n->in[j]));
-      memcpy(in[j]->data, where[v], tensor_bytes(in[j]));
-    }
-    for (int j = 0; j < n->n_out; j++) out[j] = tensor_new(DT_F32, &n->out[j]);
-    rc = op_def(n->kind)->eval_f32(n, in, out, &d);
-    CHECK_MSG(rc == TEQ_OK, "step %d: %s", k, diag_last(&d));
-    for (int j = 0; j < n->n_out && rc == TEQ_OK; j++)
-      memcpy(where[s0 + j], out[j]->data, tensor_bytes(out[j]));
-    unref_all(in, n->n_in);
-    unref_all(out, n->n_out);
-  }
-  for (int i = 0; i < p.n_outputs; i++) {
-    const TensorRef *o = &g->outputs[i];
-    outputs[i] = tensor_new(DT_F32, graph_shape(g, *o));
-    memcpy(outputs[i]->data, where[p.outputs[i]], tensor_bytes(outputs[i]));
-  }
-  free(where), free(arena), free(consts);
-  mem_plan_fini(&p);
-  diag_fini(&d);
-  return rc == TEQ_OK ? strided_steps : -1;
-}
-
 /* The steps of g's plan: the kernels the GPU runs. */
 static int plan_steps(const Graph *g) {
   MemPlan p;
@@ -110,22 +32,24 @@ static int plan_steps(const Graph *g) {
   return n;
 }
 
-/* g's outputs from the plan run on the host against the CPU executor's;
- * returns the plan's strided matmul steps. */
+/* g's outputs from the plan run on the host (exec_run_planned) against
+ * the CPU executor's; returns the plan's strided matmul steps. */
 static int plan_agrees(const Graph *g, const char *what) {
   Shape xs = *graph_shape(g, (TensorRef){g->inputs[0], 0});
   Tensor *x = random_f32(xs, 11);
   Tensor *want[4] = {0}, *got[4] = {0};
+  int steps = -1;
   int rc = exec_run(g, EXEC_F32, &x, want, &D);
   CHECK_MSG(rc == TEQ_OK, "%s: %s", what, diag_last(&D));
-  int steps = rc == TEQ_OK ? run_plan_on_host(g, &x, got) : -1;
-  for (int i = 0; steps >= 0 && i < g->n_outputs; i++)
+  if (rc == TEQ_OK) rc = exec_run_planned(g, &x, got, &steps, &D);
+  CHECK_MSG(rc == TEQ_OK, "%s planned: %s", what, diag_last(&D));
+  for (int i = 0; rc == TEQ_OK && i < g->n_outputs; i++)
     CHECK_MSG(max_rel_err(got[i], want[i]) < 1e-5, "%s: output %d differs by %g", what, i,
               max_rel_err(got[i], want[i]));
   unref_all(want, g->n_outputs);
-  unref_all(got, steps >= 0 ? g->n_outputs : 0);
+  unref_all(got, g->n_outputs);
   tensor_unref(x);
-  return steps;
+  return rc == TEQ_OK ? steps : -1;
 }
 
 /* ---- tests ---- */

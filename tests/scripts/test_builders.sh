@@ -8,7 +8,8 @@
 # Per model: build-model --seed 1 writes model.onnx; onnx.checker (full_check, which
 # also runs ONNX shape inference) accepts it; seeded uniform [-1, 1) float32 inputs are
 # written for every graph input; run-model and ONNX Runtime (tools/ort/run.js) run it on
-# them; tools/compare.py holds each output of Teq to ONNX Runtime's. One line per model,
+# them (run-model also as the GPU's memory plan lays it out, on the host, --planned, and
+# fails where that differs); tools/compare.py holds each output of Teq to ONNX Runtime's. One line per model,
 # "ok"/"FAIL", with the operator count, the output's scale (max|y| and rms: random
 # weights must keep it O(1)) and both run times.
 # Exit: 0 all ok, 1 any failure, 77 (skipped) if python3's onnx/numpy, node or
@@ -109,8 +110,8 @@ check_model() {
   ((rc == 0)) || { fail "$m" "onnx.checker or inputs $(why "$rc" "$w/prepare.log")"; return 1; }
   local inputs=()
   mapfile -t inputs <"$w/prepare.log"
-  run "$w/teq.log" "$RUN_MODEL" --repeat "$REPEAT" "${inputs[@]}" --output-dir "$w/teq" \
-    "$w/model.onnx" || rc=$?
+  run "$w/teq.log" "$RUN_MODEL" --repeat "$REPEAT" --planned "${inputs[@]}" \
+    --output-dir "$w/teq" "$w/model.onnx" || rc=$?
   ((rc == 0)) || { fail "$m" "run-model $(why "$rc" "$w/teq.log")"; return 1; }
   run "$w/ort.log" node "$ORT_DIR/run.js" "$w/model.onnx" "${inputs[@]}" --repeat "$REPEAT" \
     --output-dir "$w/ort" || rc=$?

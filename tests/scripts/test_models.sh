@@ -6,7 +6,8 @@
 #   tests/scripts/test_models.sh [MODEL...]     (default: all of export_torchvision.py)
 #
 # Checks per model, one line each, "ok"/"FAIL" with the numbers:
-#   teq-vs-torch      run-model --input input_0.pb         vs PyTorch's output_0
+#   teq-vs-torch      run-model --input input_0.pb         vs PyTorch's output_0 (and
+#                     --planned: the GPU's memory plan run on the host, vs the executor)
 #   teq-bin-vs-torch  run-model --input input_0.bin --save vs PyTorch's output_0
 #   rt-checker        onnx.checker accepts the round-tripped rt.onnx
 #   ort-rt-vs-ort     ONNX Runtime on rt.onnx vs ONNX Runtime on the original
@@ -137,9 +138,10 @@ for model in "${MODELS[@]}"; do
     src=$dest/$model
   fi
 
-  # 1. Teq's executor, TensorProto input.
+  # 1. Teq's executor, TensorProto input; and the GPU's memory plan run on the host
+  #    (--planned: its aliases, offsets and strides) against it.
   rc=0
-  run "$w/teq.log" "$RUN_MODEL" --quiet --input "$INPUT_NAME=$src/input_0.pb" \
+  run "$w/teq.log" "$RUN_MODEL" --quiet --planned --input "$INPUT_NAME=$src/input_0.pb" \
     --output-dir "$w/teq" "$src/model.onnx" || rc=$?
   if ((rc != 0)); then
     fail "$model" teq-vs-torch "run-model $(why "$rc" "$w/teq.log")"
