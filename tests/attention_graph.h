@@ -1,4 +1,5 @@
-/* attention_graph.h: attention as BERT's search leaves it, built for the
+/* attention_graph.h: attention as BERT's search leaves it, and Swin's
+ * windowed attention, built for the
  * tests of values read and written by strides (graph_strided): on the
  * host (test_strided.c) and on the GPU (test_cuda_linear.c). Include after
  * check.h and tensor_check.h; its builders report through its Diag D,
@@ -73,6 +74,36 @@ static inline Attention attention(int s, int h, int w, bool relu_k) {
     int k = node(g, OP_RELU, (TensorRef[]){{a.keys_last, 0}}, 1, 1, NULL);
     graph_add_output(g, (TensorRef){k, 0}, "k", &D);
   }
+  CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
+  return a;
+}
+
+/* Swin's windowed attention: q, k and v of w windows of t tokens, h heads
+ * of width c, as one tensor [w, t, 3, h, c] put [3, w, h, t, c] and split;
+ * K's keys last; the values' heads put back [w, t, h, c]. Each operand's
+ * batch axes (window, head) step by two strides, so its products run over
+ * arrays of pointers. The same fields as attention(): heads_first is the
+ * [3, w, h, t, c] transpose. */
+static inline Attention windowed_attention(int w, int t, int h, int c) {
+  Attention a = {graph_new(), 0, 0, 0, 0, 0, 0};
+  Graph *g = a.g;
+  Shape xs = shape_of(5, w, t, 3, h, c);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  a.heads_first = transpose(g, (TensorRef){x, 0}, (int64_t[]){2, 0, 3, 1, 4}, 5);
+  Params sp;
+  params_default(OP_SPLIT, &sp);
+  param_set_int(&sp, 0, 0);
+  param_set_ints(&sp, 1, (int64_t[]){1, 1, 1}, 3);
+  a.split = node(g, OP_SPLIT, (TensorRef[]){{a.heads_first, 0}}, 1, 3, &sp);
+  a.keys_last = transpose(g, (TensorRef){a.split, 1}, (int64_t[]){0, 1, 2, 4, 3}, 5);
+  a.scores = matmul(g, (TensorRef){a.split, 0}, (TensorRef){a.keys_last, 0});
+  Params smp;
+  params_default(OP_SOFTMAX, &smp);
+  param_set_int(&smp, 0, 4);
+  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
+  a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){0, 1, 3, 2, 4}, 5);
+  graph_add_output(g, (TensorRef){a.back, 0}, "y", &D);
   CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
   return a;
 }

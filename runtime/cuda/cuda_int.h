@@ -33,7 +33,7 @@
 #define TEQ_CUBLAS_FUNCTIONS(X)                                                    \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) \
   X(cublasSetWorkspace_v2) X(cublasSgemm_v2) X(cublasSgemmStridedBatched)           \
-  X(cublasGetStatusString)
+  X(cublasSgemmBatched) X(cublasGetStatusString)
 #define TEQ_CUBLASLT_FUNCTIONS(X)                                                  \
   X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulDescCreate) \
   X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                     \
@@ -57,6 +57,7 @@ extern void *cuda_library_fn[CUDA_FN__COUNT];
 #define cublasSetWorkspace_v2 TEQ_LOADED(cublasSetWorkspace_v2)
 #define cublasSgemm_v2 TEQ_LOADED(cublasSgemm_v2)
 #define cublasSgemmStridedBatched TEQ_LOADED(cublasSgemmStridedBatched)
+#define cublasSgemmBatched TEQ_LOADED(cublasSgemmBatched)
 #define cublasGetStatusString TEQ_LOADED(cublasGetStatusString)
 #define cublasLtCreate TEQ_LOADED(cublasLtCreate)
 #define cublasLtDestroy TEQ_LOADED(cublasLtDestroy)
@@ -121,8 +122,12 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d);
  * cuda_derived_drop frees one (a way timed and not chosen); only while no
  * captured graph of the plan exists, as during its first run. */
 bool cuda_is_constant(CudaCtx *cx, const void *ptr);
-enum { CUDA_DERIVED_WINOGRAD = 1 };
+enum { CUDA_DERIVED_WINOGRAD = 1, CUDA_KEPT_POINTERS = 2 };
 void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
+/* The same for what a kernel derives from the plan's own layout, which
+ * holds while the plan lives (a product's arrays of pointers into the
+ * arena): `of` any pointer that names it, with tag. */
+void *cuda_plan_kept(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
 void cuda_derived_drop(CudaCtx *cx, const void *of, int tag, size_t bytes);
 
 /* Remembered values per device, keyed by a hash of a configuration (a
@@ -234,14 +239,25 @@ struct CudaProduct {
   long long stride_c;
   bool ta = false, tb = false;
   float alpha = 1.0f, beta = 0.0f;
+  /* Set: batch entries that no one stride steps through (a product read
+   * or written by strides over two batch axes, graph_strided), each
+   * entry's a, b and c (a, b and c and the strides unused), as arrays in
+   * the memory of whoever runs the product: the device's for
+   * cublasSgemmBatched, the host's for cuda_product_on_host. */
+  const float *const *a_at = nullptr, *const *b_at = nullptr;
+  float *const *c_at = nullptr;
 };
 
-/* One cublasSgemm where batch is 1 and no stride is set, else one
+/* One cublasSgemm where batch is 1 and no stride is set, one
+ * cublasSgemmBatched over arrays of pointers, else one
  * cublasSgemmStridedBatched: the calls the ways were measured with. */
 static inline int cuda_product(CudaCtx *cx, const CudaProduct &p, Diag *d) {
   const cublasOperation_t op_b = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (p.batch == 1 && !p.stride_a && !p.stride_b && !p.stride_c)
+  if (p.a_at)
+    CUBLAS_TRY(cublasSgemmBatched(cx->cublas, op_b, op_a, p.cols, p.rows, p.k, &p.alpha, p.b_at,
+                                  p.ldb, p.a_at, p.lda, &p.beta, p.c_at, p.ldc, p.batch));
+  else if (p.batch == 1 && !p.stride_a && !p.stride_b && !p.stride_c)
     CUBLAS_TRY(cublasSgemm(cx->cublas, op_b, op_a, p.cols, p.rows, p.k, &p.alpha, p.b, p.ldb, p.a,
                            p.lda, &p.beta, p.c, p.ldc));
   else
@@ -257,8 +273,9 @@ static inline int cuda_product(CudaCtx *cx, const CudaProduct &p, Diag *d) {
  * is 0, as cuBLAS does not. */
 static inline void cuda_product_on_host(const CudaProduct &p) {
   for (long long i = 0; i < p.batch; i++) {
-    const float *ca = p.b + i * p.stride_b, *cb = p.a + i * p.stride_a; /* cuBLAS's A, B */
-    float *cc = p.c + i * p.stride_c;
+    const float *ca = p.b_at ? p.b_at[i] : p.b + i * p.stride_b; /* cuBLAS's A, B */
+    const float *cb = p.a_at ? p.a_at[i] : p.a + i * p.stride_a;
+    float *cc = p.c_at ? p.c_at[i] : p.c + i * p.stride_c;
     for (long long col = 0; col < p.rows; col++)   /* cuBLAS's n */
       for (long long row = 0; row < p.cols; row++) { /* cuBLAS's m */
         float acc = 0.0f;

@@ -336,12 +336,17 @@ bool cuda_is_constant(CudaCtx *cx, const void *ptr) {
 }
 
 void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh) {
+  *fresh = false;
+  return cuda_is_constant(cx, of) ? cuda_plan_kept(cx, of, tag, bytes, fresh) : nullptr;
+}
+
+void *cuda_plan_kept(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh) {
   CudaPlan *p = cx->plan;
   *fresh = false;
   for (const Derived &k : p->derived)
     if (k.of == of && k.tag == tag && k.bytes == bytes) return k.data;
   void *data = nullptr;
-  if (cx->capturing || !cuda_is_constant(cx, of)) return nullptr;
+  if (cx->capturing) return nullptr;
   if (cudaMalloc(&data, std::max(bytes, (size_t)256)) != cudaSuccess) {
     (void)cudaGetLastError(); /* not sticky: the caller derives into scratch */
     return nullptr;

@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <vector>
+
 #include "runtime/cuda/cuda_int.h"
 #include "runtime/cuda/unary.cuh"
 
@@ -218,8 +220,42 @@ static int batched_products(const Node *n, const MatmulPlan &p, const CudaTensor
       !fits_int(b.ld))
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands laid out as cuBLAS cannot read");
   matmul_uniform_suffix(&p, a.s, b.s, &from, &step_a, &step_b);
-  if (!matmul_output(&p, out.strides, from, &c) || !fits_int(c.ld))
+  /* A layout by strides that needs more strided batched calls than the
+   * dense one takes one call over arrays of pointers instead. */
+  bool arrays = false;
+  if (in[0].strides || in[1].strides) {
+    MatmulOperand da, db;
+    int from_dense;
+    int64_t sa, sb;
+    matmul_operand(&p, &in[0].shape, nullptr, 0, &da);
+    matmul_operand(&p, &in[1].shape, nullptr, 1, &db);
+    matmul_uniform_suffix(&p, da.s, db.s, &from_dense, &sa, &sb);
+    arrays = from != from_dense;
+  }
+  if (!arrays && !matmul_output(&p, out.strides, from, &c)) arrays = out.strides != nullptr;
+  if (arrays && !fits_int(p.count))
+    return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "too many batch entries for arrays of pointers");
+  if (!matmul_output(&p, out.strides, arrays ? p.nb : from, &c) || !fits_int(c.ld))
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "an output laid out as cuBLAS cannot write");
+  const float *pa = (const float *)in[0].data, *pb = (const float *)in[1].data;
+  float *pc = (float *)out.data;
+  if (arrays) {
+    std::vector<const float *> at_a(p.count), at_b(p.count);
+    std::vector<float *> at_c(p.count);
+    MatmulPlan q = p;
+    memcpy(q.sa, a.s, sizeof q.sa);
+    memcpy(q.sb, b.s, sizeof q.sb);
+    for (int64_t t = 0; t < p.count; t++) {
+      int64_t oa, ob, oc = 0, rest = t;
+      matmul_batch_offsets(&q, t, &oa, &ob);
+      for (int i = p.nb - 1; i >= 0; i--) oc += rest % p.bd[i] * c.s[i], rest /= p.bd[i];
+      at_a[t] = pa + oa, at_b[t] = pb + ob, at_c[t] = pc + oc;
+    }
+    CudaProduct pr = {(int)p.m, (int)p.n, (int)p.k, (int)p.count, nullptr, (int)a.ld, 0, nullptr,
+                      (int)b.ld, 0, nullptr, (int)c.ld, 0, a.t, b.t};
+    pr.a_at = at_a.data(), pr.b_at = at_b.data(), pr.c_at = at_c.data();
+    return run(pr);
+  }
   /* C's step over the suffix: its stride at the innermost dim longer than
    * 1, per entry of the dims inside it. */
   int64_t step_c = p.m * p.n, within = 1;
@@ -235,9 +271,7 @@ static int batched_products(const Node *n, const MatmulPlan &p, const CudaTensor
   MatmulPlan q = p; /* the batch offsets through each operand's own strides */
   memcpy(q.sa, a.s, sizeof q.sa);
   memcpy(q.sb, b.s, sizeof q.sb);
-  const float *pa = (const float *)in[0].data, *pb = (const float *)in[1].data;
   const long long one_entry = inner == 1 ? 0 : 1; /* a single entry: the plain call */
-  float *pc = (float *)out.data;
   for (int64_t outer = 0; outer < p.count / inner; outer++) {
     int64_t oa, ob, oc = 0, t = outer * inner;
     matmul_batch_offsets(&q, t, &oa, &ob);
@@ -286,8 +320,29 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   /* Otherwise the longest suffix of batch dims over which both operands
    * step uniformly runs as one strided-batched GEMM, once per entry of the
    * remaining outer dims ([2,1,5,7] x [3,7,4]: 2 calls of 3). */
-  rc = batched_products(n, p, in, out[0],
-                        [&](const CudaProduct &pr) { return cuda_product(cx, pr, d); }, d);
+  rc = batched_products(n, p, in, out[0], [&](const CudaProduct &pr) {
+    if (!pr.a_at) return cuda_product(cx, pr, d);
+    /* The arrays go to the device once, kept with the plan: its layout,
+     * and so every entry's pointers, hold while it lives. */
+    size_t count = (size_t)pr.batch, bytes = 3 * count * sizeof(void *);
+    bool fresh = false;
+    void **kept = (void **)cuda_plan_kept(cx, n, CUDA_KEPT_POINTERS, bytes, &fresh);
+    if (!kept)
+      return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "no memory kept for the product's pointers%s",
+                           cx->capturing ? " while capturing (the first run should have made it)"
+                                         : "");
+    if (fresh) {
+      std::vector<const void *> host(3 * count);
+      for (size_t t = 0; t < count; t++)
+        host[t] = pr.a_at[t], host[count + t] = pr.b_at[t], host[2 * count + t] = pr.c_at[t];
+      CUDA_TRY(cudaMemcpy(kept, host.data(), bytes, cudaMemcpyHostToDevice));
+    }
+    CudaProduct on_device = pr;
+    on_device.a_at = (const float *const *)kept;
+    on_device.b_at = (const float *const *)(kept + count);
+    on_device.c_at = (float *const *)(kept + 2 * count);
+    return cuda_product(cx, on_device, d);
+  }, d);
   /* A product written by strides has no activation (writes_strided). */
   return rc ? rc : cuda_act_apply(cx, act, c, total, d);
 }

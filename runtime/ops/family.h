@@ -239,9 +239,9 @@ bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int
                     MatmulOperand *o);
 /* The output [batch..., m, n] as cuBLAS writes it, laid out with element
  * strides st (NULL: dense): ld, and its stride per batch dim, which must
- * step uniformly over the dims [from, nb) one strided batched call
- * covers; false where its columns are not next to each other or it does
- * not step so. */
+ * step uniformly over the dims [from, nb) one strided batched call covers
+ * (from nb: no such dims, a call over arrays of pointers); false where its
+ * columns are not next to each other or it does not step so. */
 bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o);
 
 /* A unary element-wise row's kernels (elementwise.c) for an operator of

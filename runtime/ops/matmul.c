@@ -321,8 +321,10 @@ bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int
 
 /* A strided operand (graph_strided) where cuBLAS takes it as it is: a
  * matrix with one unit stride, in as many strided batched calls as the
- * dense operand needs; not a product whose A the GPU stacks into one tall
- * matrix, whose rows must follow one another. */
+ * dense operand needs, or in one call over arrays of pointers where its
+ * batch axes step by more than one stride (Swin's K, [windows, heads, ...]
+ * cut from [windows, tokens, 3, heads, ...]); not a product whose A the
+ * GPU stacks into one tall matrix, whose rows must follow one another. */
 static bool matmul_reads_strided(const Node *n, const Shape *in, int j, const int64_t *strides) {
   MatmulPlan p;
   MatmulOperand a, b, o;
@@ -337,7 +339,7 @@ static bool matmul_reads_strided(const Node *n, const Shape *in, int j, const in
   int64_t step_a, step_b;
   matmul_uniform_suffix(&p, a.s, b.s, &from_dense, &step_a, &step_b);
   matmul_uniform_suffix(&p, j == 0 ? o.s : a.s, j == 1 ? o.s : b.s, &from, &step_a, &step_b);
-  return from == from_dense;
+  return from == from_dense || p.count <= INT_MAX;
 }
 
 bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o) {
@@ -363,7 +365,9 @@ bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOpera
 }
 
 /* A product written strided: no activation (the GPU applies one over the
- * dense output after the products), and the same calls as dense. */
+ * dense output after the products); the same calls as dense, or one over
+ * arrays of pointers where the output's batch axes step by more than one
+ * stride. */
 static bool matmul_writes_strided(const Node *n, const Shape *in, const int64_t *strides) {
   MatmulPlan p;
   MatmulOperand a, b, c;
@@ -376,7 +380,9 @@ static bool matmul_writes_strided(const Node *n, const Shape *in, const int64_t 
   matmul_operand(&p, &in[0], NULL, 0, &a);
   matmul_operand(&p, &in[1], NULL, 1, &b);
   matmul_uniform_suffix(&p, a.s, b.s, &from, &step_a, &step_b);
-  return matmul_output(&p, strides, from, &c) && c.ld <= INT_MAX;
+  return (matmul_output(&p, strides, from, &c) ||
+          (p.count <= INT_MAX && matmul_output(&p, strides, p.nb, &c))) &&
+         c.ld <= INT_MAX;
 }
 
 static int matmul_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {

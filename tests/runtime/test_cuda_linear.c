@@ -20,7 +20,8 @@
  * whole or split along K; gemm (its bias and relu in cuBLASLt's epilogue
  * or not, each pinned) with transposes, alpha and beta, and C as a
  * scalar, [1], [N], [M, 1], [1, N] and [M, N]; attention whose transposes
- * the products read and write by strides. */
+ * the products read and write by strides, BERT's and Swin's windowed one
+ * (arrays of pointers). */
 #include "tests/cuda_check.h"
 #include "tests/tensor_check.h"
 #include "tests/attention_graph.h"
@@ -745,6 +746,19 @@ static void test_strided_attention(CudaDevice *dev) {
     diag_fini(&d);
     graph_free(a.g);
   }
+  /* Swin-T's first stage: 64 windows of 49 tokens, 3 heads of 32; its
+   * products over arrays of pointers (cublasSgemmBatched). */
+  Attention a = windowed_attention(64, 49, 3, 32);
+  cuda_check_seeds(dev, a.g, false, 1e-4, "windowed attention 64x49, 3 heads");
+  CudaPlan *plan = NULL;
+  Diag d;
+  diag_init(&d);
+  int rc = cuda_plan_new(dev, a.g, &plan, &d);
+  CHECK_MSG(rc == TEQ_OK && cuda_plan_n_steps(plan) == 3, "windowed attention: %d steps, not 3 %s",
+            rc == TEQ_OK ? cuda_plan_n_steps(plan) : -1, d.text ? d.text : "");
+  cuda_plan_free(plan);
+  diag_fini(&d);
+  graph_free(a.g);
   diag_fini(&D);
 }
 

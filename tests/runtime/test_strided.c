@@ -114,6 +114,22 @@ static void test_a_reader_that_cannot(void) {
   graph_free(a.g);
 }
 
+/* Swin's windowed attention: every transpose and the split cost nothing,
+ * each product reading or writing over two batch strides (window, head)
+ * in one call over arrays of pointers; two products and the softmax. */
+static void test_windowed_attention(void) {
+  Attention a = windowed_attention(4, 49, 3, 8);
+  GraphStrided st;
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  CHECK(st.strided[a.heads_first] && st.strided[a.split] && st.strided[a.keys_last] &&
+        st.strided[a.back]);
+  graph_strided_fini(&st);
+  CHECK_EQ_INT(plan_steps(a.g), 3);
+  if (cuda_kernels_built("the strided products on the host"))
+    CHECK_EQ_INT(plan_agrees(a.g, "windowed attention"), 2);
+  graph_free(a.g);
+}
+
 /* What strides cannot say, or cuBLAS cannot read, stays a kernel: a
  * reshape merging axes that do not follow one another in memory; a
  * product the GPU stacks into one tall matrix (x^T W); a transpose that is
@@ -168,23 +184,37 @@ static void test_what_stays_a_kernel(void) {
  * strides can say, the same value read by two matmuls, a product written
  * into its transpose; over shapes and perms drawn at random, the plan on
  * the host against the executor. */
+/* A random permutation of r axes. */
+static void random_perm(uint64_t *state, int r, int64_t *perm) {
+  for (int i = 0; i < r; i++) perm[i] = i;
+  for (int i = r - 1; i > 0; i--) {
+    int j = (int)(rng_next(state) % (uint64_t)(i + 1));
+    int64_t t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+}
+
 static void test_random_chains(void) {
   if (!cuda_kernels_built("the strided products on the host")) return;
   uint64_t state = 1;
-  int strided_nodes = 0, strided_steps = 0;
-  for (int seed = 0; seed < 300; seed++) {
+  int strided_nodes = 0, strided_steps = 0, arrays = 0;
+  for (int seed = 0; seed < 400; seed++) {
     Graph *g = graph_new();
-    int64_t d[3];
-    for (int i = 0; i < 3; i++) d[i] = 1 + (int64_t)(rng_next(&state) % 5) * 2;
-    Shape xs = shape_make(3, d);
+    int rank = 3 + seed % 2; /* rank 4: two batch axes, often stepped by two strides */
+    int64_t d[4], perm[4];
+    for (int i = 0; i < rank; i++) d[i] = 1 + (int64_t)(rng_next(&state) % 4) * 2;
+    Shape xs = shape_make(rank, d);
     int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-    /* Two transposes in a row (their composition any perm of three). */
-    int64_t perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
-    int t = transpose(g, (TensorRef){x, 0}, perms[rng_next(&state) % 6], 3);
-    if (rng_next(&state) % 2) t = transpose(g, (TensorRef){t, 0}, perms[rng_next(&state) % 6], 3);
+    /* One transpose or two in a row. */
+    random_perm(&state, rank, perm);
+    int t = transpose(g, (TensorRef){x, 0}, perm, rank);
+    if (rng_next(&state) % 2) {
+      random_perm(&state, rank, perm);
+      t = transpose(g, (TensorRef){t, 0}, perm, rank);
+    }
     TensorRef v = {t, 0};
     Shape vs = *graph_shape(g, v);
-    if (vs.d[0] % 2 == 0 && rng_next(&state) % 2) { /* halves along the batch axis */
+    if (vs.d[0] % 2 == 0 && rng_next(&state) % 2) { /* halves along the first axis */
       Params sp;
       params_default(OP_SPLIT, &sp);
       param_set_int(&sp, 0, 0);
@@ -193,7 +223,7 @@ static void test_random_chains(void) {
       v = (TensorRef){s, (int)(rng_next(&state) % 2)};
       vs = *graph_shape(g, v);
     }
-    if (rng_next(&state) % 3 == 0) { /* [b, r, c] -> [1, b, r, c] */
+    if (rank == 3 && rng_next(&state) % 3 == 0) { /* [b, r, c] -> [1, b, r, c] */
       int r = reshape(g, v, (int64_t[]){1, vs.d[0], vs.d[1], vs.d[2]}, 4);
       v = (TensorRef){r, 0};
       vs = *graph_shape(g, v);
@@ -206,14 +236,24 @@ static void test_random_chains(void) {
     int a = graph_add_const(g, "a", random_f32(as, (uint64_t)seed + 1000), &D);
     int p = matmul(g, v, (TensorRef){b, 0});
     int q = matmul(g, (TensorRef){a, 0}, v);
-    if (r == 3 && rng_next(&state) % 2) /* written into its transpose */
-      p = transpose(g, (TensorRef){p, 0}, perms[rng_next(&state) % 6], 3);
+    if (rng_next(&state) % 2) { /* written into its transpose */
+      random_perm(&state, r, perm);
+      p = transpose(g, (TensorRef){p, 0}, perm, r);
+    }
     graph_add_output(g, (TensorRef){p, 0}, "p", &D);
     graph_add_output(g, (TensorRef){q, 0}, "q", &D);
     CHECK_MSG(graph_check(g, &D) == TEQ_OK, "seed %d: %s", seed, diag_last(&D));
     GraphStrided st;
     CHECK(graph_strided(g, &st) == TEQ_OK);
     for (int id = 0; id < g->n_nodes; id++) strided_nodes += st.strided[id];
+    /* Two batch axes that no one stride steps through: arrays of pointers. */
+    for (int id = 0; id < g->n_nodes; id++) {
+      const Node *n = &g->nodes[id];
+      if (n->kind != OP_MATMUL || n->out[0].ndim < 4) continue;
+      bool strided = st.base[st.offset[id]] >= 0;
+      for (int j = 0; j < 2; j++) strided = strided || st.base[st.offset[n->in[j].node] + n->in[j].out] >= 0;
+      arrays += strided;
+    }
     graph_strided_fini(&st);
     char what[32];
     snprintf(what, sizeof what, "seed %d", seed);
@@ -222,15 +262,16 @@ static void test_random_chains(void) {
     graph_free(g);
   }
   /* Enough of them read by strides to have been tested. */
-  printf("%d strided nodes, %d strided steps\n", strided_nodes, strided_steps);
-  CHECK_MSG(strided_nodes > 150 && strided_steps > 150, "%d strided nodes, %d strided steps",
-            strided_nodes, strided_steps);
+  printf("%d strided nodes, %d strided steps, %d of rank 4\n", strided_nodes, strided_steps, arrays);
+  CHECK_MSG(strided_nodes > 200 && strided_steps > 200 && arrays > 50,
+            "%d strided nodes, %d strided steps, %d of rank 4", strided_nodes, strided_steps, arrays);
 }
 
 int main(void) {
   diag_init(&D);
   test_attention();
   test_a_reader_that_cannot();
+  test_windowed_attention();
   test_what_stays_a_kernel();
   test_random_chains();
   diag_fini(&D);
