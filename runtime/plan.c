@@ -127,6 +127,20 @@ static int mark_in_place(const Graph *g, MemPlan *p, const uint8_t *needed, uint
   return TEQ_OK;
 }
 
+/* Slots s0 .. s0 + n_out that st lays out by strides: aliases of the slot
+ * whose memory they are in, with their strides. */
+static void alias_strided(MemPlan *p, const GraphStrided *st, int s0, int n_out, int64_t elem) {
+  for (int v = s0; v < s0 + n_out; v++) {
+    if (st->base[v] < 0) continue;
+    p->where[v] = MEM_ALIAS;
+    p->root[v] = st->base[v];
+    p->at[v] = st->first[v] * elem;
+    p->strided[v] = 1;
+    memcpy(p->strides + (size_t)v * TEQ_MAX_DIMS, st->strides + (size_t)v * TEQ_MAX_DIMS,
+           TEQ_MAX_DIMS * sizeof *p->strides);
+  }
+}
+
 int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
   memset(p, 0, sizeof *p);
   int nn = p->n_nodes = g->n_nodes;
@@ -197,16 +211,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
     } else if (st.strided[id]) {
       /* No step. A transpose its producer writes owns its memory (the
        * producer's output is the alias); any other is read by strides. */
-      for (int j = 0; j < n->n_out; j++) {
-        int v = s0 + j;
-        if (st.base[v] < 0) continue;
-        p->where[v] = MEM_ALIAS;
-        p->root[v] = st.base[v];
-        p->at[v] = st.first[v] * elem;
-        p->strided[v] = 1;
-        memcpy(p->strides + (size_t)v * TEQ_MAX_DIMS, st.strides + (size_t)v * TEQ_MAX_DIMS,
-               TEQ_MAX_DIMS * sizeof *p->strides);
-      }
+      alias_strided(p, &st, s0, n->n_out, elem);
     } else if (graph_node_is_view(g, id, view_first)) {
       int src = p->offset[n->in[0].node] + n->in[0].out;
       int64_t base = 0;
@@ -222,16 +227,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
       for (int j = 0; j < n->n_in; j++)
         p->last[p->offset[n->in[j].node] + n->in[j].out] = p->n_steps;
       p->steps[p->n_steps++] = id;
-      for (int j = 0; j < n->n_out; j++) { /* written by strides into its reader's memory */
-        int v = s0 + j;
-        if (st.base[v] < 0) continue;
-        p->where[v] = MEM_ALIAS;
-        p->root[v] = st.base[v];
-        p->at[v] = st.first[v] * elem;
-        p->strided[v] = 1;
-        memcpy(p->strides + (size_t)v * TEQ_MAX_DIMS, st.strides + (size_t)v * TEQ_MAX_DIMS,
-               TEQ_MAX_DIMS * sizeof *p->strides);
-      }
+      alias_strided(p, &st, s0, n->n_out, elem); /* written into its reader's memory */
     }
   }
   if (rc == TEQ_OK) {
