@@ -2,7 +2,8 @@
  * One pass in topological order over the nodes the graph outputs need; each
  * value is reference-counted by its remaining uses and freed after the last,
  * so memory follows the live set. Kernels themselves live with their rows
- * in runtime/ops/; this file only feeds them and keeps the books. */
+ * in runtime/ops/; this file only feeds them and keeps the books. At the
+ * end, the GPU's memory plan run on the host with the same kernels. */
 #include "runtime/exec.h"
 
 #include <math.h>

@@ -9,7 +9,11 @@
  * In Z_p mode, float32 constants are taken as integers: each value must be
  * integral (|x| < 2^53) and maps to x mod p; anything else is an error,
  * because a rounded weight would make a fingerprint lie. Integer (DT_I64)
- * constants, such as gather indices, stay as they are. */
+ * constants, such as gather indices, stay as they are.
+ *
+ * A third way runs float32 as the GPU runtime lays memory out
+ * (exec_run_planned): the same kernels on the plan's arena, so that a
+ * machine without a GPU checks the plan. */
 #ifndef TEQ_RUNTIME_EXEC_H
 #define TEQ_RUNTIME_EXEC_H
 
