@@ -1046,6 +1046,10 @@ static bool strided_forward(const Graph *g, GraphStrided *s, const int32_t *orde
 
 int graph_strided(const Graph *g, GraphStrided *s) {
   memset(s, 0, sizeof *s);
+  /* Every value dense, as before strides: what a GPU session times them
+   * against (tools/gpu/session.sh, strides). */
+  const char *off = getenv("TEQ_NO_STRIDES");
+  bool none = off && *off && strcmp(off, "0") != 0;
   int nn = g->n_nodes, max_out = 1;
   int32_t *uses = graph_use_counts(g, &s->offset);
   free(uses);
@@ -1086,7 +1090,7 @@ int graph_strided(const Graph *g, GraphStrided *s) {
    * refuses nothing, every strided value's readers take it. Readers are
    * decided before what they read (reverse order), so a refusal counts
    * at once for the nodes before it. */
-  for (bool more = rc == TEQ_OK; more;) {
+  for (bool more = rc == TEQ_OK && !none; more;) {
     if ((more = strided_forward(g, s, order, refused, firsts))) continue;
     for (int k = nn - 1; k >= 0; k--) {
       int id = order[k];
@@ -1097,7 +1101,7 @@ int graph_strided(const Graph *g, GraphStrided *s) {
   /* Then the other way: a transpose still a kernel whose input's producer
    * it alone reads, and whose row writes strided, is written by that
    * producer through the inverse strides, straight into its memory. */
-  for (int id = 0; rc == TEQ_OK && id < nn; id++) {
+  for (int id = 0; rc == TEQ_OK && !none && id < nn; id++) {
     const Node *t = &g->nodes[id];
     if (s->strided[id] || !op_def(t->kind)->strided || t->n_out != 1 || t->dtype != DT_F32 ||
         graph_node_is_view(g, id, NULL))

@@ -192,7 +192,9 @@ TEQ_API bool graph_node_in_place(const Graph *g, int id, const int32_t *home,
  * is; strides, TEQ_MAX_DIMS element strides into base. Per node: strided,
  * no kernel (its outputs read by strides, or written by its producer).
  * The cost model charges such nodes nothing and the GPU planner aliases
- * them, so both ask here. */
+ * them, so both ask here. With TEQ_NO_STRIDES set (not "0") in the
+ * environment every value is dense, as before: the baseline a GPU session
+ * times them against. */
 typedef struct GraphStrided {
   int32_t *offset;  /* n_nodes + 1 */
   int32_t *base;

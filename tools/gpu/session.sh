@@ -15,7 +15,7 @@
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
 #   steps: tests models profile profile=REGEX profile-new-ways bench1 bench16 petops suite
-#          suite=MODEL,MODEL... kernels ways
+#          suite=MODEL,MODEL... kernels ways strides
 #
 # What the steps took on an H100 (2026-11-28, 12.9 minutes of device time in
 # three calls on one warm machine): tests and models 75 s, profile 292 s for
@@ -195,6 +195,25 @@ ways() {
   done
 }
 
+# Attention's transposes read and written by strides (graph_strided,
+# 2026-12-07, never run on a GPU before): each model with attention run on
+# the GPU, checked against the CPU, with the strides and without
+# (TEQ_NO_STRIDES=1: every transpose a kernel, as before), the times side
+# by side. Swin-T's products run over arrays of pointers.
+strides() {
+  PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
+    --models transformer,vit_b_16,swin_t > "$out/export_strides.log" 2>&1 || tail -5 "$out/export_strides.log"
+  [ -f "$models/bert/model.onnx" ] || { mkdir -p "$models/bert"; "$stage/tools/build-model" --seed 1 bert "$models/bert/model.onnx" >/dev/null; }
+  for m in bert transformer vit_b_16 swin_t; do
+    [ -f "$models/$m/model.onnx" ] || continue
+    for no in 0 1; do
+      line=$(TEQ_NO_STRIDES=$no timeout "$(left)" "$stage/tools/run-model" --gpu --check --quiet \
+        --repeat 100 "$models/$m/model.onnx" 2>&1 | grep -E "relative error|^time|rror" | tr '\n' ' ')
+      echo "$m $([ $no = 1 ] && echo "no strides" || echo "strides"): $line"
+    done
+  done
+}
+
 for step in "$@"; do
   echo "==== $step"
   case $step in
@@ -205,6 +224,7 @@ for step in "$@"; do
     profile-new-ways) profile_some "$new_ways" ;;
     kernels) kernels ;;
     ways) ways ;;
+    strides) strides ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
     # PET's Table 3 cases: every corrected mutant timed against its original on the GPU.
     petops) "$stage/tools/bench-pet-ops" --repeat 3 > "$out/pet_ops.md" 2>&1; cat "$out/pet_ops.md" ;;
