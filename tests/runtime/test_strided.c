@@ -10,6 +10,7 @@
  * as mem_plan_build lays them out, each step's CPU kernel reading and
  * writing its slots there, each matmul with a strided operand or output as
  * the device calls cuBLAS) against the CPU executor on the same graph. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cost.h"
@@ -92,6 +93,15 @@ static void test_attention(void) {
   CHECK_MSG(alone > 0 && fabs(sum - alone - us) < 1e-9 * sum, "%g = %g - %g?", us, sum, alone);
   cost_model_free(m);
   CHECK_EQ_INT(plan_steps(a.g), 4); /* the three products and the softmax */
+  /* TEQ_NO_STRIDES: every value dense, the three transposes kernels again. */
+  setenv("TEQ_NO_STRIDES", "1", 1);
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  int marked = 0;
+  for (int id = 0; id < a.g->n_nodes; id++) marked += st.strided[id];
+  CHECK_EQ_INT(marked, 0);
+  graph_strided_fini(&st);
+  CHECK_EQ_INT(plan_steps(a.g), 7);
+  unsetenv("TEQ_NO_STRIDES");
   if (cuda_kernels_built("the strided products on the host"))
     CHECK_EQ_INT(plan_agrees(a.g, "attention"), 2);
   graph_free(a.g);
