@@ -151,7 +151,8 @@ TEQ_API int cuda_kernel_on_host(const char *way, const Node *n, Tensor *const *i
  * as loops, into y (n's output shape) laid out with y_strides (NULL:
  * dense). TEQ_ERR_UNSUPPORTED where n's row does not read or write those
  * strides (reads_strided, writes_strided), for a product the GPU stacks
- * into one tall matrix, or in a build without CUDA. */
+ * into one tall matrix but written by strides, or in a build without
+ * CUDA. */
 TEQ_API int cuda_matmul_on_host(const Node *n, const Shape *shapes, const float *const *data,
                                 const int64_t *const *strides, float *y,
                                 const int64_t *y_strides, Diag *d);

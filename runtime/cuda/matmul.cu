@@ -285,6 +285,20 @@ static int batched_products(const Node *n, const MatmulPlan &p, const CudaTensor
   return TEQ_OK;
 }
 
+/* A tall product (x W, A's entries stacked) written by strides into its
+ * reader's memory (writes_strided): one matrix [count m, n], by rows with
+ * its row stride as ldc, or by columns as the product of the transposed
+ * operands, B^T A^T, dense A and B read transposed. */
+static CudaProduct tall_strided_product(const MatmulPlan &p, const float *a, const float *b,
+                                        float *c, const int64_t *strides) {
+  int64_t ld = 0;
+  bool by_columns = false;
+  matmul_tall_output(&p, strides, &ld, &by_columns);
+  const int rows = (int)(p.count * p.m), k = (int)p.k, n = (int)p.n;
+  if (!by_columns) return {rows, n, k, 1, a, k, 0, b, n, 0, c, (int)ld, 0};
+  return {n, rows, k, 1, b, n, 0, a, k, 0, c, (int)ld, 0, true, true};
+}
+
 extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
   const Shape *as = &in[0].shape, *bs = &in[1].shape;
   int64_t total = shape_numel(&out[0].shape);
@@ -313,6 +327,11 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
    * 2-D x W, BERT's [1, 64, 1024] x [1024, 1024]), it reports A's step as
    * 0, and such products never reached the tall product or its splits. */
   if (p.flat_a && !in[0].strides && !in[1].strides && fits_int(p.count * p.m)) {
+    if (out[0].strides) { /* no activation: writes_strided */
+      rc = cuda_product(cx, tall_strided_product(p, a, b, c, out[0].strides), d);
+      if (rc == TEQ_OK) cuda_note(cx, "cublas:gemm, written by strides");
+      return rc;
+    }
     int rows = (int)(p.count * p.m), splits = 1;
     if ((rc = tall_way(n, cx, rows, nn, k, a, b, c, act, &splits, d))) return rc;
     return tall_product(cx, splits, rows, nn, k, a, b, c, act, d);
@@ -364,9 +383,16 @@ extern "C" int cuda_matmul_on_host(const Node *n, const Shape *shapes, const flo
   MatmulPlan p;
   int rc = matmul_plan(n, &shapes[0], &shapes[1], &p, d);
   if (rc) return rc;
-  if (p.flat_a || !p.m || !p.n || !p.k || !fits_int(p.m) || !fits_int(p.n) || !fits_int(p.k)) {
-    diag_error(d, "matmul: the host check takes batched products of nonzero extents");
+  if ((p.flat_a && (!y_strides || strides[0] || strides[1])) || !p.m || !p.n || !p.k ||
+      !fits_int(p.m) || !fits_int(p.n) || !fits_int(p.k)) {
+    diag_error(d, "matmul: the host check takes batched products of nonzero extents, and tall "
+                  "ones written by strides");
     return TEQ_ERR_UNSUPPORTED;
+  }
+  if (p.flat_a) {
+    cuda_product_on_host(tall_strided_product(p, (const float *)data[0], (const float *)data[1], y,
+                                              y_strides));
+    return TEQ_OK;
   }
   rc = batched_products(n, p, in, out, [](const CudaProduct &pr) {
     cuda_product_on_host(pr);

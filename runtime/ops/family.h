@@ -243,6 +243,11 @@ bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int
  * (from nb: no such dims, a call over arrays of pointers); false where its
  * columns are not next to each other or it does not step so. */
 bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o);
+/* A tall product's output (p's flat_a: A's entries stacked into count m
+ * rows) laid out with element strides st as one matrix: by rows, *ld its
+ * row stride (>= n), or by columns (*transposed), *ld its column stride
+ * (>= count m); false where it is neither. */
+bool matmul_tall_output(const MatmulPlan *p, const int64_t *st, int64_t *ld, bool *transposed);
 
 /* A unary element-wise row's kernels (elementwise.c) for an operator of
  * that kind with parameters p, float32 and Z_p; xs may be ys. Fused

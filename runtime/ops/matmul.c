@@ -364,17 +364,43 @@ bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOpera
   return true;
 }
 
+bool matmul_tall_output(const MatmulPlan *p, const int64_t *st, int64_t *ld, bool *transposed) {
+  int r = p->nb + 2;
+  int64_t rows = p->count * p->m, row = -1, inner = p->m;
+  /* The rows: the m axis, then each batch axis longer than 1 outside it,
+   * each stepping as one more run of the rows inside it. */
+  if (p->m > 1) row = st[r - 2];
+  for (int i = p->nb - 1; i >= 0; inner *= p->bd[i], i--) {
+    if (p->bd[i] == 1) continue;
+    if (row < 0 && st[i] % inner == 0) row = st[i] / inner;
+    if (row < 0 || st[i] != row * inner) return false;
+  }
+  int64_t col = p->n > 1 ? st[r - 1] : 1;
+  if (row < 0) row = p->n; /* one row: its stride is free */
+  if (col == 1 && row >= p->n) return *ld = row, *transposed = false, true;
+  if (row == 1 && col >= rows) return *ld = col, *transposed = true, true;
+  return false;
+}
+
 /* A product written strided: no activation (the GPU applies one over the
  * dense output after the products); the same calls as dense, or one over
  * arrays of pointers where the output's batch axes step by more than one
- * stride. */
+ * stride. A tall product (x W, A's entries stacked) is written as one
+ * matrix, by rows or by columns (its transpose: the product of the
+ * transposed operands, ConvNeXt's block back to channels first). */
 static bool matmul_writes_strided(const Node *n, const Shape *in, const int64_t *strides) {
   MatmulPlan p;
   MatmulOperand a, b, c;
   if (n->dtype != DT_F32 || param_int(&n->params, MATMUL_ACT) != ACT_NONE || in[0].ndim < 2 ||
-      in[1].ndim < 2 || matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK || p.flat_a ||
+      in[1].ndim < 2 || matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK ||
       p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || !p.count || !p.m || !p.n || !p.k)
     return false;
+  if (p.flat_a) {
+    int64_t ld;
+    bool transposed;
+    return p.count * p.m <= INT_MAX && matmul_tall_output(&p, strides, &ld, &transposed) &&
+           ld <= INT_MAX;
+  }
   int from;
   int64_t step_a, step_b;
   matmul_operand(&p, &in[0], NULL, 0, &a);

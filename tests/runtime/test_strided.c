@@ -124,6 +124,39 @@ static void test_a_reader_that_cannot(void) {
   graph_free(a.g);
 }
 
+/* ConvNeXt's block back to channels first: x W over [1, h, w, c] tokens,
+ * then (0 3 1 2). The product writes its transpose by columns (B^T A^T),
+ * and the transpose runs no kernel; the add after it reads it dense. */
+static void test_tall_product_by_columns(void) {
+  Graph *g = graph_new();
+  Shape xs = shape_of(4, 1, 5, 6, 8), ys = shape_of(4, 1, 4, 5, 6);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  int y = graph_add_input(g, "y", &ys, DT_F32, &D);
+  int w = graph_add_const(g, "w", random_f32(shape_of(2, 8, 4), 21), &D);
+  int p = matmul(g, (TensorRef){x, 0}, (TensorRef){w, 0});
+  int t = transpose(g, (TensorRef){p, 0}, (int64_t[]){0, 3, 1, 2}, 4);
+  int sum = node(g, OP_EWADD, (TensorRef[]){{t, 0}, {y, 0}}, 2, 1, NULL);
+  graph_add_output(g, (TensorRef){sum, 0}, "z", &D);
+  GraphStrided st;
+  CHECK(graph_strided(g, &st) == TEQ_OK);
+  int v = st.offset[p];
+  CHECK(st.strided[t] && st.base[v] == st.offset[t]);
+  /* (0, h, w, c) of the product at 30 c + 6 h + w of the transpose. */
+  CHECK(st.strides[v * TEQ_MAX_DIMS + 1] == 6 && st.strides[v * TEQ_MAX_DIMS + 2] == 1 &&
+        st.strides[v * TEQ_MAX_DIMS + 3] == 30);
+  graph_strided_fini(&st);
+  CHECK_EQ_INT(plan_steps(g), 2);
+  if (cuda_kernels_built("the strided products on the host")) {
+    Tensor *in[2] = {random_f32(xs, 22), random_f32(ys, 23)}, *want = NULL, *got = NULL;
+    int steps = -1;
+    CHECK(exec_run(g, EXEC_F32, in, &want, &D) == TEQ_OK);
+    CHECK(exec_run_planned(g, in, &got, &steps, &D) == TEQ_OK);
+    CHECK(steps == 1 && want && got && max_rel_err(got, want) < 1e-5);
+    unref_all((Tensor *[]){in[0], in[1], want, got}, 4);
+  }
+  graph_free(g);
+}
+
 /* Swin's windowed attention: every transpose and the split cost nothing,
  * each product reading or writing over two batch strides (window, head)
  * in one call over arrays of pointers; two products and the softmax. */
@@ -207,7 +240,7 @@ static void random_perm(uint64_t *state, int r, int64_t *perm) {
 static void test_random_chains(void) {
   if (!cuda_kernels_built("the strided products on the host")) return;
   uint64_t state = 1;
-  int strided_nodes = 0, strided_steps = 0, arrays = 0;
+  int strided_nodes = 0, strided_steps = 0, arrays = 0, talls = 0;
   for (int seed = 0; seed < 400; seed++) {
     Graph *g = graph_new();
     int rank = 3 + seed % 2; /* rank 4: two batch axes, often stepped by two strides */
@@ -252,10 +285,19 @@ static void test_random_chains(void) {
     }
     graph_add_output(g, (TensorRef){p, 0}, "p", &D);
     graph_add_output(g, (TensorRef){q, 0}, "q", &D);
+    /* A tall product x W (W one matrix for every entry) written into its
+     * transpose: by rows or by columns, or neither (a kernel then). */
+    Shape ws = shape_of(2, (int)d[rank - 1], 5);
+    int w = graph_add_const(g, "w", random_f32(ws, (uint64_t)seed + 2000), &D);
+    int tall = matmul(g, (TensorRef){x, 0}, (TensorRef){w, 0});
+    random_perm(&state, rank, perm);
+    int back = transpose(g, (TensorRef){tall, 0}, perm, rank);
+    graph_add_output(g, (TensorRef){back, 0}, "tall", &D);
     CHECK_MSG(graph_check(g, &D) == TEQ_OK, "seed %d: %s", seed, diag_last(&D));
     GraphStrided st;
     CHECK(graph_strided(g, &st) == TEQ_OK);
     for (int id = 0; id < g->n_nodes; id++) strided_nodes += st.strided[id];
+    talls += st.strided[back] && st.base[st.offset[tall]] >= 0;
     /* Two batch axes that no one stride steps through: arrays of pointers. */
     for (int id = 0; id < g->n_nodes; id++) {
       const Node *n = &g->nodes[id];
@@ -272,9 +314,11 @@ static void test_random_chains(void) {
     graph_free(g);
   }
   /* Enough of them read by strides to have been tested. */
-  printf("%d strided nodes, %d strided steps, %d of rank 4\n", strided_nodes, strided_steps, arrays);
-  CHECK_MSG(strided_nodes > 200 && strided_steps > 200 && arrays > 50,
-            "%d strided nodes, %d strided steps, %d of rank 4", strided_nodes, strided_steps, arrays);
+  printf("%d strided nodes, %d strided steps, %d of rank 4, %d tall products written by "
+         "strides\n", strided_nodes, strided_steps, arrays, talls);
+  CHECK_MSG(strided_nodes > 200 && strided_steps > 200 && arrays > 50 && talls > 50,
+            "%d strided nodes, %d strided steps, %d of rank 4, %d tall", strided_nodes,
+            strided_steps, arrays, talls);
 }
 
 int main(void) {
@@ -282,6 +326,7 @@ int main(void) {
   test_attention();
   test_a_reader_that_cannot();
   test_windowed_attention();
+  test_tall_product_by_columns();
   test_what_stays_a_kernel();
   test_random_chains();
   diag_fini(&D);
