@@ -203,11 +203,13 @@ static int tall_way(const Node *n, CudaCtx *cx, int rows, int cols, int k, const
   return TEQ_OK;
 }
 
-/* The batched products of a matmul into dense c: each operand as cuBLAS
- * reads it (matmul_operand: dense, or through the strides of a value read
- * so, graph_strided), one strided batched call over the longest suffix of
- * batch dims both step through uniformly, once per entry of the dims
- * before it. run(product) is the device's call, or the host's loops that
+/* The batched products of a matmul: each operand as cuBLAS reads it and
+ * the output as it writes it (matmul_operand, matmul_output: dense, or
+ * through the strides of a value read or written so, graph_strided), one
+ * strided batched call over the longest suffix of batch dims both operands
+ * step through uniformly, once per entry of the dims before it; or, where
+ * strides make that more calls than dense, one call over arrays of
+ * pointers. run(product) is the device's call, or the host's loops that
  * check these arguments (cuda_matmul_on_host). */
 template <class Run>
 static int batched_products(const Node *n, const MatmulPlan &p, const CudaTensor *in,
