@@ -1067,6 +1067,7 @@ int graph_strided(const Graph *g, GraphStrided *s) {
     s->strides = calloc(((size_t)ns + 1) * TEQ_MAX_DIMS, sizeof *s->strides);
     s->strided = calloc((size_t)nn + 1, 1);
     if (!s->base || !s->first || !s->strides || !s->strided) rc = TEQ_ERR_NOMEM;
+    for (int v = 0; rc == TEQ_OK && v < ns; v++) s->base[v] = -1; /* dense until shown not */
   }
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK) rc = TEQ_ERR_INPUT;
   /* Each node's readers, one entry per edge. */

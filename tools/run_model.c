@@ -30,6 +30,7 @@
 #include "runtime/cuda.h"
 #include "runtime/exec.h"
 #include "runtime/onnx.h"
+#include "runtime/plan.h"
 
 #define MAX_INPUT_FILES 64
 
@@ -224,9 +225,14 @@ static int run_planned(const Graph *g, Tensor **inputs, Tensor **cpu, Diag *d) {
   }
   for (int32_t j = 0; planned && j < g->n_outputs; j++) tensor_unref(planned[j]);
   free(planned);
+  MemPlan plan;
+  if (rc == TEQ_OK) rc = mem_plan_build(g, &plan, d);
   if (rc != TEQ_OK) return rc;
-  printf("planned on the host vs cpu: largest relative error %.3g (%d products by strides)\n",
-         worst, strided);
+  printf("planned on the host vs cpu: largest relative error %.3g (%d kernels, %d products by "
+         "strides; arena %.1f MB, constants %.1f MB)\n",
+         worst, plan.n_steps, strided, (double)plan.arena_bytes / 1e6,
+         (double)plan.const_bytes / 1e6);
+  mem_plan_fini(&plan);
   if (!(worst <= 1e-4))
     rc = fail(d, TEQ_ERR_INTERNAL, "the plan's outputs differ by %.3g (tolerance 1e-4)", worst);
   return rc;

@@ -98,9 +98,12 @@ static void test_attention(void) {
   CHECK(graph_strided(a.g, &st) == TEQ_OK);
   int marked = 0;
   for (int id = 0; id < a.g->n_nodes; id++) marked += st.strided[id];
+  for (int v = 0; v < st.offset[a.g->n_nodes]; v++) marked += st.base[v] >= 0;
   CHECK_EQ_INT(marked, 0);
   graph_strided_fini(&st);
   CHECK_EQ_INT(plan_steps(a.g), 7);
+  if (cuda_kernels_built("the strided products on the host"))
+    CHECK_EQ_INT(plan_agrees(a.g, "attention, no strides"), 0);
   unsetenv("TEQ_NO_STRIDES");
   if (cuda_kernels_built("the strided products on the host"))
     CHECK_EQ_INT(plan_agrees(a.g, "attention"), 2);
