@@ -371,6 +371,10 @@ extern "C" int cuda_eval_matmul(CUDA_KERNEL_SIGNATURE) {
 extern "C" int cuda_matmul_on_host(const Node *n, const Shape *shapes, const float *const *data,
                                    const int64_t *const *strides, float *y,
                                    const int64_t *y_strides, Diag *d) {
+  if (n->kind != OP_MATMUL || n->n_in != 2) {
+    diag_error(d, "%s: only a matmul's products run by strides", op_def(n->kind)->name);
+    return TEQ_ERR_UNSUPPORTED;
+  }
   CudaTensor in[2], out = {y, n->out[0], DT_F32, y_strides};
   for (int j = 0; j < 2; j++) in[j] = {(void *)data[j], shapes[j], DT_F32, strides[j]};
   for (int j = 0; j < 2; j++)

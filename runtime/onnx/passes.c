@@ -209,17 +209,19 @@ static bool layer_weights(const Graph *g, const Node *c, const Tensor **w, const
   return c->n_in == 2 || *b;
 }
 
-/* Node c (a layer_weights kind) again on input x with weights w and bias
- * b (taken over), in place of node at's readers; its id or an error. */
+/* Node c (a conv, gemm or matmul) again on input x with weights w and
+ * bias b (NULL: none; both taken over, freed on failure), in place of
+ * node at's readers; its id or an error. */
 static int remake_with_weights(Graph *g, int32_t at, int32_t c, TensorRef x, Tensor *w, Tensor *b,
                                Diag *d) {
   Params p = g->nodes[c].params;
   OpKind kind = g->nodes[c].kind;
   int wi = graph_add_const(g, NULL, w, d);
   if (wi < 0) tensor_unref(w);
-  int bi = wi < 0 ? wi : graph_add_const(g, NULL, b, d);
+  int bi = wi < 0 || !b ? wi : graph_add_const(g, NULL, b, d);
   if (bi < 0) tensor_unref(b);
-  return bi < 0 ? bi : take_over(g, at, c, kind, (TensorRef[]){x, {wi, 0}, {bi, 0}}, 3, &p, d);
+  if (bi < 0) return bi;
+  return take_over(g, at, c, kind, (TensorRef[]){x, {wi, 0}, {bi, 0}}, b ? 3 : 2, &p, d);
 }
 
 /* Copies of w and of b (zeros where there is none, [m]), or NULL both. */
@@ -1525,26 +1527,7 @@ static int fold_head_scale(Graph *g, int32_t m, const Uses *u, Diag *d) {
     tensor_unref(nc);
     return rc;
   }
-  const Node *pp = &g->nodes[p];
-  TensorRef in[3] = {pp->in[0], {0, 0}, {0, 0}};
-  int n_in = pp->n_in;
-  Params params = pp->params;
-  int wi = graph_add_const(g, NULL, nw, d);
-  if (wi < 0) {
-    tensor_unref(nw);
-    tensor_unref(nc);
-    return wi;
-  }
-  in[1] = (TensorRef){wi, 0};
-  if (nc) {
-    int ci = graph_add_const(g, NULL, nc, d);
-    if (ci < 0) {
-      tensor_unref(nc);
-      return ci;
-    }
-    in[2] = (TensorRef){ci, 0};
-  }
-  int id = take_over(g, p, p, g->nodes[p].kind, in, n_in, &params, d);
+  int id = remake_with_weights(g, p, p, g->nodes[p].in[0], nw, nc, d);
   if (id < 0) return id;
   graph_replace_uses(g, (TensorRef){m, 0}, q);
   return 1;

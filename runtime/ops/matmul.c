@@ -319,29 +319,6 @@ bool matmul_operand(const MatmulPlan *p, const Shape *sh, const int64_t *st, int
   return true;
 }
 
-/* A strided operand (graph_strided) where cuBLAS takes it as it is: a
- * matrix with one unit stride, in as many strided batched calls as the
- * dense operand needs, or in one call over arrays of pointers where its
- * batch axes step by more than one stride (Swin's K, [windows, heads, ...]
- * cut from [windows, tokens, 3, heads, ...]); not a product whose A the
- * GPU stacks into one tall matrix, whose rows must follow one another. */
-static bool matmul_reads_strided(const Node *n, const Shape *in, int j, const int64_t *strides) {
-  MatmulPlan p;
-  MatmulOperand a, b, o;
-  if (n->dtype != DT_F32 || j < 0 || j > 1 || in[0].ndim < 2 || in[1].ndim < 2 ||
-      matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK || p.flat_a || p.m > INT_MAX ||
-      p.n > INT_MAX || p.k > INT_MAX || p.count == 0 || !p.m || !p.n || !p.k ||
-      !matmul_operand(&p, &in[j], strides, j, &o) || o.ld > INT_MAX)
-    return false;
-  matmul_operand(&p, &in[0], NULL, 0, &a);
-  matmul_operand(&p, &in[1], NULL, 1, &b);
-  int from_dense, from;
-  int64_t step_a, step_b;
-  matmul_uniform_suffix(&p, a.s, b.s, &from_dense, &step_a, &step_b);
-  matmul_uniform_suffix(&p, j == 0 ? o.s : a.s, j == 1 ? o.s : b.s, &from, &step_a, &step_b);
-  return from == from_dense || p.count <= INT_MAX;
-}
-
 bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOperand *o) {
   memset(o, 0, sizeof *o);
   int r = p->nb + 2;
@@ -364,6 +341,22 @@ bool matmul_output(const MatmulPlan *p, const int64_t *st, int from, MatmulOpera
   return true;
 }
 
+/* A strided operand (graph_strided) where cuBLAS takes it as it is: a
+ * matrix with one unit stride. The GPU runs it in the strided batched
+ * calls the dense operand needs where its batch axes step as the dense
+ * ones do, else in one call over arrays of pointers (Swin's K, [windows,
+ * heads, ...] cut from [windows, tokens, 3, heads, ...]); not in a product
+ * whose A it stacks into one tall matrix, whose rows must follow one
+ * another. */
+static bool matmul_reads_strided(const Node *n, const Shape *in, int j, const int64_t *strides) {
+  MatmulPlan p;
+  MatmulOperand o;
+  return n->dtype == DT_F32 && j >= 0 && j <= 1 && in[0].ndim >= 2 && in[1].ndim >= 2 &&
+         matmul_plan(n, &in[0], &in[1], &p, NULL) == TEQ_OK && !p.flat_a && p.m <= INT_MAX &&
+         p.n <= INT_MAX && p.k <= INT_MAX && p.count && p.count <= INT_MAX && p.m && p.n &&
+         p.k && matmul_operand(&p, &in[j], strides, j, &o) && o.ld <= INT_MAX;
+}
+
 bool matmul_tall_output(const MatmulPlan *p, const int64_t *st, int64_t *ld, bool *transposed) {
   int r = p->nb + 2;
   int64_t rows = p->count * p->m, row = -1, inner = p->m;
@@ -383,32 +376,24 @@ bool matmul_tall_output(const MatmulPlan *p, const int64_t *st, int64_t *ld, boo
 }
 
 /* A product written strided: no activation (the GPU applies one over the
- * dense output after the products); the same calls as dense, or one over
- * arrays of pointers where the output's batch axes step by more than one
- * stride. A tall product (x W, A's entries stacked) is written as one
- * matrix, by rows or by columns (its transpose: the product of the
- * transposed operands, ConvNeXt's block back to channels first). */
+ * dense output after the products); batched, by strided batched calls or
+ * one over arrays of pointers, as reading strided; a tall product (x W,
+ * A's entries stacked) as one matrix, by rows or by columns (its
+ * transpose: the product of the transposed operands, ConvNeXt's block
+ * back to channels first). */
 static bool matmul_writes_strided(const Node *n, const Shape *in, const int64_t *strides) {
   MatmulPlan p;
-  MatmulOperand a, b, c;
+  MatmulOperand c;
+  int64_t ld;
+  bool transposed;
   if (n->dtype != DT_F32 || param_int(&n->params, MATMUL_ACT) != ACT_NONE || in[0].ndim < 2 ||
       in[1].ndim < 2 || matmul_plan(n, &in[0], &in[1], &p, NULL) != TEQ_OK ||
       p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX || !p.count || !p.m || !p.n || !p.k)
     return false;
-  if (p.flat_a) {
-    int64_t ld;
-    bool transposed;
+  if (p.flat_a)
     return p.count * p.m <= INT_MAX && matmul_tall_output(&p, strides, &ld, &transposed) &&
            ld <= INT_MAX;
-  }
-  int from;
-  int64_t step_a, step_b;
-  matmul_operand(&p, &in[0], NULL, 0, &a);
-  matmul_operand(&p, &in[1], NULL, 1, &b);
-  matmul_uniform_suffix(&p, a.s, b.s, &from, &step_a, &step_b);
-  return (matmul_output(&p, strides, from, &c) ||
-          (p.count <= INT_MAX && matmul_output(&p, strides, p.nb, &c))) &&
-         c.ld <= INT_MAX;
+  return p.count <= INT_MAX && matmul_output(&p, strides, p.nb, &c) && c.ld <= INT_MAX;
 }
 
 static int matmul_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
