@@ -10,6 +10,7 @@
 
 #include "optimize/opt_int.h"
 #include "runtime/exec.h"
+#include "runtime/plan.h"
 
 /* Per node: every input is a weight (a constant, a constant tensor, or
  * such a node). Sources other than graph inputs are weights. */
@@ -33,7 +34,8 @@ bool *opt_weight_only(const Graph *g, const int32_t *order) {
 }
 
 /* Both costs: with as_run, less the nodes g's producers write in place
- * and those whose values their readers read by strides. */
+ * and those whose values their readers read by strides, and with each
+ * chain of layout operators the one gather it runs as (plan_gathers). */
 static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
                       int counts[COST__SOURCES], double us_by_source[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
@@ -43,19 +45,25 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   /* The search prices every candidate it builds here: no homes unless asked. */
   int32_t *home = rc || !as_run ? NULL : graph_piece_homes(g);
   GraphStrided st = {0};
+  PlanGathers pg = {0};
   if (!rc && (!w || (as_run && !home))) rc = TEQ_ERR_NOMEM;
   if (!rc && as_run) rc = graph_strided(g, &st);
+  if (!rc && as_run) rc = plan_gathers(g, &st, &pg, d);
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
   if (us_by_source)
     for (int s = 0; s < COST__SOURCES; s++) us_by_source[s] = 0;
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
     const Node *n = &g->nodes[id];
+    int role = as_run ? pg.role[id] : GATHER_NONE;
     if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE ||
-        (as_run && (graph_node_in_place(g, id, home, w, NULL) || st.strided[id])))
+        role == GATHER_INNER ||
+        (as_run && role == GATHER_NONE &&
+         (graph_node_in_place(g, id, home, w, NULL) || st.strided[id])))
       continue;
     CostEstimate e;
-    rc = cost_node(cm, g, id, &e, d);
+    if (role == GATHER_EXIT) e = cost_gather(cm, g, &pg.exits[pg.exit[id]]);
+    else rc = cost_node(cm, g, id, &e, d);
     if (rc) break;
     total += e.us;
     if (counts) counts[e.source]++;
@@ -65,6 +73,7 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   free(w);
   free(home);
   graph_strided_fini(&st);
+  plan_gathers_fini(&pg);
   if (rc == TEQ_OK) *us = total;
   return rc;
 }

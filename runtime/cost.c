@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/plan.h"
+
 /* A measurement from the table, kept by its size: the analytic estimate of
  * a configuration never measured is corrected by the measured/analytic
  * ratio of the nearest measured configurations of the same operator. */
@@ -1037,15 +1039,23 @@ int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d) 
   return TEQ_OK;
 }
 
+CostEstimate cost_gather(const CostModel *m, const Graph *g, const GatherRows *r) {
+  double numel = (double)shape_numel(&g->nodes[r->node].out[0]);
+  double bytes = 2 * numel * sizeof(float) + (double)r->n_rows * sizeof(void *);
+  return (CostEstimate){cost_anchored(m, OP_TRANSPOSE, 2, numel, bytes, -1), COST_ANALYTIC};
+}
+
 int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   char *needed = calloc((size_t)g->n_nodes + 1, 1);
   int32_t *home = graph_piece_homes(g);
   GraphStrided st = {0};
+  PlanGathers pg = {0};
   int rc = order && needed && home ? graph_strided(g, &st) : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK) rc = graph_topo_order(g, order);
   if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
   else if (rc) rc = diag_error(d, "graph has a cycle");
+  if (rc == TEQ_OK) rc = plan_gathers(g, &st, &pg, d);
   *us = 0;
   for (int s = 0; s < COST__SOURCES; s++) counts[s] = 0;
   for (int i = 0; !rc && i < g->n_outputs; i++) needed[g->outputs[i].node] = 1;
@@ -1053,11 +1063,14 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
     const Node *n = &g->nodes[order[k]];
     if (!needed[order[k]]) continue;
     for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
-    if (costs_nothing(n) || graph_node_in_place(g, order[k], home, NULL, NULL) ||
-        st.strided[order[k]])
+    int role = pg.role[order[k]];
+    if (role == GATHER_INNER ||
+        (role == GATHER_NONE && (costs_nothing(n) || st.strided[order[k]] ||
+                                 graph_node_in_place(g, order[k], home, NULL, NULL))))
       continue;
     CostEstimate e;
-    if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
+    if (role == GATHER_EXIT) e = cost_gather(m, g, &pg.exits[pg.exit[order[k]]]);
+    else if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
     *us += e.us;
     counts[e.source]++;
   }
@@ -1065,6 +1078,7 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
   free(needed);
   free(home);
   graph_strided_fini(&st);
+  plan_gathers_fini(&pg);
   return rc;
 }
 

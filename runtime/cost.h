@@ -83,11 +83,19 @@ TEQ_API bool cost_node_is_free(const Graph *g, int id);
 TEQ_API int cost_node(CostModel *m, const Graph *g, int id, CostEstimate *out, Diag *d);
 /* The sum over the nodes g's outputs need, less those its producers
  * write in place (graph_node_in_place) and those whose values their
- * readers read by strides (graph_strided), which run no kernel in g; counts[s]
- * says how many node costs came from source s. */
+ * readers read by strides (graph_strided), which run no kernel in g, and
+ * with each chain of layout operators a runtime gathers (plan_gathers)
+ * priced as its one copy (cost_gather); counts[s] says how many costs
+ * came from source s. */
 TEQ_API int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES],
                        Diag *d);
 TEQ_API const char *cost_source_name(CostSource s);
+/* What a chain of layout operators gathered into one copy of rows costs
+ * (plan.h: plan_gathers), analytic: the roofline of a copy of its output
+ * plus the rows' pointers, corrected by the table's measured transposes
+ * nearest in bytes (kernels that read and write every element once). */
+struct GatherRows;
+TEQ_API CostEstimate cost_gather(const CostModel *m, const Graph *g, const struct GatherRows *r);
 
 /* The analytic estimate alone, and the quantities behind it. */
 TEQ_API double cost_analytic(const CostCalib *c, const Graph *g, int id);

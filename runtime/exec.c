@@ -550,6 +550,16 @@ static int follow_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Dia
   return rc;
 }
 
+int exec_layout_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d) {
+  const Node *n = &g->nodes[id];
+  for (int k = 0; k < n->n_out; k++) maps[k] = NULL;
+  if (!followable(g, id)) return 0;
+  int rc = follow_maps(g, id, base, maps, d);
+  if (rc != 1)
+    for (int k = 0; k < n->n_out; k++) tensor_unref(maps[k]), maps[k] = NULL;
+  return rc;
+}
+
 /* Whether node id is a view (graph_node_is_view: every output a run of
  * input 0's elements in their order, a reshape or a split along the outer
  * axis): then it is followed without maps, and *first is its n_out
@@ -906,6 +916,22 @@ static int planned_step(const Graph *g, const MemPlan *p, char *const *at, int i
   return rc;
 }
 
+/* A chain's exit (plan_gathers) as the device runs it: its rows copied
+ * through the pointers the device would upload. */
+static int planned_gather(const MemPlan *p, char *const *at, const GatherRows *r, Diag *d) {
+  const float **rows = malloc(((size_t)r->n_rows + 1) * sizeof *rows);
+  if (!rows) return diag_error(d, "out of memory");
+  plan_gather_pointers(r, (const void *const *)at, rows);
+  float *out = (float *)at[p->offset[r->node]];
+  for (int64_t i = 0; i < r->n_rows; i++) {
+    float *dst = out + i * r->row_len;
+    if (rows[i]) memcpy(dst, rows[i], (size_t)r->row_len * sizeof *dst);
+    else memset(dst, 0, (size_t)r->row_len * sizeof *dst);
+  }
+  free(rows);
+  return TEQ_OK;
+}
+
 /* A matmul step with an operand or its output laid out by strides, as the
  * device runs it. */
 static int planned_strided_product(const Graph *g, const MemPlan *p, char *const *at, int id,
@@ -968,6 +994,10 @@ int exec_run_planned(const Graph *g, Tensor *const *inputs, Tensor **outputs, in
   for (int k = 0; !rc && k < p.n_steps; k++) {
     int id = p.steps[k];
     const Node *n = &g->nodes[id];
+    if (p.gathers.role[id] == GATHER_EXIT) {
+      rc = planned_gather(&p, at, &p.gathers.exits[p.gathers.exit[id]], d);
+      continue;
+    }
     bool strided = p.strided[p.offset[id]];
     for (int j = 0; j < n->n_in; j++) strided = strided || p.strided[p.offset[n->in[j].node] + n->in[j].out];
     if (strided) n_strided++;

@@ -49,6 +49,16 @@ TEQ_API int exec_run(const Graph *g, ExecMode mode, Tensor *const *inputs, Tenso
 TEQ_API int exec_run_planned(const Graph *g, Tensor *const *inputs, Tensor **outputs,
                              int *strided_steps, Diag *d);
 
+/* The element maps of layout node id of g (OPF_LAYOUT_ONLY), made by
+ * running its Z_p kernel on element numbers and kept per configuration
+ * for the process: maps[k] (a new reference per output, uint32) holds 0
+ * where output k has a zero the node wrote itself (padding), else
+ * base[j] + e + 1 for element e of input j; base receives n_in + 1
+ * entries, base[0] = 0. Returns 1 when the maps hold, 0 (maps left NULL)
+ * for a node they cannot describe (not layout only, int64 data, a pad of
+ * a constant other than zero, too many elements for Z_p), or an error. */
+TEQ_API int exec_layout_maps(const Graph *g, int id, int64_t *base, Tensor **maps, Diag *d);
+
 /* ---- a few positions of the outputs, in Z_p ----
  * PET's random tests compare a handful of positions per box of each
  * output, while running a convolution whole costs all its sums. A plan

@@ -1,6 +1,6 @@
 /* plan.c: the memory plan of a graph on a device (plan.h). One pass in
  * topological order sorts the needed nodes into steps, constants, views,
- * nodes written in place and strided values; aliases are resolved to the value that owns
+ * nodes written in place, strided values and chains gathered (gather.c); aliases are resolved to the value that owns
  * their memory; each owner's live range is its steps' and its aliases';
  * and the arena is packed biggest first. */
 #include "runtime/plan.h"
@@ -29,6 +29,7 @@ void mem_plan_fini(MemPlan *p) {
   free(p->last);
   free(p->strided);
   free(p->strides);
+  plan_gathers_fini(&p->gathers);
   memset(p, 0, sizeof *p);
 }
 
@@ -111,7 +112,8 @@ static int mark_in_place(const Graph *g, MemPlan *p, const uint8_t *needed, uint
   }
   for (int id = 0; id < g->n_nodes; id++) {
     const Node *n = &g->nodes[id];
-    if (!needed[id] || !op_def(n->kind)->assembled) continue;
+    if (!needed[id] || !op_def(n->kind)->assembled || p->gathers.role[id] != GATHER_NONE)
+      continue;
     if (!graph_node_in_place(g, id, home, NULL, first)) continue;
     in_place[id] = 1;
     int64_t elem = (int64_t)dtype_size(n->dtype);
@@ -174,6 +176,7 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK)
     rc = diag_error(d, "graph has a cycle");
   if (rc == TEQ_OK) rc = graph_strided(g, &st);
+  if (rc == TEQ_OK) rc = plan_gathers(g, &st, &p->gathers, d);
   if (rc == TEQ_OK) {
     /* first and last hold each value's defining step and last reader
      * (-1: none) until the arena's live ranges replace them. */
@@ -203,7 +206,16 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
       p->bytes[s0 + j] = shape_numel(&n->out[j]) * elem;
     }
     if (rc) break;
-    if (n->kind == OP_INPUT) {
+    const PlanGathers *pg = &p->gathers;
+    if (pg->role[id] == GATHER_INNER) {
+      continue; /* inside a chain: no memory, no step */
+    } else if (pg->role[id] == GATHER_EXIT) {
+      /* a step that copies rows from the chain's sources */
+      const GatherRows *r = &pg->exits[pg->exit[id]];
+      p->first[s0] = p->n_steps;
+      for (int k = 0; k < r->n_sources; k++) p->last[r->sources[k]] = p->n_steps;
+      p->steps[p->n_steps++] = id;
+    } else if (n->kind == OP_INPUT) {
       p->inputs[p->n_inputs++] = s0;
       p->where[s0] = MEM_ARENA;
     } else if (n->kind == OP_CONST || ((o->flags & OPF_SOURCE) && o->eval_f32)) {

@@ -39,6 +39,7 @@
 #include "runtime/cost.h"
 #include "runtime/cuda.h"
 #include "runtime/onnx.h"
+#include "runtime/plan.h"
 
 static int usage(FILE *f, int status) {
   fprintf(f,
@@ -527,8 +528,10 @@ static int do_calibrate(int argc, char **argv, Diag *d) {
 typedef struct NodeCost {
   int id;
   CostEstimate e;
-  const char *no_kernel; /* "in place" (graph_node_in_place) or "strided" (graph_strided):
-                          * no kernel, 0 us; else NULL */
+  const char *no_kernel; /* "in place" (graph_node_in_place), "strided" (graph_strided) or
+                          * "chained" (inside a chain gathered, plan_gathers): no kernel,
+                          * 0 us; else NULL */
+  bool gather;           /* the exit of a chain: e is its gather's (cost_gather) */
 } NodeCost;
 
 static int by_cost_desc(const void *a, const void *b) {
@@ -539,21 +542,23 @@ static int by_cost_desc(const void *a, const void *b) {
 /* Where the time goes, one line per operator kind, dearest first: the
    question a reader asks of a rewritten model before any single node. */
 static void print_cost_by_kind(const Graph *g, const NodeCost *costs, int n, double total) {
-  double us[OP__COUNT] = {0};
-  int count[OP__COUNT] = {0};
+  double us[OP__COUNT + 1] = {0}; /* the last: chains' gathers */
+  int count[OP__COUNT + 1] = {0};
   for (int k = 0; k < n; k++) {
-    OpKind kind = g->nodes[costs[k].id].kind;
+    int kind = costs[k].gather ? OP__COUNT : (int)g->nodes[costs[k].id].kind;
     us[kind] += costs[k].e.us;
     count[kind]++;
   }
   printf("by operator kind:\n");
   for (;;) {
     int dearest = -1;
-    for (int kind = 0; kind < OP__COUNT; kind++)
+    for (int kind = 0; kind <= OP__COUNT; kind++)
       if (count[kind] && (dearest < 0 || us[kind] > us[dearest])) dearest = kind;
     if (dearest < 0) break;
     printf("%9.1f us  %5.1f%%  %4d x %s\n", us[dearest], total > 0 ? 100 * us[dearest] / total : 0,
-           count[dearest], op_def((OpKind)dearest)->name);
+           count[dearest],
+           dearest == OP__COUNT ? "gather (a chain of layout operators)"
+                                : op_def((OpKind)dearest)->name);
     count[dearest] = 0;
   }
 }
@@ -591,16 +596,32 @@ static int do_cost(int argc, char **argv, Diag *d) {
   if (rc == TEQ_OK && gpu && (rc = cuda_device_open(&dev, d)) == TEQ_OK) cost_model_use_gpu(m, dev);
   int32_t *home = NULL;
   GraphStrided st = {0};
+  PlanGathers pg = {0};
   if (rc == TEQ_OK && !(costs = calloc((size_t)g->n_nodes + 1, sizeof *costs))) rc = TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && !(home = graph_piece_homes(g))) rc = TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && (rc = graph_strided(g, &st)) != TEQ_OK) diag_error(d, "out of memory");
-  int n = 0, n_in_place = 0, n_strided = 0, counts[COST__SOURCES] = {0};
-  double total = 0, in_place_us = 0, strided_us = 0;
+  if (rc == TEQ_OK) rc = plan_gathers(g, &st, &pg, d);
+  int n = 0, n_in_place = 0, n_strided = 0, n_chained = 0, counts[COST__SOURCES] = {0};
+  double total = 0, in_place_us = 0, strided_us = 0, chained_us = 0, gathers_us = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
     if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
     costs[n].id = id;
     if ((rc = cost_node(m, g, id, &costs[n].e, d)) != TEQ_OK) break;
-    if (graph_node_in_place(g, id, home, NULL, NULL)) {
+    if (pg.role[id] != GATHER_NONE) {
+      /* as kernels, unless the cost model charges it nothing (a view) */
+      chained_us += cost_node_is_free(g, id) ? 0 : costs[n].e.us;
+      n_chained++;
+      if (pg.role[id] == GATHER_INNER) {
+        costs[n].e.us = 0;
+        costs[n].no_kernel = "chained";
+      } else {
+        costs[n].e = cost_gather(m, g, &pg.exits[pg.exit[id]]);
+        costs[n].gather = true;
+        gathers_us += costs[n].e.us;
+        total += costs[n].e.us;
+        counts[costs[n].e.source]++;
+      }
+    } else if (graph_node_in_place(g, id, home, NULL, NULL)) {
       in_place_us += costs[n].e.us;
       n_in_place++;
       costs[n].e.us = 0;
@@ -630,17 +651,23 @@ static int do_cost(int argc, char **argv, Diag *d) {
       printf("  %d read or written through strides (graph_strided), no kernel (%.1f us as "
              "kernels)\n",
              n_strided, strided_us);
+    if (pg.n_exits)
+      printf("  %d layout operators in %d chains, each one gather of rows (plan_gathers): "
+             "%.1f us, %.1f us as kernels\n",
+             n_chained, pg.n_exits, gathers_us, chained_us);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);
-      printf("%9.1f us  %-8s  %.110s\n", costs[k].e.us,
-             costs[k].no_kernel ? costs[k].no_kernel : cost_source_name(costs[k].e.source), key);
+      printf("%9.1f us  %-8s  %s%.110s\n", costs[k].e.us,
+             costs[k].no_kernel ? costs[k].no_kernel : cost_source_name(costs[k].e.source),
+             costs[k].gather ? "gather to " : "", key);
     }
     if (n > shown) printf("      ... %d more (--all lists them)\n", n - shown);
     print_cost_by_kind(g, costs, n, total);
   }
   free(home);
   graph_strided_fini(&st);
+  plan_gathers_fini(&pg);
   free(costs);
   cost_model_free(m);
   cuda_device_close(dev);

@@ -228,10 +228,12 @@ static int run_planned(const Graph *g, Tensor **inputs, Tensor **cpu, Diag *d) {
   MemPlan plan;
   if (rc == TEQ_OK) rc = mem_plan_build(g, &plan, d);
   if (rc != TEQ_OK) return rc;
+  int replaced = 0;
+  for (int i = 0; i < plan.gathers.n_exits; i++) replaced += plan.gathers.exits[i].kernels;
   printf("planned on the host vs cpu: largest relative error %.3g (%d kernels, %d products by "
-         "strides; arena %.1f MB, constants %.1f MB)\n",
-         worst, plan.n_steps, strided, (double)plan.arena_bytes / 1e6,
-         (double)plan.const_bytes / 1e6);
+         "strides, %d gathers for %d layout kernels; arena %.1f MB, constants %.1f MB)\n",
+         worst, plan.n_steps, strided, plan.gathers.n_exits, replaced,
+         (double)plan.arena_bytes / 1e6, (double)plan.const_bytes / 1e6);
   mem_plan_fini(&plan);
   if (!(worst <= 1e-4))
     rc = fail(d, TEQ_ERR_INTERNAL, "the plan's outputs differ by %.3g (tolerance 1e-4)", worst);

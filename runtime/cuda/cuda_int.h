@@ -122,7 +122,7 @@ void *cuda_scratch(CudaCtx *cx, size_t bytes, Diag *d);
  * cuda_derived_drop frees one (a way timed and not chosen); only while no
  * captured graph of the plan exists, as during its first run. */
 bool cuda_is_constant(CudaCtx *cx, const void *ptr);
-enum { CUDA_DERIVED_WINOGRAD = 1, CUDA_KEPT_POINTERS = 2 };
+enum { CUDA_DERIVED_WINOGRAD = 1, CUDA_KEPT_POINTERS = 2, CUDA_KEPT_ROWS = 3 };
 void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
 /* The same for what a kernel derives from the plan's own layout, which
  * holds while the plan lives (a product's arrays of pointers into the
@@ -184,6 +184,12 @@ int cuda_pinned_index(const Node *n, const char *pin, const char (*names)[CUDA_W
 /* x[0..n) = act(x) in place for a fused activation (ACT_*); ACT_NONE does
  * nothing. In elementwise.cu. */
 int cuda_act_apply(CudaCtx *cx, int act, float *x, int64_t n, Diag *d);
+/* A chain of layout operators gathered (plan.h: plan_gathers): out's
+ * n_rows rows of row_len floats, row i copied from where rows[i] (device
+ * memory, the plan's) points, zeros where it is NULL. aligned16: every
+ * row pointer is a multiple of 16 bytes. (runtime/cuda/layout.cu) */
+int cuda_gather_rows(CudaCtx *cx, const float *const *rows, int64_t n_rows, int64_t row_len,
+                     bool aligned16, float *out, Diag *d);
 
 /* An error naming the node's operator, like the CPU rows' op_error:
  * "conv2d (GPU): ...". Returns rc. */

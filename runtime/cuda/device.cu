@@ -280,6 +280,11 @@ struct Step {
   int node;
   std::vector<CudaTensor> in, out;
   char note[96];
+  /* The exit of a chain gathered (plan_gathers): where its rows come from,
+   * in device memory; else rows NULL. */
+  const float *const *rows = nullptr;
+  int64_t n_rows = 0, row_len = 0;
+  bool rows_aligned16 = false;
 };
 
 /* A buffer a kernel derived from a constant (cuda_derived). */
@@ -382,7 +387,9 @@ static int run_steps(CudaPlan *p, Diag *d, cudaEvent_t *after = nullptr) {
     Step &s = p->steps[i];
     const Node *n = &p->g->nodes[s.node];
     p->cx.note[0] = '\0';
-    int rc = op_def(n->kind)->eval_cuda(n, &p->cx, s.in.data(), s.out.data(), d);
+    int rc = s.rows ? cuda_gather_rows(&p->cx, s.rows, s.n_rows, s.row_len, s.rows_aligned16,
+                                       (float *)s.out[0].data, d)
+                    : op_def(n->kind)->eval_cuda(n, &p->cx, s.in.data(), s.out.data(), d);
     if (rc != TEQ_OK) {
       char label[GRAPH_LABEL_MAX];
       graph_node_label(p->g, s.node, label, sizeof label);
@@ -459,7 +466,7 @@ static int plan_memory(CudaPlan *p, const MemPlan &mp, Diag *d) {
   }
   for (int i = 0; i < mp.n_steps; i++) {
     const Node *n = &g->nodes[mp.steps[i]];
-    if (op_def(n->kind)->eval_cuda) continue;
+    if (op_def(n->kind)->eval_cuda || mp.gathers.role[mp.steps[i]] == GATHER_EXIT) continue;
     char label[GRAPH_LABEL_MAX];
     graph_node_label(g, mp.steps[i], label, sizeof label);
     diag_error(d, "node %s: %s has no GPU kernel", label,
@@ -511,6 +518,26 @@ static int plan_memory(CudaPlan *p, const MemPlan &mp, Diag *d) {
     if (mp.where[s] == MEM_ARENA) p->values[s].data = (char *)p->arena + mp.at[s];
   for (int s = 0; s < mp.n_slots; s++)
     if (mp.where[s] == MEM_ALIAS) p->values[s].data = (char *)p->values[mp.root[s]].data + mp.at[s];
+  /* Each chain's rows, uploaded once: pointers into the arena and the
+   * constants, which hold while the plan lives. */
+  std::vector<const void *> slot_at(mp.n_slots + 1, nullptr);
+  for (int s = 0; s < mp.n_slots; s++) slot_at[s] = p->values[s].data;
+  for (Step &st : p->steps) {
+    if (mp.gathers.role[st.node] != GATHER_EXIT) continue;
+    const GatherRows *r = &mp.gathers.exits[mp.gathers.exit[st.node]];
+    std::vector<const float *> rows(r->n_rows);
+    plan_gather_pointers(r, slot_at.data(), rows.data());
+    bool fresh = false;
+    size_t bytes = rows.size() * sizeof rows[0];
+    void *dev_rows = cuda_plan_kept(&p->cx, p->values[mp.offset[st.node]].data, CUDA_KEPT_ROWS,
+                                    bytes, &fresh);
+    if (!dev_rows) return diag_error(d, "out of GPU memory for a gather's %zu bytes of rows", bytes);
+    CUDA_TRY(cudaMemcpy(dev_rows, rows.data(), bytes, cudaMemcpyHostToDevice));
+    st.rows = (const float *const *)dev_rows;
+    st.n_rows = r->n_rows, st.row_len = r->row_len;
+    st.rows_aligned16 = true;
+    for (const float *q : rows) st.rows_aligned16 = st.rows_aligned16 && ((uintptr_t)q & 15) == 0;
+  }
   p->strides.assign(mp.strides, mp.strides + (size_t)mp.n_slots * TEQ_MAX_DIMS);
   for (int s = 0; s < mp.n_slots; s++)
     if (mp.strided[s]) p->values[s].strides = p->strides.data() + (size_t)s * TEQ_MAX_DIMS;

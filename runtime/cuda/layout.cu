@@ -397,6 +397,44 @@ int launch_gather(CudaCtx *cx, void *dst, const void *src, const void *idx, int6
 
 } // namespace
 
+/* ---- a chain of layout operators, gathered (plan.h: plan_gathers) ---- */
+
+/* Row r of dst (len words) is a copy of the run rows[r] points at, or
+ * zeros where it is NULL. W is float or float4, I the index type. */
+template <typename W, typename I>
+static __global__ void gather_rows_kernel(W *__restrict__ dst, const W *const *__restrict__ rows,
+                                   I len, I total) {
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += gridDim.x * (I)blockDim.x) {
+    I r = i / len;
+    const W *src = rows[r];
+    W zero;
+    memset(&zero, 0, sizeof zero);
+    dst[i] = src ? src[i - r * len] : zero;
+  }
+}
+
+template <typename W>
+static void launch_gather_rows(CudaCtx *cx, void *dst, const void *rows, int64_t len, int64_t total) {
+  unsigned blocks = cuda_blocks(total, kThreads);
+  if (total < INT32_MAX)
+    gather_rows_kernel<W, int><<<blocks, kThreads, 0, cx->stream>>>(
+        (W *)dst, (const W *const *)rows, (int)len, (int)total);
+  else
+    gather_rows_kernel<W, int64_t><<<blocks, kThreads, 0, cx->stream>>>(
+        (W *)dst, (const W *const *)rows, len, total);
+}
+
+int cuda_gather_rows(CudaCtx *cx, const float *const *rows, int64_t n_rows, int64_t row_len,
+                     bool aligned16, float *out, Diag *d) {
+  /* Rows of whole float4s, each starting on 16 bytes, copy as float4s. */
+  if (aligned16 && row_len % 4 == 0 && ((uintptr_t)out & 15) == 0)
+    launch_gather_rows<float4>(cx, out, rows, row_len / 4, n_rows * (row_len / 4));
+  else
+    launch_gather_rows<float>(cx, out, rows, row_len, n_rows * row_len);
+  CUDA_LAUNCHED();
+  return TEQ_OK;
+}
+
 /* ---- the rows ---- */
 
 extern "C" int cuda_eval_transpose(CUDA_KERNEL_SIGNATURE) {
