@@ -13,11 +13,15 @@
  * in both modes under every coordinate transformation and every nearest
  * rounding rule, up and down, by scales and by sizes; grid_sample in both
  * modes under every padding and align_corners; views (split and
- * reshape made pointers into their input, not steps); and concats whose
- * producers write them in place (no steps either). */
+ * reshape made pointers into their input, not steps); concats whose
+ * producers write them in place (no steps either); and chains of layout
+ * operators gathered into one copy of rows (plan_gathers): Swin-T's
+ * shifted windows and patch merging at its first stage's sizes. */
 #include <stdarg.h>
 
 #include "tests/cuda_check.h"
+#include "tests/tensor_check.h"
+#include "tests/layout_chain.h"
 
 static CudaDevice *dev;
 
@@ -617,8 +621,26 @@ static void test_grid_sample(void) {
   run(&c);
 }
 
+/* Swin-T's first stage: its cyclic shift and window partition (56 x 56
+ * pixels of 96 channels, windows of 7, shifted by 3), and its patch
+ * merging; each chain one gather between two relus. Rows of 96 floats
+ * start on 16 bytes, so they copy as float4s; rows of 30 do not. */
+static void test_gathered_chains(void) {
+  Chain ch = shifted_windows(56, 7, 96, 3);
+  check_planned(ch.g, 91, 0, 3, "Swin-T's shifted windows");
+  graph_free(ch.g);
+  ch = shifted_windows(14, 7, 30, 3);
+  check_planned(ch.g, 92, 0, 3, "shifted windows, rows of 30");
+  graph_free(ch.g);
+  ch = patch_merging(56, 96);
+  check_planned(ch.g, 93, 0, 3, "Swin-T's patch merging");
+  graph_free(ch.g);
+}
+
 int main(void) {
   dev = cuda_check_open();
+  diag_init(&D);
+  test_gathered_chains();
   test_views();
   test_concat_in_place();
   test_transpose();
@@ -632,6 +654,7 @@ int main(void) {
   test_tile_expand();
   test_resize();
   test_grid_sample();
+  diag_fini(&D);
   cuda_device_close(dev);
   return check_exit();
 }

@@ -16,54 +16,7 @@
 #include "runtime/plan.h"
 #include "tests/check.h"
 #include "tests/tensor_check.h"
-#include "tests/attention_graph.h"
-
-/* ---- builders ---- */
-
-static int relu(Graph *g, TensorRef x) { return node(g, OP_RELU, &x, 1, 1, NULL); }
-
-static int slice(Graph *g, TensorRef x, const int64_t *starts, const int64_t *ends,
-                 const int64_t *steps) {
-  int r = graph_shape(g, x)->ndim;
-  Params p;
-  params_default(OP_SLICE, &p);
-  param_set_ints(&p, 0, starts, r);
-  param_set_ints(&p, 1, ends, r);
-  param_set_ints(&p, 2, steps, r);
-  return node(g, OP_SLICE, &x, 1, 1, &p);
-}
-
-/* x's elements [from, to) along axis, step 1. */
-static int cut(Graph *g, TensorRef x, int axis, int64_t from, int64_t to) {
-  const Shape *s = graph_shape(g, x);
-  int64_t st[TEQ_MAX_DIMS] = {0}, en[TEQ_MAX_DIMS], sp[TEQ_MAX_DIMS];
-  for (int i = 0; i < s->ndim; i++) en[i] = s->d[i], sp[i] = 1;
-  st[axis] = from, en[axis] = to;
-  return slice(g, x, st, en, sp);
-}
-
-static int concat(Graph *g, const TensorRef *in, int n, int axis) {
-  Params p;
-  params_default(OP_CONCAT, &p);
-  param_set_int(&p, 0, axis);
-  return node(g, OP_CONCAT, in, n, 1, &p);
-}
-
-/* torch.roll(x, -k, axis) as exporters write it: the tail, then the head. */
-static int roll(Graph *g, TensorRef x, int axis, int64_t k) {
-  int64_t n = graph_shape(g, x)->d[axis];
-  int tail = cut(g, x, axis, k, n), head = cut(g, x, axis, 0, k);
-  return concat(g, (TensorRef[]){{tail, 0}, {head, 0}}, 2, axis);
-}
-
-static int pad(Graph *g, TensorRef x, const int64_t *pads, double value) {
-  int r = graph_shape(g, x)->ndim;
-  Params p;
-  params_default(OP_PAD, &p);
-  param_set_ints(&p, 0, pads, 2 * r);
-  param_set_float(&p, 1, value);
-  return node(g, OP_PAD, &x, 1, 1, &p);
-}
+#include "tests/layout_chain.h"
 
 /* ---- checks ---- */
 
@@ -111,18 +64,9 @@ static void set_no_gathers(bool on) {
 /* Swin's shifted windows on an 8 x 8 map of 32 channels, windows of 4:
  * roll by 3 along both axes, partition, then a relu reads the windows. */
 static void test_shifted_windows(void) {
-  Graph *g = graph_new();
-  Shape xs = shape_of(4, 1, 8, 8, 32);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  int src = relu(g, (TensorRef){x, 0});
-  int h = roll(g, (TensorRef){src, 0}, 1, 3);
-  int w = roll(g, (TensorRef){h, 0}, 2, 3);
-  int r6 = reshape(g, (TensorRef){w, 0}, (int64_t[]){1, 2, 4, 2, 4, 32}, 6);
-  int t = transpose(g, (TensorRef){r6, 0}, (int64_t[]){0, 1, 3, 2, 4, 5}, 6);
-  int win = reshape(g, (TensorRef){t, 0}, (int64_t[]){4, 16, 32}, 3);
-  int out = relu(g, (TensorRef){win, 0});
-  graph_add_output(g, (TensorRef){out, 0}, "y", &D);
-
+  Chain ch = shifted_windows(8, 4, 32, 3);
+  Graph *g = ch.g;
+  int src = ch.src, win = ch.exit, out = ch.out;
   PlanGathers pg = gathers_of(g);
   CHECK(pg.n_exits == 1 && pg.role[win] == GATHER_EXIT);
   for (int id = src + 1; id < win; id++)
@@ -175,22 +119,9 @@ static void test_shifted_windows(void) {
  * x[1::2, 1::2] concatenated along the channels: rows of 32 channels from
  * one source, the concat the exit. */
 static void test_patch_merging(void) {
-  Graph *g = graph_new();
-  Shape xs = shape_of(4, 1, 8, 8, 32);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  int src = relu(g, (TensorRef){x, 0});
-  TensorRef parts[4];
-  for (int k = 0; k < 4; k++) {
-    int64_t oh = k % 2, ow = k / 2;
-    int rows = slice(g, (TensorRef){src, 0}, (int64_t[]){0, oh, 0, 0}, (int64_t[]){1, 8, 8, 32},
-                     (int64_t[]){1, 2, 1, 1});
-    int cols = slice(g, (TensorRef){rows, 0}, (int64_t[]){0, 0, ow, 0},
-                     (int64_t[]){1, 4, 8, 32}, (int64_t[]){1, 1, 2, 1});
-    parts[k] = (TensorRef){cols, 0};
-  }
-  int cat = concat(g, parts, 4, 3);
-  int out = relu(g, (TensorRef){cat, 0});
-  graph_add_output(g, (TensorRef){out, 0}, "y", &D);
+  Chain ch = patch_merging(8, 32);
+  Graph *g = ch.g;
+  int src = ch.src, cat = ch.exit;
   PlanGathers pg = gathers_of(g);
   CHECK(pg.n_exits == 1 && pg.role[cat] == GATHER_EXIT);
   if (pg.n_exits == 1) {

@@ -15,7 +15,7 @@
 #
 #   [TEQ_GPU_SECONDS=S] tools/gpu/session.sh STAGE_DIR OUT_DIR STEP...
 #   steps: tests models profile profile=REGEX profile-new-ways bench1 bench16 petops suite
-#          suite=MODEL,MODEL... kernels ways strides
+#          suite=MODEL,MODEL... kernels ways strides gathers
 #
 # What the steps took on an H100 (2026-11-28, 12.9 minutes of device time in
 # three calls on one warm machine): tests and models 75 s, profile 292 s for
@@ -214,6 +214,23 @@ strides() {
   done
 }
 
+# Chains of layout operators run as one gather of rows (plan_gathers,
+# 2026-12-07, never run on a GPU before): the models with such chains run
+# on the GPU, checked against the CPU, with the gathers and without
+# (TEQ_NO_GATHERS=1: every layout operator its own kernel, as before).
+gathers() {
+  PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
+    --models swin_t,maxvit_t,shufflenet_v2_x1_0 > "$out/export_gathers.log" 2>&1 || tail -5 "$out/export_gathers.log"
+  for m in swin_t maxvit_t shufflenet_v2_x1_0; do
+    [ -f "$models/$m/model.onnx" ] || continue
+    for no in 0 1; do
+      line=$(TEQ_NO_GATHERS=$no timeout "$(left)" "$stage/tools/run-model" --gpu --check --quiet \
+        --repeat 100 "$models/$m/model.onnx" 2>&1 | grep -E "relative error|^time|rror" | tr '\n' ' ')
+      echo "$m $([ $no = 1 ] && echo "no gathers" || echo "gathers"): $line"
+    done
+  done
+}
+
 for step in "$@"; do
   echo "==== $step"
   case $step in
@@ -225,6 +242,7 @@ for step in "$@"; do
     kernels) kernels ;;
     ways) ways ;;
     strides) strides ;;
+    gathers) gathers ;;
     bench1) PYTHONUNBUFFERED=1 python3 tools/bench/bench_gpu.py --build "$stage" --out "$out" --batches 1 ;;
     # PET's Table 3 cases: every corrected mutant timed against its original on the GPU.
     petops) "$stage/tools/bench-pet-ops" --repeat 3 > "$out/pet_ops.md" 2>&1; cat "$out/pet_ops.md" ;;
