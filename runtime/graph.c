@@ -1018,11 +1018,15 @@ static bool strided_forward(const Graph *g, GraphStrided *s, const int32_t *orde
     int base = in_strided ? s->base[src] : src;
     int64_t at = in_strided ? s->first[src] : 0;
     bool is_view = graph_node_is_view(g, id, firsts);
-    if (def->strided && n->n_out == 1 && (in_strided || !is_view) && shape_numel(in) > 0) {
+    int64_t off = 0;
+    if (def->strided && n->n_out == 1 && (in_strided || !is_view) && shape_numel(in) > 0 &&
+        def->strided(n, in, from, s->strides + (size_t)s->offset[id] * TEQ_MAX_DIMS, &off) &&
+        ((at + off) * (int64_t)sizeof(float)) % OP_PLACE_ALIGN == 0) {
       int v = s->offset[id];
-      def->strided(n, in, from, s->strides + (size_t)v * TEQ_MAX_DIMS);
-      s->base[v] = base, s->first[v] = at;
+      s->base[v] = base, s->first[v] = at + off;
       s->strided[id] = 1;
+    } else if (def->strided && n->n_out == 1 && in_strided && !is_view) {
+      refused[n->in[0].node] = 1, more = true; /* strides cannot say it: a dense input */
     } else if (in_strided && is_view) {
       bool ok = true;
       for (int j = 0; j < n->n_out && ok; j++) {
@@ -1105,7 +1109,8 @@ int graph_strided(const Graph *g, GraphStrided *s) {
   for (int id = 0; rc == TEQ_OK && !none && id < nn; id++) {
     const Node *t = &g->nodes[id];
     if (s->strided[id] || !op_def(t->kind)->strided || t->n_out != 1 || t->dtype != DT_F32 ||
-        graph_node_is_view(g, id, NULL))
+        graph_node_is_view(g, id, NULL) ||
+        shape_numel(&t->out[0]) != shape_numel(graph_shape(g, t->in[0])))
       continue;
     int pid = t->in[0].node, u = s->offset[pid] + t->in[0].out;
     const Node *pn = &g->nodes[pid];
@@ -1122,8 +1127,9 @@ int graph_strided(const Graph *g, GraphStrided *s) {
     const Shape *in = graph_shape(g, t->in[0]);
     int r = in->ndim;
     int64_t axis[TEQ_MAX_DIMS], from[TEQ_MAX_DIMS], ts[TEQ_MAX_DIMS], ws[TEQ_MAX_DIMS];
+    int64_t zero = 0;
     for (int i = 0; i < r; i++) axis[i] = i;
-    op_def(t->kind)->strided(t, in, axis, from);
+    if (!op_def(t->kind)->strided(t, in, axis, from, &zero) || zero != 0) continue;
     shape_strides(&t->out[0], ts);
     for (int i = 0; i < r; i++) ws[from[i]] = ts[i];
     Shape pin[8];

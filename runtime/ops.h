@@ -229,13 +229,16 @@ typedef struct OpDef {
    * about the producers. */
   bool (*assembled)(const struct Node *n, const Shape *in, int64_t *first);
 
-  /* For a layout operator that only reorders its input's axes (a
-   * transpose): output 0, at input shapes `in`, read straight from input
-   * 0 through other strides. from: input 0's element strides, one per
-   * axis of in[0]; to receives output 0's. A runtime that lays values out
-   * by plan then gives it no kernel where every reader reads it strided
-   * (graph_strided). NULL: never. */
-  void (*strided)(const struct Node *n, const Shape *in, const int64_t *from, int64_t *to);
+  /* For a layout operator that reads its input through other strides (a
+   * transpose reorders its axes, a slice steps through a box of it):
+   * output 0, at input shapes `in`, read straight from input 0. from:
+   * input 0's element strides, one per axis of in[0]; to receives output
+   * 0's and *first the element of input 0's layout its element 0 is.
+   * False where strides cannot say it (a slice walking backwards). A
+   * runtime that lays values out by plan then gives it no kernel where
+   * every reader reads it strided (graph_strided). NULL: never. */
+  bool (*strided)(const struct Node *n, const Shape *in, const int64_t *from, int64_t *to,
+                  int64_t *first);
 
   /* Whether n's GPU kernel reads input j, of shape in[j], laid out with
    * element strides `strides` (one per axis) instead of densely: a

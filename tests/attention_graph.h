@@ -1,5 +1,5 @@
-/* attention_graph.h: attention as BERT's search leaves it, and Swin's
- * windowed attention, built for the
+/* attention_graph.h: attention as BERT's search leaves it, Swin's
+ * windowed attention and MaxViT's, built for the
  * tests of values read and written by strides (graph_strided): on the
  * host (test_strided.c) and on the GPU (test_cuda_linear.c). Include after
  * check.h and tensor_check.h; its builders report through its Diag D,
@@ -104,6 +104,45 @@ static inline Attention windowed_attention(int w, int t, int h, int c) {
   a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
   a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){0, 1, 3, 2, 4}, 5);
   graph_add_output(g, (TensorRef){a.back, 0}, "y", &D);
+  CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
+  return a;
+}
+
+/* MaxViT's attention: x W [b, t, 3 h d] cut into Q, K and V by slices of
+ * its last axis, each [b, t, h, d] put heads first [b, h, t, d]; K's keys
+ * last; the values' heads put back [b, t, h d]. The fields as attention()
+ * fills them, with split K's slice and heads_first Q's transpose. */
+static inline Attention sliced_attention(int b, int t, int h, int d) {
+  Attention a = {graph_new(), 0, 0, 0, 0, 0, 0};
+  Graph *g = a.g;
+  int64_t c = (int64_t)h * d;
+  Shape xs = shape_of(3, b, t, (int)c), ws = shape_of(2, (int)c, (int)(3 * c));
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  int wt = graph_add_const(g, "w", random_f32(ws, 9), &D);
+  int qkv = matmul(g, (TensorRef){x, 0}, (TensorRef){wt, 0});
+  int heads[3];
+  for (int k = 0; k < 3; k++) {
+    Params sp;
+    params_default(OP_SLICE, &sp);
+    param_set_ints(&sp, 0, (int64_t[]){0, 0, k * c}, 3);
+    param_set_ints(&sp, 1, (int64_t[]){b, t, (k + 1) * c}, 3);
+    param_set_ints(&sp, 2, (int64_t[]){1, 1, 1}, 3);
+    int cut = node(g, OP_SLICE, (TensorRef[]){{qkv, 0}}, 1, 1, &sp);
+    if (k == 1) a.split = cut;
+    int r = reshape(g, (TensorRef){cut, 0}, (int64_t[]){b, t, h, d}, 4);
+    heads[k] = transpose(g, (TensorRef){r, 0}, (int64_t[]){0, 2, 1, 3}, 4);
+  }
+  a.heads_first = heads[0];
+  a.keys_last = transpose(g, (TensorRef){heads[1], 0}, (int64_t[]){0, 1, 3, 2}, 4);
+  a.scores = matmul(g, (TensorRef){heads[0], 0}, (TensorRef){a.keys_last, 0});
+  Params smp;
+  params_default(OP_SOFTMAX, &smp);
+  param_set_int(&smp, 0, 3);
+  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){heads[2], 0});
+  a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){0, 2, 1, 3}, 4);
+  int y = reshape(g, (TensorRef){a.back, 0}, (int64_t[]){b, t, c}, 3);
+  graph_add_output(g, (TensorRef){y, 0}, "y", &D);
   CHECK_MSG(graph_check(g, &D) == TEQ_OK, "%s", diag_last(&D));
   return a;
 }

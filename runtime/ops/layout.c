@@ -332,11 +332,14 @@ static int64_t transpose_source_of(const Node *n, const Shape *in, int64_t f, in
 }
 
 /* Output axis i is input axis perm[i]: its stride is that axis's. */
-static void transpose_strided(const Node *n, const Shape *in, const int64_t *from, int64_t *to) {
+static bool transpose_strided(const Node *n, const Shape *in, const int64_t *from, int64_t *to,
+                              int64_t *first) {
   int r = in[0].ndim;
   int64_t perm[TEQ_MAX_DIMS];
   transpose_perm(n, r, perm);
   for (int i = 0; i < r; i++) to[i] = from[perm[i]];
+  *first = 0;
+  return true;
 }
 
 const OpDef op_def_transpose = {
@@ -1180,13 +1183,33 @@ static int slice_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   return rc;
 }
 
+/* Axis i steps steps[i] of input axis i from starts[i]: MaxViT's Q, K
+ * and V cut from the last axis of one product, read by the next products
+ * through the whole row's stride. Backwards steps are left to the kernel:
+ * no reader takes a negative stride. */
+static bool slice_strided(const Node *n, const Shape *in, const int64_t *from, int64_t *to,
+                          int64_t *first) {
+  const Params *p = &n->params;
+  int r = in[0].ndim;
+  if (p->v[SLICE_STARTS].n != r) return false;
+  *first = 0;
+  for (int i = 0; i < r; i++) {
+    int64_t step = p->v[SLICE_STEPS].i[i];
+    if (step < 0 && slice_count(p->v[SLICE_STARTS].i[i], p->v[SLICE_ENDS].i[i], step) > 1)
+      return false;
+    to[i] = from[i] * step;
+    *first += from[i] * p->v[SLICE_STARTS].i[i];
+  }
+  return true;
+}
+
 const OpDef op_def_slice = {
   .kind = OP_SLICE, .name = "slice", .onnx_op = "Slice",
   .n_in_min = 1, .n_in_max = 1, .n_out_min = 1, .n_out_max = 1,
   .params = slice_params, .n_params = 3,
   .flags = OPF_LAYOUT_ONLY | OPF_NO_COPIES | OPF_MULTILINEAR,
   .infer_shape = slice_infer, .eval_f32 = slice_eval, .eval_modp = slice_eval,
-  .view = slice_view,
+  .view = slice_view, .strided = slice_strided,
   .onnx_read = slice_onnx_read, .onnx_write = slice_onnx_write,
   .eval_cuda = CUDA_EVAL(slice),
 };

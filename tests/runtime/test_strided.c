@@ -127,6 +127,52 @@ static void test_a_reader_that_cannot(void) {
   graph_free(a.g);
 }
 
+/* MaxViT's Q, K and V, slices of the last axis of one product: each read
+ * by its product through the whole row's stride (the slice's start its
+ * first element), so the plan runs the three products and the softmax.
+ * A slice with a reader that cannot, or one walking backwards, stays a
+ * kernel. */
+static void test_sliced_attention(void) {
+  Attention a = sliced_attention(2, 7, 2, 8);
+  GraphStrided st;
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  CHECK(st.strided[a.split] && st.strided[a.heads_first] && st.strided[a.keys_last]);
+  /* K: [2, 7, 16] of the product [2, 7, 48] from element 16 on. */
+  int k = st.offset[a.split];
+  CHECK_EQ_INT(st.first[k], 16);
+  CHECK(st.strides[k * TEQ_MAX_DIMS + 0] == 7 * 48 && st.strides[k * TEQ_MAX_DIMS + 1] == 48 &&
+        st.strides[k * TEQ_MAX_DIMS + 2] == 1);
+  graph_strided_fini(&st);
+  CHECK_EQ_INT(plan_steps(a.g), 4);
+  if (cuda_kernels_built("the strided products on the host"))
+    CHECK_EQ_INT(plan_agrees(a.g, "sliced attention"), 2);
+  /* K's slice read by a relu too: a kernel, and so is all that reads it. */
+  int r = node(a.g, OP_RELU, (TensorRef[]){{a.split, 0}}, 1, 1, NULL);
+  graph_add_output(a.g, (TensorRef){r, 0}, "k", &D);
+  CHECK(graph_strided(a.g, &st) == TEQ_OK);
+  CHECK(!st.strided[a.split] && st.strided[a.heads_first]);
+  graph_strided_fini(&st);
+  if (cuda_kernels_built("the strided products on the host")) plan_agrees(a.g, "K's slice read");
+  graph_free(a.g);
+  /* A slice walking backwards: no stride says it to cuBLAS. */
+  Graph *g = graph_new();
+  Shape xs = shape_of(3, 2, 4, 8), ws = shape_of(3, 2, 8, 3);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  Params sp;
+  params_default(OP_SLICE, &sp);
+  param_set_ints(&sp, 0, (int64_t[]){0, 3, 0}, 3);
+  param_set_ints(&sp, 1, (int64_t[]){2, -1, 8}, 3);
+  param_set_ints(&sp, 2, (int64_t[]){1, -1, 1}, 3);
+  int back = node(g, OP_SLICE, (TensorRef[]){{x, 0}}, 1, 1, &sp);
+  int w = graph_add_const(g, "w", random_f32(ws, 4), &D);
+  graph_add_output(g, (TensorRef){matmul(g, (TensorRef){back, 0}, (TensorRef){w, 0}), 0}, "y", &D);
+  CHECK(graph_strided(g, &st) == TEQ_OK);
+  CHECK(!st.strided[back]);
+  graph_strided_fini(&st);
+  plan_agrees(g, "a slice backwards");
+  graph_free(g);
+}
+
 /* ConvNeXt's block back to channels first: x W over [1, h, w, c] tokens,
  * then (0 3 1 2). The product writes its transpose by columns (B^T A^T),
  * and the transpose runs no kernel; the add after it reads it dense. */
@@ -225,7 +271,9 @@ static void test_what_stays_a_kernel(void) {
   graph_free(g);
 }
 
-/* Chains: a transpose of a transpose, a split of a transposed value cut
+/* Chains: a transpose of a transpose, a slice of it (stepping by 1 or 2,
+ * from 0, 1 or 2 on: a box at an offset, or at one misaligned, which
+ * stays a kernel), a split of a transposed value cut
  * along the batch axis (each piece a box at an offset), a reshape that
  * strides can say, the same value read by two matmuls, a product written
  * into its transpose; over shapes and perms drawn at random, the plan on
@@ -243,7 +291,7 @@ static void random_perm(uint64_t *state, int r, int64_t *perm) {
 static void test_random_chains(void) {
   if (!cuda_kernels_built("the strided products on the host")) return;
   uint64_t state = 1;
-  int strided_nodes = 0, strided_steps = 0, arrays = 0, talls = 0;
+  int strided_nodes = 0, strided_steps = 0, arrays = 0, talls = 0, slices = 0, strided_slices = 0;
   for (int seed = 0; seed < 400; seed++) {
     Graph *g = graph_new();
     int rank = 3 + seed % 2; /* rank 4: two batch axes, often stepped by two strides */
@@ -260,6 +308,26 @@ static void test_random_chains(void) {
     }
     TensorRef v = {t, 0};
     Shape vs = *graph_shape(g, v);
+    if (rng_next(&state) % 3 == 0) { /* a box of it: from 0, 1 or 2 on, step 1 or 2 */
+      int axis = (int)(rng_next(&state) % (uint64_t)rank);
+      int64_t st[4] = {0}, en[4], sp[4];
+      for (int i = 0; i < rank; i++) en[i] = vs.d[i], sp[i] = 1;
+      if (vs.d[axis] > 2) st[axis] = (int64_t)(rng_next(&state) % 3);
+      sp[axis] = 1 + (int64_t)(rng_next(&state) % 2);
+      Params pp;
+      params_default(OP_SLICE, &pp);
+      param_set_ints(&pp, 0, st, rank);
+      param_set_ints(&pp, 1, en, rank);
+      param_set_ints(&pp, 2, sp, rank);
+      v = (TensorRef){node(g, OP_SLICE, &v, 1, 1, &pp), 0};
+      vs = *graph_shape(g, v);
+      slices++;
+      if (rng_next(&state) % 2) { /* then a transpose of the box */
+        random_perm(&state, rank, perm);
+        v = (TensorRef){transpose(g, v, perm, rank), 0};
+        vs = *graph_shape(g, v);
+      }
+    }
     if (vs.d[0] % 2 == 0 && rng_next(&state) % 2) { /* halves along the first axis */
       Params sp;
       params_default(OP_SPLIT, &sp);
@@ -299,7 +367,10 @@ static void test_random_chains(void) {
     CHECK_MSG(graph_check(g, &D) == TEQ_OK, "seed %d: %s", seed, diag_last(&D));
     GraphStrided st;
     CHECK(graph_strided(g, &st) == TEQ_OK);
-    for (int id = 0; id < g->n_nodes; id++) strided_nodes += st.strided[id];
+    for (int id = 0; id < g->n_nodes; id++) {
+      strided_nodes += st.strided[id];
+      strided_slices += st.strided[id] && g->nodes[id].kind == OP_SLICE;
+    }
     talls += st.strided[back] && st.base[st.offset[tall]] >= 0;
     /* Two batch axes that no one stride steps through: arrays of pointers. */
     for (int id = 0; id < g->n_nodes; id++) {
@@ -318,7 +389,10 @@ static void test_random_chains(void) {
   }
   /* Enough of them read by strides to have been tested. */
   printf("%d strided nodes, %d strided steps, %d of rank 4, %d tall products written by "
-         "strides\n", strided_nodes, strided_steps, arrays, talls);
+         "strides, %d of %d slices strided\n", strided_nodes, strided_steps, arrays, talls,
+         strided_slices, slices);
+  CHECK_MSG(strided_slices > 20 && strided_slices < slices, "%d of %d slices strided",
+            strided_slices, slices);
   CHECK_MSG(strided_nodes > 200 && strided_steps > 200 && arrays > 50 && talls > 50,
             "%d strided nodes, %d strided steps, %d of rank 4, %d tall", strided_nodes,
             strided_steps, arrays, talls);
@@ -330,6 +404,7 @@ int main(void) {
   test_a_reader_that_cannot();
   test_windowed_attention();
   test_tall_product_by_columns();
+  test_sliced_attention();
   test_what_stays_a_kernel();
   test_random_chains();
   diag_fini(&D);
