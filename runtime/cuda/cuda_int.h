@@ -126,7 +126,9 @@ enum { CUDA_DERIVED_WINOGRAD = 1, CUDA_KEPT_POINTERS = 2, CUDA_KEPT_ROWS = 3 };
 void *cuda_derived(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
 /* The same for what a kernel derives from the plan's own layout, which
  * holds while the plan lives (a product's arrays of pointers into the
- * arena): `of` any pointer that names it, with tag. */
+ * arena, a chain's rows): `of` a pointer that names it alone (its node in
+ * the plan's graph: an arena address names every value placed there),
+ * with tag. */
 void *cuda_plan_kept(CudaCtx *cx, const void *of, int tag, size_t bytes, bool *fresh);
 void cuda_derived_drop(CudaCtx *cx, const void *of, int tag, size_t bytes);
 

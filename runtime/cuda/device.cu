@@ -529,8 +529,7 @@ static int plan_memory(CudaPlan *p, const MemPlan &mp, Diag *d) {
     plan_gather_pointers(r, slot_at.data(), rows.data());
     bool fresh = false;
     size_t bytes = rows.size() * sizeof rows[0];
-    void *dev_rows = cuda_plan_kept(&p->cx, p->values[mp.offset[st.node]].data, CUDA_KEPT_ROWS,
-                                    bytes, &fresh);
+    void *dev_rows = cuda_plan_kept(&p->cx, &g->nodes[st.node], CUDA_KEPT_ROWS, bytes, &fresh);
     if (!dev_rows) return diag_error(d, "out of GPU memory for a gather's %zu bytes of rows", bytes);
     CUDA_TRY(cudaMemcpy(dev_rows, rows.data(), bytes, cudaMemcpyHostToDevice));
     st.rows = (const float *const *)dev_rows;
