@@ -8,6 +8,7 @@
 #define TEQ_TESTS_ATTENTION_GRAPH_H
 
 #include "runtime/graph.h"
+#include "runtime/plan.h"
 
 static Diag D;
 
@@ -15,6 +16,15 @@ static inline int node(Graph *g, OpKind k, const TensorRef *in, int n_in, int n_
   int id = graph_add_node(g, k, in, n_in, n_out, p, NULL, &D);
   CHECK_MSG(id >= 0, "%s: %s", op_def(k)->name, diag_last(&D));
   return id;
+}
+
+/* The steps of g's plan: the kernels the GPU runs. */
+static inline int plan_steps(const Graph *g) {
+  MemPlan p;
+  if (mem_plan_build(g, &p, &D) != TEQ_OK) return -1;
+  int n = p.n_steps;
+  mem_plan_fini(&p);
+  return n;
 }
 
 static inline int transpose(Graph *g, TensorRef x, const int64_t *perm, int r) {

@@ -759,6 +759,17 @@ static void test_strided_attention(CudaDevice *dev) {
   cuda_plan_free(plan);
   diag_fini(&d);
   graph_free(a.g);
+  /* MaxViT-T's first stage: 64 windows of 49 tokens, 2 heads of 32; Q, K
+   * and V slices of one product, read through its rows' stride. */
+  a = sliced_attention(64, 49, 2, 32);
+  cuda_check_seeds(dev, a.g, false, 1e-4, "sliced attention 64x49, 2 heads");
+  diag_init(&d);
+  rc = cuda_plan_new(dev, a.g, &plan, &d);
+  CHECK_MSG(rc == TEQ_OK && cuda_plan_n_steps(plan) == 4, "sliced attention: %d steps, not 4 %s",
+            rc == TEQ_OK ? cuda_plan_n_steps(plan) : -1, d.text ? d.text : "");
+  cuda_plan_free(plan);
+  diag_fini(&d);
+  graph_free(a.g);
   diag_fini(&D);
 }
 

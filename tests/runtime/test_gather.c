@@ -29,14 +29,6 @@ static PlanGathers gathers_of(const Graph *g) {
   return pg;
 }
 
-static int plan_steps(const Graph *g) {
-  MemPlan p;
-  if (mem_plan_build(g, &p, &D) != TEQ_OK) return -1;
-  int n = p.n_steps;
-  mem_plan_fini(&p);
-  return n;
-}
-
 /* g's plan run on the host against the executor: equal to the bit. */
 static void plan_agrees(const Graph *g, const char *what) {
   Shape xs = *graph_shape(g, (TensorRef){g->inputs[0], 0});

@@ -24,15 +24,6 @@
 
 /* ---- the plan, run on the host ---- */
 
-/* The steps of g's plan: the kernels the GPU runs. */
-static int plan_steps(const Graph *g) {
-  MemPlan p;
-  if (mem_plan_build(g, &p, &D) != TEQ_OK) return -1;
-  int n = p.n_steps;
-  mem_plan_fini(&p);
-  return n;
-}
-
 /* g's outputs from the plan run on the host (exec_run_planned) against
  * the CPU executor's; returns the plan's strided matmul steps. */
 static int plan_agrees(const Graph *g, const char *what) {

@@ -195,40 +195,41 @@ ways() {
   done
 }
 
-# Attention's transposes read and written by strides (graph_strided,
-# 2026-12-07, never run on a GPU before): each model with attention run on
-# the GPU, checked against the CPU, with the strides and without
-# (TEQ_NO_STRIDES=1: every transpose a kernel, as before), the times side
-# by side. Swin-T's products run over arrays of pointers.
-strides() {
-  PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
-    --models transformer,vit_b_16,swin_t > "$out/export_strides.log" 2>&1 || tail -5 "$out/export_strides.log"
-  [ -f "$models/bert/model.onnx" ] || { mkdir -p "$models/bert"; "$stage/tools/build-model" --seed 1 bert "$models/bert/model.onnx" >/dev/null; }
-  for m in bert transformer vit_b_16 swin_t; do
+# Each model on the GPU, checked against the CPU, with a way of laying
+# values out and without it (its switch VAR=1), the times side by side:
+#   with_and_without VAR NAME MODEL...
+with_and_without() {
+  local var=$1 name=$2 m no line
+  shift 2
+  for m in "$@"; do
     [ -f "$models/$m/model.onnx" ] || continue
     for no in 0 1; do
-      line=$(TEQ_NO_STRIDES=$no timeout "$(left)" "$stage/tools/run-model" --gpu --check --quiet \
+      line=$(env "$var=$no" timeout "$(left)" "$stage/tools/run-model" --gpu --check --quiet \
         --repeat 100 "$models/$m/model.onnx" 2>&1 | grep -E "relative error|^time|rror" | tr '\n' ' ')
-      echo "$m $([ $no = 1 ] && echo "no strides" || echo "strides"): $line"
+      echo "$m $([ $no = 1 ] && echo "no $name" || echo "$name"): $line"
     done
   done
 }
 
+# Attention's transposes read and written by strides (graph_strided,
+# 2026-12-07, never run on a GPU before), with the strides and without
+# (TEQ_NO_STRIDES=1: every transpose a kernel, as before). Swin-T's
+# products run over arrays of pointers, MaxViT-T's read slices of one
+# product.
+strides() {
+  PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
+    --models transformer,vit_b_16,swin_t,maxvit_t > "$out/export_strides.log" 2>&1 || tail -5 "$out/export_strides.log"
+  [ -f "$models/bert/model.onnx" ] || { mkdir -p "$models/bert"; "$stage/tools/build-model" --seed 1 bert "$models/bert/model.onnx" >/dev/null; }
+  with_and_without TEQ_NO_STRIDES strides bert transformer vit_b_16 swin_t maxvit_t
+}
+
 # Chains of layout operators run as one gather of rows (plan_gathers,
-# 2026-12-07, never run on a GPU before): the models with such chains run
-# on the GPU, checked against the CPU, with the gathers and without
+# 2026-12-07, never run on a GPU before), with the gathers and without
 # (TEQ_NO_GATHERS=1: every layout operator its own kernel, as before).
 gathers() {
   PYTHONUNBUFFERED=1 python3 tools/models/export_torchvision.py "$models" \
     --models swin_t,maxvit_t,shufflenet_v2_x1_0 > "$out/export_gathers.log" 2>&1 || tail -5 "$out/export_gathers.log"
-  for m in swin_t maxvit_t shufflenet_v2_x1_0; do
-    [ -f "$models/$m/model.onnx" ] || continue
-    for no in 0 1; do
-      line=$(TEQ_NO_GATHERS=$no timeout "$(left)" "$stage/tools/run-model" --gpu --check --quiet \
-        --repeat 100 "$models/$m/model.onnx" 2>&1 | grep -E "relative error|^time|rror" | tr '\n' ' ')
-      echo "$m $([ $no = 1 ] && echo "no gathers" || echo "gathers"): $line"
-    done
-  done
+  with_and_without TEQ_NO_GATHERS gathers swin_t maxvit_t shufflenet_v2_x1_0
 }
 
 for step in "$@"; do
