@@ -151,6 +151,27 @@ static void test_padding(void) {
   graph_free(g);
 }
 
+/* Sources that are no computed values: the graph's input, cut and rolled,
+ * concatenated with a constant (the plan's constants' block): one gather
+ * reads both. */
+static void test_input_and_constant(void) {
+  Graph *g = graph_new();
+  Shape xs = shape_of(3, 6, 5, 16), cs = shape_of(3, 2, 5, 16);
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  int k = graph_add_const(g, "k", random_f32(cs, 3), &D);
+  int r = roll(g, (TensorRef){x, 0}, 1, 2);
+  int cat = concat(g, (TensorRef[]){{r, 0}, {k, 0}}, 2, 0);
+  int t = transpose(g, (TensorRef){cat, 0}, (int64_t[]){1, 0, 2}, 3);
+  graph_add_output(g, (TensorRef){relu(g, (TensorRef){t, 0}), 0}, "y", &D);
+  PlanGathers pg = gathers_of(g);
+  CHECK(pg.n_exits == 1 && pg.role[t] == GATHER_EXIT);
+  if (pg.n_exits == 1) CHECK(pg.exits[0].n_sources == 2 && pg.exits[0].row_len == 16);
+  plan_gathers_fini(&pg);
+  CHECK_EQ_INT(plan_steps(g), 2);
+  plan_agrees(g, "an input and a constant");
+  graph_free(g);
+}
+
 /* What stays as it is. */
 static void test_what_stays(void) {
   Shape xs = shape_of(4, 1, 6, 6, 16);
@@ -307,6 +328,7 @@ int main(void) {
   test_shifted_windows();
   test_patch_merging();
   test_padding();
+  test_input_and_constant();
   test_what_stays();
   test_random_chains();
   diag_fini(&D);
