@@ -608,8 +608,9 @@ static int do_cost(int argc, char **argv, Diag *d) {
     costs[n].id = id;
     if ((rc = cost_node(m, g, id, &costs[n].e, d)) != TEQ_OK) break;
     if (pg.role[id] != GATHER_NONE) {
-      /* as kernels, unless the cost model charges it nothing (a view) */
-      chained_us += cost_node_is_free(g, id) ? 0 : costs[n].e.us;
+      /* as kernels, but for those that ran none (views, concats in place) */
+      bool none = cost_node_is_free(g, id) || graph_node_in_place(g, id, home, NULL, NULL);
+      chained_us += none ? 0 : costs[n].e.us;
       n_chained++;
       if (pg.role[id] == GATHER_INNER) {
         costs[n].e.us = 0;

@@ -407,9 +407,7 @@ static __global__ void gather_rows_kernel(W *__restrict__ dst, const W *const *_
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += gridDim.x * (I)blockDim.x) {
     I r = i / len;
     const W *src = rows[r];
-    W zero;
-    memset(&zero, 0, sizeof zero);
-    dst[i] = src ? src[i - r * len] : zero;
+    dst[i] = src ? src[i - r * len] : W{};
   }
 }
 
