@@ -425,10 +425,12 @@ static void launch_gather_rows(CudaCtx *cx, void *dst, const void *rows, int64_t
 int cuda_gather_rows(CudaCtx *cx, const float *const *rows, int64_t n_rows, int64_t row_len,
                      bool aligned16, float *out, Diag *d) {
   /* Rows of whole float4s, each starting on 16 bytes, copy as float4s. */
-  if (aligned16 && row_len % 4 == 0 && ((uintptr_t)out & 15) == 0)
-    launch_gather_rows<float4>(cx, out, rows, row_len / 4, n_rows * (row_len / 4));
-  else
-    launch_gather_rows<float>(cx, out, rows, row_len, n_rows * row_len);
+  bool vec = aligned16 && row_len % 4 == 0 && ((uintptr_t)out & 15) == 0;
+  if (vec) launch_gather_rows<float4>(cx, out, rows, row_len / 4, n_rows * (row_len / 4));
+  else launch_gather_rows<float>(cx, out, rows, row_len, n_rows * row_len);
+  /* run-model --steps shows the exit's node: say it runs its chain */
+  cuda_note(cx, "gather of a layout chain: %lld rows of %lld%s", (long long)n_rows,
+            (long long)row_len, vec ? ", float4" : "");
   CUDA_LAUNCHED();
   return TEQ_OK;
 }
