@@ -42,27 +42,22 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   if (!order) return TEQ_ERR_NOMEM;
   int rc = graph_topo_order(g, order);
   bool *w = rc ? NULL : opt_weight_only(g, order);
-  /* The search prices every candidate it builds here: no homes unless asked. */
-  int32_t *home = rc || !as_run ? NULL : graph_piece_homes(g);
-  GraphStrided st = {0};
-  PlanGathers pg = {0};
-  if (!rc && (!w || (as_run && !home))) rc = TEQ_ERR_NOMEM;
-  if (!rc && as_run) rc = graph_strided(g, &st);
-  if (!rc && as_run) rc = plan_gathers(g, &st, &pg, d);
+  /* The search prices every candidate it builds here: no plan unless asked. */
+  PlanAsRun ar = {0};
+  if (!rc && !w) rc = TEQ_ERR_NOMEM;
+  if (!rc && as_run) rc = plan_as_run(g, &ar, d);
   double total = 0;
   if (counts) memset(counts, 0, COST__SOURCES * sizeof *counts);
   if (us_by_source)
     for (int s = 0; s < COST__SOURCES; s++) us_by_source[s] = 0;
   for (int id = 0; id < g->n_nodes && rc == TEQ_OK; id++) {
     const Node *n = &g->nodes[id];
-    int role = as_run ? pg.role[id] : GATHER_NONE;
+    PlanRun run = as_run ? plan_node_runs(g, &ar, id, w) : PLAN_RUN_KERNEL;
     if (w[id] || (op_def(n->kind)->flags & (OPF_SOURCE | OPF_NOOP)) || n->kind == OP_OPAQUE ||
-        role == GATHER_INNER ||
-        (as_run && role == GATHER_NONE &&
-         (graph_node_in_place(g, id, home, w, NULL) || st.strided[id])))
+        (run != PLAN_RUN_KERNEL && run != PLAN_RUN_GATHER))
       continue;
     CostEstimate e;
-    if (role == GATHER_EXIT) e = cost_gather(cm, g, &pg.exits[pg.exit[id]]);
+    if (run == PLAN_RUN_GATHER) e = cost_gather(cm, g, &ar.gathers.exits[ar.gathers.exit[id]]);
     else rc = cost_node(cm, g, id, &e, d);
     if (rc) break;
     total += e.us;
@@ -71,9 +66,7 @@ static int graph_cost(CostModel *cm, const Graph *g, bool as_run, double *us,
   }
   free(order);
   free(w);
-  free(home);
-  graph_strided_fini(&st);
-  plan_gathers_fini(&pg);
+  plan_as_run_fini(&ar);
   if (rc == TEQ_OK) *us = total;
   return rc;
 }

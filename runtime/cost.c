@@ -1048,14 +1048,11 @@ CostEstimate cost_gather(const CostModel *m, const Graph *g, const GatherRows *r
 int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCES], Diag *d) {
   int32_t *order = malloc(((size_t)g->n_nodes + 1) * sizeof *order);
   char *needed = calloc((size_t)g->n_nodes + 1, 1);
-  int32_t *home = graph_piece_homes(g);
-  GraphStrided st = {0};
-  PlanGathers pg = {0};
-  int rc = order && needed && home ? graph_strided(g, &st) : TEQ_ERR_NOMEM;
+  PlanAsRun ar = {0};
+  int rc = TEQ_ERR_NOMEM;
+  if (!order || !needed) diag_error(d, "out of memory");
+  else rc = plan_as_run(g, &ar, d);
   if (rc == TEQ_OK) rc = graph_topo_order(g, order);
-  if (rc == TEQ_ERR_NOMEM) diag_error(d, "out of memory");
-  else if (rc) rc = diag_error(d, "graph has a cycle");
-  if (rc == TEQ_OK) rc = plan_gathers(g, &st, &pg, d);
   *us = 0;
   for (int s = 0; s < COST__SOURCES; s++) counts[s] = 0;
   for (int i = 0; !rc && i < g->n_outputs; i++) needed[g->outputs[i].node] = 1;
@@ -1063,22 +1060,19 @@ int cost_graph(CostModel *m, const Graph *g, double *us, int counts[COST__SOURCE
     const Node *n = &g->nodes[order[k]];
     if (!needed[order[k]]) continue;
     for (int j = 0; j < n->n_in; j++) needed[n->in[j].node] = 1;
-    int role = pg.role[order[k]];
-    if (role == GATHER_INNER ||
-        (role == GATHER_NONE && (costs_nothing(n) || st.strided[order[k]] ||
-                                 graph_node_in_place(g, order[k], home, NULL, NULL))))
+    PlanRun run = plan_node_runs(g, &ar, order[k], NULL);
+    if ((run == PLAN_RUN_KERNEL && costs_nothing(n)) ||
+        (run != PLAN_RUN_KERNEL && run != PLAN_RUN_GATHER))
       continue;
     CostEstimate e;
-    if (role == GATHER_EXIT) e = cost_gather(m, g, &pg.exits[pg.exit[order[k]]]);
+    if (run == PLAN_RUN_GATHER) e = cost_gather(m, g, &ar.gathers.exits[ar.gathers.exit[order[k]]]);
     else if ((rc = cost_node(m, g, order[k], &e, d)) != TEQ_OK) break;
     *us += e.us;
     counts[e.source]++;
   }
   free(order);
   free(needed);
-  free(home);
-  graph_strided_fini(&st);
-  plan_gathers_fini(&pg);
+  plan_as_run_fini(&ar);
   return rc;
 }
 

@@ -293,3 +293,28 @@ int mem_plan_build(const Graph *g, MemPlan *p, Diag *d) {
   if (rc) mem_plan_fini(p);
   return rc;
 }
+
+int plan_as_run(const Graph *g, PlanAsRun *r, Diag *d) {
+  memset(r, 0, sizeof *r);
+  int rc = (r->home = graph_piece_homes(g)) ? graph_strided(g, &r->strided) : TEQ_ERR_NOMEM;
+  if (rc == TEQ_ERR_INPUT) rc = diag_error(d, "graph has a cycle");
+  else if (rc) diag_error(d, "out of memory");
+  if (rc == TEQ_OK) rc = plan_gathers(g, &r->strided, &r->gathers, d);
+  if (rc) plan_as_run_fini(r);
+  return rc;
+}
+
+void plan_as_run_fini(PlanAsRun *r) {
+  graph_strided_fini(&r->strided);
+  plan_gathers_fini(&r->gathers);
+  free(r->home);
+  memset(r, 0, sizeof *r);
+}
+
+PlanRun plan_node_runs(const Graph *g, const PlanAsRun *r, int id, const bool *weight) {
+  if (r->gathers.role[id] == GATHER_INNER) return PLAN_RUN_CHAINED;
+  if (r->gathers.role[id] == GATHER_EXIT) return PLAN_RUN_GATHER;
+  if (r->strided.strided[id]) return PLAN_RUN_STRIDED;
+  if (graph_node_in_place(g, id, r->home, weight, NULL)) return PLAN_RUN_IN_PLACE;
+  return PLAN_RUN_KERNEL;
+}

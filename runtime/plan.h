@@ -105,4 +105,26 @@ typedef struct MemPlan {
 TEQ_API int mem_plan_build(const Graph *g, MemPlan *p, Diag *d);
 TEQ_API void mem_plan_fini(MemPlan *p);
 
+/* How each node of g runs as a plan runs it, for those that price or
+ * report a graph as run (cost_graph, optimize's as-run costs, teq-profile
+ * cost), made once per graph: what graph_strided, plan_gathers and
+ * graph_node_in_place decide, asked in the order the plan asks them. */
+typedef struct PlanAsRun {
+  GraphStrided strided;
+  PlanGathers gathers;
+  int32_t *home; /* graph_piece_homes */
+} PlanAsRun;
+typedef enum PlanRun {
+  PLAN_RUN_KERNEL,   /* its own kernel (or none, where it is a view or a source) */
+  PLAN_RUN_GATHER,   /* the exit of a chain: one gather of rows (cost_gather) */
+  PLAN_RUN_CHAINED,  /* inside a chain: nothing */
+  PLAN_RUN_STRIDED,  /* read or written by strides: nothing */
+  PLAN_RUN_IN_PLACE, /* written in place by its producers: nothing */
+} PlanRun;
+/* TEQ_ERR_NOMEM, or TEQ_ERR_INPUT for a cycle, with a message. */
+TEQ_API int plan_as_run(const Graph *g, PlanAsRun *r, Diag *d);
+TEQ_API void plan_as_run_fini(PlanAsRun *r);
+/* Node id's way; weight (NULL: none) as graph_node_in_place takes it. */
+TEQ_API PlanRun plan_node_runs(const Graph *g, const PlanAsRun *r, int id, const bool *weight);
+
 #endif

@@ -41,6 +41,13 @@ static inline int reshape(Graph *g, TensorRef x, const int64_t *dims, int r) {
   return node(g, OP_RESHAPE, &x, 1, 1, &p);
 }
 
+static inline int softmax(Graph *g, TensorRef x, int axis) {
+  Params p;
+  params_default(OP_SOFTMAX, &p);
+  param_set_int(&p, 0, axis);
+  return node(g, OP_SOFTMAX, &x, 1, 1, &p);
+}
+
 static inline int matmul(Graph *g, TensorRef a, TensorRef b) {
   return node(g, OP_MATMUL, (TensorRef[]){a, b}, 2, 1, NULL);
 }
@@ -72,10 +79,7 @@ static inline Attention attention(int s, int h, int w, bool relu_k) {
   a.split = node(g, OP_SPLIT, (TensorRef[]){{a.heads_first, 0}}, 1, 3, &sp);
   a.keys_last = transpose(g, (TensorRef){a.split, 1}, (int64_t[]){0, 2, 1}, 3);
   a.scores = matmul(g, (TensorRef){a.split, 0}, (TensorRef){a.keys_last, 0});
-  Params smp;
-  params_default(OP_SOFTMAX, &smp);
-  param_set_int(&smp, 0, 2);
-  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  int soft = softmax(g, (TensorRef){a.scores, 0}, 2);
   a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
   a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){1, 0, 2}, 3);
   int y = reshape(g, (TensorRef){a.back, 0}, (int64_t[]){s, h * w}, 2);
@@ -107,10 +111,7 @@ static inline Attention windowed_attention(int w, int t, int h, int c) {
   a.split = node(g, OP_SPLIT, (TensorRef[]){{a.heads_first, 0}}, 1, 3, &sp);
   a.keys_last = transpose(g, (TensorRef){a.split, 1}, (int64_t[]){0, 1, 2, 4, 3}, 5);
   a.scores = matmul(g, (TensorRef){a.split, 0}, (TensorRef){a.keys_last, 0});
-  Params smp;
-  params_default(OP_SOFTMAX, &smp);
-  param_set_int(&smp, 0, 4);
-  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  int soft = softmax(g, (TensorRef){a.scores, 0}, 4);
   a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){a.split, 2});
   a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){0, 1, 3, 2, 4}, 5);
   graph_add_output(g, (TensorRef){a.back, 0}, "y", &D);
@@ -145,10 +146,7 @@ static inline Attention sliced_attention(int b, int t, int h, int d) {
   a.heads_first = heads[0];
   a.keys_last = transpose(g, (TensorRef){heads[1], 0}, (int64_t[]){0, 1, 3, 2}, 4);
   a.scores = matmul(g, (TensorRef){heads[0], 0}, (TensorRef){a.keys_last, 0});
-  Params smp;
-  params_default(OP_SOFTMAX, &smp);
-  param_set_int(&smp, 0, 3);
-  int soft = node(g, OP_SOFTMAX, (TensorRef[]){{a.scores, 0}}, 1, 1, &smp);
+  int soft = softmax(g, (TensorRef){a.scores, 0}, 3);
   a.values = matmul(g, (TensorRef){soft, 0}, (TensorRef){heads[2], 0});
   a.back = transpose(g, (TensorRef){a.values, 0}, (int64_t[]){0, 2, 1, 3}, 4);
   int y = reshape(g, (TensorRef){a.back, 0}, (int64_t[]){b, t, c}, 3);

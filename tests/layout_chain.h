@@ -54,6 +54,21 @@ static inline int pad(Graph *g, TensorRef x, const int64_t *pads, double value) 
   return node(g, OP_PAD, &x, 1, 1, &p);
 }
 
+/* A relu of a graph input of shape xs: the computed value chains start at. */
+static inline int relu_of_input(Graph *g, Shape xs) {
+  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
+  return relu(g, (TensorRef){x, 0});
+}
+
+/* Value slot of node id's output 0 (graph_use_counts' numbering), which
+ * the plan's rows name. */
+static inline int slot_of(const Graph *g, int id) {
+  int32_t *offset = NULL, *uses = graph_use_counts(g, &offset);
+  int s = offset ? offset[id] : -1;
+  free(uses), free(offset);
+  return s;
+}
+
 /* Swin's shifted windows on a side x side map of c channels, windows of
  * win: roll by shift along both axes, partition, and a relu reads the
  * windows. src is the relu the chain starts at, exit its last reshape. */
@@ -65,9 +80,7 @@ typedef struct Chain {
 static inline Chain shifted_windows(int side, int win, int c, int shift) {
   Chain ch = {graph_new(), 0, 0, 0};
   Graph *g = ch.g;
-  Shape xs = shape_of(4, 1, side, side, c);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  ch.src = relu(g, (TensorRef){x, 0});
+  ch.src = relu_of_input(g, shape_of(4, 1, side, side, c));
   int h = roll(g, (TensorRef){ch.src, 0}, 1, shift);
   int w = roll(g, (TensorRef){h, 0}, 2, shift);
   int n = side / win;
@@ -85,9 +98,7 @@ static inline Chain shifted_windows(int side, int win, int c, int shift) {
 static inline Chain patch_merging(int side, int c) {
   Chain ch = {graph_new(), 0, 0, 0};
   Graph *g = ch.g;
-  Shape xs = shape_of(4, 1, side, side, c);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  ch.src = relu(g, (TensorRef){x, 0});
+  ch.src = relu_of_input(g, shape_of(4, 1, side, side, c));
   TensorRef parts[4];
   for (int k = 0; k < 4; k++) {
     int64_t oh = k % 2, ow = k / 2;

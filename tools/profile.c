@@ -594,45 +594,36 @@ static int do_cost(int argc, char **argv, Diag *d) {
   int rc = m ? onnx_import_file(model, &io, &g, NULL, d) : TEQ_ERR_NOMEM;
   if (rc == TEQ_OK && table) rc = cost_model_load_table(m, table, NULL, d);
   if (rc == TEQ_OK && gpu && (rc = cuda_device_open(&dev, d)) == TEQ_OK) cost_model_use_gpu(m, dev);
-  int32_t *home = NULL;
-  GraphStrided st = {0};
-  PlanGathers pg = {0};
+  PlanAsRun ar = {0};
+  const PlanGathers *pg = &ar.gathers;
   if (rc == TEQ_OK && !(costs = calloc((size_t)g->n_nodes + 1, sizeof *costs))) rc = TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK && !(home = graph_piece_homes(g))) rc = TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK && (rc = graph_strided(g, &st)) != TEQ_OK) diag_error(d, "out of memory");
-  if (rc == TEQ_OK) rc = plan_gathers(g, &st, &pg, d);
+  if (rc == TEQ_OK) rc = plan_as_run(g, &ar, d);
   int n = 0, n_in_place = 0, n_strided = 0, n_chained = 0, counts[COST__SOURCES] = {0};
   double total = 0, in_place_us = 0, strided_us = 0, chained_us = 0, gathers_us = 0;
   for (int id = 0; rc == TEQ_OK && id < g->n_nodes; id++) {
     if (op_def(g->nodes[id].kind)->flags & (OPF_SOURCE | OPF_NOOP | OPF_OPAQUE)) continue;
     costs[n].id = id;
     if ((rc = cost_node(m, g, id, &costs[n].e, d)) != TEQ_OK) break;
-    if (pg.role[id] != GATHER_NONE) {
+    PlanRun run = plan_node_runs(g, &ar, id, NULL);
+    if (run == PLAN_RUN_CHAINED || run == PLAN_RUN_GATHER) {
       /* as kernels, but for those that ran none (views, concats in place) */
-      bool none = cost_node_is_free(g, id) || graph_node_in_place(g, id, home, NULL, NULL);
+      bool none = cost_node_is_free(g, id) || graph_node_in_place(g, id, ar.home, NULL, NULL);
       chained_us += none ? 0 : costs[n].e.us;
       n_chained++;
-      if (pg.role[id] == GATHER_INNER) {
-        costs[n].e.us = 0;
-        costs[n].no_kernel = "chained";
-      } else {
-        costs[n].e = cost_gather(m, g, &pg.exits[pg.exit[id]]);
-        costs[n].gather = true;
-        gathers_us += costs[n].e.us;
-        total += costs[n].e.us;
-        counts[costs[n].e.source]++;
-      }
-    } else if (graph_node_in_place(g, id, home, NULL, NULL)) {
-      in_place_us += costs[n].e.us;
-      n_in_place++;
+    }
+    if (run == PLAN_RUN_GATHER) {
+      costs[n].e = cost_gather(m, g, &pg->exits[pg->exit[id]]);
+      costs[n].gather = true;
+      gathers_us += costs[n].e.us;
+    } else if (run != PLAN_RUN_KERNEL) {
+      if (run == PLAN_RUN_IN_PLACE) in_place_us += costs[n].e.us, n_in_place++;
+      if (run == PLAN_RUN_STRIDED) strided_us += costs[n].e.us, n_strided++;
+      costs[n].no_kernel = run == PLAN_RUN_IN_PLACE ? "in place"
+                           : run == PLAN_RUN_STRIDED ? "strided"
+                                                     : "chained";
       costs[n].e.us = 0;
-      costs[n].no_kernel = "in place";
-    } else if (st.strided[id]) {
-      strided_us += costs[n].e.us;
-      n_strided++;
-      costs[n].e.us = 0;
-      costs[n].no_kernel = "strided";
-    } else {
+    }
+    if (run == PLAN_RUN_KERNEL || run == PLAN_RUN_GATHER) {
       total += costs[n].e.us;
       counts[costs[n].e.source]++;
     }
@@ -652,10 +643,10 @@ static int do_cost(int argc, char **argv, Diag *d) {
       printf("  %d read or written through strides (graph_strided), no kernel (%.1f us as "
              "kernels)\n",
              n_strided, strided_us);
-    if (pg.n_exits)
+    if (pg->n_exits)
       printf("  %d layout operators in %d chains, each one gather of rows (plan_gathers): "
              "%.1f us, %.1f us as kernels\n",
-             n_chained, pg.n_exits, gathers_us, chained_us);
+             n_chained, pg->n_exits, gathers_us, chained_us);
     for (int k = 0; k < n && k < shown; k++) {
       char key[COST_KEY_MAX];
       cost_config_key(g, costs[k].id, key, sizeof key);
@@ -666,9 +657,7 @@ static int do_cost(int argc, char **argv, Diag *d) {
     if (n > shown) printf("      ... %d more (--all lists them)\n", n - shown);
     print_cost_by_kind(g, costs, n, total);
   }
-  free(home);
-  graph_strided_fini(&st);
-  plan_gathers_fini(&pg);
+  plan_as_run_fini(&ar);
   free(costs);
   cost_model_free(m);
   cuda_device_close(dev);

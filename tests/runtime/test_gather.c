@@ -68,7 +68,7 @@ static void test_shifted_windows(void) {
     const GatherRows *r = &pg.exits[0];
     CHECK(r->row_len == 32 && r->n_rows == 64 && r->n_sources == 1);
     /* Window 0's first token is the map's (3, 3): element (3 * 8 + 3) * 32. */
-    CHECK(r->slot[0] == src && r->elem[0] == (3 * 8 + 3) * 32);
+    CHECK(r->slot[0] == slot_of(g, src) && r->elem[0] == (3 * 8 + 3) * 32);
     /* The concat along the rows (its slices are runs of whole rows,
      * views), the two slices along the columns and their concat, the
      * transpose. */
@@ -120,7 +120,7 @@ static void test_patch_merging(void) {
     const GatherRows *r = &pg.exits[0];
     CHECK(r->row_len == 32 && r->n_rows == 64 && r->kernels == 9);
     /* Row 1 is x[1, 0]'s channels: the second part's first pixel. */
-    CHECK(r->slot[1] == src && r->elem[1] == 8 * 32);
+    CHECK(r->slot[1] == slot_of(g, src) && r->elem[1] == 8 * 32);
   }
   CHECK(plan_steps(g) == 3);
   plan_agrees(g, "patch merging");
@@ -133,8 +133,7 @@ static void test_patch_merging(void) {
 static void test_padding(void) {
   Graph *g = graph_new();
   Shape xs = shape_of(4, 1, 6, 6, 16);
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  int src = relu(g, (TensorRef){x, 0});
+  int src = relu_of_input(g, xs);
   int s = cut(g, (TensorRef){src, 0}, 1, 1, 5);
   int p = pad(g, (TensorRef){s, 0}, (int64_t[]){0, 1, 0, 0, 0, 1, 2, 0}, 0.0);
   int t = transpose(g, (TensorRef){p, 0}, (int64_t[]){0, 2, 1, 3}, 4);
@@ -177,8 +176,7 @@ static void test_what_stays(void) {
   Shape xs = shape_of(4, 1, 6, 6, 16);
   /* One transpose alone: it is one kernel already. */
   Graph *g = graph_new();
-  int x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  int src = relu(g, (TensorRef){x, 0});
+  int src = relu_of_input(g, xs);
   int t = transpose(g, (TensorRef){src, 0}, (int64_t[]){0, 2, 1, 3}, 4);
   graph_add_output(g, (TensorRef){relu(g, (TensorRef){t, 0}), 0}, "y", &D);
   PlanGathers pg = gathers_of(g);
@@ -189,8 +187,7 @@ static void test_what_stays(void) {
   /* Rows of one element (the channels moved first): a gather would read
    * a float here and one there. The slice before it is no chain either. */
   g = graph_new();
-  x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  src = relu(g, (TensorRef){x, 0});
+  src = relu_of_input(g, xs);
   int s = cut(g, (TensorRef){src, 0}, 1, 1, 5);
   t = transpose(g, (TensorRef){s, 0}, (int64_t[]){0, 3, 1, 2}, 4);
   graph_add_output(g, (TensorRef){relu(g, (TensorRef){t, 0}), 0}, "y", &D);
@@ -203,8 +200,7 @@ static void test_what_stays(void) {
   /* A value of the chain another operator reads: it is written, and the
    * transpose after it is a chain of one kernel. */
   g = graph_new();
-  x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  src = relu(g, (TensorRef){x, 0});
+  src = relu_of_input(g, xs);
   s = cut(g, (TensorRef){src, 0}, 1, 1, 5);
   t = transpose(g, (TensorRef){s, 0}, (int64_t[]){0, 2, 1, 3}, 4);
   graph_add_output(g, (TensorRef){relu(g, (TensorRef){t, 0}), 0}, "y", &D);
@@ -216,8 +212,7 @@ static void test_what_stays(void) {
 
   /* Padding with ones: no element map says it, so the pad is no chain. */
   g = graph_new();
-  x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  src = relu(g, (TensorRef){x, 0});
+  src = relu_of_input(g, xs);
   s = cut(g, (TensorRef){src, 0}, 1, 1, 5);
   int p = pad(g, (TensorRef){s, 0}, (int64_t[]){0, 1, 0, 0, 0, 1, 0, 0}, 1.0);
   t = transpose(g, (TensorRef){p, 0}, (int64_t[]){0, 2, 1, 3}, 4);
@@ -231,8 +226,7 @@ static void test_what_stays(void) {
   /* A concat of two computed values, in place, with a slice: one kernel,
    * and a gather would copy the computed halves again. */
   g = graph_new();
-  x = graph_add_input(g, "x", &xs, DT_F32, &D);
-  src = relu(g, (TensorRef){x, 0});
+  src = relu_of_input(g, xs);
   int other = relu(g, (TensorRef){src, 0});
   s = cut(g, (TensorRef){src, 0}, 1, 0, 2);
   int cat = concat(g, (TensorRef[]){{other, 0}, {s, 0}}, 2, 1);
