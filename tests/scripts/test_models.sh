@@ -118,7 +118,7 @@ for model in "${MODELS[@]}"; do
   t0=$(date +%s.%N)
 
   # 0. The model, its input and PyTorch's output: from the cache, or exported now.
-  if [[ ! -f $src/meta.json ]]; then   # meta.json is written last
+  if ! "$PY" "$ROOT/tools/models/export_torchvision.py" "$CACHE" --models "$model" --cached 2>/dev/null; then
     dest=$CACHE
     (($(free_mb "$CACHE") > AMPLE_MB)) || dest=$WORK/export
     rc=0

@@ -14,12 +14,13 @@ For each model NAME it writes, into CACHE/NAME/:
     output_0.pb     PyTorch's output as an ONNX TensorProto (name "output")
     output_0.bin    the same output as raw little-endian float32
     meta.json       input/output names and shapes, seeds, op counts, torch version
-A model whose files all exist is skipped (the cache). Files are written under a
+A model whose files all exist, exported with its parameters drawn as now (meta.json's
+constants_drawn), is skipped (the cache); --cached only says whether all are. Files are written under a
 temporary name and renamed, so an interrupted export never leaves a half cache.
 
 Usage:
     /usr/bin/python3 tools/models/export_torchvision.py [CACHE] [--models a,b] [--list] [--force]
-                                                        [--reserve MB]
+                                                        [--reserve MB] [--cached]
 CACHE defaults to $TEQ_CACHE, else .cache/models under the repository root.
 
 Disk: VGG-19 alone is 575 MB. With --reserve MB a model is exported only where
@@ -375,6 +376,9 @@ def main():
                          "see --list)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--force", action="store_true", help="re-export even if cached")
+    ap.add_argument("--cached", action="store_true",
+                    help="export nothing; exit 0 if every model named is cached as it would be "
+                         "exported now, else 1")
     ap.add_argument("--reserve", type=float, default=None, metavar="MB",
                     help="leave out a model unless the disk holds its weights twice and MB "
                          "more (exit status 4 when any was left out)")
@@ -397,6 +401,8 @@ def main():
         return 2
 
     todo = [n for n in names if args.force or not cache_complete(os.path.join(cache, n), n)]
+    if args.cached:
+        return 1 if todo else 0
     for n in names:
         if n not in todo:
             print(f"{n}: cached in {os.path.join(cache, n)}")
