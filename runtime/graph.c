@@ -873,26 +873,51 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
     for (int side = 0; side < 2; side++) {
       const Node *add = &g->nodes[u];
       TensorRef x = add->in[side], z = add->in[1 - side];
+      const Shape *sum = &add->out[0];
+      /* A reshape the add alone reads, between it and the node. */
+      int view = -1;
+      if (g->nodes[x.node].kind == OP_RESHAPE && x.out == 0 && reader[x.node] == u &&
+          x.node < n0 && !taken[x.node]) {
+        view = x.node;
+        x = g->nodes[view].in[0];
+      }
       const Node *c = &g->nodes[x.node];
       int r = op_def(c->kind)->residual_input, act_i = param_index(c->kind, "act");
       bool ok = r > 0 && act_i >= 0 && x.out == 0 && x.node < n0 && !taken[x.node] &&
-                reader[x.node] == u && c->n_out == 1 && c->n_in <= r &&
+                reader[x.node] == (view >= 0 ? view : u) && c->n_out == 1 && c->n_in <= r &&
                 c->params.v[act_i].i[0] == ACT_NONE && !op_output_pooled(c) &&
-                c->out[0].ndim >= 4 &&
-                z.node != x.node && g->nodes[z.node].dtype == DT_F32 &&
-                shape_equal(graph_shape(g, z), &c->out[0]);
+                c->out[0].ndim >= 2 && z.node != x.node && z.node != view &&
+                g->nodes[z.node].dtype == DT_F32 &&
+                shape_equal(graph_shape(g, z), view >= 0 ? sum : &c->out[0]);
       /* Constant optional inputs: optimize takes a bias apart for its search. */
       for (int j = op_def(c->kind)->n_in_min; ok && j < c->n_in; j++)
         ok = g->nodes[c->in[j].node].kind == OP_CONST;
       if (!ok) continue;
       int act_node = reader[u] >= 0 && act_of_node(&g->nodes[reader[u]]) != ACT_NONE
                          ? reader[u] : -1;
+      Params as_node, as_sum; /* reshapes to the node's output shape and back */
+      int shape_i = param_index(OP_RESHAPE, "shape");
+      if (view >= 0) {
+        params_default(OP_RESHAPE, &as_node);
+        params_default(OP_RESHAPE, &as_sum);
+        param_set_ints(&as_node, shape_i, c->out[0].d, c->out[0].ndim);
+        param_set_ints(&as_sum, shape_i, sum->d, sum->ndim);
+        int zi = graph_add_node(g, OP_RESHAPE, &z, 1, 1, &as_node, NULL, d);
+        if (zi < 0) {
+          rc = zi;
+          break;
+        }
+        z = (TensorRef){zi, 0};
+      }
       int nid = with_residual(g, x.node, z, act_node, d);
+      if (nid >= 0 && view >= 0)
+        nid = graph_add_node(g, OP_RESHAPE, (TensorRef[]){{nid, 0}}, 1, 1, &as_sum, NULL, d);
       if (nid < 0) {
         rc = nid;
         break;
       }
       graph_replace_uses(g, (TensorRef){act_node >= 0 ? act_node : u, 0}, (TensorRef){nid, 0});
+      if (view >= 0) taken[view] = true;
       taken[x.node] = true;
       if (z.node < n0) taken[z.node] = true; /* add(conv, conv): the other is z, kept */
       fused++;

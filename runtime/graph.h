@@ -143,9 +143,13 @@ TEQ_API int graph_merge_duplicates(Graph *g);
  * node as its residual, with an activation that alone reads the sum as its
  * fused act: ResNet's conv + add + relu becomes one conv. The node at the
  * add's input 0 is tried first (ResNet's Add(out, shortcut) keeps its
- * shortcut as the residual where the shortcut is a conv too). Returns how
- * many, or a negative error; nodes left unused are removed. The importer
- * runs it, and optimize after the search, which takes residuals apart. */
+ * shortcut as the residual where the shortcut is a conv too). The add may
+ * read the node through a reshape it alone reads (a transformer's gemm of
+ * its tokens as rows, seen in the tokens' shape again): the tensor is then
+ * reshaped to the node's output, and the fused node's output back. Returns
+ * how many, or a negative error; nodes left unused are removed. The
+ * importer runs it, and optimize after the search, which takes residuals
+ * apart. */
 TEQ_API int graph_fuse_residuals(Graph *g, Diag *d);
 /* op_view (ops.h) for node id at the shapes its inputs have in g: whether
  * every output is a run of input 0, first (NULL or n_out entries) where

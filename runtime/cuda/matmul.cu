@@ -15,7 +15,10 @@
  * whose C is a bias (one value per column) or that has a fused relu may
  * do both in cuBLASLt's epilogue too, where cublasSgemm needs C copied
  * into the output first and the relu after; which of the two runs is
- * timed once (gemm_way).
+ * timed once (gemm_way). A gemm's residual Z (a transformer's x + (h W +
+ * b)) is cuBLASLt's C, added at beta 1 with the bias in the epilogue and
+ * written to another output (D); the plain way writes Z + C into the
+ * output before cublasSgemm adds the product over it.
  *
  * A tall product too small to fill the GPU may instead be split along K
  * (tall_way): the products of a transformer or an RNN at batch 1 are short
@@ -55,19 +58,25 @@ struct LtProduct {
 };
 
 /* One product in cuBLASLt's terms, row-major: c[rows, cols] = act(a' b' +
- * bias), a' = a [rows, k] or, transposed (ta), a stored [k, rows]; b' = b
- * [k, cols] or (tb) b stored [cols, k]; bias (cols values, one per column,
- * or NULL) and act (none or relu) in the GEMM's epilogue. */
+ * z + bias), a' = a [rows, k] or, transposed (ta), a stored [k, rows]; b' =
+ * b [k, cols] or (tb) b stored [cols, k]; z [rows, cols] (or NULL) read as
+ * cuBLASLt's C at beta 1; bias (cols values, one per column, or NULL) and
+ * act (none or relu) in the GEMM's epilogue. */
 struct LtArgs {
   int rows, cols, k;
   bool ta, tb;
   const float *a, *b, *bias;
   int act;
   float *c;
+  const float *z;
 };
 
 /* What the step notes of an LtArgs' GEMM say, and what pins it. */
 static const char *lt_way_name(const LtArgs &g) {
+  if (g.z)
+    return g.bias ? (g.act == ACT_RELU ? "cublasLt:residual, bias+relu epilogue"
+                                       : "cublasLt:residual, bias epilogue")
+                  : (g.act == ACT_RELU ? "cublasLt:residual, relu epilogue" : "cublasLt:residual");
   return g.bias ? (g.act == ACT_RELU ? "cublasLt:bias+relu epilogue" : "cublasLt:bias epilogue")
                 : "cublasLt:relu epilogue";
 }
@@ -108,7 +117,7 @@ static int lt_product(CudaCtx *cx, const LtArgs &g, bool *done, Diag *d) {
    * (a slice of a wider tensor, a merged product's output split) may be
    * aligned to 4 bytes only, and an algorithm that needs more fails on it. */
   const uint32_t align[4] = {cuda_alignment_of(g.b), cuda_alignment_of(g.a),
-                            cuda_alignment_of(g.c), cuda_alignment_of(g.c)};
+                            cuda_alignment_of(g.z ? g.z : g.c), cuda_alignment_of(g.c)};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -121,8 +130,10 @@ static int lt_product(CudaCtx *cx, const LtArgs &g, bool *done, Diag *d) {
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0))
     return TEQ_OK;
   CUBLAS_TRY(s);
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_TRY(cublasLtMatmul(cx->cublaslt, p.op, &one, g.b, p.a, g.a, p.b, &zero, g.c, p.c, g.c,
+  /* C is z, of D's layout, where there is one; else D itself at beta 0. */
+  const float one = 1.0f, beta = g.z ? 1.0f : 0.0f;
+  const float *c_in = g.z ? g.z : g.c;
+  CUBLAS_TRY(cublasLtMatmul(cx->cublaslt, p.op, &one, g.b, p.a, g.a, p.b, &beta, c_in, p.c, g.c,
                             p.c, &best.algo, cx->lt_workspace, ws, cx->stream));
   cuda_note(cx, "%s", lt_way_name(g));
   *done = true;
@@ -152,7 +163,8 @@ static int tall_product(CudaCtx *cx, int splits, int rows, int cols, int k, cons
   }
   if (act == ACT_RELU) {
     bool done;
-    int rc = lt_product(cx, {rows, cols, k, false, false, a, b, nullptr, act, c}, &done, d);
+    LtArgs g = {rows, cols, k, false, false, a, b, nullptr, act, c, nullptr};
+    int rc = lt_product(cx, g, &done, d);
     if (rc || done) return rc;
   }
   int rc = cuda_product(cx, {rows, cols, k, 1, a, k, 0, b, cols, 0, c, cols, 0}, d);
@@ -414,8 +426,8 @@ extern "C" int cuda_matmul_on_host(const Node *n, const Shape *shapes, const flo
 /* ---- gemm ---- */
 
 /* One gemm's operands and parameters, as both of its ways take them: y
- * [m, nn] = act(alpha a' b' + beta c), c broadcast (element (i, j) at
- * i ci + j cj) or NULL (no C, or beta 0). */
+ * [m, nn] = act(alpha a' b' + beta c + z), c broadcast (element (i, j) at
+ * i ci + j cj) or NULL (no C, or beta 0), z [m, nn] or NULL. */
 struct GemmArgs {
   int m, nn, k;
   bool ta, tb;
@@ -424,6 +436,7 @@ struct GemmArgs {
   int64_t ci, cj;
   int act;
   float *y;
+  const float *z;
 };
 
 /* Element t of C broadcast to [M, N] (and scaled, for an empty product):
@@ -443,19 +456,41 @@ __global__ void broadcast_c_kernel(const float *__restrict__ c, float *__restric
     y[t] = broadcast_c_at(c, t, n, ci, cj, s);
 }
 
+/* What the plain way writes into y before the product where there is a
+ * residual: z + beta C (C broadcast; none: z). */
+__host__ __device__ __forceinline__ float residual_c_at(const float *z, const float *c, int64_t t,
+                                                       int64_t n, int64_t ci, int64_t cj,
+                                                       float beta) {
+  return c ? z[t] + broadcast_c_at(c, t, n, ci, cj, beta) : z[t];
+}
+
+__global__ void residual_c_kernel(const float *__restrict__ z, const float *__restrict__ c,
+                                  float *__restrict__ y, int64_t m, int64_t n, int64_t ci,
+                                  int64_t cj, float beta) {
+  int64_t total = m * n;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x)
+    y[t] = residual_c_at(z, c, t, n, ci, cj, beta);
+}
+
 /* The plain way's product: Y = alpha A' B' + beta Y over C broadcast into
  * Y (beta 0 without C). Row-major B [K, N] is column-major B^T with ld N;
  * a transposed B is stored [N, K], column-major [K, N] with ld K. */
 static CudaProduct gemm_product(const GemmArgs &g) {
   return {g.m, g.nn, g.k, 1, g.a, g.ta ? g.m : g.k, 0, g.b, g.tb ? g.k : g.nn, 0, g.y, g.nn, 0,
-          g.ta, g.tb, g.alpha, g.c ? g.beta : 0.0f};
+          g.ta, g.tb, g.alpha, g.z ? 1.0f : g.c ? g.beta : 0.0f};
 }
 
 /* The plain way: C broadcast into y (an empty product leaves y = beta C),
- * cublasSgemm with beta over it, then the activation's own pass. */
+ * cublasSgemm with beta over it, then the activation's own pass; with a
+ * residual, z + beta C into y and the product added at beta 1. */
 static int gemm_plain(CudaCtx *cx, const GemmArgs &g, Diag *d) {
   int64_t m = g.m, nn = g.nn;
-  if (g.c) {
+  if (g.z) {
+    residual_c_kernel<<<cuda_blocks(m * nn, THREADS), THREADS, 0, cx->stream>>>(
+        g.z, g.c, g.y, m, nn, g.ci, g.cj, g.beta);
+    CUDA_LAUNCHED();
+  } else if (g.c) {
     float s = g.k == 0 ? g.beta : 1.0f;
     if (g.ci == nn && g.cj == 1 && s == 1.0f)
       CUDA_TRY(cudaMemcpyAsync(g.y, g.c, (size_t)(m * nn) * sizeof(float),
@@ -481,12 +516,12 @@ static int gemm_plain(CudaCtx *cx, const GemmArgs &g, Diag *d) {
 static bool gemm_lt_applies(const GemmArgs &g) {
   bool bias = g.c && g.beta == 1.0f && g.ci == 0 && g.cj == 1;
   return g.k > 0 && g.alpha == 1.0f && (!g.c || bias) && (g.act == ACT_NONE || g.act == ACT_RELU) &&
-         (g.c || g.act == ACT_RELU);
+         (g.c || g.z || g.act == ACT_RELU);
 }
 
-/* g as cuBLASLt takes it: C the bias. */
+/* g as cuBLASLt takes it: C the bias, the residual its C. */
 static LtArgs gemm_lt_args(const GemmArgs &g) {
-  return {g.m, g.nn, g.k, g.ta, g.tb, g.a, g.b, g.c, g.act, g.y};
+  return {g.m, g.nn, g.k, g.ta, g.tb, g.a, g.b, g.c, g.act, g.y, g.z};
 }
 
 /* The cuBLASLt way: C as the bias and the relu in the product's epilogue,
@@ -517,8 +552,9 @@ static int gemm_way(const Node *n, CudaCtx *cx, const GemmArgs &g, bool *lt, Dia
   }
   uint64_t key = hash_mix(0x67656d6d /* "gemm" */, (uint64_t)g.m);
   key = hash_mix(hash_mix(hash_mix(key, (uint64_t)g.nn), (uint64_t)g.k), (uint64_t)g.act);
-  key = hash_mix(key, (uint64_t)(g.ta + 2 * g.tb + 4 * (g.c != nullptr)));
-  key = hash_mix(key, (uint64_t)(cuda_alignment_of(g.a) + 512 * cuda_alignment_of(g.b)));
+  key = hash_mix(key, (uint64_t)(g.ta + 2 * g.tb + 4 * (g.c != nullptr) + 8 * (g.z != nullptr)));
+  key = hash_mix(key, (uint64_t)(cuda_alignment_of(g.a) + 512 * cuda_alignment_of(g.b) +
+                                 512 * 512 * (g.z ? cuda_alignment_of(g.z) : 0)));
   int64_t memo[2];
   if (cuda_memo_get(cx, key, memo)) return *lt = memo[0] != 0, TEQ_OK;
   if (cx->capturing)
@@ -540,12 +576,12 @@ static int gemm_way(const Node *n, CudaCtx *cx, const GemmArgs &g, bool *lt, Dia
   return TEQ_OK;
 }
 
-/* Node n's GemmArgs over operands a, b, c (c: NULL where n has none) of
- * shapes as, bs, cs and output y. TEQ_ERR_UNSUPPORTED where an extent
- * passes cuBLAS's int. */
+/* Node n's GemmArgs over operands a, b, c and z (c, z: NULL where n has
+ * none) of shapes as, bs, cs and output y. TEQ_ERR_UNSUPPORTED where an
+ * extent passes cuBLAS's int. */
 static int gemm_args(const Node *n, const Shape *as, const Shape *bs, const Shape *cs,
-                     const float *a, const float *b, const float *c, float *y, GemmArgs *g,
-                     Diag *d) {
+                     const float *a, const float *b, const float *c, const float *z, float *y,
+                     GemmArgs *g, Diag *d) {
   if (as->ndim != 2 || bs->ndim != 2)
     return cuda_op_error(n, d, TEQ_ERR_INTERNAL, "operands must be matrices");
   const Params *pr = &n->params;
@@ -557,7 +593,7 @@ static int gemm_args(const Node *n, const Shape *as, const Shape *bs, const Shap
                         (long long)m, (long long)k, (long long)k, (long long)nn);
   float beta = (float)param_float(pr, GEMM_BETA);
   *g = {(int)m, (int)nn, (int)k, ta, tb, (float)param_float(pr, GEMM_ALPHA), beta, a, b,
-        c && beta != 0.0f ? c : nullptr, 0, 0, (int)param_int(pr, GEMM_ACT), y};
+        c && beta != 0.0f ? c : nullptr, 0, 0, (int)param_int(pr, GEMM_ACT), y, z};
   if (g->c) {
     int64_t rows = cs->ndim == 2 ? cs->d[0] : 1, cols = cs->ndim >= 1 ? cs->d[cs->ndim - 1] : 1;
     g->cj = cols == 1 ? 0 : 1, g->ci = rows == 1 ? 0 : cols;
@@ -566,22 +602,26 @@ static int gemm_args(const Node *n, const Shape *as, const Shape *bs, const Shap
 }
 
 /* The plain way on the host (cuda_kernel_on_host): C broadcast into the
- * output element by element as broadcast_c_kernel's threads do, the
- * product from the description the device passes cuBLAS, the activation. */
+ * output element by element as broadcast_c_kernel's threads do (with the
+ * residual, as residual_c_kernel's), the product from the description the
+ * device passes cuBLAS, the activation. */
 int cuda_gemm_on_host(const char *way, const Node *n, Tensor *const *in, Tensor *out, Diag *d) {
   if (!way || strcmp(way, "cublas:gemm") != 0) {
     diag_error(d, "gemm: no host check of way \"%s\" (cublas:gemm)", way ? way : "(none)");
     return TEQ_ERR_UNSUPPORTED;
   }
   GemmArgs g;
-  bool has_c = n->n_in > 2;
+  bool has_c = n->n_in > 2, has_z = n->n_in > 3;
   int rc = gemm_args(n, &in[0]->shape, &in[1]->shape, has_c ? &in[2]->shape : nullptr,
                      (const float *)in[0]->data, (const float *)in[1]->data,
-                     has_c ? (const float *)in[2]->data : nullptr, (float *)out->data, &g, d);
+                     has_c ? (const float *)in[2]->data : nullptr,
+                     has_z ? (const float *)in[3]->data : nullptr, (float *)out->data, &g, d);
   if (rc) return rc;
   int64_t total = (int64_t)g.m * g.nn;
   for (int64_t t = 0; t < total; t++)
-    g.y[t] = g.c ? broadcast_c_at(g.c, t, g.nn, g.ci, g.cj, g.k == 0 ? g.beta : 1.0f) : 0.0f;
+    g.y[t] = g.z   ? residual_c_at(g.z, g.c, t, g.nn, g.ci, g.cj, g.beta)
+             : g.c ? broadcast_c_at(g.c, t, g.nn, g.ci, g.cj, g.k == 0 ? g.beta : 1.0f)
+                   : 0.0f;
   if (g.k > 0) cuda_product_on_host(gemm_product(g));
   UnaryArgs act = fused_act_args(g.act);
   for (int64_t t = 0; t < total; t++) g.y[t] = act_eval(act, g.y[t]);
@@ -591,10 +631,11 @@ int cuda_gemm_on_host(const char *way, const Node *n, Tensor *const *in, Tensor 
 extern "C" int cuda_eval_gemm(CUDA_KERNEL_SIGNATURE) {
   if (shape_numel(&out[0].shape) == 0) return TEQ_OK;
   GemmArgs g;
-  bool has_c = n->n_in > 2;
+  bool has_c = n->n_in > 2, has_z = n->n_in > 3;
   int rc = gemm_args(n, &in[0].shape, &in[1].shape, has_c ? &in[2].shape : nullptr,
                      (const float *)in[0].data, (const float *)in[1].data,
-                     has_c ? (const float *)in[2].data : nullptr, (float *)out[0].data, &g, d);
+                     has_c ? (const float *)in[2].data : nullptr,
+                     has_z ? (const float *)in[3].data : nullptr, (float *)out[0].data, &g, d);
   if (rc) return rc;
   bool lt = false;
   if ((rc = gemm_way(n, cx, g, &lt, d))) return rc;

@@ -1292,6 +1292,13 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, onnx_pass_fold_head_scales(im->g, im->d))) < 0) return n;
     im->stats.n_scales_folded += n;
   }
+  if (!o->keep_unfused_residuals && !o->keep_product_biases) {
+    /* Again after the biases: a residual add of a linear layer's output
+     * reads the gemm its bias made (through the reshape to the tokens'
+     * shape), and before the activations, which the fold takes too. */
+    if ((n = settled(im, graph_fuse_residuals(im->g, im->d))) < 0) return n;
+    im->stats.n_residuals_fused += n;
+  }
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
     im->stats.n_activations_fused = n;

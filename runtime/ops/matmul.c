@@ -516,10 +516,16 @@ const OpDef op_def_matmul = {
   .reads_strided = matmul_reads_strided, .writes_strided = matmul_writes_strided,
 };
 
-/* ---- gemm(transA, transB, alpha, beta, act): act(alpha * A' B' + beta * C) ----
+/* ---- gemm(transA, transB, alpha, beta, act): act(alpha * A' B' + beta * C + Z) ----
  * The activation is one the importer fused (VGG's classifier: Gemm, Relu),
  * applied last; a GPU with cuBLASLt adds C and applies a relu in the
- * product's own epilogue. */
+ * product's own epilogue. Z, of the result's shape [M, N], is a residual
+ * added before it (a transformer's x + (h W + b), folded in by
+ * graph_fuse_residuals; ONNX's Gemm has no such input, so it is written
+ * back as an Add after the Gemm); C is then one value per column (the
+ * registry's residual_input, which says so, puts zeros there where the
+ * product had no bias), and cuBLASLt reads Z as its C while the bias
+ * stays in the epilogue. */
 
 /* M, K, N of A' B' from the operand shapes. */
 static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, int64_t *k,
@@ -558,6 +564,13 @@ static int gemm_infer(const Node *n, const Shape *in, Shape *out, Diag *d) {
       return op_error(n, d, "C %s does not broadcast to the result [%lld, %lld]",
                       shape_format(c, sc, sizeof sc), (long long)m, (long long)nn);
   }
+  if (n->n_in > 3) {
+    const Shape *z = &in[3];
+    char sz[SHAPE_STR_MAX];
+    if (z->ndim != 2 || z->d[0] != m || z->d[1] != nn)
+      return op_error(n, d, "residual Z %s: expected the result's shape [%lld, %lld]",
+                      shape_format(z, sz, sizeof sz), (long long)m, (long long)nn);
+  }
   out[0] = shape_make(2, (int64_t[]){m, nn});
   return TEQ_OK;
 }
@@ -587,6 +600,10 @@ static int gemm_eval_f32(const Node *n, Tensor *const *in, Tensor *const *out, D
   }
   sgemm_rm(param_int(&n->params, GEMM_TRANS_A), param_int(&n->params, GEMM_TRANS_B), m, nn, k,
            alpha, in[0]->data, in[1]->data, beta, y);
+  if (n->n_in > 3) {
+    const float *z = in[3]->data;
+    for (int64_t t = 0; t < m * nn; t++) y[t] += z[t];
+  }
   act_apply_f32((int)param_int(&n->params, GEMM_ACT), y, m * nn);
   return TEQ_OK;
 }
@@ -619,20 +636,23 @@ static int gemm_eval_modp(const Node *n, Tensor *const *in, Tensor *const *out, 
     gemm_c_strides(&in[2]->shape, &ci, &cj);
     c = in[2]->data;
   }
+  const uint32_t *z = n->n_in > 3 ? in[3]->data : NULL;
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < nn; j++) {
       uint32_t v = modp_mul(alpha, y[i * nn + j]);
-      y[i * nn + j] = c ? modp_add(v, modp_mul(beta, c[i * ci + j * cj])) : v;
+      v = c ? modp_add(v, modp_mul(beta, c[i * ci + j * cj])) : v;
+      y[i * nn + j] = z ? modp_add(v, z[i * nn + j]) : v;
     }
   act_apply_modp((int)param_int(&n->params, GEMM_ACT), y, m * nn);
   return TEQ_OK;
 }
 
-/* The generic mapping writes the four attributes; a fused act is a node
- * after it. */
+/* The generic mapping writes the four attributes; a residual becomes an
+ * Add after it, a fused act a node after that. */
 static int gemm_onnx_write(const Node *n, OnnxNodeOut *w, Diag *d) {
   (void)d;
   int act = (int)param_int(&n->params, GEMM_ACT);
+  if (n->n_in > 3) onnx_out_then_binary_input(w, "Add", 3);
   if (act != ACT_NONE) onnx_out_then_unary(w, op_def(act_op_kind(act))->onnx_op);
   return TEQ_OK;
 }
@@ -669,7 +689,7 @@ static bool gemm_cost_twin(const Node *n, const Shape *in, Params *p, Shape *twi
 }
 
 /* Half the work: half of the N output columns, in B (where transB puts
- * them) and in a bias C that has them. */
+ * them), in a bias C that has them and in a residual Z. */
 static bool gemm_half_twin(const Node *n, const Shape *in, int way, Shape *half_in) {
   int64_t m = 0, k = 0, nn = 0;
   if (way != 0 || gemm_dims(n, &in[0], &in[1], &m, &k, &nn, NULL) != TEQ_OK || nn < 2 || nn % 2)
@@ -680,12 +700,13 @@ static bool gemm_half_twin(const Node *n, const Shape *in, int way, Shape *half_
     Shape *c = &half_in[2];
     if (c->ndim >= 1 && c->d[c->ndim - 1] == nn) c->d[c->ndim - 1] /= 2;
   }
+  if (n->n_in > 3) half_in[3].d[1] /= 2;
   return true;
 }
 
 const OpDef op_def_gemm = {
   .kind = OP_GEMM, .name = "gemm", .axiom_name = "gemm", .onnx_op = "Gemm",
-  .n_in_min = 2, .n_in_max = 3, .n_out_min = 1, .n_out_max = 1,
+  .n_in_min = 2, .n_in_max = 4, .n_out_min = 1, .n_out_max = 1,
   .params = gemm_params, .n_params = 5,
   .flags = OPF_MULTILINEAR,
   .infer_shape = gemm_infer,
@@ -693,4 +714,5 @@ const OpDef op_def_gemm = {
   .eval_cuda = CUDA_EVAL(gemm), .flops = gemm_flops, .cost_family = OP_MATMUL,
   .onnx_write = gemm_onnx_write,
   .cost_twin = gemm_cost_twin, .half_twin = gemm_half_twin,
+  .residual_input = 3,
 };

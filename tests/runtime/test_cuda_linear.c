@@ -18,8 +18,9 @@
  * GEMM, strided-batched, and loops of either) and fused acts (a relu over
  * one tall GEMM is cuBLASLt's epilogue), the tall product's ways pinned,
  * whole or split along K; gemm (its bias and relu in cuBLASLt's epilogue
- * or not, each pinned) with transposes, alpha and beta, and C as a
- * scalar, [1], [N], [M, 1], [1, N] and [M, N]; attention whose transposes
+ * or not, each pinned) with transposes, alpha and beta, C as a scalar,
+ * [1], [N], [M, 1], [1, N] and [M, N], and a residual (cuBLASLt's C, or
+ * written first); attention whose transposes
  * the products read and write by strides, BERT's and Swin's windowed one
  * (arrays of pointers). */
 #include "tests/cuda_check.h"
@@ -675,6 +676,45 @@ static void pinned_gemm_case(CudaDevice *dev, const char *way, const char *label
   cuda_device_pin_way(dev, NULL);
 }
 
+/* A gemm with a residual Z (a fourth input, of the result's shape):
+ * Swin-T's second MLP layer, [196,1536] x [1536,384] with its bias, and a
+ * small one with a relu, each way pinned (cuBLASLt reading Z as its C at
+ * beta 1 and writing another output, or Z + C written first and
+ * cublasSgemm over it), and one with alpha and beta only the plain way
+ * takes. */
+static void test_gemm_residual(CudaDevice *dev) {
+  const struct {
+    const char *way, *label;
+    Shape a, b, c;
+    int tb, act;
+    double alpha, beta;
+  } cases[] = {
+    {"cublasLt:residual, bias epilogue", "gemm [196,1536]x[1536,384] C [N] Z (Swin-T's MLP)",
+     S(2, 196, 1536), S(2, 1536, 384), S(1, 384), 0, ACT_NONE, 1, 1},
+    {"cublas:gemm", "gemm [196,1536]x[1536,384] C [N] Z (plain)", S(2, 196, 1536),
+     S(2, 1536, 384), S(1, 384), 0, ACT_NONE, 1, 1},
+    {"cublasLt:residual, bias+relu epilogue", "gemm [7,5]x[9,5]^T C [N] Z relu", S(2, 7, 5),
+     S(2, 9, 5), S(1, 9), 1, ACT_RELU, 1, 1},
+    {"cublas:gemm", "gemm [7,5]x[9,5]^T C [N] Z relu (plain)", S(2, 7, 5), S(2, 9, 5), S(1, 9), 1,
+     ACT_RELU, 1, 1},
+    {NULL, "gemm [7,5]x[5,9] C [M,1] Z alpha 2 beta -3 tanh", S(2, 7, 5), S(2, 5, 9),
+     S(2, 7, 1), 0, ACT_TANH, 2, -3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    Shape y = S(2, cases[i].a.d[0], cases[i].tb ? cases[i].b.d[0] : cases[i].b.d[1]);
+    CudaCase k = gemm_spec_case(cases[i].label, cases[i].a, cases[i].b, &cases[i].c, 0,
+                                cases[i].tb, cases[i].alpha, cases[i].beta, cases[i].act);
+    k.n_in = 4;
+    k.in[3] = y;
+    if (cases[i].way) cuda_device_pin_way(dev, cases[i].way);
+    cuda_check_case(dev, &k);
+    if (cases[i].way) {
+      check_way_ran(dev, &k, cases[i].way);
+      cuda_device_pin_way(dev, NULL);
+    }
+  }
+}
+
 static void test_gemm(CudaDevice *dev) {
   Shape a = S(2, 7, 5), at = S(2, 5, 7), b = S(2, 5, 9), bt = S(2, 9, 5);
   Shape c_n = S(1, 9), c_mn = S(2, 7, 9), c_scalar = S(0), c_1 = S(1, 1), c_m1 = S(2, 7, 1),
@@ -715,6 +755,7 @@ static void test_gemm(CudaDevice *dev) {
   pinned_gemm_case(dev, "cublasLt:bias epilogue", "gemm transA C [N]", at, b, &c_n, 1, 0,
                    ACT_NONE);
   pinned_gemm_case(dev, "cublasLt:relu epilogue", "gemm no C relu", a, b, NULL, 0, 0, ACT_RELU);
+  test_gemm_residual(dev);
 }
 
 /* Attention as BERT's search leaves it: the heads-first transpose, its

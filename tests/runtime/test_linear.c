@@ -926,6 +926,80 @@ static void test_gemm(void) {
   diag_fini(&d);
 }
 
+/* gemm with a residual Z [4, 5] (a transformer's x + (h W + b), folded in
+ * by graph_fuse_residuals): act(alpha A' B' + beta C + Z) for every layout
+ * and C of test_gemm (Z needs C before it), against the reference in
+ * float32 and exactly in Z_p; on the host through the GPU's plain way
+ * (Z + beta C written first, the product added at beta 1); a Z of another
+ * shape refused. */
+static void test_gemm_residual(void) {
+  Diag d;
+  diag_init(&d);
+  Shape sz = shape_of(2, 4, 5);
+  bool host = cuda_kernels_built("the residual gemm's host check");
+  for (int cnt = 0; cnt < GEMM_CASES; cnt++) {
+    Op o;
+    Shape sa, sb, sc;
+    bool has_c;
+    gemm_case(cnt, &o, &sa, &sb, &sc, &has_c);
+    if (!has_c) continue;
+    int act = cnt % 3 == 0 ? ACT_NONE : cnt % 3 == 1 ? ACT_RELU : ACT_TANH;
+    op_init(&o, OP_GEMM, 4);
+    const Params *p0 = &o.node.params;
+    int ta = cnt / (2 * GEMM_C_SHAPES), tb = cnt / GEMM_C_SHAPES % 2;
+    op_int(&o, "transA", ta);
+    op_int(&o, "transB", tb);
+    op_float(&o, "alpha", cnt % 3 ? 2.0 : 1.0);
+    op_float(&o, "beta", cnt % 2 ? -3.0 : 1.0);
+    op_int(&o, "act", act);
+    double alpha = param_float(p0, param_index(OP_GEMM, "alpha"));
+    double beta = param_float(p0, param_index(OP_GEMM, "beta"));
+    Tensor *in[4] = {random_f32(sa, cnt + 500), random_f32(sb, cnt + 550),
+                     random_f32(sc, cnt + 599), random_f32(sz, cnt + 650)};
+    Tensor *y = op_run(&o, in, false, &d);
+    Tensor *r = gemm_ref(in[0], in[1], in[2], ta, tb, alpha, beta);
+    float *rv = r->data;
+    const float *z = in[3]->data;
+    for (int64_t t = 0; t < 20; t++) rv[t] = (float)act_ref(act, (double)rv[t] + z[t]);
+    CHECK_MSG(y && max_rel_err(y, r) < 1e-5, "gemm with a residual, case %d act %d: %s", cnt,
+              act, diag_last(&d));
+    Tensor *h = tensor_new(DT_F32, &sz);
+    if (host) {
+      int rc = cuda_kernel_on_host("cublas:gemm", &o.node, in, h, &d);
+      CHECK_MSG(rc == TEQ_OK && max_rel_err(h, r) < 1e-5,
+                "gemm with a residual, case %d, on the host: %s", cnt, diag_last(&d));
+    }
+    unref_all((Tensor *[]){y, r, h}, 3);
+    unref_all(in, 4);
+    if (act == ACT_TANH) continue; /* no Z_p stand-in equals tanh's float */
+    Tensor *si[4] = {random_ints(sa, 3, cnt + 7), random_ints(sb, 3, cnt + 8),
+                     random_ints(sc, 3, cnt + 9), random_ints(sz, 3, cnt + 10)};
+    Tensor *mi[4];
+    for (int i = 0; i < 4; i++) mi[i] = f32_to_modp(si[i]);
+    op_int(&o, "act", ACT_NONE);
+    Tensor *yf = op_run(&o, si, false, &d), *ym = op_run(&o, mi, true, &d);
+    Tensor *want = yf ? f32_to_modp(yf) : NULL;
+    CHECK_MSG(tensors_identical(ym, want), "gemm with a residual, case %d, in Z_p", cnt);
+    unref_all((Tensor *[]){yf, ym, want}, 3);
+    unref_all(si, 4);
+    unref_all(mi, 4);
+  }
+  /* Z must have the result's shape: a row of it does not broadcast. */
+  Op o;
+  op_init(&o, OP_GEMM, 4);
+  Tensor *bad[4] = {random_f32(shape_of(2, 4, 6), 1), random_f32(shape_of(2, 6, 5), 2),
+                    random_f32(shape_of(1, 5), 3), random_f32(shape_of(2, 1, 5), 4)};
+  Diag quiet;
+  diag_init(&quiet);
+  Tensor *y = op_run(&o, bad, false, &quiet);
+  CHECK_MSG(!y && strstr(diag_last(&quiet), "residual Z [1, 5]"),
+            "a residual of another shape: %s", diag_last(&quiet));
+  tensor_unref(y);
+  diag_fini(&quiet);
+  unref_all(bad, 4);
+  diag_fini(&d);
+}
+
 /* gemm's plain GPU way run on the host (cuda_kernel_on_host): C broadcast
  * into the output, cuBLAS's product over it from the description the
  * device passes (transposes, alpha, beta), the fused activation; against
@@ -1470,6 +1544,7 @@ int main(void) {
   test_imm_identity();
   test_gemm();
   test_gemm_plain_on_host();
+  test_gemm_residual();
   test_products_modp_full_range();
   test_conv_modp_full_range();
   test_batchnorm();

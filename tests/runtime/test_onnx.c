@@ -1884,6 +1884,76 @@ static void test_product_biases(void) {
   }
 }
 
+/* Gemms with a residual input (a fourth), after import. */
+static int count_gemm_residual(const Graph *g) {
+  int n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    n += g->nodes[i].kind == OP_GEMM && g->nodes[i].n_in == 4;
+  return n;
+}
+
+/* A transformer's residual: relu(x + (x W + b)) with x [2, 5, 8] (FLAT:
+ * [5, 8]). The bias makes a gemm of x seen as [10, 8] between reshapes;
+ * the add then reads it through the reshape back, and takes it as the
+ * gemm's residual (x reshaped to [10, 8]), the relu as its act: no Add
+ * left. Not where the product is also a graph output (no gemm, SHARED)
+ * or the reshaped sum is read twice (TWICE: the add's other reader). As
+ * given, and with keep_unfused_residuals, the Add stays; written back,
+ * the fused gemm is a Gemm and an Add again. */
+static void test_product_residuals(void) {
+  enum { TOKENS, FLAT, SHARED, TWICE, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    Diag d;
+    diag_init(&d);
+    Graph *g = graph_new();
+    Shape sx = c == FLAT ? (Shape){2, {5, 8}} : (Shape){3, {2, 5, 8}};
+    int x = graph_add_input(g, "x", &sx, DT_F32, &d);
+    Tensor *w = tensor_new(DT_F32, &(Shape){2, {8, 8}}), *b = tensor_new(DT_F32, &(Shape){1, {8}});
+    tensor_fill_random(w, 51);
+    tensor_fill_random(b, 53);
+    TensorRef min[2] = {{x, 0}, {graph_add_const(g, "w", w, &d), 0}};
+    int p = graph_add_node(g, OP_MATMUL, min, 2, 1, NULL, "prod", &d);
+    TensorRef ain[2] = {{p, 0}, {graph_add_const(g, "b", b, &d), 0}};
+    int a = graph_add_node(g, OP_EWADD, ain, 2, 1, NULL, "bias", &d);
+    int s = graph_add_node(g, OP_EWADD, (TensorRef[]){{x, 0}, {a, 0}}, 2, 1, NULL, "sum", &d);
+    int r = graph_add_node(g, OP_RELU, (TensorRef[]){{s, 0}}, 1, 1, NULL, "relu", &d);
+    graph_add_output(g, (TensorRef){r, 0}, "y", &d);
+    if (c == SHARED) graph_add_output(g, (TensorRef){p, 0}, "p", &d);
+    if (c == TWICE) graph_add_output(g, (TensorRef){a, 0}, "a", &d);
+    OnnxImportStats st, st_given, st_kept;
+    OnnxImportOptions kept = ONNX_IMPORT_DEFAULTS;
+    kept.keep_unfused_residuals = true;
+    Graph *h = written_and_read(g, "product_residual.onnx", NULL, false, &st, &d);
+    Graph *given = written_and_read(g, "product_residual.onnx", NULL, true, &st_given, &d);
+    Graph *k = written_and_read(g, "product_residual.onnx", &kept, false, &st_kept, &d);
+    bool fused = c == TOKENS || c == FLAT;
+    if (h && given && k) {
+      CHECK_MSG(st.n_residuals_fused == fused, "case %d: %d residuals fused", c,
+                st.n_residuals_fused);
+      CHECK_EQ_INT(count_gemm_residual(h), fused);
+      CHECK_EQ_INT(count_kind(h, OP_EWADD), fused ? 0 : c == SHARED ? 2 : 1);
+      CHECK_EQ_INT(count_kind(h, OP_RELU), !fused); /* fused: the gemm's act */
+      CHECK_EQ_INT(count_gemm_residual(k), 0);
+      CHECK_EQ_INT(st_given.n_residuals_fused, 0);
+      check_outputs_within(given, h, &sx, 57, 1e-6);
+      if (fused) { /* a Gemm and an Add again, read back as they were fused */
+        Graph *back = written_and_read(h, "product_residual_again.onnx", &kept, false, &st, &d);
+        if (back) {
+          CHECK_EQ_INT(count_gemm_residual(back), 0);
+          CHECK_EQ_INT(count_kind(back, OP_EWADD), 1);
+          check_outputs_within(given, back, &sx, 58, 1e-6);
+        }
+        graph_free(back);
+      }
+    }
+    graph_free(k);
+    graph_free(given);
+    graph_free(h);
+    graph_free(g);
+    diag_fini(&d);
+  }
+}
+
 /* A node of kind on input r of g with integer-list parameters (name,
  * values) set: its output k. */
 static TensorRef layout_node(Graph *g, OpKind kind, TensorRef r, int k, int n_out, const char *p1,
@@ -2567,6 +2637,7 @@ int main(void) {
   test_border_residual_cap();
   test_constants_as_slices();
   test_product_biases();
+  test_product_residuals();
   test_head_scales();
   test_batchnorms_around_gemms();
   test_bn_relu();
