@@ -428,6 +428,29 @@ static void test_gemm_priced_as_matmul(const char *root) {
          twin);
   CHECK(e.us < twin && fabs(e.us - 5.796) < 1e-9);
   graph_free(g);
+  /* A residual (a fourth input) is the same gemm with its bias, and one
+   * more read of the residual: dearer than that one, cheaper than it and
+   * the add it saves. Its key rebuilds with the four inputs. */
+  double biased = 0, add = 0;
+  CHECK(cost_graph_from_key("gemm [196,1536] [1536,384] [384] {transA=0 transB=0 alpha=1 beta=1}",
+                            &g, &id, &d) == TEQ_OK);
+  CHECK(g && cost_node(m, g, id, &e, &d) == TEQ_OK);
+  biased = e.us;
+  graph_free(g);
+  CHECK(cost_graph_from_key("ewadd [196,384] [196,384] {}", &g, &id, &d) == TEQ_OK);
+  CHECK(g && cost_node(m, g, id, &e, &d) == TEQ_OK);
+  add = e.us;
+  graph_free(g);
+  const char *res = "gemm [196,1536] [1536,384] [384] [196,384] {transA=0 transB=0 alpha=1 beta=1}";
+  char again[COST_KEY_MAX] = "";
+  CHECK(cost_graph_from_key(res, &g, &id, &d) == TEQ_OK);
+  if (g) cost_config_key(g, id, again, sizeof again);
+  CHECK_MSG(g && g->nodes[id].n_in == 4 && strcmp(again, res) == 0, "%s became %s", res, again);
+  CHECK(g && cost_node(m, g, id, &e, &d) == TEQ_OK && e.source == COST_TWIN);
+  printf("gemm with a residual: %.2f us (its bias alone %.2f, the add %.2f)\n", e.us, biased,
+         add);
+  CHECK(e.us > biased && e.us < biased + add);
+  graph_free(g);
   cost_model_free(m);
   diag_fini(&d);
 }
