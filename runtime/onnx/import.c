@@ -516,9 +516,14 @@ static int import_registry_node(Importer *im, OnnxNodeIn *v, OpKind kind) {
     params_default(kind, &p);
     if (n_edges > 1) n_edges = 1;
   }
+  const OpDef *o = op_def(kind);
+  /* A residual input is Teq's own (graph_fuse_residuals folds one in):
+   * ONNX's Conv and Gemm end before it, and a fourth input there is no
+   * shortcut the file meant. */
+  if (rc == TEQ_OK && o->residual_input > 0 && n_edges > o->residual_input)
+    rc = onnx_in_error(v, im->d, "takes at most %d inputs, got %d", o->residual_input, n_edges);
   bool known = rc == TEQ_OK, folded = false;
   for (int i = 0; i < n_edges && known; i++) known = edges[i]->konst != NULL;
-  const OpDef *o = op_def(kind);
   if (known && o->eval_f32 && !(o->flags & OPF_SOURCE))
     rc = fold_with_registry(im, v, kind, &p, edges, n_edges, &folded);
   if (rc == TEQ_OK && !folded) rc = add_registry_node(im, v, kind, &p, edges, n_edges);

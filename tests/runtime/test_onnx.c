@@ -2465,6 +2465,10 @@ static void test_bad_robustness(void) {
             "node 'fill' (ConstantOfShape)", "more than this machine's");
   check_bad(data("bad_expand_large.onnx", p), TEQ_ERR_INPUT, "node 'expand' (Expand)",
             "more than 2^40 elements");
+  check_bad(data("bad_gemm_four_inputs.onnx", p), TEQ_ERR_INPUT, "node 'gemm' (Gemm)",
+            "takes at most 3 inputs, got 4");
+  check_bad(data("bad_conv_four_inputs.onnx", p), TEQ_ERR_INPUT, "node 'conv' (Conv)",
+            "takes at most 3 inputs, got 4");
 }
 
 static void test_bad_files(void) {

@@ -366,6 +366,16 @@ def bad_robustness():
     save("bad_expand_large", helper.make_graph(
         [helper.make_node("Expand", ["x", "s"], ["y"], name="expand")], "g", x, y,
         [init("s", np.array([1 << 31, 1 << 31, 1 << 31, 3, 8, 8], np.int64))]), check=False)
+    # A fourth input to Gemm and to Conv: ONNX has none, Teq's residual is its own.
+    m = [vi("m", f, [2, 3])]
+    save("bad_gemm_four_inputs", helper.make_graph(
+        [helper.make_node("Gemm", ["m", "b", "c", "z"], ["y"], name="gemm")], "g", m, y,
+        [init("b", np.full((3, 4), 0.5, np.float32)), init("c", np.full(4, 0.5, np.float32)),
+         init("z", np.full((2, 4), 0.5, np.float32))]), check=False)
+    save("bad_conv_four_inputs", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b", "z"], ["y"], name="conv")], "g", x, y,
+        [init("w", np.full((4, 3, 1, 1), 0.5, np.float32)), init("b", np.full(4, 0.5, np.float32)),
+         init("z", np.full((1, 4, 8, 8), 0.5, np.float32))]), check=False)
 
 
 def int_extremes():
