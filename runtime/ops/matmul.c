@@ -521,11 +521,11 @@ const OpDef op_def_matmul = {
  * applied last; a GPU with cuBLASLt adds C and applies a relu in the
  * product's own epilogue. Z, of the result's shape [M, N], is a residual
  * added before it (a transformer's x + (h W + b), folded in by
- * graph_fuse_residuals; ONNX's Gemm has no such input, so it is written
- * back as an Add after the Gemm); C is then one value per column (the
- * registry's residual_input, which says so, puts zeros there where the
- * product had no bias), and cuBLASLt reads Z as its C while the bias
- * stays in the epilogue. */
+ * graph_fuse_residuals, which gives a product without a bias a C of
+ * zeros; ONNX's Gemm has no such input, so it is written back as an Add
+ * after the Gemm, and the importer refuses a fourth input in a file).
+ * Where C is one value per column, cuBLASLt reads Z as its C and keeps the
+ * bias in its epilogue. */
 
 /* M, K, N of A' B' from the operand shapes. */
 static int gemm_dims(const Node *n, const Shape *a, const Shape *b, int64_t *m, int64_t *k,
