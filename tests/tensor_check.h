@@ -230,6 +230,21 @@ static inline Tensor *op_run(Op *o, Tensor *const *in, bool modp, Diag *d) {
   return y;
 }
 
+/* Whether o computes in Z_p exactly what it computes in float32 on the
+ * n inputs si (small integers, so the float32 sums are exact; NULL ones
+ * stay absent); false where either run fails. */
+static inline bool op_modp_agrees(Op *o, Tensor *const *si, int n, Diag *d) {
+  Tensor *mi[TEST_MAX_IN] = {0};
+  assert(n <= TEST_MAX_IN);
+  for (int i = 0; i < n; i++) mi[i] = si[i] ? f32_to_modp(si[i]) : NULL;
+  Tensor *yf = op_run(o, si, false, d), *ym = op_run(o, mi, true, d);
+  Tensor *want = yf ? f32_to_modp(yf) : NULL;
+  bool same = want && tensors_identical(ym, want);
+  tensor_unref(yf), tensor_unref(ym), tensor_unref(want);
+  for (int i = 0; i < n; i++) tensor_unref(mi[i]);
+  return same;
+}
+
 /* The same for kind with parameters p (NULL: the defaults) and one output;
  * returns the code, *out is set only on success. */
 static inline int run_op(OpKind kind, const Params *p, Tensor *const *in, int n_in, bool modp,

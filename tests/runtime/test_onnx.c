@@ -1140,11 +1140,12 @@ static void test_folds_chained(void) {
   }
 }
 
-/* Convolutions with a residual input (a fourth), after import. */
-static int count_residual(const Graph *g) {
+/* Nodes of kind with a residual input (conv2d's and gemm's fourth), after
+ * import. */
+static int count_residual(const Graph *g, OpKind kind) {
   int n = 0;
   for (int32_t i = 0; i < g->n_nodes; i++)
-    n += g->nodes[i].kind == OP_CONV2D && g->nodes[i].n_in == 4;
+    n += g->nodes[i].kind == kind && g->nodes[i].n_in == op_def(kind)->residual_input + 1;
   return n;
 }
 
@@ -1201,7 +1202,7 @@ static void test_residuals_fused(void) {
   Graph *h = rc == TEQ_OK ? import(q, NULL, &st, &d) : NULL;
   if (h) {
     CHECK_EQ_INT(st.n_residuals_fused, 3); /* a1, a2, a5 */
-    CHECK_EQ_INT(count_residual(h), 3);
+    CHECK_EQ_INT(count_residual(h, OP_CONV2D), 3);
     CHECK_EQ_INT(count_kind(h, OP_EWADD), 2); /* a3 (broadcast), a4 (c4 read twice) */
     CHECK_EQ_INT(count_kind(h, OP_RELU), 0);  /* r1: the residual conv's act */
     CHECK_EQ_INT(count_fused(h, OP_CONV2D, ACT_RELU), 1);
@@ -1211,7 +1212,7 @@ static void test_residuals_fused(void) {
     o.keep_unfused_residuals = true;
     Graph *k = written_and_read(h, "residuals_again.onnx", &o, false, &st, &d);
     if (k) {
-      CHECK_EQ_INT(count_residual(k), 0);
+      CHECK_EQ_INT(count_residual(k, OP_CONV2D), 0);
       CHECK_EQ_INT(count_kind(k, OP_EWADD), 5);
       check_same_outputs(g, k, &sx, 22);
     }
@@ -1219,7 +1220,7 @@ static void test_residuals_fused(void) {
   }
   graph_free(h);
   h = rc == TEQ_OK ? written_and_read(g, "residuals.onnx", NULL, true, &st, &d) : NULL;
-  if (h) CHECK(st.n_residuals_fused == 0 && count_residual(h) == 0 && count_kind(h, OP_EWADD) == 5);
+  if (h) CHECK(st.n_residuals_fused == 0 && count_residual(h, OP_CONV2D) == 0 && count_kind(h, OP_EWADD) == 5);
   graph_free(h);
   graph_free(g);
   diag_fini(&d);
@@ -1884,14 +1885,6 @@ static void test_product_biases(void) {
   }
 }
 
-/* Gemms with a residual input (a fourth), after import. */
-static int count_gemm_residual(const Graph *g) {
-  int n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    n += g->nodes[i].kind == OP_GEMM && g->nodes[i].n_in == 4;
-  return n;
-}
-
 /* A transformer's residual: relu(x + (x W + b)) with x [2, 5, 8] (FLAT:
  * [5, 8]). The bias makes a gemm of x seen as [10, 8] between reshapes;
  * the add then reads it through the reshape back, and takes it as the
@@ -1930,16 +1923,16 @@ static void test_product_residuals(void) {
     if (h && given && k) {
       CHECK_MSG(st.n_residuals_fused == fused, "case %d: %d residuals fused", c,
                 st.n_residuals_fused);
-      CHECK_EQ_INT(count_gemm_residual(h), fused);
+      CHECK_EQ_INT(count_residual(h, OP_GEMM), fused);
       CHECK_EQ_INT(count_kind(h, OP_EWADD), fused ? 0 : c == SHARED ? 2 : 1);
       CHECK_EQ_INT(count_kind(h, OP_RELU), !fused); /* fused: the gemm's act */
-      CHECK_EQ_INT(count_gemm_residual(k), 0);
+      CHECK_EQ_INT(count_residual(k, OP_GEMM), 0);
       CHECK_EQ_INT(st_given.n_residuals_fused, 0);
       check_outputs_within(given, h, &sx, 57, 1e-6);
       if (fused) { /* a Gemm and an Add again, read back as they were fused */
         Graph *back = written_and_read(h, "product_residual_again.onnx", &kept, false, &st, &d);
         if (back) {
-          CHECK_EQ_INT(count_gemm_residual(back), 0);
+          CHECK_EQ_INT(count_residual(back, OP_GEMM), 0);
           CHECK_EQ_INT(count_kind(back, OP_EWADD), 1);
           check_outputs_within(given, back, &sx, 58, 1e-6);
         }
