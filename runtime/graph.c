@@ -876,8 +876,8 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
       const Shape *sum = &add->out[0];
       /* A reshape the add alone reads, between it and the node. */
       int view = -1;
-      if (g->nodes[x.node].kind == OP_RESHAPE && x.out == 0 && reader[x.node] == u &&
-          x.node < n0 && !taken[x.node]) {
+      if (x.node < n0 && g->nodes[x.node].kind == OP_RESHAPE && x.out == 0 &&
+          reader[x.node] == u && !taken[x.node]) {
         view = x.node;
         x = g->nodes[view].in[0];
       }

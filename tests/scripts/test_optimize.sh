@@ -187,9 +187,11 @@ assert re.search(r" %d hard gates, %d swishes, %d product biases, %d residual ad
                  r"and %d pools fused" % (
     r["hard_gates_fused"], r["swishes_fused"], r["biases_fused"], r["residuals_fused"],
     r["activations_fused"], r["pools_fused"]), line[0]), (line, r)
-# PaddleOCR adds a bias after its linear layers (the recognizer mixers, the classifier head).
+# PaddleOCR adds a bias after its linear layers (the recognizer mixers, the classifier head),
+# and so does ConvNeXt after each of its pointwise layers, over channels-last maps.
 # The first step of NasRNN adds one to products that share their input: left to the search.
-assert (r["biases_fused"] > 0) == (name in ("ppocrv4_rec", "ppocrv3_rec_en", "ppocr_cls")), r
+assert (r["biases_fused"] > 0) == (name in ("ppocrv4_rec", "ppocrv3_rec_en", "ppocr_cls",
+                                            "convnext_tiny")), r
 assert (r["pools_fused"] > 0) == (name in ("tiny-cnn", "vgg19", "csrnet", "ppocr_cls")), r
 assert re.search(r" %d BatchNorms and %d scales folded" % (
     r["batchnorms_folded"], r["scales_folded"]), line[0]), (line, r)
