@@ -210,7 +210,8 @@ MODELS = collections.OrderedDict([
 # semantic segmentation's dilated backbones, atrous pyramids and bilinear upsampling
 # (DeepLabV3 and LR-ASPP on MobileNetV3; FCN on ResNet-50 is left out: with random
 # weights its output differs from PyTorch's by 1.4e-4 in Teq and 1.2e-4 in ONNX
-# Runtime, the conditioning of 50 layers, not any one's error). Their parameters that hold
+# Runtime, and Teq's from ONNX Runtime's by 1.0e-4: the conditioning of 50 layers,
+# not any one's error). Their parameters that hold
 # one value everywhere are drawn as trained ones (draw_constant_parameters); the papers'
 # suite above keeps torchvision's initial values, as the papers' graphs carry no biases.
 ZOO = collections.OrderedDict([
