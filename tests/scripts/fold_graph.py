@@ -4,7 +4,7 @@ Teq's import folds or fuses and look-alikes it must leave: convolutions (1, 2 or
 1x1 or 3x3, padded or not, stride 1 or 2, dilation 1 or 2, with or without a bias, some
 also read as a graph output), transposed convolutions (1 or C groups, 2x2 or 3x3, stride 1
 or 2), linear layers along the last axis (MatMul, a bias of one value per column or per
-row, some products also read as a graph output) and attention's queries, keys and values
+row, some products also read as a graph output, some with a residual added) and attention's queries, keys and values
 sliced from one product, the queries scaled (the keys sometimes overlapping the queries'
 columns), among BatchNorms and Muls and Adds by a constant of one value, one per channel
 or one per element (either operand first), relus, Paddle's hard swish written out in four
@@ -99,15 +99,21 @@ def main():
             cur = b.node("ConvTranspose", ins, "convt", group=groups, kernel_shape=[k, k],
                          pads=[pad] * 4, strides=[stride, stride])
             c, h, w = m, oh, ow
-        elif step == 6:  # a linear layer along the last axis: MatMul, a bias, maybe a relu
-            w2 = int(r.integers(2, 9))
+        elif step == 6:  # a linear layer along the last axis: MatMul, a bias, maybe a
+            # residual (x + (x W + b), its width kept), maybe a relu
+            w2 = w if r.random() < 0.4 else int(r.integers(2, 9))
             weight = r.uniform(-1, 1, [w, w2]) / np.sqrt(w)
+            before = cur
             prod = b.node("MatMul", [cur, b.const("lw", weight)], "mm")
             if r.random() < 0.2:  # read twice: the bias must stay an Add
                 outputs.append(prod)
             # One per column, which fuses; one per row, which must stay.
             k = b.const("lb", r.uniform(-1, 1, [w2] if r.random() < 0.7 else [h, 1]))
             cur = b.node("Add", [prod, k] if r.random() < 0.5 else [k, prod], "lin")
+            if w2 == w and r.random() < 0.7:
+                if r.random() < 0.2:  # the sum before it read twice: the residual must stay
+                    outputs.append(cur)
+                cur = b.node("Add", [before, cur] if r.random() < 0.5 else [cur, before], "res")
             if r.random() < 0.5:
                 cur = b.node("Relu", [cur], "relu")
             w = w2
