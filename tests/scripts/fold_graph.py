@@ -4,9 +4,9 @@ Teq's import folds or fuses and look-alikes it must leave: convolutions (1, 2 or
 1x1 or 3x3, padded or not, stride 1 or 2, dilation 1 or 2, with or without a bias, some
 also read as a graph output), transposed convolutions (1 or C groups, 2x2 or 3x3, stride 1
 or 2), linear layers along the last axis (MatMul, a bias of one value per column or per
-row, some products also read as a graph output, some with a residual added) and attention's queries, keys and values
-sliced from one product, the queries scaled (the keys sometimes overlapping the queries'
-columns), among BatchNorms and Muls and Adds by a constant of one value, one per channel
+row, some products also read as a graph output, some with a residual added) and
+attention's queries, keys and values sliced from one product, the queries scaled (the
+keys sometimes overlapping the queries' columns), among BatchNorms and Muls and Adds by a constant of one value, one per channel
 or one per element (either operand first), relus, Paddle's hard swish written out in four
 nodes and hard sigmoids of alpha 0.2, 1/6 and 0.25. Prints the input's name and shape
 (NAME AxBxC). test_fold_fuzz.sh runs each through optimize and ONNX Runtime."""
