@@ -415,15 +415,12 @@ static int gather_rows(Ctx *c, int e, GatherRows *out, int *leave) {
   return rc;
 }
 
-
-
 int plan_gathers(const Graph *g, const GraphStrided *st, PlanGathers *pg, Diag *d) {
   memset(pg, 0, sizeof *pg);
   int nn = g->n_nodes;
   Ctx c = {.g = g, .st = st, .d = d};
   pg->role = calloc((size_t)nn + 1, 1);
   pg->exit = malloc(((size_t)nn + 1) * sizeof *pg->exit);
-  c.rstart = calloc((size_t)nn + 2, sizeof *c.rstart);
   c.output = calloc((size_t)nn + 1, 1);
   c.grouped = calloc((size_t)nn + 1, 1);
   c.inner = calloc((size_t)nn + 1, 1);
@@ -433,29 +430,18 @@ int plan_gathers(const Graph *g, const GraphStrided *st, PlanGathers *pg, Diag *
   c.pos = malloc(((size_t)nn + 1) * sizeof *c.pos);
   c.kernels = calloc((size_t)nn + 1, sizeof *c.kernels);
   c.home = graph_piece_homes(g);
-  int rc = pg->role && pg->exit && c.rstart && c.output && c.grouped && c.inner && c.moves &&
-                   c.mark && c.stack && c.pos && c.kernels && c.home
+  int rc = pg->role && pg->exit && c.output && c.grouped && c.inner && c.moves && c.mark &&
+                   c.stack && c.pos && c.kernels && c.home
                ? TEQ_OK
                : TEQ_ERR_NOMEM;
+  if (rc == TEQ_OK) rc = graph_readers(g, &c.rstart, &c.readers);
   const char *off = getenv("TEQ_NO_GATHERS");
   bool none = off && *off && strcmp(off, "0") != 0;
-  int n_edges = 0;
   for (int id = 0; rc == TEQ_OK && id < nn; id++) {
     pg->exit[id] = -1, c.mark[id] = 0;
     c.grouped[id] = !none && may_chain(&c, id);
-    for (int j = 0; j < g->nodes[id].n_in; j++) c.rstart[g->nodes[id].in[j].node + 1]++;
-    n_edges += g->nodes[id].n_in;
   }
   for (int i = 0; rc == TEQ_OK && i < g->n_outputs; i++) c.output[g->outputs[i].node] = 1;
-  if (rc == TEQ_OK && !(c.readers = malloc(((size_t)n_edges + 1) * sizeof *c.readers)))
-    rc = TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK) {
-    for (int id = 0; id < nn; id++) c.rstart[id + 1] += c.rstart[id];
-    int32_t *fill = c.stack; /* as a cursor per node, before it is a stack */
-    memcpy(fill, c.rstart, (size_t)nn * sizeof *fill);
-    for (int id = 0; id < nn; id++)
-      for (int j = 0; j < g->nodes[id].n_in; j++) c.readers[fill[g->nodes[id].in[j].node]++] = id;
-  }
   /* To a fixed point: an exit that cannot be gathered leaves, and so its
    * layout inputs become exits. The cheap test first, for all exits; the
    * rows only once no exit fails it. */

@@ -716,6 +716,29 @@ static int32_t *sole_reader(const Graph *g, bool assembling_only, bool outputs_r
 
 int32_t *graph_only_readers(const Graph *g) { return sole_reader(g, false, true); }
 
+int graph_readers(const Graph *g, int32_t **start, int32_t **readers) {
+  int nn = g->n_nodes, edges = 0;
+  int32_t *st = calloc((size_t)nn + 2, sizeof *st), *rd = NULL, *fill = NULL;
+  for (int id = 0; st && id < nn; id++)
+    for (int j = 0; j < g->nodes[id].n_in; j++) st[g->nodes[id].in[j].node + 1]++, edges++;
+  if (st) {
+    rd = malloc(((size_t)edges + 1) * sizeof *rd);
+    fill = malloc(((size_t)nn + 1) * sizeof *fill);
+  }
+  if (!st || !rd || !fill) {
+    free(st), free(rd), free(fill);
+    *start = *readers = NULL;
+    return TEQ_ERR_NOMEM;
+  }
+  for (int id = 0; id < nn; id++) st[id + 1] += st[id];
+  memcpy(fill, st, (size_t)nn * sizeof *fill);
+  for (int id = 0; id < nn; id++)
+    for (int j = 0; j < g->nodes[id].n_in; j++) rd[fill[g->nodes[id].in[j].node]++] = id;
+  free(fill);
+  *start = st, *readers = rd;
+  return TEQ_OK;
+}
+
 int32_t *graph_piece_homes(const Graph *g) { return sole_reader(g, true, false); }
 
 bool graph_node_owns_output(const Graph *g, int id) {
@@ -1083,12 +1106,12 @@ int graph_strided(const Graph *g, GraphStrided *s) {
   int32_t *uses = graph_use_counts(g, &s->offset);
   free(uses);
   int32_t *order = malloc(((size_t)nn + 1) * sizeof *order);
-  int32_t *rstart = calloc((size_t)nn + 2, sizeof *rstart), *readers = NULL;
+  int32_t *rstart = NULL, *readers = NULL;
   uint8_t *refused = calloc((size_t)nn + 1, 1);
   for (int id = 0; id < nn; id++)
     if (g->nodes[id].n_out > max_out) max_out = g->nodes[id].n_out;
   int64_t *firsts = malloc((size_t)max_out * sizeof *firsts);
-  int rc = uses && order && rstart && refused && firsts ? TEQ_OK : TEQ_ERR_NOMEM;
+  int rc = uses && order && refused && firsts ? TEQ_OK : TEQ_ERR_NOMEM;
   int ns = rc ? 0 : s->offset[nn];
   if (rc == TEQ_OK) {
     s->base = malloc(((size_t)ns + 1) * sizeof *s->base);
@@ -1099,23 +1122,7 @@ int graph_strided(const Graph *g, GraphStrided *s) {
     for (int v = 0; rc == TEQ_OK && v < ns; v++) s->base[v] = -1; /* dense until shown not */
   }
   if (rc == TEQ_OK && graph_topo_order(g, order) != TEQ_OK) rc = TEQ_ERR_INPUT;
-  /* Each node's readers, one entry per edge. */
-  int edges = 0;
-  for (int id = 0; rc == TEQ_OK && id < nn; id++)
-    for (int j = 0; j < g->nodes[id].n_in; j++) rstart[g->nodes[id].in[j].node + 1]++, edges++;
-  if (rc == TEQ_OK && !(readers = malloc(((size_t)edges + 1) * sizeof *readers)))
-    rc = TEQ_ERR_NOMEM;
-  if (rc == TEQ_OK) {
-    for (int id = 0; id < nn; id++) rstart[id + 1] += rstart[id];
-    int32_t *fill = calloc((size_t)nn + 1, sizeof *fill);
-    if (!fill) rc = TEQ_ERR_NOMEM;
-    for (int id = 0; rc == TEQ_OK && id < nn; id++)
-      for (int j = 0; j < g->nodes[id].n_in; j++) {
-        int p = g->nodes[id].in[j].node;
-        readers[rstart[p] + fill[p]++] = id;
-      }
-    free(fill);
-  }
+  if (rc == TEQ_OK) rc = graph_readers(g, &rstart, &readers);
   /* Refusals only grow, so this ends: after a pass in each direction that
    * refuses nothing, every strided value's readers take it. Readers are
    * decided before what they read (reverse order), so a refusal counts

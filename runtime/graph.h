@@ -160,6 +160,11 @@ TEQ_API bool graph_node_is_view(const Graph *g, int id, int64_t *first);
  * node too) or is a graph output. malloc'd, n_nodes entries; NULL when
  * memory runs out. */
 TEQ_API int32_t *graph_only_readers(const Graph *g);
+/* Every node's readers, one entry per edge (a node reading another twice
+ * is listed twice), in node order: node i is read by readers[start[i] ..
+ * start[i + 1]). Both arrays malloc'd, the caller's to free; TEQ_OK or
+ * TEQ_ERR_NOMEM (both then NULL). */
+TEQ_API int graph_readers(const Graph *g, int32_t **start, int32_t **readers);
 /* Whether node id of g writes its one output with a kernel of its own
  * into memory the runtime gives it (which may then be a run of another
  * value): not an input, constant, source, no-op, opaque node or view. */
