@@ -25,6 +25,9 @@
 namespace {
 
 constexpr int kThreads = 256;
+/* Below this many elements a kernel indexes with int: offsets and the
+ * grid-stride index (i plus the grid's threads) stay far from 2^31. */
+constexpr int64_t kIntIndexLimit = INT64_C(1) << 30;
 
 /* ---- element size ---- */
 
@@ -289,9 +292,7 @@ int box_copy(CudaCtx *cx, void *dst_p, const void *src_p, Box b, size_t es, int6
       dst_span /= f;
     }
   }
-  /* int indexing: offsets and the grid-stride index stay far from 2^31 */
-  const int64_t lim = INT64_C(1) << 30;
-  bool small = total < lim && src_span < lim && dst_span < lim;
+  bool small = total < kIntIndexLimit && src_span < kIntIndexLimit && dst_span < kIntIndexLimit;
   cuda_note(cx, "box %dd, %d-byte words", b.nd, w);
   switch (w) {
   case 16: return launch_box_kernel<uint4>(cx, dst, src, b, total, small, d);
@@ -350,8 +351,7 @@ template <typename T>
 int launch_pad(CudaCtx *cx, void *dst, const void *src, const PadJob &j, T fill, int64_t total,
                int64_t in_total, Diag *d) {
   unsigned blocks = cuda_blocks(total, kThreads);
-  const int64_t lim = INT64_C(1) << 30; /* int indexing, as box_copy */
-  if (total < lim && in_total < lim)
+  if (total < kIntIndexLimit && in_total < kIntIndexLimit)
     pad_kernel<T, int><<<blocks, kThreads, 0, cx->stream>>>((T *)dst, (const T *)src, j, fill,
                                                             total);
   else
@@ -403,7 +403,7 @@ int launch_gather(CudaCtx *cx, void *dst, const void *src, const void *idx, int6
  * zeros where it is NULL. W is float or float4, I the index type. */
 template <typename W, typename I>
 static __global__ void gather_rows_kernel(W *__restrict__ dst, const W *const *__restrict__ rows,
-                                   I len, I total) {
+                                          I len, I total) {
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += gridDim.x * (I)blockDim.x) {
     I r = i / len;
     const W *src = rows[r];
@@ -412,9 +412,10 @@ static __global__ void gather_rows_kernel(W *__restrict__ dst, const W *const *_
 }
 
 template <typename W>
-static void launch_gather_rows(CudaCtx *cx, void *dst, const void *rows, int64_t len, int64_t total) {
+static void launch_gather_rows(CudaCtx *cx, void *dst, const void *rows, int64_t len,
+                               int64_t total) {
   unsigned blocks = cuda_blocks(total, kThreads);
-  if (total < INT32_MAX)
+  if (total < kIntIndexLimit)
     gather_rows_kernel<W, int><<<blocks, kThreads, 0, cx->stream>>>(
         (W *)dst, (const W *const *)rows, (int)len, (int)total);
   else
