@@ -882,6 +882,15 @@ static int with_residual(Graph *g, int id, TensorRef z, int act_node, Diag *d) {
   return nid;
 }
 
+/* Whether node id is a view of all of its input, element for element in
+ * order (a reshape, a flatten): the same values in another shape. */
+static bool same_elements_view(const Graph *g, int id) {
+  const Node *n = &g->nodes[id];
+  int64_t first = -1;
+  return n->n_out == 1 && n->n_in >= 1 && graph_node_is_view(g, id, &first) && first == 0 &&
+         shape_numel(&n->out[0]) == shape_numel(graph_shape(g, n->in[0]));
+}
+
 int graph_fuse_residuals(Graph *g, Diag *d) {
   int n0 = g->n_nodes, fused = 0, rc = TEQ_OK;
   int32_t *reader = graph_only_readers(g);
@@ -899,8 +908,8 @@ int graph_fuse_residuals(Graph *g, Diag *d) {
       const Shape *sum = &add->out[0];
       /* A reshape the add alone reads, between it and the node. */
       int view = -1;
-      if (x.node < n0 && g->nodes[x.node].kind == OP_RESHAPE && x.out == 0 &&
-          reader[x.node] == u && !taken[x.node]) {
+      if (x.node < n0 && x.out == 0 && reader[x.node] == u && !taken[x.node] &&
+          same_elements_view(g, x.node)) {
         view = x.node;
         x = g->nodes[view].in[0];
       }
