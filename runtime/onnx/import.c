@@ -1274,6 +1274,18 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, onnx_pass_fuse_swishes(im->g, im->d))) < 0) return n;
     im->stats.n_swishes_fused = n;
   }
+  if (!o->keep_product_biases) {
+    /* Before the residual adds, whose fold takes a gemm the bias makes
+     * (a transformer's x + (h W + b)), and the activations: a relu after
+     * the bias then fuses too. */
+    if ((n = settled(im, onnx_pass_fuse_product_biases(im->g, im->d))) < 0) return n;
+    im->stats.n_biases_fused = n;
+  }
+  if (!o->keep_product_scales) {
+    /* After the biases: a query's bias is scaled with its weights. */
+    if ((n = settled(im, onnx_pass_fold_head_scales(im->g, im->d))) < 0) return n;
+    im->stats.n_scales_folded += n;
+  }
   if (!o->keep_unfused_residuals) {
     if ((n = settled(im, graph_fuse_residuals(im->g, im->d))) < 0) return n;
     im->stats.n_residuals_fused = n;
@@ -1286,23 +1298,6 @@ static int run_passes(Importer *im, const OnnxImportOptions *o) {
     if ((n = settled(im, n)) < 0) return n;
     im->stats.n_batchnorm_folded += bn;
     im->stats.n_scales_folded += n - bn;
-  }
-  if (!o->keep_product_biases) {
-    /* Before the activations: a relu after the bias then fuses too. */
-    if ((n = settled(im, onnx_pass_fuse_product_biases(im->g, im->d))) < 0) return n;
-    im->stats.n_biases_fused = n;
-  }
-  if (!o->keep_product_scales) {
-    /* After the biases: a query's bias is scaled with its weights. */
-    if ((n = settled(im, onnx_pass_fold_head_scales(im->g, im->d))) < 0) return n;
-    im->stats.n_scales_folded += n;
-  }
-  if (!o->keep_unfused_residuals && !o->keep_product_biases) {
-    /* Again after the biases: a residual add of a linear layer's output
-     * reads the gemm its bias made (through the reshape to the tokens'
-     * shape), and before the activations, which the fold takes too. */
-    if ((n = settled(im, graph_fuse_residuals(im->g, im->d))) < 0) return n;
-    im->stats.n_residuals_fused += n;
   }
   if (!o->keep_unfused_activations) {
     if ((n = settled(im, onnx_pass_fuse_activations(im->g, im->d))) < 0) return n;
