@@ -935,16 +935,13 @@ static void test_gemm_residual(void) {
     gemm_case(cnt, &o, &sa, &sb, &sc, &has_c);
     if (!has_c) continue;
     int act = cnt % 3 == 0 ? ACT_NONE : cnt % 3 == 1 ? ACT_RELU : ACT_TANH;
-    op_init(&o, OP_GEMM, 4);
-    const Params *p0 = &o.node.params;
-    int ta = cnt / (2 * GEMM_C_SHAPES), tb = cnt / GEMM_C_SHAPES % 2;
-    op_int(&o, "transA", ta);
-    op_int(&o, "transB", tb);
-    op_float(&o, "alpha", cnt % 3 ? 2.0 : 1.0);
-    op_float(&o, "beta", cnt % 2 ? -3.0 : 1.0);
+    o.node.n_in = 4; /* the case's gemm, its residual after C */
     op_int(&o, "act", act);
-    double alpha = param_float(p0, param_index(OP_GEMM, "alpha"));
-    double beta = param_float(p0, param_index(OP_GEMM, "beta"));
+    const Params *p = &o.node.params;
+    int ta = (int)param_int(p, param_index(OP_GEMM, "transA"));
+    int tb = (int)param_int(p, param_index(OP_GEMM, "transB"));
+    double alpha = param_float(p, param_index(OP_GEMM, "alpha"));
+    double beta = param_float(p, param_index(OP_GEMM, "beta"));
     Tensor *in[4] = {random_f32(sa, cnt + 500), random_f32(sb, cnt + 550),
                      random_f32(sc, cnt + 599), random_f32(sz, cnt + 650)};
     Tensor *y = op_run(&o, in, false, &d);
