@@ -144,8 +144,9 @@ TEQ_API int graph_merge_duplicates(Graph *g);
  * fused act: ResNet's conv + add + relu becomes one conv. The node at the
  * add's input 0 is tried first (ResNet's Add(out, shortcut) keeps its
  * shortcut as the residual where the shortcut is a conv too). The add may
- * read the node through a reshape it alone reads (a transformer's gemm of
- * its tokens as rows, seen in the tokens' shape again): the tensor is then
+ * read the node through a view of all of it that it alone reads (a
+ * transformer's gemm of its tokens as rows, reshaped to the tokens' shape
+ * again; graph_node_is_view): the tensor is then
  * reshaped to the node's output, and the fused node's output back. Returns
  * how many, or a negative error; nodes left unused are removed. The
  * importer runs it, and optimize after the search, which takes residuals
